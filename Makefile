@@ -1,0 +1,19 @@
+.PHONY: setup demo test bench stack-up stack-down
+
+setup:
+	bash scripts/setup.sh
+
+demo: setup
+	bash scripts/demo.sh
+
+test:
+	bash scripts/test.sh
+
+bench: setup
+	.venv/bin/python -m bench
+
+stack-up: setup
+	.venv/bin/lakefs-delta stack up
+
+stack-down:
+	.venv/bin/lakefs-delta stack down

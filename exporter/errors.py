@@ -1,0 +1,47 @@
+"""Errors a caller can catch. Each message says what is wrong and, where it can, what to do."""
+
+
+class ExporterError(Exception):
+    """Base class. `permanent` errors are not worth retrying: the input itself is wrong."""
+
+    permanent = True
+
+
+class DescriptorError(ExporterError):
+    """A table descriptor under `_lakefs_tables/` is unreadable or invalid."""
+
+
+class TableNotFound(ExporterError):
+    """No Delta log where a table is expected."""
+
+
+class CorruptLog(ExporterError):
+    """A `_delta_log` file cannot be parsed, or versions have a gap."""
+
+
+class UnsupportedTable(ExporterError):
+    """The table uses a feature the exporter must refuse (catalog-managed, unknown reader feature)."""
+
+
+class MissingDataFiles(ExporterError):
+    """Objects an export needs (add files, their deletion vectors) are gone from the commit."""
+
+    def __init__(self, table: str, paths: list[str]):
+        self.table = table
+        self.paths = sorted(paths)
+        shown = ", ".join(self.paths[:20]) + (f" (+{len(self.paths) - 20} more)" if len(self.paths) > 20 else "")
+        super().__init__(f"table {table!r}: {len(self.paths)} file(s) referenced by the log are missing: {shown}")
+
+
+class ServiceUnavailable(ExporterError):
+    """lakeFS or the object store could not be reached or answered 5xx/429: worth a retry."""
+
+    permanent = False
+
+
+class NotFound(ExporterError):
+    """A repository, ref or object does not exist in lakeFS."""
+
+
+class ConfigError(ExporterError):
+    """The configuration is invalid; the message names the key."""

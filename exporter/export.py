@@ -1,0 +1,279 @@
+"""Export one table's `_delta_log` at a commit: newest checkpoint + later commits, absolute paths.
+
+Order of writes is what makes an export trustworthy: checkpoint (and sidecars), commits, then
+`_last_checkpoint`, and last the manifest `_lakefs_export.json` that marks the export complete.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from urllib.parse import unquote
+
+import pyarrow.parquet as pq
+
+import exporter
+from exporter.config import Config
+from exporter.deltalog import LogListing, LogSegment, check_protocol, parse_actions, select_segment
+from exporter.errors import CorruptLog, ExporterError, MissingDataFiles
+from exporter.lakefs import LakeFS
+from exporter.objectstore import ObjectStore
+from exporter.paths import PathResolver
+from exporter.rewrite import rewrite_checkpoint, rewrite_commit
+from exporter.tables import TableDescriptor, changed_tables, discover_tables
+
+MANIFEST = "_lakefs_export.json"
+LOG_DIR = "_delta_log/"
+IO_THREADS = 16
+
+
+@dataclass
+class ExportOutcome:
+    table: str
+    table_path: str
+    ok: bool
+    location: str = ""
+    skipped: bool = False  # already exported: the manifest exists
+    checkpoint_version: int | None = None
+    head_version: int | None = None
+    versions: int = 0
+    files_rewritten: int = 0
+    lakefs_calls: int = 0
+    seconds: float = 0.0
+    error: str = ""
+    permanent: bool = True  # for failures: False means a retry may succeed
+
+    def summary(self) -> str:
+        if not self.ok:
+            return f"FAILED  {self.table} ({self.table_path}): {self.error}"
+        if self.skipped:
+            return f"EXISTS  {self.table} -> {self.location} (already exported)"
+        return (f"OK      {self.table} -> {self.location}  versions {self.checkpoint_version if self.checkpoint_version is not None else 0}"
+                f"..{self.head_version}, {self.files_rewritten} paths rewritten, {self.lakefs_calls} lakeFS calls, {self.seconds:.2f}s")
+
+
+@dataclass
+class _LogFiles:
+    """What the segment needs, read from the object store by physical address."""
+
+    content: dict[str, bytes] = field(default_factory=dict)  # name relative to _delta_log/ -> bytes
+
+
+def export_location(config: Config, storage_namespace: str, ref: str, commit_id: str, table: str) -> str:
+    return f"{config.export_prefix.strip('/')}/{ref}/{commit_id}/{table}/"
+
+
+def export_commit(config: Config, repository: str, ref: str, commit_id: str | None = None,
+                  tables: list[str] | None = None, export_all: bool = False, lakefs: LakeFS | None = None) -> list[ExportOutcome]:
+    """Export the tables a commit changed (or the named ones, or all). One bad table never stops the others."""
+    lakefs = lakefs or LakeFS(config.lakefs)
+    commit_id = lakefs.commit(repository, commit_id or ref).id
+    discovery = discover_tables(lakefs, repository, commit_id)
+    outcomes = [ExportOutcome(table=err.args[0].split(":")[0], table_path="", ok=False, error=str(err))
+                for err in discovery.errors]
+    selected = discovery.tables
+    if tables:
+        unknown = set(tables) - {t.name for t in selected}
+        outcomes += [ExportOutcome(table=name, table_path="", ok=False, error="no such table in _lakefs_tables/")
+                     for name in sorted(unknown)]
+        selected = [t for t in selected if t.name in tables]
+    elif not export_all:
+        selected = changed_tables(lakefs, repository, commit_id, selected)
+    for table in selected:
+        outcomes.append(export_table(config, repository, ref, commit_id, table, lakefs=lakefs))
+    return outcomes
+
+
+def export_table(config: Config, repository: str, ref: str, commit_id: str, table: TableDescriptor,
+                 lakefs: LakeFS | None = None) -> ExportOutcome:
+    """Export one table; failures come back as an outcome with the reason, never half-marked as done."""
+    lakefs = lakefs or LakeFS(config.lakefs)
+    started, calls_before = time.monotonic(), lakefs.calls
+    outcome = ExportOutcome(table=table.name, table_path=table.path, ok=False)
+    try:
+        namespace = lakefs.storage_namespace(repository)
+        store = ObjectStore(config, namespace)
+        target = export_location(config, namespace, ref, commit_id, table.name)
+        outcome.location = store.uri(target)
+        if store.exists(target + MANIFEST):
+            outcome.ok = outcome.skipped = True
+            return outcome
+        _export(lakefs, store, repository, ref, commit_id, table, target, outcome, started)
+        outcome.ok = True
+    except ExporterError as exc:
+        outcome.error, outcome.permanent = str(exc), exc.permanent
+    finally:
+        outcome.seconds = time.monotonic() - started
+        outcome.lakefs_calls = lakefs.calls - calls_before
+    return outcome
+
+
+def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commit_id: str, table: TableDescriptor,
+            target: str, outcome: ExportOutcome, started: float) -> None:
+    # One listing of the table's prefix gives the log's layout and every object's physical address.
+    addresses: dict[str, str] = {}
+    log_entries: list[tuple[str, int]] = []
+    for entry in lakefs.list_objects(repository, commit_id, table.prefix):
+        key = entry["path"][len(table.prefix):]
+        addresses[key] = entry["physical_address"]
+        if key.startswith(LOG_DIR):
+            log_entries.append((key[len(LOG_DIR):], entry.get("size_bytes", 0)))
+    listed = time.monotonic()
+    segment = select_segment(LogListing.from_names(log_entries), _last_checkpoint_hint(store, addresses))
+    log_files = _read_segment(store, addresses, segment)
+    read = time.monotonic()
+
+    resolver = PathResolver(addresses)
+    outputs: dict[str, bytes] = {}  # name relative to _delta_log/ -> rewritten bytes
+    missing: list[str] = []
+    rewritten = 0
+    checkpoint_rows = 0
+    protocol_actions: list[dict] = []
+    if segment.checkpoint is not None:
+        for name in _checkpoint_and_sidecars(store, addresses, segment, log_files):
+            raw = log_files.content[name]
+            if name.endswith(".json"):
+                actions = parse_actions(name, raw)
+                protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
+                result = rewrite_commit(name, raw, resolver)
+                outputs[name], count, lost = result.content, result.files_rewritten, result.missing
+                checkpoint_rows += len(actions)
+            else:
+                checkpoint = _read_parquet(name, raw)
+                protocol_actions += _protocol_rows(checkpoint)
+                new_table, count, lost = rewrite_checkpoint(checkpoint, resolver)
+                outputs[name] = _write_parquet(new_table)
+                checkpoint_rows += checkpoint.num_rows
+            rewritten += count
+            missing += lost
+    commit_names = ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + [n for _, n in segment.commits]
+    for name in commit_names:
+        raw = log_files.content[name]
+        protocol_actions += [a for a in parse_actions(name, raw) if "protocol" in a or "metaData" in a]
+        result = rewrite_commit(name, raw, resolver)
+        outputs[name] = result.content
+        rewritten += result.files_rewritten
+        if name != segment.checkpoint_commit:  # c.json's adds are already in the checkpoint
+            missing += result.missing
+    check_protocol(protocol_actions)
+    if missing:
+        raise MissingDataFiles(table.name, sorted(set(missing)))
+    rewritten_at = time.monotonic()
+
+    checkpoint_files = segment.checkpoint.files if segment.checkpoint else []
+    first = {n: b for n, b in outputs.items() if n in checkpoint_files or n.startswith("_sidecars/")}
+    then = {n: b for n, b in outputs.items() if n not in first}
+    _put_all(store, target + LOG_DIR, first)  # the checkpoint before the commits that follow it
+    _put_all(store, target + LOG_DIR, then)
+    if segment.checkpoint is not None:
+        store.put(target + LOG_DIR + "_last_checkpoint", _last_checkpoint(segment, checkpoint_rows, first),
+                  "application/json")
+
+    outcome.checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
+    outcome.head_version = segment.head_version
+    outcome.versions = len(segment.commits) + (1 if segment.checkpoint else 0)
+    outcome.files_rewritten = rewritten
+    manifest = {
+        "repository": repository, "ref": ref, "commit_id": commit_id, "table": table.name, "table_path": table.path,
+        "checkpoint_version": outcome.checkpoint_version, "head_version": segment.head_version,
+        "versions": [v for v, _ in segment.commits], "files_rewritten": rewritten,
+        "log_files_written": len(outputs), "lakefs_calls": lakefs.calls,
+        "timings_seconds": {"list": round(listed - started, 3), "read": round(read - listed, 3),
+                            "rewrite": round(rewritten_at - read, 3), "write": round(time.monotonic() - rewritten_at, 3)},
+        "exporter_version": exporter.__version__,
+        "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")  # last: marks done
+
+
+def _last_checkpoint_hint(store: ObjectStore, addresses: dict[str, str]) -> int | None:
+    address = addresses.get(LOG_DIR + "_last_checkpoint")
+    if address is None:
+        return None
+    try:
+        return int(json.loads(store.get_uri(address))["version"])
+    except (ExporterError, ValueError, KeyError, TypeError):
+        return None  # only a hint: the listing decides
+
+
+def _read_segment(store: ObjectStore, addresses: dict[str, str], segment: LogSegment) -> _LogFiles:
+    names = list(segment.checkpoint.files if segment.checkpoint else [])
+    names += [n for _, n in segment.commits] + ([segment.checkpoint_commit] if segment.checkpoint_commit else [])
+    files = _LogFiles()
+    files.content.update(_get_all(store, addresses, names))
+    return files
+
+
+def _checkpoint_and_sidecars(store: ObjectStore, addresses: dict[str, str], segment: LogSegment,
+                             log_files: _LogFiles) -> list[str]:
+    """The checkpoint's files, plus the sidecars a V2 checkpoint points at (read on demand)."""
+    names = list(segment.checkpoint.files)
+    if segment.checkpoint.kind != "v2":
+        return names
+    sidecars: list[str] = []
+    for name in segment.checkpoint.files:
+        raw = log_files.content[name]
+        if name.endswith(".json"):
+            paths = [a["sidecar"]["path"] for a in parse_actions(name, raw) if "sidecar" in a]
+        else:
+            checkpoint = _read_parquet(name, raw)
+            column = checkpoint.column("sidecar") if "sidecar" in checkpoint.column_names else None
+            paths = [row["path"] for row in column.to_pylist() if row] if column is not None else []
+        # sidecars always live in the table's own _delta_log/_sidecars/ (PROTOCOL.md#sidecar-files)
+        sidecars += ["_sidecars/" + posixpath.basename(unquote(p)) for p in paths]
+    absent = [s for s in sidecars if LOG_DIR + s not in addresses]
+    if absent:
+        raise CorruptLog(f"V2 checkpoint {segment.checkpoint.files[0]} names sidecar(s) not in the log: {', '.join(absent)}")
+    log_files.content.update(_get_all(store, addresses, sidecars))
+    return sidecars + names
+
+
+def _get_all(store: ObjectStore, addresses: dict[str, str], names: list[str]) -> dict[str, bytes]:
+    with ThreadPoolExecutor(IO_THREADS) as pool:
+        return dict(zip(names, pool.map(lambda n: store.get_uri(addresses[LOG_DIR + n]), names)))
+
+
+def _put_all(store: ObjectStore, prefix: str, files: dict[str, bytes]) -> None:
+    with ThreadPoolExecutor(IO_THREADS) as pool:
+        list(pool.map(lambda item: store.put(prefix + item[0], item[1]), files.items()))
+
+
+def _read_parquet(name: str, raw: bytes):
+    try:
+        return pq.read_table(io.BytesIO(raw))
+    except Exception as exc:  # pyarrow raises several types for a broken file
+        raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
+
+
+def _write_parquet(table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="snappy")
+    return sink.getvalue()
+
+
+def _protocol_rows(checkpoint) -> list[dict]:
+    """The checkpoint's protocol and metaData rows, for the feature check."""
+    rows: list[dict] = []
+    for column in ("protocol", "metaData"):
+        if column in checkpoint.column_names:
+            rows += [{column: value} for value in checkpoint.column(column).to_pylist() if value is not None]
+    for row in rows:
+        configuration = row.get("metaData", {}).get("configuration")
+        if isinstance(configuration, list):  # parquet maps come back as key/value pairs
+            row["metaData"]["configuration"] = dict(configuration)
+    return rows
+
+
+def _last_checkpoint(segment: LogSegment, rows: int, written: dict[str, bytes]) -> bytes:
+    """True for the export: sizes of the rewritten files, no checksum (PROTOCOL.md#last-checkpoint-file)."""
+    checkpoint = segment.checkpoint
+    document = {"version": checkpoint.version, "size": rows,
+                "sizeInBytes": sum(len(written[n]) for n in checkpoint.files)}
+    if checkpoint.kind == "multipart":
+        document["parts"] = len(checkpoint.files)
+    return json.dumps(document).encode()

@@ -1,0 +1,161 @@
+"""The one lakeFS client: a thin adapter over `lakefs-sdk` that maps errors to ours and counts calls.
+
+Listings are the hot path (one page per 1000 objects for a whole table), so they skip the SDK's
+model layer and parse the page's JSON directly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import lakefs_sdk
+import urllib3
+from lakefs_sdk.exceptions import ApiException
+
+from exporter.config import LakeFSConfig
+from exporter.errors import ExporterError, NotFound, ServiceUnavailable
+
+PAGE_SIZE = 1000  # lakeFS caps `amount` at 1000
+
+
+@dataclass(frozen=True)
+class Commit:
+    id: str
+    parents: list[str]
+    creation_date: int
+    message: str
+    metadata: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ObjectEntry:
+    path: str
+    physical_address: str
+    size_bytes: int
+
+
+class LakeFS:
+    def __init__(self, config: LakeFSConfig):
+        configuration = lakefs_sdk.Configuration(host=config.endpoint.rstrip("/") + "/api/v1",
+                                                 username=config.access_key_id, password=config.secret_access_key)
+        configuration.retries = urllib3.Retry(total=2, connect=2, read=0, backoff_factor=0.2, status=0)
+        self.client = lakefs_sdk.ApiClient(configuration)
+        self.repositories = lakefs_sdk.RepositoriesApi(self.client)
+        self.refs = lakefs_sdk.RefsApi(self.client)
+        self.commits = lakefs_sdk.CommitsApi(self.client)
+        self.objects = lakefs_sdk.ObjectsApi(self.client)
+        self.branches = lakefs_sdk.BranchesApi(self.client)
+        self.tags = lakefs_sdk.TagsApi(self.client)
+        self.actions = lakefs_sdk.ActionsApi(self.client)
+        self.calls = 0
+
+    def _call(self, what: str, method, *args, **kwargs):
+        self.calls += 1
+        try:
+            return method(*args, **kwargs)
+        except ApiException as exc:
+            message = _error_message(exc)
+            if exc.status == 404:
+                raise NotFound(f"lakeFS: {what}: {message}") from None
+            if exc.status in (429,) or (exc.status or 0) >= 500:
+                raise ServiceUnavailable(f"lakeFS answered {exc.status} to {what}: {message}") from None
+            raise ExporterError(f"lakeFS answered {exc.status} to {what}: {message}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ServiceUnavailable(f"lakeFS unreachable during {what}: {exc}") from None
+
+    # ------------------------------------------------------------ reading
+
+    def storage_namespace(self, repository: str) -> str:
+        return self._call(f"get repository {repository}", self.repositories.get_repository, repository).storage_namespace
+
+    def commit(self, repository: str, ref: str) -> Commit:
+        found = self._call(f"get commit {repository}@{ref}", self.commits.get_commit, repository, ref)
+        return Commit(found.id, list(found.parents), found.creation_date, found.message, dict(found.metadata or {}))
+
+    def list_objects(self, repository: str, ref: str, prefix: str, delimiter: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every entry under `prefix` with its physical address, one call per 1000."""
+        after = ""
+        while True:
+            response = self._call(f"list {repository}@{ref}/{prefix}", self.objects.list_objects_with_http_info,
+                                  repository, ref, prefix=prefix, after=after, amount=PAGE_SIZE,
+                                  delimiter=delimiter, _preload_content=False)
+            page = json.loads(response.raw_data)
+            yield from page["results"]
+            if not page["pagination"]["has_more"]:
+                return
+            after = page["pagination"]["next_offset"]
+
+    def get_object(self, repository: str, ref: str, path: str) -> bytes:
+        return bytes(self._call(f"get object {repository}@{ref}/{path}", self.objects.get_object, repository, ref, path))
+
+    def diff(self, repository: str, left: str, right: str, prefix: str = "", diff_type: str = "two_dot",
+             amount: int = PAGE_SIZE) -> Iterator[dict]:
+        """Changed entries; `amount` below 1000 asks for one short page (enough to learn "anything changed?")."""
+        after = ""
+        while True:
+            response = self._call(f"diff {repository} {left}..{right}", self.refs.diff_refs_with_http_info,
+                                  repository, left, right, prefix=prefix, after=after, amount=amount,
+                                  type=diff_type, _preload_content=False)
+            page = json.loads(response.raw_data)
+            yield from page["results"]
+            if not page["pagination"]["has_more"] or amount < PAGE_SIZE:
+                return
+            after = page["pagination"]["next_offset"]
+
+    def merge_base(self, repository: str, source: str, destination: str) -> str:
+        return self._call(f"merge base {repository} {source}/{destination}", self.refs.find_merge_base,
+                          repository, source, destination).base_commit_id
+
+    def log(self, repository: str, ref: str, amount: int = 100, first_parent: bool = False) -> list[Commit]:
+        found = self._call(f"log {repository}@{ref}", self.refs.log_commits, repository, ref,
+                           amount=amount, limit=True, first_parent=first_parent)
+        return [Commit(c.id, list(c.parents), c.creation_date, c.message, dict(c.metadata or {})) for c in found.results]
+
+    def action_runs(self, repository: str, commit_id: str) -> list[dict]:
+        response = self._call(f"action runs {repository}@{commit_id}", self.actions.list_repository_runs_with_http_info,
+                              repository, commit=commit_id, _preload_content=False)
+        return json.loads(response.raw_data)["results"]
+
+    # ------------------------------------------------------------ writing (CLI, tests, demo)
+
+    def create_repository(self, name: str, storage_namespace: str, default_branch: str = "main") -> None:
+        self._call(f"create repository {name}", self.repositories.create_repository,
+                   lakefs_sdk.RepositoryCreation(name=name, storage_namespace=storage_namespace, default_branch=default_branch))
+
+    def create_branch(self, repository: str, name: str, source: str) -> None:
+        self._call(f"create branch {repository}/{name}", self.branches.create_branch, repository,
+                   lakefs_sdk.BranchCreation(name=name, source=source))
+
+    def create_tag(self, repository: str, tag: str, ref: str) -> str:
+        return self._call(f"create tag {repository}/{tag}", self.tags.create_tag, repository,
+                          lakefs_sdk.TagCreation(id=tag, ref=ref)).commit_id
+
+    def upload_object(self, repository: str, branch: str, path: str, content: bytes) -> None:
+        self._call(f"upload {repository}/{branch}/{path}", self.objects.upload_object, repository, branch, path, content=content)
+
+    def delete_object(self, repository: str, branch: str, path: str) -> None:
+        self._call(f"delete {repository}/{branch}/{path}", self.objects.delete_object, repository, branch, path)
+
+    def commit_branch(self, repository: str, branch: str, message: str, metadata: dict[str, str] | None = None) -> str:
+        return self._call(f"commit {repository}/{branch}", self.commits.commit, repository, branch,
+                          lakefs_sdk.CommitCreation(message=message, metadata=metadata or {})).id
+
+    def merge(self, repository: str, source: str, destination: str, message: str = "") -> str:
+        return self._call(f"merge {repository} {source} into {destination}", self.refs.merge_into_branch,
+                          repository, source, destination, merge=lakefs_sdk.Merge(message=message)).reference
+
+    def healthy(self) -> bool:
+        try:
+            self._call("health check", lakefs_sdk.HealthCheckApi(self.client).health_check)
+            return True
+        except ExporterError:
+            return False
+
+
+def _error_message(exc: ApiException) -> str:
+    try:
+        return json.loads(exc.body)["message"]
+    except (TypeError, ValueError, KeyError):
+        return str(exc.reason)

@@ -1,0 +1,120 @@
+"""Paths in a Delta log: decoding log paths to object keys, encoding physical addresses back.
+
+A log path is a URI relative to the table root (PROTOCOL.md#add-file-and-remove-file); the
+exporter turns each one into the absolute URI of the object lakeFS stores it at.
+"""
+
+import re
+import uuid
+from collections.abc import Mapping
+from urllib.parse import quote, unquote
+
+from exporter.errors import CorruptLog
+
+# RFC 3986 scheme; requires the colon, so `p=a/x.parquet` (no scheme) stays relative.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+# scheme, then `//authority` when present: the part of a physical address kept as is.
+_SCHEME_AND_AUTHORITY = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*:(?://[^/]*)?)?")
+# Besides letters, digits and `_.-~`: `/` separates keys, `=` names Hive partitions.
+_KEY_SAFE = "/="
+
+# ZeroMQ Z85 (https://rfc.zeromq.org/spec/32/), the base85 of deletion vector descriptors.
+_Z85_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+_Z85_VALUE = {char: value for value, char in enumerate(_Z85_ALPHABET)}
+_Z85_UUID_LENGTH = 20
+
+
+def is_absolute_uri(path: str) -> bool:
+    """True when `path` has a URI scheme (`s3://b/k`, `file:/tmp/x`, `abfss://c@a/k`)."""
+    return _SCHEME.match(path) is not None
+
+
+def log_path_to_key(log_path: str) -> str:
+    """The object key, relative to the table root, that a relative log path names."""
+    # Decode exactly once and never as a form: `+` is a literal plus (PROTOCOL.md#add-file-and-remove-file).
+    return unquote(log_path)
+
+
+def physical_uri(physical_address: str) -> str:
+    """The URI a reader decodes back to `physical_address`: its key percent-encoded, never decoded."""
+    prefix = _SCHEME_AND_AUTHORITY.match(physical_address).group(0)
+    return prefix + quote(physical_address[len(prefix) :], safe=_KEY_SAFE)
+
+
+def deletion_vector_relative_path(path_or_inline_dv: str) -> str:
+    """The file, relative to the table root, of a deletion vector with storageType `u`.
+
+    PROTOCOL.md#deletion-vector-descriptor-schema: `<random prefix><20-char Z85 UUID>` lives at
+    `<random prefix>/deletion_vector_<uuid>.bin`.
+    """
+    if len(path_or_inline_dv) < _Z85_UUID_LENGTH:
+        raise CorruptLog(
+            f"deletion vector pathOrInlineDv {path_or_inline_dv!r} is shorter than a "
+            f"{_Z85_UUID_LENGTH}-character Z85 UUID"
+        )
+    prefix = path_or_inline_dv[:-_Z85_UUID_LENGTH]
+    dv_uuid = uuid.UUID(bytes=_z85_decode(path_or_inline_dv[-_Z85_UUID_LENGTH:], path_or_inline_dv))
+    file_name = f"deletion_vector_{dv_uuid}.bin"
+    return f"{prefix}/{file_name}" if prefix else file_name
+
+
+def _z85_decode(encoded: str, descriptor: str) -> bytes:
+    """Z85 to bytes: each 5 characters are one big-endian 32-bit word."""
+    if len(encoded) % 5:
+        raise CorruptLog(f"deletion vector {descriptor!r}: Z85 text length {len(encoded)} is not a multiple of 5")
+    decoded = bytearray()
+    for start in range(0, len(encoded), 5):
+        word = 0
+        for char in encoded[start : start + 5]:
+            digit = _Z85_VALUE.get(char)
+            if digit is None:
+                raise CorruptLog(f"deletion vector {descriptor!r}: {char!r} is not a Z85 character")
+            word = word * 85 + digit
+        if word > 0xFFFFFFFF:
+            raise CorruptLog(f"deletion vector {descriptor!r}: Z85 group {encoded[start:start + 5]!r} overflows 32 bits")
+        decoded += word.to_bytes(4, "big")
+    return bytes(decoded)
+
+
+def _is_absolute(log_path: str) -> bool:
+    # A scheme-less `/x` is absolute too: readers never join it to the table root.
+    return log_path.startswith("/") or is_absolute_uri(log_path)
+
+
+class PathResolver:
+    """Turns log paths into the absolute URIs of their objects, memoised per log path.
+
+    Readers reconcile add and remove on the raw path string, so one log path must always yield
+    the byte-identical URI: the memo guarantees it.
+    """
+
+    def __init__(self, physical_addresses: Mapping[str, str]):
+        self._physical_addresses = physical_addresses
+        self._uris: dict[str, str | None] = {}
+        self._deletion_vector_uris: dict[str, str | None] = {}
+        self.resolved = 0
+        self.not_found = 0
+
+    def resolve(self, log_path: str) -> str | None:
+        """The absolute URI for `log_path`; absolute paths unchanged; None when the object is gone."""
+        if log_path in self._uris:
+            return self._uris[log_path]
+        uri = log_path if _is_absolute(log_path) else self._lookup(log_path_to_key(log_path))
+        self._uris[log_path] = uri
+        return uri
+
+    def resolve_deletion_vector(self, path_or_inline_dv: str) -> str | None:
+        """The absolute URI of a storageType `u` deletion vector file; None when the object is gone."""
+        if path_or_inline_dv in self._deletion_vector_uris:
+            return self._deletion_vector_uris[path_or_inline_dv]
+        uri = self._lookup(deletion_vector_relative_path(path_or_inline_dv))
+        self._deletion_vector_uris[path_or_inline_dv] = uri
+        return uri
+
+    def _lookup(self, key: str) -> str | None:
+        physical_address = self._physical_addresses.get(key)
+        if physical_address is None:
+            self.not_found += 1
+            return None
+        self.resolved += 1
+        return physical_uri(physical_address)

@@ -1,0 +1,96 @@
+"""A SparkSession with Delta and S3A set up for a lakeFS stack.
+
+The default S3A endpoint and keys are lakeFS's S3 gateway (`s3a://<repo>/<ref>/<path>`); per-bucket
+settings send the object store's own bucket to MinIO, so an exported table's absolute physical
+paths (`s3://<bucket>/...`) resolve without lakeFS in the path.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"  # newest delta-spark_4.2 on Maven Central
+HADOOP_AWS_PACKAGE = "org.apache.hadoop:hadoop-aws:3.5.0"  # the Hadoop bundled in pyspark 4.2
+# Keep Spark's own copies of these; Delta's transitive ones are older and would shadow them.
+EXCLUDED_PACKAGES = ",".join([
+    "org.apache.hadoop:hadoop-client-api", "org.apache.hadoop:hadoop-client-runtime",
+    "org.apache.parquet:parquet-column", "org.apache.parquet:parquet-common", "org.apache.parquet:parquet-encoding",
+    "org.apache.parquet:parquet-format-structures", "org.apache.parquet:parquet-hadoop",
+    "org.apache.parquet:parquet-jackson", "com.fasterxml.jackson.core:jackson-core",
+    "com.fasterxml.jackson.core:jackson-databind", "com.fasterxml.jackson.core:jackson-annotations",
+    "org.apache.logging.log4j:log4j-api", "org.apache.logging.log4j:log4j-core",
+    "org.apache.logging.log4j:log4j-slf4j2-impl", "org.slf4j:slf4j-api",
+    "org.xerial.snappy:snappy-java", "com.github.luben:zstd-jni",
+])
+IVY_DIR = Path(os.environ.get("LAKEFS_DELTA_IVY_DIR", Path.home() / ".cache" / "lakefs-delta-exporter" / "ivy"))
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    endpoint: str
+    access_key_id: str
+    secret_access_key: str
+
+
+def spark_session(gateway: S3Endpoint | None, buckets: dict[str, S3Endpoint] | None = None,
+                  app_name: str = "lakefs-delta", extra_conf: dict[str, str] | None = None):
+    """`gateway` is the default S3A endpoint (lakeFS); `buckets` override it per bucket (MinIO).
+
+    With `gateway=None` the session has no default endpoint: only the per-bucket ones resolve,
+    which proves a read does not go through lakeFS.
+    """
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master("local[2]").appName(app_name)
+        .config("spark.jars.packages", f"{DELTA_PACKAGE},{HADOOP_AWS_PACKAGE}")
+        .config("spark.jars.excludes", EXCLUDED_PACKAGES)
+        .config("spark.jars.ivy", str(IVY_DIR))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    )
+    hadoop = {
+        "fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        "fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",  # exported logs hold s3:// URIs
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.endpoint.region": "us-east-1",
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "fs.s3a.change.detection.mode": "none",  # lakeFS's gateway ETags differ from MinIO's
+        "fs.s3a.attempts.maximum": "3",
+        "fs.s3a.retry.limit": "3",
+    }
+    if gateway is not None:
+        hadoop.update({"fs.s3a.endpoint": gateway.endpoint, "fs.s3a.access.key": gateway.access_key_id,
+                       "fs.s3a.secret.key": gateway.secret_access_key})
+    else:
+        hadoop.update({"fs.s3a.endpoint": "http://127.0.0.1:9", "fs.s3a.access.key": "none",
+                       "fs.s3a.secret.key": "none"})
+    for bucket, target in (buckets or {}).items():
+        hadoop.update({f"fs.s3a.bucket.{bucket}.endpoint": target.endpoint,
+                       f"fs.s3a.bucket.{bucket}.access.key": target.access_key_id,
+                       f"fs.s3a.bucket.{bucket}.secret.key": target.secret_access_key})
+    for key, value in hadoop.items():
+        builder = builder.config(f"spark.hadoop.{key}", value)
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def stack_spark_session(environ: dict[str, str] | None = None, through_lakefs: bool = True, app_name: str = "lakefs-delta"):
+    """A session for the local stack, from the variables `lakefs-delta stack env` prints."""
+    env = os.environ if environ is None else environ
+    lakefs = S3Endpoint(env["LAKEFS_DELTA_LAKEFS_ENDPOINT"], env["LAKEFS_DELTA_LAKEFS_ACCESS_KEY_ID"],
+                        env["LAKEFS_DELTA_LAKEFS_SECRET_ACCESS_KEY"])
+    minio = S3Endpoint(env["LAKEFS_DELTA_OBJECT_STORE_ENDPOINT"], env["LAKEFS_DELTA_OBJECT_STORE_ACCESS_KEY_ID"],
+                       env["LAKEFS_DELTA_OBJECT_STORE_SECRET_ACCESS_KEY"])
+    return spark_session(lakefs if through_lakefs else None, {env["LAKEFS_DELTA_STACK_BUCKET"]: minio}, app_name)

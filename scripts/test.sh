@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite: unit, then integration against a real stack (started here if not running).
+# Fails when the integration suite collected nothing or skipped anything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+mkdir -p tests/artifacts
+.venv/bin/lakefs-delta stack up >/dev/null
+eval "$(.venv/bin/lakefs-delta stack env)"
+
+.venv/bin/pytest -m unit -q --junitxml=tests/artifacts/unit.xml "$@"
+.venv/bin/pytest -m integration -v --junitxml=tests/artifacts/integration.xml "$@"
+.venv/bin/python scripts/check_junit.py tests/artifacts/unit.xml tests/artifacts/integration.xml
