@@ -7,6 +7,7 @@ model layer and parse the page's JSON directly.
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -133,7 +134,12 @@ class LakeFS:
                           lakefs_sdk.TagCreation(id=tag, ref=ref)).commit_id
 
     def upload_object(self, repository: str, branch: str, path: str, content: bytes) -> None:
-        self._call(f"upload {repository}/{branch}/{path}", self.objects.upload_object, repository, branch, path, content=content)
+        # the generated client uploads only from a file path
+        with tempfile.NamedTemporaryFile(prefix="lakefs-delta-upload-") as staged:
+            staged.write(content)
+            staged.flush()
+            self._call(f"upload {repository}/{branch}/{path}", self.objects.upload_object, repository, branch, path,
+                       content=staged.name)
 
     def delete_object(self, repository: str, branch: str, path: str) -> None:
         self._call(f"delete {repository}/{branch}/{path}", self.objects.delete_object, repository, branch, path)

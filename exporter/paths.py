@@ -6,7 +6,7 @@ exporter turns each one into the absolute URI of the object lakeFS stores it at.
 
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from urllib.parse import quote, unquote
 
 from exporter.errors import CorruptLog
@@ -17,6 +17,8 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _SCHEME_AND_AUTHORITY = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*:(?://[^/]*)?)?")
 # Besides letters, digits and `_.-~`: `/` separates keys, `=` names Hive partitions.
 _KEY_SAFE = "/="
+# An address whose key needs no encoding (the usual lakeFS `.../data/gXXXX/cYYYY`): returned as is.
+_PLAIN_ADDRESS = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*:(?://[^/]*)?)?[A-Za-z0-9/=_.~-]*")
 
 # ZeroMQ Z85 (https://rfc.zeromq.org/spec/32/), the base85 of deletion vector descriptors.
 _Z85_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
@@ -37,6 +39,8 @@ def log_path_to_key(log_path: str) -> str:
 
 def physical_uri(physical_address: str) -> str:
     """The URI a reader decodes back to `physical_address`: its key percent-encoded, never decoded."""
+    if _PLAIN_ADDRESS.fullmatch(physical_address):
+        return physical_address  # the fast path for millions of checkpoint rows
     prefix = _SCHEME_AND_AUTHORITY.match(physical_address).group(0)
     return prefix + quote(physical_address[len(prefix) :], safe=_KEY_SAFE)
 
@@ -78,38 +82,55 @@ def _z85_decode(encoded: str, descriptor: str) -> bytes:
 
 def _is_absolute(log_path: str) -> bool:
     # A scheme-less `/x` is absolute too: readers never join it to the table root.
-    return log_path.startswith("/") or is_absolute_uri(log_path)
+    # Testing for ":" first keeps the common relative path off the regex.
+    return log_path.startswith("/") or (":" in log_path and is_absolute_uri(log_path))
+
+
+_UNSEEN = object()  # memo marker: None is a real answer (the object is missing)
 
 
 class PathResolver:
     """Turns log paths into the absolute URIs of their objects, memoised per log path.
 
     Readers reconcile add and remove on the raw path string, so one log path must always yield
-    the byte-identical URI: the memo guarantees it.
+    the byte-identical URI: the memo guarantees it even if the mapping changes underneath.
     """
 
     def __init__(self, physical_addresses: Mapping[str, str]):
         self._physical_addresses = physical_addresses
         self._uris: dict[str, str | None] = {}
         self._deletion_vector_uris: dict[str, str | None] = {}
-        self.resolved = 0
-        self.not_found = 0
+        self.resolved = 0  # distinct log paths and deletion vectors found
+        self.not_found = 0  # distinct log paths and deletion vectors with no object
 
     def resolve(self, log_path: str) -> str | None:
         """The absolute URI for `log_path`; absolute paths unchanged; None when the object is gone."""
-        if log_path in self._uris:
-            return self._uris[log_path]
-        uri = log_path if _is_absolute(log_path) else self._lookup(log_path_to_key(log_path))
-        self._uris[log_path] = uri
-        return uri
+        return self.resolve_many([log_path])[0]
+
+    def resolve_many(self, log_paths: Iterable[str]) -> list[str | None]:
+        """`resolve` of each path, in order: one loop for the millions of rows of a checkpoint."""
+        uris = self._uris
+        answers: list[str | None] = []
+        for log_path in log_paths:
+            uri = uris.get(log_path, _UNSEEN)
+            if uri is _UNSEEN:
+                uri = uris[log_path] = self._resolve_new(log_path)
+            answers.append(uri)
+        return answers
 
     def resolve_deletion_vector(self, path_or_inline_dv: str) -> str | None:
         """The absolute URI of a storageType `u` deletion vector file; None when the object is gone."""
-        if path_or_inline_dv in self._deletion_vector_uris:
-            return self._deletion_vector_uris[path_or_inline_dv]
-        uri = self._lookup(deletion_vector_relative_path(path_or_inline_dv))
-        self._deletion_vector_uris[path_or_inline_dv] = uri
+        uri = self._deletion_vector_uris.get(path_or_inline_dv, _UNSEEN)
+        if uri is _UNSEEN:
+            uri = self._lookup(deletion_vector_relative_path(path_or_inline_dv))
+            self._deletion_vector_uris[path_or_inline_dv] = uri
         return uri
+
+    def _resolve_new(self, log_path: str) -> str | None:
+        if _is_absolute(log_path):
+            return log_path
+        # Skipping the decode of a path without `%` is the same answer, faster.
+        return self._lookup(log_path_to_key(log_path) if "%" in log_path else log_path)
 
     def _lookup(self, key: str) -> str | None:
         physical_address = self._physical_addresses.get(key)

@@ -191,17 +191,24 @@ def _pid_file(stack_dir: Path, service: str) -> Path:
     return stack_dir / f"{service}.pid"
 
 
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of a process: with the PID, it names one process (PIDs are reused)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else fields[19]
+
+
 def _running_pid(stack_dir: Path, service: str) -> int | None:
-    """The PID `up` recorded, if that process still runs the binary we started."""
+    """The PID `up` recorded, if that same process is still alive."""
     pid_file = _pid_file(stack_dir, service)
     if not pid_file.exists():
         return None
     recorded = json.loads(pid_file.read_text())
-    try:
-        cmdline = Path(f"/proc/{recorded['pid']}/cmdline").read_bytes().split(b"\0")[0].decode()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return recorded["pid"] if cmdline == recorded["binary"] else None
+    started = _start_time(recorded["pid"])
+    return recorded["pid"] if started is not None and started == recorded.get("started") else None
 
 
 def _port_open(port: int) -> bool:
@@ -218,7 +225,7 @@ def _start(stack_dir: Path, service: str, args: list[str], env: dict[str, str], 
     log = open(stack_dir / f"{service}.log", "ab")
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=stack_dir,
                                start_new_session=True)
-    _pid_file(stack_dir, service).write_text(json.dumps({"pid": process.pid, "binary": args[0]}))
+    _pid_file(stack_dir, service).write_text(json.dumps({"pid": process.pid, "started": _start_time(process.pid)}))
 
 
 def _wait_healthy(stack_dir: Path, service: str, check, timeout: float = 90.0) -> None:
