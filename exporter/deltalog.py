@@ -16,9 +16,8 @@ from exporter.errors import CorruptLog, TableNotFound, UnsupportedTable
 _COMMIT = re.compile(r"(\d{20})\.json")
 _CLASSIC_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint\.parquet")
 _MULTIPART_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet")
-_UUID_CHECKPOINT = re.compile(
-    r"(\d{20})\.checkpoint\.[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\.(?:json|parquet)"
-)
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_UUID_CHECKPOINT = re.compile(rf"(\d{{20}})\.checkpoint\.{_UUID}\.(?:json|parquet)")
 # Sidecar names are free-form (Delta Spark writes `n.checkpoint.o.p.<uuid>.parquet`).
 _SIDECAR = re.compile(r"_sidecars/[^/]+\.(?:parquet|json)")
 
@@ -176,7 +175,8 @@ def parse_action_line(file_name: str, line_number: int, line: bytes) -> dict[str
     except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
         raise CorruptLog(f"{file_name} line {line_number}: not valid JSON ({error})") from error
     if not isinstance(action, dict):
-        raise CorruptLog(f"{file_name} line {line_number}: an action must be a JSON object, got {type(action).__name__}")
+        kind = type(action).__name__
+        raise CorruptLog(f"{file_name} line {line_number}: an action must be a JSON object, got {kind}")
     return action
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from urllib.parse import unquote
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import exporter
@@ -23,7 +24,7 @@ from exporter.deltalog import LogListing, LogSegment, check_protocol, parse_acti
 from exporter.errors import CorruptLog, ExporterError, MissingDataFiles
 from exporter.lakefs import LakeFS
 from exporter.objectstore import ObjectStore
-from exporter.paths import PathResolver
+from exporter.paths import PathResolver, deletion_vector_relative_path
 from exporter.rewrite import rewrite_checkpoint, rewrite_commit
 from exporter.tables import TableDescriptor, changed_tables, discover_tables
 
@@ -134,18 +135,21 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
     rewritten = 0
     checkpoint_rows = 0
     protocol_actions: list[dict] = []
+    snapshot = _Snapshot()
     if segment.checkpoint is not None:
         for name in _checkpoint_and_sidecars(store, addresses, segment, log_files):
             raw = log_files.content[name]
             if name.endswith(".json"):
                 actions = parse_actions(name, raw)
                 protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
+                snapshot.apply(actions)
                 result = rewrite_commit(name, raw, resolver)
                 outputs[name], count, lost = result.content, result.files_rewritten, result.missing
                 checkpoint_rows += len(actions)
             else:
                 checkpoint = _read_parquet(name, raw)
                 protocol_actions += _protocol_rows(checkpoint)
+                snapshot.apply_checkpoint(checkpoint)
                 new_table, count, lost = rewrite_checkpoint(checkpoint, resolver)
                 outputs[name] = _write_parquet(new_table)
                 checkpoint_rows += checkpoint.num_rows
@@ -154,15 +158,20 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
     commit_names = ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + [n for _, n in segment.commits]
     for name in commit_names:
         raw = log_files.content[name]
-        protocol_actions += [a for a in parse_actions(name, raw) if "protocol" in a or "metaData" in a]
+        actions = parse_actions(name, raw)
+        protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
         result = rewrite_commit(name, raw, resolver)
         outputs[name] = result.content
         rewritten += result.files_rewritten
         if name != segment.checkpoint_commit:  # c.json's adds are already in the checkpoint
+            snapshot.apply(actions)
             missing += result.missing
     check_protocol(protocol_actions)
-    if missing:
-        raise MissingDataFiles(table.name, sorted(set(missing)))
+    # Only files the head snapshot reads must exist: an add removed later may be vacuumed (its
+    # versions do not time-travel in the source either); it keeps its original path.
+    required = snapshot.required(missing)
+    if required:
+        raise MissingDataFiles(table.name, required)
     rewritten_at = time.monotonic()
 
     checkpoint_files = segment.checkpoint.files if segment.checkpoint else []
@@ -189,6 +198,53 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
         "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")  # last: marks done
+
+
+class _Snapshot:
+    """Which add paths (and deletion-vector files) the head reads. Replayed only when a file is missing."""
+
+    def __init__(self) -> None:
+        self.checkpoints: list = []  # parquet checkpoint tables, in order
+        self.commits: list[list[dict]] = []  # actions of JSON checkpoints and commits, in log order
+
+    def apply(self, actions: list[dict]) -> None:
+        self.commits.append(actions)
+
+    def apply_checkpoint(self, checkpoint) -> None:
+        self.checkpoints.append(checkpoint)
+
+    def required(self, missing: list[str]) -> list[str]:
+        if not missing:
+            return []
+        # logical file = (path, deletion vector id), as readers reconcile (PROTOCOL.md#action-reconciliation)
+        live: dict[tuple, dict | None] = {}
+        for checkpoint in self.checkpoints:
+            if "add" in checkpoint.column_names:
+                adds = checkpoint.column("add")
+                paths = pc.struct_field(adds, "path").to_pylist()
+                has_dv = "deletionVector" in {f.name for f in adds.type}
+                dvs = pc.struct_field(adds, "deletionVector").to_pylist() if has_dv else [None] * len(paths)
+                live.update(((p, _dv_id(dv)), dv) for p, dv in zip(paths, dvs) if p is not None)
+        for actions in self.commits:
+            for action in actions:
+                for kind in ("add", "remove"):
+                    file_action = action.get(kind)
+                    if isinstance(file_action, dict):
+                        key = (file_action.get("path"), _dv_id(file_action.get("deletionVector")))
+                        if kind == "add":
+                            live[key] = file_action.get("deletionVector")
+                        else:
+                            live.pop(key, None)
+        live_paths = {path for path, _ in live}
+        live_dvs = {deletion_vector_relative_path(dv["pathOrInlineDv"]) for dv in live.values()
+                    if dv and dv.get("storageType") == "u"}
+        return sorted({m for m in missing if m in live_paths or m in live_dvs})
+
+
+def _dv_id(deletion_vector: dict | None) -> tuple | None:
+    if not deletion_vector:
+        return None
+    return (deletion_vector.get("storageType"), deletion_vector.get("pathOrInlineDv"), deletion_vector.get("offset"))
 
 
 def _last_checkpoint_hint(store: ObjectStore, addresses: dict[str, str]) -> int | None:

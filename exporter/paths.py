@@ -6,8 +6,11 @@ exporter turns each one into the absolute URI of the object lakeFS stores it at.
 
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from urllib.parse import quote, unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from exporter.errors import CorruptLog
 
@@ -15,10 +18,14 @@ from exporter.errors import CorruptLog
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 # scheme, then `//authority` when present: the part of a physical address kept as is.
 _SCHEME_AND_AUTHORITY = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*:(?://[^/]*)?)?")
-# Besides letters, digits and `_.-~`: `/` separates keys, `=` names Hive partitions.
-_KEY_SAFE = "/="
-# An address whose key needs no encoding (the usual lakeFS `.../data/gXXXX/cYYYY`): returned as is.
-_PLAIN_ADDRESS = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*:(?://[^/]*)?)?[A-Za-z0-9/=_.~-]*")
+# Besides letters, digits and `_.-~`: `/` separates keys, `=` names Hive partitions, `:` is a
+# legal path character of an absolute URI (RFC 3986 pchar).
+_KEY_SAFE = "/=:"
+# Any character `quote` would change. An address without one (the usual lakeFS
+# `s3://bucket/ns/data/gXXXX/cYYYY`) is its own URI.
+_NEEDS_QUOTING = re.compile(r"[^A-Za-z0-9_.~/=:-]")
+# Below this many addresses, building an Arrow array costs more than checking each in Python.
+_ARROW_BATCH = 1024
 
 # ZeroMQ Z85 (https://rfc.zeromq.org/spec/32/), the base85 of deletion vector descriptors.
 _Z85_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
@@ -39,8 +46,8 @@ def log_path_to_key(log_path: str) -> str:
 
 def physical_uri(physical_address: str) -> str:
     """The URI a reader decodes back to `physical_address`: its key percent-encoded, never decoded."""
-    if _PLAIN_ADDRESS.fullmatch(physical_address):
-        return physical_address  # the fast path for millions of checkpoint rows
+    if _NEEDS_QUOTING.search(physical_address) is None:
+        return physical_address  # same answer as below, fast enough for millions of checkpoint rows
     prefix = _SCHEME_AND_AUTHORITY.match(physical_address).group(0)
     return prefix + quote(physical_address[len(prefix) :], safe=_KEY_SAFE)
 
@@ -75,9 +82,21 @@ def _z85_decode(encoded: str, descriptor: str) -> bytes:
                 raise CorruptLog(f"deletion vector {descriptor!r}: {char!r} is not a Z85 character")
             word = word * 85 + digit
         if word > 0xFFFFFFFF:
-            raise CorruptLog(f"deletion vector {descriptor!r}: Z85 group {encoded[start:start + 5]!r} overflows 32 bits")
+            group = encoded[start : start + 5]
+            raise CorruptLog(f"deletion vector {descriptor!r}: Z85 group {group!r} overflows 32 bits")
         decoded += word.to_bytes(4, "big")
     return bytes(decoded)
+
+
+def _physical_uris(addresses: list[str | None]) -> list[str | None]:
+    """`physical_uri` of each address (None stays None); one Arrow pass finds the few to encode."""
+    if len(addresses) < _ARROW_BATCH:
+        return [None if address is None else physical_uri(address) for address in addresses]
+    needs_quoting = pc.match_substring_regex(pa.array(addresses, pa.string()), _NEEDS_QUOTING.pattern)
+    uris = list(addresses)
+    for index in pc.indices_nonzero(needs_quoting.fill_null(False)).to_pylist():
+        uris[index] = physical_uri(addresses[index])
+    return uris
 
 
 def _is_absolute(log_path: str) -> bool:
@@ -90,52 +109,58 @@ _UNSEEN = object()  # memo marker: None is a real answer (the object is missing)
 
 
 class PathResolver:
-    """Turns log paths into the absolute URIs of their objects, memoised per log path.
+    """Turns log paths into the absolute URIs of their objects.
 
     Readers reconcile add and remove on the raw path string, so one log path must always yield
-    the byte-identical URI: the memo guarantees it even if the mapping changes underneath.
+    the byte-identical URI: resolution is a pure function of the path and the mapping (which must
+    not change while the resolver is in use), and `resolve` memoises it for the commits that
+    mention a file again.
     """
 
     def __init__(self, physical_addresses: Mapping[str, str]):
         self._physical_addresses = physical_addresses
         self._uris: dict[str, str | None] = {}
         self._deletion_vector_uris: dict[str, str | None] = {}
-        self.resolved = 0  # distinct log paths and deletion vectors found
-        self.not_found = 0  # distinct log paths and deletion vectors with no object
+        self.resolved = 0  # lookups that found an object
+        self.not_found = 0  # lookups that found none
 
     def resolve(self, log_path: str) -> str | None:
         """The absolute URI for `log_path`; absolute paths unchanged; None when the object is gone."""
-        return self.resolve_many([log_path])[0]
+        uri = self._uris.get(log_path, _UNSEEN)
+        if uri is _UNSEEN:
+            uri = self._uris[log_path] = self.resolve_many([log_path])[0]
+        return uri
 
-    def resolve_many(self, log_paths: Iterable[str]) -> list[str | None]:
-        """`resolve` of each path, in order: one loop for the millions of rows of a checkpoint."""
-        uris = self._uris
-        answers: list[str | None] = []
-        for log_path in log_paths:
-            uri = uris.get(log_path, _UNSEEN)
-            if uri is _UNSEEN:
-                uri = uris[log_path] = self._resolve_new(log_path)
-            answers.append(uri)
-        return answers
+    def resolve_many(self, log_paths: Sequence[str]) -> list[str | None]:
+        """`resolve` of each path, in order, for the millions of distinct paths of a checkpoint.
+
+        Not memoised: a memo entry per checkpoint row would cost as much as the lookup it saves.
+        """
+        get = self._physical_addresses.get
+        # Skipping the decode of a path without `%` gives the same key, faster.
+        addresses = [
+            None if _is_absolute(log_path) else get(log_path_to_key(log_path) if "%" in log_path else log_path)
+            for log_path in log_paths
+        ]
+        uris = _physical_uris(addresses)
+        for index, log_path in enumerate(log_paths):
+            if uris[index] is None and _is_absolute(log_path):
+                uris[index] = log_path
+        found = len(addresses) - addresses.count(None)
+        self.resolved += found
+        self.not_found += uris.count(None)
+        return uris
 
     def resolve_deletion_vector(self, path_or_inline_dv: str) -> str | None:
         """The absolute URI of a storageType `u` deletion vector file; None when the object is gone."""
         uri = self._deletion_vector_uris.get(path_or_inline_dv, _UNSEEN)
         if uri is _UNSEEN:
-            uri = self._lookup(deletion_vector_relative_path(path_or_inline_dv))
+            physical_address = self._physical_addresses.get(deletion_vector_relative_path(path_or_inline_dv))
+            if physical_address is None:
+                self.not_found += 1
+                uri = None
+            else:
+                self.resolved += 1
+                uri = physical_uri(physical_address)
             self._deletion_vector_uris[path_or_inline_dv] = uri
         return uri
-
-    def _resolve_new(self, log_path: str) -> str | None:
-        if _is_absolute(log_path):
-            return log_path
-        # Skipping the decode of a path without `%` is the same answer, faster.
-        return self._lookup(log_path_to_key(log_path) if "%" in log_path else log_path)
-
-    def _lookup(self, key: str) -> str | None:
-        physical_address = self._physical_addresses.get(key)
-        if physical_address is None:
-            self.not_found += 1
-            return None
-        self.resolved += 1
-        return physical_uri(physical_address)

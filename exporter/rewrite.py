@@ -5,6 +5,7 @@ them (PROTOCOL.md#protocol-evolution). JSON lines that need no change stay byte-
 checkpoints keep their schema and null masks exactly.
 """
 
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,27 +43,20 @@ def rewrite_commit(file_name: str, raw: bytes, resolver: PathResolver) -> Rewrit
     for line_number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        action = parse_action_line(file_name, line_number, line)
         try:
-            rewritten, count = _rewrite_line(file_name, line_number, line, resolver, missing)
+            count = sum(
+                _rewrite_file_action(kind, file_action, resolver, missing)
+                for kind in FILE_ACTIONS
+                if isinstance(file_action := action.get(kind), dict)
+            )
         except CorruptLog as error:
             raise CorruptLog(f"{file_name} line {line_number}: {error}") from error
-        if count:
-            lines[line_number - 1] = rewritten
+        if count:  # untouched lines stay byte-identical: no re-serialisation
+            carriage_return = b"\r" if line.endswith(b"\r") else b""
+            lines[line_number - 1] = _serialise(action) + carriage_return
             files_rewritten += count
     return RewriteResult(b"\n".join(lines), files_rewritten, list(dict.fromkeys(missing)))
-
-
-def _rewrite_line(
-    file_name: str, line_number: int, line: bytes, resolver: PathResolver, missing: list[str]
-) -> tuple[bytes, int]:
-    """The line with its file action rewritten, and how many references changed (0: keep the line)."""
-    carriage_return = b"\r" if line.endswith(b"\r") else b""
-    action = parse_action_line(file_name, line_number, line)
-    count = 0
-    for kind in FILE_ACTIONS:
-        if isinstance(file_action := action.get(kind), dict):
-            count += _rewrite_file_action(kind, file_action, resolver, missing)
-    return (_serialise(action) + carriage_return if count else line), count
 
 
 def _rewrite_file_action(kind: str, file_action: dict[str, Any], resolver: PathResolver, missing: list[str]) -> int:
@@ -121,29 +115,41 @@ def rewrite_checkpoint(table: pa.Table, resolver: PathResolver) -> tuple[pa.Tabl
 
 
 @dataclass
-class _Replacements:
-    """Distinct source values and what replaces each one (null: keep the source value)."""
+class _ValueRewrite:
+    """A child column's distinct values, each resolved once, and how rows map back onto them."""
 
-    sources: pa.Array
-    targets: pa.Array
-    missing: list[str]
+    indices: list[pa.Array]  # per chunk: each row's distinct value (null: the row has no visible value)
+    targets: pa.Array  # per distinct value: what to write, the value itself when it is kept
+    changed: pa.Array  # per distinct value: whether its target differs from it
+    missing: list[str]  # distinct values whose object is gone
 
     @property
     def changes_anything(self) -> bool:
-        return self.targets.null_count < len(self.targets)
+        return self.changed.true_count > 0
 
-    def map(self, visible: pa.Array) -> pa.Array:
-        """Per row: the replacement of a visible value, or null to keep the row as it is."""
-        return self.targets.take(pc.index_in(visible, value_set=self.sources))
+    def targets_of(self, chunk_number: int) -> pa.Array:
+        return self.targets.take(self.indices[chunk_number])
+
+    def changed_rows(self, chunk_number: int) -> pa.Array:
+        return self.changed.take(self.indices[chunk_number]).fill_null(False)
 
 
-def _replacements(visible: list[pa.Array], value_type: pa.DataType, resolve: Callable[[str], str | None]) -> _Replacements:
-    sources = pc.unique(pa.chunked_array(visible, type=value_type)).drop_null()
-    originals = sources.to_pylist()
-    uris = [resolve(original) for original in originals]
-    targets = [None if uri is None or uri == original else uri for original, uri in zip(originals, uris)]
-    missing = [original for original, uri in zip(originals, uris) if uri is None]
-    return _Replacements(sources, pa.array(targets, type=value_type), missing)
+def _value_rewrite(
+    visible: list[pa.Array], value_type: pa.DataType, resolve_many: Callable[[list[str]], list[str | None]]
+) -> _ValueRewrite:
+    """Resolve the distinct non-null values of `visible` (one array per chunk) once each."""
+    # One dictionary over all chunks: each distinct path is resolved once, whatever chunk it is in.
+    encoded = pc.dictionary_encode(pa.concat_arrays(visible) if visible else pa.array([], value_type))
+    sources = encoded.dictionary.to_pylist()
+    uris = resolve_many(sources)
+    targets = [source if uri is None else uri for source, uri in zip(sources, uris)]
+    offsets = itertools.accumulate((len(chunk) for chunk in visible), initial=0)
+    return _ValueRewrite(
+        indices=[encoded.indices.slice(offset, len(chunk)) for offset, chunk in zip(offsets, visible)],
+        targets=pa.array(targets, type=value_type),
+        changed=pa.array([target != source for source, target in zip(sources, targets)], type=pa.bool_()),
+        missing=[source for source, uri in zip(sources, uris) if uri is None],
+    )
 
 
 def _rewrite_action_column(
@@ -154,36 +160,39 @@ def _rewrite_action_column(
     path_index = action_type.get_field_index("path")
     dv_fields = _deletion_vector_fields(action_type)
 
-    paths = _path_replacements(chunks, action_type, path_index, resolver) if path_index >= 0 else None
-    dvs = _deletion_vector_replacements(chunks, dv_fields, resolver) if dv_fields else None
+    paths = _path_rewrite(chunks, action_type, path_index, resolver) if path_index >= 0 else None
+    dvs = _deletion_vector_rewrite(chunks, dv_fields, resolver) if dv_fields else None
     missing = []
     if kind == _REQUIRED_ACTION:
         missing += paths.missing if paths else []
         missing += [deletion_vector_relative_path(value) for value in dvs.missing] if dvs else []
-    if not (paths and paths.changes_anything) and not (dvs and dvs.changes_anything):
+    paths = paths if paths and paths.changes_anything else None
+    dvs = dvs if dvs and dvs.changes_anything else None
+    if not paths and not dvs:
         return column, 0, missing
 
     files_rewritten = 0
     new_chunks = []
-    for chunk in chunks:
+    for chunk_number, chunk in enumerate(chunks):
         replaced: dict[int, pa.Array] = {}
-        if paths and paths.changes_anything:
-            new_paths = paths.map(pc.struct_field(chunk, [path_index]))
-            replaced[path_index] = pc.if_else(pc.is_valid(new_paths), new_paths, chunk.field(path_index))
-            files_rewritten += len(new_paths) - new_paths.null_count
-        if dvs and dvs.changes_anything:
-            replaced[dv_fields[0]], count = _rewrite_deletion_vectors(chunk, dv_fields, dvs)
+        if paths:
+            # Rows with no visible path keep their raw value: under a null action it may be a
+            # placeholder that a non-nullable `path` field needs to be written again.
+            replaced[path_index] = pc.coalesce(paths.targets_of(chunk_number), chunk.field(path_index))
+            files_rewritten += paths.changed_rows(chunk_number).true_count
+        if dvs:
+            replaced[dv_fields[0]], count = _rewrite_deletion_vectors(chunk, chunk_number, dv_fields, dvs)
             files_rewritten += count
         new_chunks.append(_with_children(chunk, replaced))
     return pa.chunked_array(new_chunks, type=action_type), files_rewritten, missing
 
 
-def _path_replacements(
+def _path_rewrite(
     chunks: list[pa.StructArray], action_type: pa.StructType, path_index: int, resolver: PathResolver
-) -> _Replacements:
+) -> _ValueRewrite:
     # struct_field nulls the rows where the action itself is null: those are other actions' rows.
     visible = [pc.struct_field(chunk, [path_index]) for chunk in chunks]
-    return _replacements(visible, action_type.field(path_index).type, resolver.resolve)
+    return _value_rewrite(visible, action_type.field(path_index).type, resolver.resolve_many)
 
 
 def _deletion_vector_fields(action_type: pa.StructType) -> tuple[int, int, int] | None:
@@ -205,36 +214,31 @@ def _relative_deletion_vectors(chunk: pa.StructArray, dv_fields: tuple[int, int,
     return pc.if_else(pc.equal(storage_type, _RELATIVE_DV), path_or_inline_dv, pa.scalar(None, path_or_inline_dv.type))
 
 
-def _deletion_vector_replacements(
+def _deletion_vector_rewrite(
     chunks: list[pa.StructArray], dv_fields: tuple[int, int, int], resolver: PathResolver
-) -> _Replacements:
+) -> _ValueRewrite:
     visible = [_relative_deletion_vectors(chunk, dv_fields) for chunk in chunks]
-    dv_type = chunks[0].type.field(dv_fields[0]).type if chunks else None
-    value_type = dv_type.field(dv_fields[2]).type if dv_type else pa.string()
-    return _replacements(visible, value_type, resolver.resolve_deletion_vector)
+    value_type = chunks[0].type.field(dv_fields[0]).type.field(dv_fields[2]).type if chunks else pa.string()
+    return _value_rewrite(visible, value_type, lambda values: [resolver.resolve_deletion_vector(v) for v in values])
 
 
 def _rewrite_deletion_vectors(
-    chunk: pa.StructArray, dv_fields: tuple[int, int, int], dvs: _Replacements
+    chunk: pa.StructArray, chunk_number: int, dv_fields: tuple[int, int, int], dvs: _ValueRewrite
 ) -> tuple[pa.StructArray, int]:
     """The chunk's deletionVector child with resolved `u` descriptors turned into `p` ones."""
     dv_index, storage_index, path_index = dv_fields
     deletion_vectors: pa.StructArray = chunk.field(dv_index)
-    uris = dvs.map(_relative_deletion_vectors(chunk, dv_fields))
-    rewritten = pc.is_valid(uris)
+    rewritten = dvs.changed_rows(chunk_number)
     storage_type = deletion_vectors.field(storage_index)
-    absolute = pa.scalar(_ABSOLUTE_DV, storage_type.type)
     replaced = {
-        storage_index: pc.if_else(rewritten, absolute, storage_type),
-        path_index: pc.if_else(rewritten, uris, deletion_vectors.field(path_index)),
+        storage_index: pc.if_else(rewritten, pa.scalar(_ABSOLUTE_DV, storage_type.type), storage_type),
+        path_index: pc.if_else(rewritten, dvs.targets_of(chunk_number), deletion_vectors.field(path_index)),
     }
-    return _with_children(deletion_vectors, replaced), len(uris) - uris.null_count
+    return _with_children(deletion_vectors, replaced), rewritten.true_count
 
 
 def _with_children(struct: pa.StructArray, replaced: dict[int, pa.Array]) -> pa.StructArray:
     """`struct` with some children swapped, its type and null mask unchanged."""
-    if not replaced:
-        return struct
     children = [replaced.get(index, struct.field(index)) for index in range(struct.type.num_fields)]
     mask = struct.is_null() if struct.null_count else None
     return pa.StructArray.from_arrays(children, fields=list(struct.type), mask=mask)

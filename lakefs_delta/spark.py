@@ -52,6 +52,8 @@ def spark_session(gateway: S3Endpoint | None, buckets: dict[str, S3Endpoint] | N
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.databricks.delta.snapshotPartitions", "2")  # small tables: 50 tasks per read is all overhead
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.databricks.delta.retentionDurationCheck.enabled", "false")

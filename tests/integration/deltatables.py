@@ -62,5 +62,7 @@ def delta_rs_rows(outcome: ExportOutcome, version: int | None = None) -> list[tu
         "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
     }
     table = DeltaTable(outcome.location, storage_options=options, version=version)
-    batches = QueryBuilder().register("t", table).execute("select * from t").read_all()
-    return sorted((tuple(row.values()) for row in batches.to_pylist()), key=repr)
+    import pyarrow as pa
+
+    result = pa.table(QueryBuilder().register("t", table).execute("select * from t").read_all())
+    return sorted((tuple(row.values()) for row in result.to_pylist()), key=repr)
