@@ -141,7 +141,7 @@ def test_vacuumed_remove_and_cdc_keep_their_paths() -> None:
     kept_dv = json.loads(out[1])["remove"]
     assert kept_dv["path"] == "s3://bucket/ns/data/g1/c1"
     assert kept_dv["deletionVector"]["storageType"] == "u"
-    assert kept_dv["deletionVector"]["pathOrInlineDv"] == "Ys#IoS6<adOUyLC}FIGm"
+    assert kept_dv["deletionVector"]["pathOrInlineDv"] == SPARK_DV_U
     assert result.missing == []
 
 
