@@ -306,17 +306,16 @@ def _checkpoint_and_sidecars(store: ObjectStore, addresses: dict[str, str], segm
                              log_files: _LogFiles) -> list[str]:
     """The checkpoint's files, plus the sidecars a V2 checkpoint points at (read on demand)."""
     names = list(segment.checkpoint.files)
-    if segment.checkpoint.kind != "v2":
-        return names
     sidecars: list[str] = []
-    for name in segment.checkpoint.files:
+    for name in segment.checkpoint.files:  # V2 checkpoints, even classic-named ones, may point at sidecars
         raw = log_files.content[name]
         if name.endswith(".json"):
             paths = [a["sidecar"]["path"] for a in parse_actions(name, raw) if "sidecar" in a]
+        elif "sidecar" in pq.read_schema(io.BytesIO(raw)).names:
+            column = pq.read_table(io.BytesIO(raw), columns=["sidecar"]).column("sidecar")
+            paths = [row["path"] for row in column.to_pylist() if row]
         else:
-            checkpoint = _read_parquet(name, raw)
-            column = checkpoint.column("sidecar") if "sidecar" in checkpoint.column_names else None
-            paths = [row["path"] for row in column.to_pylist() if row] if column is not None else []
+            paths = []
         # sidecars always live in the table's own _delta_log/_sidecars/ (PROTOCOL.md#sidecar-files)
         sidecars += ["_sidecars/" + posixpath.basename(unquote(p)) for p in paths]
     absent = [s for s in sidecars if LOG_DIR + s not in addresses]
