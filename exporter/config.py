@@ -61,6 +61,9 @@ class Config:
     diff_cache_ttl_seconds: int = 7 * 24 * 3600
     catch_up_branches: tuple[str, ...] = ()  # "repo:branch" pairs walked by the periodic catch-up
     catch_up_interval_seconds: int = 300
+    catch_up_depth: int = 50  # newest commits per branch checked for a complete export
+    visibility_timeout_seconds: int = 300  # an unacknowledged task (worker killed) is redelivered after this
+    lock_ttl_seconds: int = 30  # a dead worker's per-table lock frees itself after this (renewed while alive)
 
     def object_store_for(self, storage_namespace: str) -> ObjectStoreConfig:
         """The most specific store whose prefix matches the namespace."""
@@ -153,6 +156,11 @@ def _validate(config: Config) -> None:
         raise ConfigError(f"redis_url: expected a redis:// URL, got {config.redis_url!r}")
     if config.worker_concurrency < 1:
         raise ConfigError("worker_concurrency: must be at least 1")
+    for branch in config.catch_up_branches:
+        if branch.count(":") != 1 or not all(branch.split(":")):
+            raise ConfigError(f"catch_up_branches: {branch!r} must be written repository:branch")
+    if config.lock_ttl_seconds < 5:
+        raise ConfigError("lock_ttl_seconds: must be at least 5")
     if config.retry.max_retries < 0:
         raise ConfigError("retry.max_retries: must not be negative")
 

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import exporter
 from exporter.config import Config
 from exporter.deltalog import LogListing, LogSegment, check_protocol, parse_actions, select_segment
-from exporter.errors import CorruptLog, ExporterError, MissingDataFiles
+from exporter.errors import CorruptLog, ExporterError, MissingDataFiles, TableNotFound
 from exporter.lakefs import LakeFS
 from exporter.objectstore import ObjectStore
 from exporter.paths import PathResolver, deletion_vector_relative_path
@@ -89,6 +89,23 @@ def export_commit(config: Config, repository: str, ref: str, commit_id: str | No
     for table in selected:
         outcomes.append(export_table(config, repository, ref, commit_id, table, lakefs=lakefs))
     return outcomes
+
+
+def missing_exports(config: Config, repository: str, ref: str, commit_id: str, lakefs: LakeFS | None = None) -> list[str]:
+    """Names of the tables this commit changed that have no complete export (no manifest) yet."""
+    lakefs = lakefs or LakeFS(config.lakefs)
+    namespace = lakefs.storage_namespace(repository)
+    store = ObjectStore(config, namespace)
+    tables = changed_tables(lakefs, repository, commit_id, discover_tables(lakefs, repository, commit_id).tables)
+    return [t.name for t in tables
+            if not store.exists(export_location(config, namespace, ref, commit_id, t.name) + MANIFEST)]
+
+
+def find_table(lakefs: LakeFS, repository: str, commit_id: str, name: str) -> TableDescriptor:
+    for table in discover_tables(lakefs, repository, commit_id).tables:
+        if table.name == name:
+            return table
+    raise TableNotFound(f"no valid descriptor for table {name!r} in _lakefs_tables/ at commit {commit_id}")
 
 
 def export_table(config: Config, repository: str, ref: str, commit_id: str, table: TableDescriptor,

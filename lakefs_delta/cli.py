@@ -60,6 +60,76 @@ def _export(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from exporter.config import ConfigError, load_config
+    from hooks.app import create_app
+
+    config = load_config(args.config)
+    if not config.webhook_tokens:
+        raise ConfigError("webhook_tokens: at least one token is required to serve webhooks "
+                          "(LAKEFS_DELTA_WEBHOOK_TOKENS)")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import os
+
+    from exporter.config import load_config
+
+    if args.config:
+        os.environ["LAKEFS_DELTA_CONFIG"] = args.config
+    config = load_config(args.config)
+    argv = ["worker", "--loglevel=INFO", f"--concurrency={args.concurrency or config.worker_concurrency}",
+            "--without-gossip", "--without-mingle"]
+    if args.beat:
+        argv.append("--beat")
+    if args.name:
+        argv += ["-n", args.name]
+    from workers.app import app
+
+    app.worker_main(argv)
+    return 0
+
+
+def _catch_up(args: argparse.Namespace) -> int:
+    from exporter.config import load_config
+    from exporter.lakefs import LakeFS
+    from exporter.export import missing_exports
+
+    config = load_config(args.config)
+    lakefs = LakeFS(config.lakefs)
+    queued = 0
+    for commit in lakefs.log(args.repo, args.branch, amount=args.depth):
+        missing = missing_exports(config, args.repo, args.branch, commit.id, lakefs=lakefs)
+        if missing:
+            from workers.app import app
+
+            app.send_task("lakefs_delta.export_commit", (args.repo, args.branch, commit.id))
+            queued += 1
+            print(f"queued  {commit.id}  missing: {', '.join(missing)}")
+    print(f"{queued} commit(s) queued")
+    return 0
+
+
+def _install_actions(args: argparse.Namespace) -> int:
+    from exporter.actions import install_actions
+    from exporter.config import load_config
+    from exporter.lakefs import LakeFS
+
+    config = load_config(args.config)
+    tables = dict(item.split("=", 1) for item in args.table or [])
+    commit_id = install_actions(LakeFS(config.lakefs), args.repo, args.branch, args.url,
+                                args.branches or [args.branch], tables, force=args.force)
+    print(f"committed {commit_id}" if commit_id else "already installed; nothing to commit")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lakefs-delta", description=__doc__)
     parser.add_argument("--config", help="YAML config file (default: $LAKEFS_DELTA_CONFIG)")
@@ -80,6 +150,32 @@ def main(argv: list[str] | None = None) -> int:
     export_cmd.add_argument("--table", action="append", help="table name from _lakefs_tables (repeatable)")
     export_cmd.add_argument("--all", action="store_true", help="export every table, changed or not")
     export_cmd.set_defaults(run=_export)
+
+    serve_cmd = commands.add_parser("serve", help="the webhook receiver and API (uvicorn)")
+    serve_cmd.add_argument("--host", default="127.0.0.1")
+    serve_cmd.add_argument("--port", type=int, default=18080)
+    serve_cmd.set_defaults(run=_serve)
+
+    worker_cmd = commands.add_parser("worker", help="a Celery worker for export tasks")
+    worker_cmd.add_argument("--concurrency", type=int)
+    worker_cmd.add_argument("--beat", action="store_true", help="also run the periodic catch-up")
+    worker_cmd.add_argument("--name", help="Celery node name, e.g. w1@%%h")
+    worker_cmd.set_defaults(run=_worker)
+
+    catch_up_cmd = commands.add_parser("catch-up", help="queue recent commits whose export is incomplete")
+    catch_up_cmd.add_argument("--repo", required=True)
+    catch_up_cmd.add_argument("--branch", required=True)
+    catch_up_cmd.add_argument("--depth", type=int, default=50, help="how many recent commits to check")
+    catch_up_cmd.set_defaults(run=_catch_up)
+
+    install_cmd = commands.add_parser("install-actions", help="upload the export action and descriptors, and commit")
+    install_cmd.add_argument("--repo", required=True)
+    install_cmd.add_argument("--branch", required=True)
+    install_cmd.add_argument("--url", required=True, help="the webhook URL lakeFS calls")
+    install_cmd.add_argument("--branches", nargs="*", help="branch globs the action runs on (default: --branch)")
+    install_cmd.add_argument("--table", action="append", help="NAME=PATH, a descriptor to install (repeatable)")
+    install_cmd.add_argument("--force", action="store_true", help="replace different existing files")
+    install_cmd.set_defaults(run=_install_actions)
 
     args = parser.parse_args(argv)
     from exporter.errors import ExporterError

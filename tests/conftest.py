@@ -72,18 +72,75 @@ def spark(stack_env):
     session.stop()
 
 
+class Processes:
+    """Service and worker processes a test starts; all are stopped at the end of the session."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+        self.started: list[subprocess.Popen] = []
+        self.workers: dict[str, subprocess.Popen] = {}  # Celery node name prefix -> process
+
+    def start(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        ARTIFACTS.mkdir(exist_ok=True)
+        log = open(ARTIFACTS / f"{name}.log", "ab")
+        process = subprocess.Popen([sys.executable, "-m", "lakefs_delta.cli", *args], cwd=ROOT,
+                                   env={**os.environ, **self.env, **(extra_env or {})},
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.started.append(process)
+        return process
+
+    def worker(self, name: str) -> subprocess.Popen:
+        node = f"{name}-{uuid.uuid4().hex[:4]}"
+        self.workers[node] = self.start(f"worker-{name}", ["worker", "--concurrency=2", "--name", f"{node}@%h"])
+        return self.workers[node]
+
+    def stop_all(self) -> None:
+        import signal
+
+        for process in self.started:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.started:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+SERVICE_PORT = 18080
+# short timings so redelivery and retries happen within a test
+SERVICE_ENV = {"LAKEFS_DELTA_VISIBILITY_TIMEOUT_SECONDS": "15", "LAKEFS_DELTA_LOCK_TTL_SECONDS": "6",
+               "LAKEFS_DELTA_RETRY_BACKOFF_SECONDS": "1", "LAKEFS_DELTA_RETRY_BACKOFF_MAX_SECONDS": "4",
+               "LAKEFS_DELTA_RETRY_MAX_RETRIES": "8"}
+
+
 @pytest.fixture(scope="session")
-def celery_worker(stack_env):
+def processes(stack_env):
+    os.environ.update(SERVICE_ENV)
+    running = Processes({**stack_env, **SERVICE_ENV})
+    yield running
+    running.stop_all()
+
+
+@pytest.fixture(scope="session")
+def service(processes, stack_env) -> str:
+    """`lakefs-delta serve` on 127.0.0.1:18080 (the URL the installed action calls), and one worker."""
+    import httpx
+
+    processes.start("service", ["serve", "--port", str(SERVICE_PORT)])
+    processes.worker("main")
+    url = f"http://127.0.0.1:{SERVICE_PORT}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise RuntimeError(f"the service did not start; see {ARTIFACTS / 'service.log'}")
+
+
+@pytest.fixture(scope="session")
+def celery_worker(processes):
     """A real `celery worker` process consuming from the stack's Redis."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "celery-worker.log", "ab")
-    process = subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers.app", "worker", "--loglevel=INFO",
-                                "--concurrency=2", "--without-gossip", "--without-mingle", "-n", f"test-{uuid.uuid4().hex[:6]}@%h"],
-                               cwd=ROOT, env={**os.environ, **stack_env}, stdout=log, stderr=subprocess.STDOUT)
-    time.sleep(0.5)
-    yield process
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    return processes.worker("ping")

@@ -2,10 +2,114 @@
 
 from __future__ import annotations
 
-from workers.app import app
+import logging
+import random
+import time
+
+from celery.exceptions import MaxRetriesExceededError
+
+from exporter.errors import ExporterError
+from exporter.export import export_table as export_one_table
+from exporter.export import ExportOutcome, find_table, missing_exports
+from exporter.lakefs import LakeFS
+from exporter.status import StatusStore
+from exporter.tables import changed_tables, discover_tables
+from workers.app import app, config
+
+log = logging.getLogger("lakefs_delta.worker")
+status = StatusStore(config.redis_url)
+
+
+def backoff(retries: int) -> float:
+    """Exponential backoff with full jitter, capped."""
+    ceiling = min(config.retry.backoff_max_seconds, config.retry.backoff_seconds * 2 ** retries)
+    return random.uniform(config.retry.backoff_seconds / 2, max(ceiling, config.retry.backoff_seconds))
 
 
 @app.task(name="lakefs_delta.ping")
 def ping(word: str) -> str:
     """Proves a worker is consuming from the broker."""
     return f"pong: {word}"
+
+
+@app.task(bind=True, name="lakefs_delta.export_commit")
+def export_commit(self, repository: str, ref: str, commit_id: str) -> list[str]:
+    """Find the tables a commit changed and fan out one `export_table` per table."""
+    lakefs = LakeFS(config.lakefs)
+    try:
+        discovery = discover_tables(lakefs, repository, commit_id)
+        tables = changed_tables(lakefs, repository, commit_id, discovery.tables)
+    except ExporterError as exc:
+        if exc.permanent or self.request.retries >= config.retry.max_retries:
+            log.error("commit %s/%s: cannot list tables: %s", repository, commit_id, exc)
+            status.set_table(repository, commit_id, "_commit", "failed", reason=str(exc))
+            status.count("lakefs_delta_tasks_total", {"task": "export_commit", "outcome": "failed"})
+            return []
+        status.count("lakefs_delta_tasks_total", {"task": "export_commit", "outcome": "retried"})
+        raise self.retry(countdown=backoff(self.request.retries), max_retries=config.retry.max_retries)
+    for error in discovery.errors:
+        descriptor = str(error).split(":", 1)[0]
+        status.set_table(repository, commit_id, descriptor, "failed", reason=str(error))
+        log.warning("commit %s/%s: %s", repository, commit_id, error)
+    for table in tables:
+        status.set_table(repository, commit_id, table.name, "queued", ref=ref, table_path=table.path)
+        export_table.delay(repository, ref, commit_id, table.name)
+    log.info("commit %s/%s (%s): %d table(s) queued: %s", repository, commit_id, ref, len(tables),
+             ", ".join(t.name for t in tables) or "-")
+    status.count("lakefs_delta_tasks_total", {"task": "export_commit", "outcome": "succeeded"})
+    return [t.name for t in tables]
+
+
+@app.task(bind=True, name="lakefs_delta.export_table")
+def export_table(self, repository: str, ref: str, commit_id: str, table_name: str) -> dict:
+    started = time.monotonic()
+    with status.lock(f"{repository}:{commit_id}:{table_name}", config.lock_ttl_seconds) as held:
+        if not held:  # another delivery is exporting it; look again later (it will find the manifest)
+            raise self.retry(countdown=config.lock_ttl_seconds / 3, max_retries=config.retry.max_retries + 50)
+        status.set_table(repository, commit_id, table_name, "running", worker=self.request.hostname)
+        lakefs = LakeFS(config.lakefs)
+        try:
+            table = find_table(lakefs, repository, commit_id, table_name)
+            outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs)
+        except ExporterError as exc:
+            outcome = ExportOutcome(table=table_name, table_path="", ok=False, error=str(exc), permanent=exc.permanent)
+    facts = {"location": outcome.location, "checkpoint_version": outcome.checkpoint_version,
+             "head_version": outcome.head_version, "files_rewritten": outcome.files_rewritten}
+    line = (f"export {repository}/{commit_id}/{table_name} ref={ref} seconds={time.monotonic() - started:.2f} "
+            f"attempt={self.request.retries + 1}")
+    if outcome.ok:
+        status.set_table(repository, commit_id, table_name, "done", reason="", skipped=outcome.skipped, **facts)
+        status.count("lakefs_delta_tasks_total", {"task": "export_table", "outcome": "succeeded"})
+        if not outcome.skipped:
+            status.observe("lakefs_delta_export_seconds", outcome.seconds)
+            status.count("lakefs_delta_versions_read_total", amount=outcome.versions)
+            status.count("lakefs_delta_files_rewritten_total", amount=outcome.files_rewritten)
+        log.info("%s outcome=%s", line, "exists" if outcome.skipped else "done")
+        return {"ok": True, **facts}
+    if not outcome.permanent:
+        try:
+            status.set_table(repository, commit_id, table_name, "retrying", reason=outcome.error)
+            status.count("lakefs_delta_tasks_total", {"task": "export_table", "outcome": "retried"})
+            log.warning("%s outcome=retrying reason=%s", line, outcome.error)
+            raise self.retry(countdown=backoff(self.request.retries), max_retries=config.retry.max_retries)
+        except MaxRetriesExceededError:
+            pass
+    status.set_table(repository, commit_id, table_name, "failed", reason=outcome.error, **facts)
+    status.count("lakefs_delta_tasks_total", {"task": "export_table", "outcome": "failed"})
+    log.error("%s outcome=failed reason=%s", line, outcome.error)
+    return {"ok": False, "error": outcome.error}
+
+
+@app.task(name="lakefs_delta.catch_up")
+def catch_up(branches: list[str] | None = None, depth: int | None = None) -> list[str]:
+    """lakeFS never retries a post-hook: queue the recent commits whose export is incomplete."""
+    lakefs = LakeFS(config.lakefs)
+    queued = []
+    for pair in branches or config.catch_up_branches:
+        repository, branch = pair.split(":")
+        for commit in lakefs.log(repository, branch, amount=depth or config.catch_up_depth):
+            if missing_exports(config, repository, branch, commit.id, lakefs=lakefs):
+                export_commit.delay(repository, branch, commit.id)
+                queued.append(f"{repository}:{commit.id}")
+    log.info("catch-up: %d commit(s) queued", len(queued))
+    return queued

@@ -1,0 +1,51 @@
+"""Installing the lakeFS action and table descriptors into a repository."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from exporter.errors import ExporterError, NotFound
+from exporter.lakefs import LakeFS
+from exporter.tables import DESCRIPTORS_PREFIX, parse_descriptor
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "actions"
+ACTION_PATH = "_lakefs_actions/delta-export.yaml"
+
+
+def render_action(url: str, branches: list[str]) -> bytes:
+    template = (TEMPLATES / "delta-export.yaml").read_text()
+    return template.replace("{{URL}}", url).replace("{{BRANCHES}}", json.dumps(branches)).encode()
+
+
+def render_descriptor(name: str, path: str) -> bytes:
+    content = f"name: {name}\ntype: delta\npath: {path}\n".encode()
+    parse_descriptor(f"{DESCRIPTORS_PREFIX}{name}.yaml", content)  # refuse what discovery would refuse
+    return content
+
+
+def install_actions(lakefs: LakeFS, repository: str, branch: str, url: str, branches: list[str],
+                    tables: dict[str, str], force: bool = False) -> str | None:
+    """Upload the action and descriptors, then commit. Returns the commit id, or None if all was in place.
+
+    A different file already at one of the paths is an error unless `force`.
+    """
+    wanted = {ACTION_PATH: render_action(url, branches)}
+    wanted.update({f"{DESCRIPTORS_PREFIX}{name}.yaml": render_descriptor(name, path) for name, path in tables.items()})
+    changes = {}
+    for path, content in wanted.items():
+        try:
+            existing = lakefs.get_object(repository, branch, path)
+        except NotFound:
+            existing = None
+        if existing == content:
+            continue
+        if existing is not None and not force:
+            raise ExporterError(f"{repository}/{branch}/{path} exists with different content; pass --force to replace it")
+        changes[path] = content
+    if not changes:
+        return None
+    for path, content in changes.items():
+        lakefs.upload_object(repository, branch, path, content)
+    return lakefs.commit_branch(repository, branch, "lakefs-delta: install export action and table descriptors",
+                                {"lakefs-delta.installed": ",".join(sorted(changes))})

@@ -1,0 +1,218 @@
+"""The HTTP service: lakeFS webhook receiver, export status, health, metrics.
+
+The receiver only validates and queues; the work happens in the workers. A 202 means the event is
+in Redis; a 503 means it is not, so lakeFS records the hook run as failed (and catch-up finds it).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from typing import Any
+
+import prometheus_client
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.schemas import SchemaGenerator
+
+from exporter.config import Config
+from exporter.lakefs import LakeFS
+from exporter.status import StatusStore
+
+log = logging.getLogger("lakefs_delta.hooks")
+MAX_BODY = 1024 * 1024
+QUEUED_EVENTS = {"post-commit", "post-merge", "post-create-tag"}
+REF_FIELD = {"post-commit": "branch_id", "post-merge": "branch_id", "post-create-tag": "tag_id"}
+schemas = SchemaGenerator({"openapi": "3.0.0", "info": {"title": "lakefs-delta-exporter", "version": "0.1.0"}})
+
+
+class BadEvent(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def token_matches(offered: str | None, tokens: tuple[str, ...]) -> bool:
+    if not offered:
+        return False
+    # compare against every token, in constant time, so timing tells nothing about which matched
+    return any([hmac.compare_digest(offered.encode(), token.encode()) for token in tokens])
+
+
+async def read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+        raise BadEvent(413, f"body larger than {MAX_BODY} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise BadEvent(413, f"body larger than {MAX_BODY} bytes")
+    return bytes(body)
+
+
+def parse_event(body: bytes) -> dict[str, Any]:
+    """lakeFS's event payload (shared/reference/lakefs-contract.md §1), checked field by field."""
+    try:
+        event = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadEvent(400, f"body is not valid JSON: {exc}") from None
+    if not isinstance(event, dict):
+        raise BadEvent(400, "body must be a JSON object")
+    for field in ("event_type", "repository_id"):
+        if not isinstance(event.get(field), str) or not event[field].strip():
+            raise BadEvent(422, f"`{field}` is required and must be a non-empty string")
+    if event["event_type"] in QUEUED_EVENTS:
+        for field in (REF_FIELD[event["event_type"]], "commit_id"):
+            if not isinstance(event.get(field), str) or not event[field].strip():
+                raise BadEvent(422, f"`{field}` is required for {event['event_type']} events")
+        commit_id = event["commit_id"]
+        if not (len(commit_id) <= 128 and commit_id.isalnum()):
+            raise BadEvent(422, "`commit_id` must be a lakeFS commit id")
+        for field in ("repository_id", REF_FIELD[event["event_type"]]):
+            if "/" in event[field] or len(event[field]) > 256:
+                raise BadEvent(422, f"`{field}` is not a valid lakeFS name")
+    return event
+
+
+def create_app(config: Config) -> Starlette:
+    status = StatusStore(config.redis_url)
+    registry = prometheus_client.CollectorRegistry()
+    events_total = prometheus_client.Counter("lakefs_delta_events_total", "Webhook events received",
+                                             ["event_type", "outcome"], registry=registry)
+    answer_seconds = prometheus_client.Histogram("lakefs_delta_webhook_answer_seconds", "Time to answer a webhook",
+                                                 registry=registry)
+    from workers.app import app as queue  # the receiver only publishes, by task name; it never runs tasks
+
+    async def receive_event(request: Request) -> Response:
+        """
+        summary: Receive a lakeFS action event (post-commit, post-merge, post-create-tag) and queue its export.
+        responses:
+          202: {description: queued; body has the task id}
+          200: {description: event type ignored}
+          400: {description: malformed body}
+          401: {description: missing or wrong token}
+          413: {description: body over 1 MiB}
+          415: {description: not application/json}
+          422: {description: a required field is missing or invalid}
+          503: {description: the queue cannot be reached; lakeFS records the hook as failed}
+        """
+        started = time.monotonic()
+        try:
+            response = await _receive(request)
+        except BadEvent as exc:
+            events_total.labels("unknown", f"rejected_{exc.status}").inc()
+            log.warning("event rejected status=%d reason=%s", exc.status, exc)
+            response = error(exc.status, str(exc))
+        answer_seconds.observe(time.monotonic() - started)
+        return response
+
+    async def _receive(request: Request) -> Response:
+        offered = request.headers.get("x-webhook-token") or request.query_params.get("token")
+        if not token_matches(offered, config.webhook_tokens):
+            raise BadEvent(401, "missing or wrong webhook token (header X-Webhook-Token or query parameter token)")
+        content_type = request.headers.get("content-type", "")
+        if content_type.split(";")[0].strip().lower() != "application/json":
+            raise BadEvent(415, f"content type must be application/json, not {content_type or 'missing'!r}")
+        event = parse_event(await read_body(request))
+        event_type = event["event_type"]
+        if event_type not in QUEUED_EVENTS or event_type not in config.events:
+            events_total.labels(event_type[:40], "ignored").inc()
+            return JSONResponse({"status": "ignored", "event_type": event_type}, status_code=200)
+        repository, ref, commit_id = event["repository_id"], event[REF_FIELD[event_type]], event["commit_id"]
+        try:
+            task = await run_in_threadpool(_publish, repository, ref, commit_id)
+        except Exception as exc:  # kombu/redis raise many types when the broker is down
+            events_total.labels(event_type, "unavailable").inc()
+            log.error("event %s %s/%s ref=%s outcome=unavailable reason=%s", event_type, repository, commit_id, ref,
+                      type(exc).__name__)
+            return error(503, f"queue unavailable, event not accepted: {type(exc).__name__}")
+        events_total.labels(event_type, "queued").inc()
+        log.info("event %s %s/%s ref=%s outcome=queued task=%s", event_type, repository, commit_id, ref, task.id)
+        return JSONResponse({"status": "queued", "task_id": task.id, "repository": repository, "ref": ref,
+                             "commit_id": commit_id}, status_code=202)
+
+    def _publish(repository: str, ref: str, commit_id: str):
+        status.set_table(repository, commit_id, "_commit", "queued", ref=ref)
+        return queue.send_task("lakefs_delta.export_commit", (repository, ref, commit_id), retry=True,
+                               retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.5})
+
+    def authorized(request: Request) -> bool:
+        if not config.api_tokens:
+            return True
+        header = request.headers.get("authorization", "")
+        offered = header[7:] if header.lower().startswith("bearer ") else request.cookies.get("lakefs_delta_token")
+        return token_matches(offered, config.api_tokens)
+
+    async def export_status(request: Request) -> Response:
+        """
+        summary: Export status per table for one commit (queued, running, retrying, done, failed).
+        responses:
+          200: {description: tables and their status}
+          401: {description: missing or wrong bearer token}
+          404: {description: nothing known about this commit}
+        """
+        if not authorized(request):
+            return error(401, "missing or wrong bearer token")
+        repository, commit_id = request.path_params["repository"], request.path_params["commit"]
+        try:
+            tables = await run_in_threadpool(status.tables, repository, commit_id)
+        except Exception as exc:
+            return error(503, f"status store unavailable: {type(exc).__name__}")
+        commit = tables.pop("_commit", None)
+        if not tables and commit is None:
+            return error(404, f"no export known for commit {commit_id} in repository {repository}")
+        return JSONResponse({"repository": repository, "commit_id": commit_id, "commit": commit, "tables": tables})
+
+    async def healthz(request: Request) -> Response:
+        """
+        summary: The process is up.
+        """
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        """
+        summary: Redis and lakeFS are reachable.
+        responses:
+          200: {description: ready}
+          503: {description: a dependency is unreachable}
+        """
+        checks = {"redis": await run_in_threadpool(status.ping),
+                  "lakefs": await run_in_threadpool(LakeFS(config.lakefs).healthy)}
+        return JSONResponse({"ready": all(checks.values()), "checks": checks},
+                            status_code=200 if all(checks.values()) else 503)
+
+    async def metrics(request: Request) -> Response:
+        """
+        summary: Prometheus metrics (this process's, plus the workers' counters kept in Redis).
+        """
+        text = prometheus_client.generate_latest(registry).decode()
+        try:
+            shared = await run_in_threadpool(status.metrics)
+        except Exception:
+            shared = {}
+        for series, value in sorted(shared.items()):
+            text += f"{series} {value}\n"
+        return Response(text, media_type=prometheus_client.CONTENT_TYPE_LATEST)
+
+    async def openapi(request: Request) -> Response:
+        return schemas.OpenAPIResponse(request=request)
+
+    routes = [
+        Route("/webhooks/lakefs", receive_event, methods=["POST"]),
+        Route("/exports/{repository}/{commit}", export_status, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),
+    ]
+    return Starlette(routes=routes)
