@@ -21,16 +21,16 @@ import pyarrow.parquet as pq
 
 import exporter
 from exporter.config import Config
-from exporter.deltalog import LogListing, LogSegment, check_protocol, parse_actions, select_segment
+from exporter.deltalog import LogSegment, check_protocol, parse_actions
 from exporter.errors import CorruptLog, ExporterError, MissingDataFiles, TableNotFound
 from exporter.lakefs import LakeFS
+from exporter.logstore import LOG_DIR, load_log, read_parquet
 from exporter.objectstore import ObjectStore
 from exporter.paths import PathResolver, deletion_vector_relative_path
 from exporter.rewrite import rewrite_checkpoint, rewrite_commit
 from exporter.tables import TableDescriptor, changed_tables, discover_tables
 
 MANIFEST = "_lakefs_export.json"
-LOG_DIR = "_delta_log/"
 IO_THREADS = 16
 
 
@@ -57,13 +57,6 @@ class ExportOutcome:
             return f"EXISTS  {self.table} -> {self.location} (already exported)"
         return (f"OK      {self.table} -> {self.location}  versions {self.checkpoint_version if self.checkpoint_version is not None else 0}"
                 f"..{self.head_version}, {self.files_rewritten} paths rewritten, {self.lakefs_calls} lakeFS calls, {self.seconds:.2f}s")
-
-
-@dataclass
-class _LogFiles:
-    """What the segment needs, read from the object store by physical address."""
-
-    content: dict[str, bytes] = field(default_factory=dict)  # name relative to _delta_log/ -> bytes
 
 
 def export_location(config: Config, storage_namespace: str, ref: str, commit_id: str, table: str) -> str:
@@ -134,17 +127,8 @@ def export_table(config: Config, repository: str, ref: str, commit_id: str, tabl
 
 def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commit_id: str, table: TableDescriptor,
             target: str, outcome: ExportOutcome, started: float) -> None:
-    # One listing of the table's prefix gives the log's layout and every object's physical address.
-    addresses: dict[str, str] = {}
-    log_entries: list[tuple[str, int]] = []
-    for entry in lakefs.list_objects(repository, commit_id, table.prefix):
-        key = entry["path"][len(table.prefix):]
-        addresses[key] = entry["physical_address"]
-        if key.startswith(LOG_DIR):
-            log_entries.append((key[len(LOG_DIR):], entry.get("size_bytes", 0)))
-    listed = time.monotonic()
-    segment = select_segment(LogListing.from_names(log_entries), _last_checkpoint_hint(store, addresses))
-    log_files = _read_segment(store, addresses, segment)
+    loaded = load_log(lakefs, store, repository, commit_id, table.path)
+    segment, addresses, log_files = loaded.segment, loaded.addresses, loaded.files
     read = time.monotonic()
 
     resolver = PathResolver(addresses)
@@ -155,8 +139,8 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
     protocol_actions: list[dict] = []
     snapshot = _Snapshot()
     if segment.checkpoint is not None:
-        for name in _checkpoint_and_sidecars(store, addresses, segment, log_files):
-            raw = log_files.content[name]
+        for name in loaded.checkpoint_files:
+            raw = log_files[name]
             sidecar_sizes = {posixpath.basename(n): len(b) for n, b in outputs.items() if n.startswith("_sidecars/")}
             if name.endswith(".json"):
                 actions = parse_actions(name, raw)
@@ -168,7 +152,7 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
                     outputs[name] = _resize_sidecars_json(outputs[name], sidecar_sizes)
                 checkpoint_rows += len(actions)
             else:
-                checkpoint = _read_parquet(name, raw)
+                checkpoint = read_parquet(name, raw)
                 protocol_actions += _protocol_rows(checkpoint)
                 snapshot.apply_checkpoint(checkpoint)
                 new_table, count, lost = rewrite_checkpoint(checkpoint, resolver)
@@ -180,7 +164,7 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
             missing += lost
     commit_names = ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + [n for _, n in segment.commits]
     for name in commit_names:
-        raw = log_files.content[name]
+        raw = log_files[name]
         actions = parse_actions(name, raw)
         protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
         result = rewrite_commit(name, raw, resolver)
@@ -215,7 +199,7 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
         "checkpoint_version": outcome.checkpoint_version, "head_version": segment.head_version,
         "versions": [v for v, _ in segment.commits], "files_rewritten": rewritten,
         "log_files_written": len(outputs), "lakefs_calls": lakefs.calls,
-        "timings_seconds": {"list": round(listed - started, 3), "read": round(read - listed, 3),
+        "timings_seconds": {"list_and_read": round(read - started, 3),
                             "rewrite": round(rewritten_at - read, 3), "write": round(time.monotonic() - rewritten_at, 3)},
         "exporter_version": exporter.__version__,
         "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -301,62 +285,9 @@ def _resize_sidecars_json(raw: bytes, sizes: dict[str, int]) -> bytes:
     return b"\n".join(lines)
 
 
-def _last_checkpoint_hint(store: ObjectStore, addresses: dict[str, str]) -> int | None:
-    address = addresses.get(LOG_DIR + "_last_checkpoint")
-    if address is None:
-        return None
-    try:
-        return int(json.loads(store.get_uri(address))["version"])
-    except (ExporterError, ValueError, KeyError, TypeError):
-        return None  # only a hint: the listing decides
-
-
-def _read_segment(store: ObjectStore, addresses: dict[str, str], segment: LogSegment) -> _LogFiles:
-    names = list(segment.checkpoint.files if segment.checkpoint else [])
-    names += [n for _, n in segment.commits] + ([segment.checkpoint_commit] if segment.checkpoint_commit else [])
-    files = _LogFiles()
-    files.content.update(_get_all(store, addresses, names))
-    return files
-
-
-def _checkpoint_and_sidecars(store: ObjectStore, addresses: dict[str, str], segment: LogSegment,
-                             log_files: _LogFiles) -> list[str]:
-    """The checkpoint's files, plus the sidecars a V2 checkpoint points at (read on demand)."""
-    names = list(segment.checkpoint.files)
-    sidecars: list[str] = []
-    for name in segment.checkpoint.files:  # V2 checkpoints, even classic-named ones, may point at sidecars
-        raw = log_files.content[name]
-        if name.endswith(".json"):
-            paths = [a["sidecar"]["path"] for a in parse_actions(name, raw) if "sidecar" in a]
-        elif "sidecar" in pq.read_schema(io.BytesIO(raw)).names:
-            column = pq.read_table(io.BytesIO(raw), columns=["sidecar"]).column("sidecar")
-            paths = [row["path"] for row in column.to_pylist() if row]
-        else:
-            paths = []
-        # sidecars always live in the table's own _delta_log/_sidecars/ (PROTOCOL.md#sidecar-files)
-        sidecars += ["_sidecars/" + posixpath.basename(unquote(p)) for p in paths]
-    absent = [s for s in sidecars if LOG_DIR + s not in addresses]
-    if absent:
-        raise CorruptLog(f"V2 checkpoint {segment.checkpoint.files[0]} names sidecar(s) not in the log: {', '.join(absent)}")
-    log_files.content.update(_get_all(store, addresses, sidecars))
-    return sidecars + names
-
-
-def _get_all(store: ObjectStore, addresses: dict[str, str], names: list[str]) -> dict[str, bytes]:
-    with ThreadPoolExecutor(IO_THREADS) as pool:
-        return dict(zip(names, pool.map(lambda n: store.get_uri(addresses[LOG_DIR + n]), names)))
-
-
 def _put_all(store: ObjectStore, prefix: str, files: dict[str, bytes]) -> None:
     with ThreadPoolExecutor(IO_THREADS) as pool:
         list(pool.map(lambda item: store.put(prefix + item[0], item[1]), files.items()))
-
-
-def _read_parquet(name: str, raw: bytes):
-    try:
-        return pq.read_table(io.BytesIO(raw))
-    except Exception as exc:  # pyarrow raises several types for a broken file
-        raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
 
 
 def _write_parquet(table) -> bytes:

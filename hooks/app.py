@@ -10,22 +10,28 @@ import hmac
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import prometheus_client
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 
 from exporter.config import Config
+from exporter.datasets import list_datasets, resolve_dataset
+from exporter.diff import DiffCache, cached_diff
+from exporter.errors import ExporterError, NotFound
+from exporter.history import paginate
 from exporter.lakefs import LakeFS
 from exporter.status import StatusStore
 
 log = logging.getLogger("lakefs_delta.hooks")
 MAX_BODY = 1024 * 1024
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 QUEUED_EVENTS = {"post-commit", "post-merge", "post-create-tag"}
 REF_FIELD = {"post-commit": "branch_id", "post-merge": "branch_id", "post-create-tag": "tag_id"}
 schemas = SchemaGenerator({"openapi": "3.0.0", "info": {"title": "lakefs-delta-exporter", "version": "0.1.0"}})
@@ -204,6 +210,83 @@ def create_app(config: Config) -> Starlette:
             text += f"{series} {value}\n"
         return Response(text, media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
+    diffs = DiffCache(config.redis_url, config.diff_cache_ttl_seconds)
+    diff_seconds = prometheus_client.Histogram("lakefs_delta_diff_seconds", "Time to answer a diff request",
+                                               ["cached"], registry=registry)
+
+    async def table_diff(request: Request) -> Response:
+        """
+        summary: How a Delta table changed from left_ref to right_ref (lakeFS's former OTF diff, extended).
+        parameters:
+          - {name: table_path, in: query, required: true, schema: {type: string}}
+          - {name: type, in: query, schema: {type: string, enum: [delta]}}
+          - {name: after, in: query, schema: {type: string}}
+          - {name: amount, in: query, schema: {type: integer, maximum: 1000}}
+        responses:
+          200: {description: "diff_type, results (operations newest first), schema_changes, row_count, files, history_truncated, pagination"}
+          400: {description: missing table_path, unsupported type, bad paging}
+          401: {description: missing or wrong bearer token}
+          404: {description: unknown repository, ref or table path}
+        """
+        if not authorized(request):
+            return error(401, "missing or wrong bearer token")
+        params = request.query_params
+        table_path = params.get("table_path", "").strip("/")
+        if not table_path:
+            return error(400, "query parameter table_path is required")
+        if params.get("type", "delta") != "delta":
+            return error(400, f"unsupported table type {params.get('type')!r}; only delta")
+        try:
+            amount = int(params.get("amount", "100"))
+            if not 1 <= amount <= 1000:
+                raise ValueError
+        except ValueError:
+            return error(400, "amount must be an integer from 1 to 1000")
+        repository, left, right = (request.path_params[k] for k in ("repository", "left_ref", "right_ref"))
+        started = time.monotonic()
+        try:
+            diff, cached = await run_in_threadpool(cached_diff, config, LakeFS(config.lakefs), diffs, repository,
+                                                   left, right, table_path)
+        except NotFound as exc:
+            return error(404, str(exc))
+        except ExporterError as exc:
+            return error(503 if not exc.permanent else 422, str(exc))
+        if diff["versions"]["left"] is None and diff["versions"]["right"] is None:
+            return error(404, f"no Delta table at {table_path!r} on {left} or {right}")
+        try:
+            page, pagination = paginate(diff["results"], params.get("after"), amount)
+        except ValueError as exc:
+            return error(400, str(exc))
+        diff_seconds.labels(str(cached).lower()).observe(time.monotonic() - started)
+        return JSONResponse({**diff, "results": page, "pagination": pagination, "cached": cached})
+
+    async def datasets(request: Request) -> Response:
+        """
+        summary: The Delta tables at a ref, from descriptors and detected by their _delta_log.
+        responses:
+          200: {description: datasets with name, path, source (descriptor or detected) and latest_version}
+          404: {description: unknown repository or ref}
+        """
+        if not authorized(request):
+            return error(401, "missing or wrong bearer token")
+        repository, ref = request.path_params["repository"], request.path_params["ref"]
+        try:
+            found = await run_in_threadpool(list_datasets, LakeFS(config.lakefs), repository, ref)
+        except NotFound as exc:
+            return error(404, str(exc))
+        except ExporterError as exc:
+            return error(503, str(exc))
+        if request.url.path.endswith("/resolve"):
+            path = request.query_params.get("path", "")
+            if not path:
+                return error(400, "query parameter path is required")
+            dataset = resolve_dataset(found, path)
+            return JSONResponse(dataset) if dataset else error(404, f"no dataset contains {path!r}")
+        return JSONResponse({"repository": repository, "ref": ref, "results": found})
+
+    async def diff_page(request: Request) -> Response:
+        return HTMLResponse((TEMPLATES / "diff.html").read_text())
+
     async def openapi(request: Request) -> Response:
         return schemas.OpenAPIResponse(request=request)
 
@@ -213,6 +296,10 @@ def create_app(config: Config) -> Starlette:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        Route("/repositories/{repository}/otf/refs/{left_ref}/diff/{right_ref}", table_diff, methods=["GET"]),
+        Route("/repositories/{repository}/refs/{ref}/datasets", datasets, methods=["GET"]),
+        Route("/repositories/{repository}/refs/{ref}/datasets/resolve", datasets, methods=["GET"]),
+        Route("/diff", diff_page, methods=["GET"], include_in_schema=False),
         Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),
     ]
     return Starlette(routes=routes)

@@ -130,6 +130,45 @@ def _install_actions(args: argparse.Namespace) -> int:
     return 0
 
 
+def _diff(args: argparse.Namespace) -> int:
+    from exporter.config import load_config
+    from exporter.diff import DiffCache, cached_diff
+    from exporter.lakefs import LakeFS
+
+    left, sep, right = args.refs.partition("..")
+    if not sep or not left or not right:
+        print("error: refs must be written LEFT..RIGHT, e.g. main..exp1", file=sys.stderr)
+        return 2
+    config = load_config(args.config)
+    diff, _ = cached_diff(config, LakeFS(config.lakefs), DiffCache(config.redis_url, config.diff_cache_ttl_seconds),
+                          args.repo, left, right, args.table.strip("/"))
+    if args.json:
+        print(json.dumps(diff, indent=2))
+    else:
+        print(render_diff(diff, left, right))
+    return 0
+
+
+def render_diff(diff: dict, left: str, right: str) -> str:
+    """The diff as a human reads it: type, row count, schema changes, operations."""
+    rows = diff["row_count"]
+    change = "unknown" if rows["difference"] is None else f"{rows['difference']:+d}"
+    lines = [f"{diff['table_path']}: {left}..{right}  diff_type={diff['diff_type']}"
+             + ("  (history truncated)" if diff["history_truncated"] else ""),
+             f"rows   {rows['left']} -> {rows['right']}  ({change})"]
+    files = diff["files"]
+    side = lambda f: f"{f['count']} files / {f['bytes']} bytes" if f else "absent"  # noqa: E731
+    lines.append(f"files  {side(files['left'])} -> {side(files['right'])}")
+    if diff["schema_changes"]:
+        lines.append("schema changes:")
+        lines += [f"  {c['change']:<19} {c['column']:<30} {c['left']} -> {c['right']}" for c in diff["schema_changes"]]
+    lines.append(f"operations on {right} not on {left}: {len(diff['results'])}")
+    for op in diff["results"]:
+        lines.append(f"  v{op['id']:<5} {op['operation']:<22} {op['operation_type']:<8} "
+                     f"{json.dumps(op['operation_content'].get('operationParameters', {}))[:80]}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lakefs-delta", description=__doc__)
     parser.add_argument("--config", help="YAML config file (default: $LAKEFS_DELTA_CONFIG)")
@@ -176,6 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     install_cmd.add_argument("--table", action="append", help="NAME=PATH, a descriptor to install (repeatable)")
     install_cmd.add_argument("--force", action="store_true", help="replace different existing files")
     install_cmd.set_defaults(run=_install_actions)
+
+    diff_cmd = commands.add_parser("diff", help="how a Delta table changed between two refs")
+    diff_cmd.add_argument("--repo", required=True)
+    diff_cmd.add_argument("refs", help="LEFT..RIGHT, e.g. main..exp1")
+    diff_cmd.add_argument("--table", required=True, help="table path from the repository root")
+    diff_cmd.add_argument("--json", action="store_true")
+    diff_cmd.set_defaults(run=_diff)
 
     args = parser.parse_args(argv)
     from exporter.errors import ExporterError

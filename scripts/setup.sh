@@ -8,11 +8,14 @@ for tool in python3.11 go java; do
   command -v "$tool" >/dev/null || { say "ERROR: $tool is required (Python 3.11, Go >= 1.26, Java 17)"; exit 1; }
 done
 
-if ! command -v redis-server >/dev/null; then
-  say "installing Debian's redis-server"
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+[[ -x /usr/bin/chromium ]] || missing+=(chromium)  # the diff page's browser test (driven by Playwright)
+if (( ${#missing[@]} )); then
+  say "installing Debian packages: ${missing[*]}"
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 if [[ ! -x .venv/bin/python ]]; then

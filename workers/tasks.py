@@ -8,6 +8,7 @@ import time
 
 from celery.exceptions import MaxRetriesExceededError
 
+from exporter.diff import DiffCache, cached_diff
 from exporter.errors import ExporterError
 from exporter.export import export_table as export_one_table
 from exporter.export import ExportOutcome, find_table, missing_exports
@@ -18,6 +19,7 @@ from workers.app import app, config
 
 log = logging.getLogger("lakefs_delta.worker")
 status = StatusStore(config.redis_url)
+diffs = DiffCache(config.redis_url, config.diff_cache_ttl_seconds)
 
 
 def backoff(retries: int) -> float:
@@ -85,6 +87,8 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
             status.count("lakefs_delta_versions_read_total", amount=outcome.versions)
             status.count("lakefs_delta_files_rewritten_total", amount=outcome.files_rewritten)
         log.info("%s outcome=%s", line, "exists" if outcome.skipped else "done")
+        if outcome.table_path:
+            precompute_diff.delay(repository, commit_id, outcome.table_path)
         return {"ok": True, **facts}
     if not outcome.permanent:
         try:
@@ -113,3 +117,22 @@ def catch_up(branches: list[str] | None = None, depth: int | None = None) -> lis
                 queued.append(f"{repository}:{commit.id}")
     log.info("catch-up: %d commit(s) queued", len(queued))
     return queued
+
+
+@app.task(bind=True, name="lakefs_delta.precompute_diff")
+def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> bool:
+    """Cache the table's diff of this commit against its first parent, so the API answers from Redis."""
+    lakefs = LakeFS(config.lakefs)
+    started = time.monotonic()
+    try:
+        parents = lakefs.commit(repository, commit_id).parents
+        _, cached = cached_diff(config, lakefs, diffs, repository, parents[0] if parents else None, commit_id, table_path)
+    except ExporterError as exc:
+        if exc.permanent or self.request.retries >= config.retry.max_retries:
+            log.warning("diff %s/%s %s outcome=failed reason=%s", repository, commit_id, table_path, exc)
+            return False
+        raise self.retry(countdown=backoff(self.request.retries), max_retries=config.retry.max_retries)
+    status.observe("lakefs_delta_diff_precompute_seconds", time.monotonic() - started)
+    log.info("diff %s/%s %s outcome=%s seconds=%.2f", repository, commit_id, table_path,
+             "cached" if cached else "computed", time.monotonic() - started)
+    return True

@@ -1,0 +1,95 @@
+"""A table's history diff between two refs, read from lakeFS, cached in Redis by commit ids.
+
+Refs are resolved to commit ids before the cache is asked, so a cached entry never goes stale:
+the same two commits always have the same diff.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import redis
+
+from exporter.config import Config
+from exporter.deltalog import parse_actions
+from exporter.errors import NotFound, TableNotFound
+from exporter.history import NO_BASE, TableLog, TableState, diff_history, snapshot_state
+from exporter.lakefs import LakeFS
+from exporter.logstore import load_log, read_parquet
+from exporter.objectstore import ObjectStore
+from exporter.status import PREFIX
+
+
+def table_state(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str) -> TableState | None:
+    """The table as its log stands at a commit; None when there is no table there."""
+    try:
+        loaded = load_log(lakefs, store, repository, commit_id, table_path, log_only=True)
+    except TableNotFound:
+        return None
+    segment = loaded.segment
+    checkpoint = [read_parquet(n, loaded.files[n]) for n in loaded.checkpoint_files if n.endswith(".parquet")]
+    checkpoint_actions = [a for n in loaded.checkpoint_files if n.endswith(".json")
+                          for a in parse_actions(n, loaded.files[n])]
+    commits = [(v, parse_actions(n, loaded.files[n])) for v, n in segment.commits]
+    if segment.checkpoint_commit:  # c.json: only its commitInfo is used
+        commits.insert(0, (segment.checkpoint.version, parse_actions(segment.checkpoint_commit,
+                                                                     loaded.files[segment.checkpoint_commit])))
+    return snapshot_state(TableLog(segment.checkpoint.version if segment.checkpoint else None,
+                                   checkpoint, checkpoint_actions, commits))
+
+
+def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: str | None, right_commit: str,
+                 table_path: str) -> dict:
+    """`left_commit=None` compares against nothing (a repository's first commit)."""
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    started = time.monotonic()
+    right = table_state(lakefs, store, repository, right_commit, table_path)
+    left = table_state(lakefs, store, repository, left_commit, table_path) if left_commit else None
+    base_commit = None
+    base = NO_BASE
+    if left_commit:
+        try:
+            base_commit = lakefs.merge_base(repository, right_commit, left_commit)
+        except NotFound:
+            base_commit = None  # no common ancestor: compare by content alone
+        if base_commit and base_commit not in (left_commit, right_commit):
+            base = table_state(lakefs, store, repository, base_commit, table_path)
+        elif base_commit == left_commit:
+            base = left
+    result = diff_history(left, right, base)
+    result.update(table_path=table_path, left_commit=left_commit, right_commit=right_commit, base_commit=base_commit,
+                  computed_seconds=round(time.monotonic() - started, 4))
+    return result
+
+
+class DiffCache:
+    """Diffs keyed by (repository, left commit, right commit, table path), bounded by a TTL."""
+
+    def __init__(self, redis_url: str, ttl_seconds: int):
+        self.redis = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+        self.ttl_seconds = ttl_seconds
+
+    @staticmethod
+    def key(repository: str, left_commit: str | None, right_commit: str, table_path: str) -> str:
+        return f"{PREFIX}:diff:{repository}:{left_commit or '-'}:{right_commit}:{table_path.strip('/')}"
+
+    def get(self, repository: str, left_commit: str | None, right_commit: str, table_path: str) -> dict | None:
+        raw = self.redis.get(self.key(repository, left_commit, right_commit, table_path))
+        return json.loads(raw) if raw else None
+
+    def put(self, repository: str, left_commit: str | None, right_commit: str, table_path: str, diff: dict) -> None:
+        self.redis.set(self.key(repository, left_commit, right_commit, table_path), json.dumps(diff), ex=self.ttl_seconds)
+
+
+def cached_diff(config: Config, lakefs: LakeFS, cache: DiffCache, repository: str, left_ref: str | None,
+                right_ref: str, table_path: str) -> tuple[dict, bool]:
+    """The diff between two refs, from the cache when present. Returns (diff, came from cache)."""
+    left_commit = lakefs.commit(repository, left_ref).id if left_ref else None
+    right_commit = lakefs.commit(repository, right_ref).id
+    found = cache.get(repository, left_commit, right_commit, table_path)
+    if found is not None:
+        return found, True
+    diff = compute_diff(config, lakefs, repository, left_commit, right_commit, table_path)
+    cache.put(repository, left_commit, right_commit, table_path, diff)
+    return diff, False

@@ -1,0 +1,97 @@
+"""Reading a table's `_delta_log` at a commit: one listing through lakeFS, files by physical address.
+
+The listing gives both the log's layout and every object's physical address; the log files
+themselves are read straight from the object store, in parallel, so lakeFS sees one call per
+1000 listed objects and none per file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import pyarrow.parquet as pq
+
+from exporter.deltalog import LogListing, LogSegment, parse_actions, select_segment
+from exporter.errors import CorruptLog, ExporterError, TableNotFound
+from exporter.lakefs import LakeFS
+from exporter.objectstore import ObjectStore
+
+LOG_DIR = "_delta_log/"
+IO_THREADS = 16
+
+
+@dataclass
+class LoadedLog:
+    addresses: dict[str, str]  # table-relative object key -> physical address
+    segment: LogSegment
+    files: dict[str, bytes]  # name under _delta_log/ -> raw bytes: the segment's files and sidecars
+    checkpoint_files: list[str]  # sidecars first, then the checkpoint's own files (write order)
+
+
+def load_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str,
+             log_only: bool = False) -> LoadedLog:
+    """The segment a reader needs at this commit. `log_only` lists `_delta_log/` alone (no data files)."""
+    prefix = table_path.strip("/") + "/"
+    addresses: dict[str, str] = {}
+    log_entries: list[tuple[str, int]] = []
+    for entry in lakefs.list_objects(repository, commit_id, prefix + LOG_DIR if log_only else prefix):
+        key = entry["path"][len(prefix):]
+        addresses[key] = entry["physical_address"]
+        if key.startswith(LOG_DIR):
+            log_entries.append((key[len(LOG_DIR):], entry.get("size_bytes", 0)))
+    if not log_entries:
+        raise TableNotFound(f"no Delta table at {repository}@{commit_id}/{table_path}: {prefix}{LOG_DIR} is empty")
+    segment = select_segment(LogListing.from_names(log_entries), _last_checkpoint_hint(store, addresses))
+    names = list(segment.checkpoint.files if segment.checkpoint else [])
+    names += [n for _, n in segment.commits] + ([segment.checkpoint_commit] if segment.checkpoint_commit else [])
+    files = _get_all(store, addresses, names)
+    checkpoint_files = _with_sidecars(store, addresses, segment, files) if segment.checkpoint else []
+    return LoadedLog(addresses, segment, files, checkpoint_files)
+
+
+def read_parquet(name: str, raw: bytes):
+    try:
+        return pq.read_table(io.BytesIO(raw))
+    except Exception as exc:  # pyarrow raises several types for a broken file
+        raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
+
+
+def _last_checkpoint_hint(store: ObjectStore, addresses: dict[str, str]) -> int | None:
+    address = addresses.get(LOG_DIR + "_last_checkpoint")
+    if address is None:
+        return None
+    try:
+        return int(json.loads(store.get_uri(address))["version"])
+    except (ExporterError, ValueError, KeyError, TypeError):
+        return None  # only a hint: the listing decides
+
+
+def _with_sidecars(store: ObjectStore, addresses: dict[str, str], segment: LogSegment, files: dict[str, bytes]) -> list[str]:
+    """The checkpoint's files, plus the sidecars it points at (read here)."""
+    sidecars: list[str] = []
+    for name in segment.checkpoint.files:  # V2 checkpoints, even classic-named ones, may point at sidecars
+        raw = files[name]
+        if name.endswith(".json"):
+            paths = [a["sidecar"]["path"] for a in parse_actions(name, raw) if "sidecar" in a]
+        elif "sidecar" in pq.read_schema(io.BytesIO(raw)).names:
+            column = pq.read_table(io.BytesIO(raw), columns=["sidecar"]).column("sidecar")
+            paths = [row["path"] for row in column.to_pylist() if row]
+        else:
+            paths = []
+        # sidecars always live in the table's own _delta_log/_sidecars/ (PROTOCOL.md#sidecar-files)
+        sidecars += ["_sidecars/" + posixpath.basename(unquote(p)) for p in paths]
+    absent = [s for s in sidecars if LOG_DIR + s not in addresses]
+    if absent:
+        raise CorruptLog(f"V2 checkpoint {segment.checkpoint.files[0]} names sidecar(s) not in the log: {', '.join(absent)}")
+    files.update(_get_all(store, addresses, sidecars))
+    return sidecars + list(segment.checkpoint.files)
+
+
+def _get_all(store: ObjectStore, addresses: dict[str, str], names: list[str]) -> dict[str, bytes]:
+    with ThreadPoolExecutor(IO_THREADS) as pool:
+        return dict(zip(names, pool.map(lambda n: store.get_uri(addresses[LOG_DIR + n]), names)))

@@ -1,0 +1,166 @@
+"""A data engineer compares a Delta table between branches: operations, removed columns, row count.
+
+The story from the diff issue, built with Spark through lakeFS: `main` has `transactions`; on
+`exp1` a retention-and-column-remover ETL drops two columns, deletes old rows and (by mistake)
+appends duplicates. The diff `main..exp1` must say exactly that.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+import pytest
+
+from exporter.diff import DiffCache, cached_diff
+from tests.integration.deltatables import add_descriptor, table_uri
+
+pytestmark = pytest.mark.integration
+ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "artifacts")
+COLUMNS = "id INT, day STRING, amount DOUBLE, description STRING, account STRING"
+
+
+def transactions(spark, ids: range):
+    return spark.createDataFrame([(i, f"2024-01-{1 + i % 5:02d}", i * 1.25, f"café purchase {i}", f"acct-{i % 3}")
+                                  for i in ids], COLUMNS)
+
+
+def run_etl(spark, uri: str) -> None:
+    """Retention (drop days before 2024-01-03) and column removal, then the planted duplicate append."""
+    kept = spark.read.format("delta").load(uri).filter("day >= '2024-01-03'").drop("description", "account")
+    kept = kept.localCheckpoint()  # materialise before overwriting the table it was read from
+    kept.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(uri)
+    kept.limit(25).write.format("delta").mode("append").save(uri)
+
+
+@pytest.fixture
+def story(spark, lakefs, repository):
+    uri_main = table_uri(repository, "main", "tables/transactions")
+    transactions(spark, range(100)).write.format("delta").save(uri_main)
+    add_descriptor(lakefs, repository, "transactions", "tables/transactions")
+    lakefs.commit_branch(repository, "main", "ingest transactions")
+    lakefs.create_branch(repository, "exp1", "main")
+    run_etl(spark, table_uri(repository, "exp1", "tables/transactions"))
+    lakefs.commit_branch(repository, "exp1", "retention and column remover", {"job": "etl"})
+    return repository
+
+
+def diff(config, lakefs, repository: str, left: str, right: str, path: str) -> dict:
+    cache = DiffCache(config.redis_url, 60)
+    return cached_diff(config, lakefs, cache, repository, left, right, path)[0]
+
+
+def test_diff_shows_the_etl_operations_removed_columns_and_row_change(config, lakefs, story):
+    result = diff(config, lakefs, story, "main", "exp1", "tables/transactions")
+
+    assert result["diff_type"] == "changed"
+    assert [(op["id"], op["operation"]) for op in result["results"]] == [("2", "WRITE"), ("1", "WRITE")]
+    assert result["results"][1]["operation_content"]["operationParameters"]["mode"] == "Overwrite"
+    assert all(isinstance(op["timestamp"], int) and op["timestamp"] > 1_600_000_000_000 for op in result["results"])
+    removed = sorted(c["column"] for c in result["schema_changes"] if c["change"] == "removed")
+    assert removed == ["account", "description"]
+    kept = sum(1 for i in range(100) if 1 + i % 5 >= 3)
+    assert result["row_count"] == {"left": 100, "right": kept + 25, "difference": kept + 25 - 100}
+    assert not result["history_truncated"]
+
+
+def test_reverse_diff_after_more_commits_on_main_shows_only_mains_operations(spark, config, lakefs, story):
+    transactions(spark, range(100, 110)).write.format("delta").mode("append") \
+        .save(table_uri(story, "main", "tables/transactions"))
+    lakefs.commit_branch(story, "main", "more transactions")
+
+    result = diff(config, lakefs, story, "exp1", "main", "tables/transactions")
+
+    # main's version 1 is a different commit from exp1's version 1: told apart by content
+    assert [(op["id"], op["operation"]) for op in result["results"]] == [("1", "WRITE")]
+    assert result["results"][0]["operation_content"]["operationParameters"]["mode"] == "Append"
+    added = sorted(c["column"] for c in result["schema_changes"] if c["change"] == "added")
+    assert added == ["account", "description"]
+
+
+def test_table_created_on_branch_and_table_dropped(spark, config, lakefs, story):
+    spark.createDataFrame([(1,)], "id INT").write.format("delta").save(table_uri(story, "exp1", "tables/fresh"))
+    for entry in list(lakefs.list_objects(story, "exp1", "tables/transactions/")):
+        lakefs.delete_object(story, "exp1", entry["path"])
+    lakefs.commit_branch(story, "exp1", "new table, old one dropped")
+
+    assert diff(config, lakefs, story, "main", "exp1", "tables/fresh")["diff_type"] == "created"
+    dropped = diff(config, lakefs, story, "main", "exp1", "tables/transactions")
+    assert dropped["diff_type"] == "dropped" and dropped["row_count"]["right"] is None
+
+
+def test_row_counts_are_net_of_deletion_vectors(spark, config, lakefs, repository):
+    uri = table_uri(repository, "main", "tables/dv")
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT) USING delta TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    spark.sql(f"INSERT INTO delta.`{uri}` SELECT id FROM range(1000)")
+    lakefs.commit_branch(repository, "main", "dv table")
+    lakefs.create_branch(repository, "cleanup", "main")
+    spark.sql(f"DELETE FROM delta.`{table_uri(repository, 'cleanup', 'tables/dv')}` WHERE id % 10 = 0")
+    lakefs.commit_branch(repository, "cleanup", "delete every tenth row")
+    assert any("deletion_vector_" in e["path"] for e in lakefs.list_objects(repository, "cleanup", "tables/dv/"))
+
+    result = diff(config, lakefs, repository, "main", "cleanup", "tables/dv")
+
+    assert result["row_count"] == {"left": 1000, "right": 900, "difference": -100}
+    assert [op["operation_type"] for op in result["results"]] == ["delete"]
+
+
+def test_commit_through_webhook_is_served_from_the_precomputed_cache(service, spark, config, lakefs, repository):
+    from exporter.actions import install_actions
+    from tests.integration.test_webhooks import WEBHOOK, api, wait_for_export
+
+    install_actions(lakefs, repository, "main", WEBHOOK, ["main"], {"transactions": "tables/transactions"})
+    transactions(spark, range(20)).write.format("delta").save(table_uri(repository, "main", "tables/transactions"))
+    commit = lakefs.commit_branch(repository, "main", "ingest")
+    wait_for_export(service, repository, commit, {"transactions"})
+    parent = lakefs.commit(repository, commit).parents[0]
+    cache = DiffCache(config.redis_url, 60)
+    deadline = time.monotonic() + 60
+    while cache.get(repository, parent, commit, "tables/transactions") is None and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert cache.get(repository, parent, commit, "tables/transactions") is not None  # before any request
+
+    answer = api(service, f"/repositories/{repository}/otf/refs/{parent}/diff/{commit}?table_path=tables/transactions&type=delta")
+
+    assert answer.status_code == 200 and answer.json()["cached"] is True
+    assert answer.json()["diff_type"] == "created" and answer.json()["row_count"]["right"] == 20
+
+
+def test_diff_api_errors(service, config, lakefs, story):
+    from tests.integration.test_webhooks import api
+
+    base = f"/repositories/{story}/otf/refs/main/diff/exp1"
+    assert api(service, base + "?table_path=tables/transactions&type=delta").status_code == 200
+    assert api(service, base + "?type=delta").status_code == 400
+    assert api(service, base + "?table_path=tables/transactions&type=iceberg").status_code == 400
+    assert api(service, base + "?table_path=tables/nothing-here").status_code == 404
+    assert api(service, f"/repositories/{story}/otf/refs/main/diff/no-such-ref?table_path=tables/transactions").status_code == 404
+    assert api(service, f"/repositories/no-such-repo/otf/refs/main/diff/exp1?table_path=t").status_code == 404
+    page = api(service, base + "?table_path=tables/transactions&amount=1")
+    assert len(page.json()["results"]) == 1 and page.json()["pagination"]["has_more"] is True
+    datasets = api(service, f"/repositories/{story}/refs/exp1/datasets").json()["results"]
+    assert [(d["path"], d["source"], d["latest_version"]) for d in datasets] == [("tables/transactions", "descriptor", 2)]
+    resolved = api(service, f"/repositories/{story}/refs/exp1/datasets/resolve?path=tables/transactions/day=2024-01-03/x.parquet")
+    assert resolved.json()["path"] == "tables/transactions"
+
+
+def test_diff_page_shows_removed_columns_and_row_change(service, story):
+    from playwright.sync_api import sync_playwright
+
+    from tests.integration.test_webhooks import token
+
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        page = browser.new_page()
+        page.goto(f"{service}/diff?repository={story}&left=main&right=exp1&table_path=tables/transactions&token={token()}")
+        page.wait_for_selector("#result:not([hidden])", timeout=60_000)
+        removed = page.locator("#schema tr.removed td:nth-child(2)").all_inner_texts()
+        difference = page.locator("#row-difference").inner_text()
+        page.screenshot(path=os.path.join(ARTIFACTS, "diff-page.png"), full_page=True)
+        browser.close()
+    assert sorted(removed) == ["account", "description"]
+    assert difference.startswith("(-")  # 100 -> 85 rows
