@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from exporter.errors import ExporterError, NotFound
 from exporter.lakefs import LakeFS
 from exporter.tables import DESCRIPTORS_PREFIX, parse_descriptor
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "actions"
+# the repository's actions/ folder (the image sets LAKEFS_DELTA_ACTIONS_DIR)
+TEMPLATES = Path(os.environ.get("LAKEFS_DELTA_ACTIONS_DIR", Path(__file__).resolve().parent.parent / "actions"))
 ACTION_PATH = "_lakefs_actions/delta-export.yaml"
 
 

@@ -339,7 +339,10 @@ def up(stack_dir: Path = STACK_DIR) -> StackState:
 
 
 def down(stack_dir: Path = STACK_DIR) -> None:
-    for service in ("lakefs", "redis", "minio"):
+    """Stops every process `up` (or the demo) recorded, the service and worker first."""
+    recorded = sorted(p.stem for p in stack_dir.glob("*.pid"))
+    order = [s for s in recorded if s not in ("lakefs", "redis", "minio")] + ["lakefs", "redis", "minio"]
+    for service in order:
         pid = _running_pid(stack_dir, service)
         if pid is not None:
             _say(f"stopping {service} (pid {pid})")

@@ -1,0 +1,126 @@
+"""The demo: a PySpark pipeline on lakeFS, exported and diffed automatically.
+
+`make demo` runs `python -m lakefs_delta.demo`; the integration test runs `run_demo()` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import httpx
+
+from lakefs_delta import stack
+
+SERVICE_PORT = 18080
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def start_service(state: stack.StackState) -> str:
+    """The webhook service and one worker, as stack processes (`stack down` stops them too)."""
+    env = {**os.environ, **state.environment()}
+    url = f"http://127.0.0.1:{SERVICE_PORT}"
+    if stack._http_ok(url + "/healthz"):
+        return url  # already running (an earlier demo, or the test suite's)
+    for name, args in (("service", ["serve", "--port", str(SERVICE_PORT)]), ("worker", ["worker", "--name", "demo@%h"])):
+        if stack._running_pid(stack.STACK_DIR, name) is None:
+            say(f"  starting the {name}")
+            stack._start(stack.STACK_DIR, name, [sys.executable, "-m", "lakefs_delta.cli", *args], env,
+                         [SERVICE_PORT] if name == "service" else [])
+    stack._wait_healthy(stack.STACK_DIR, "service", lambda: stack._http_ok(url + "/healthz"))
+    return url
+
+
+def wait_for_exports(url: str, token: str, repository: str, commit_id: str, timeout: float = 240) -> dict:
+    deadline = time.monotonic() + timeout
+    tables: dict = {}
+    while time.monotonic() < deadline:
+        answer = httpx.get(f"{url}/exports/{repository}/{commit_id}", headers={"Authorization": f"Bearer {token}"})
+        if answer.status_code == 200:
+            tables = {k: v for k, v in answer.json()["tables"].items()}
+            if tables and all(t["state"] in ("done", "failed") for t in tables.values()):
+                return tables
+        time.sleep(0.5)
+    raise RuntimeError(f"exports of {commit_id} not finished after {timeout}s: {tables}")
+
+
+def external_count(location: str) -> int:
+    """Count rows with a separate Spark session (its own JVM) that has no lakeFS endpoint at all."""
+    code = ("import sys; from lakefs_delta.spark import stack_spark_session as s; "
+            "spark = s(through_lakefs=False, app_name='external-reader'); "
+            "print('COUNT', spark.read.format('delta').load(sys.argv[1]).count())")
+    result = subprocess.run([sys.executable, "-c", code, location], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, **stack.load_state().environment()})
+    for line in result.stdout.splitlines():
+        if line.startswith("COUNT "):
+            return int(line.split()[1])
+    raise RuntimeError(f"the external Spark read failed:\n{result.stderr[-3000:]}")
+
+
+def run_demo() -> dict:
+    """Returns the facts it printed, for the test."""
+    from examples.bank_pipeline import ingest, retention_and_column_remover, table_uri
+    from exporter.actions import install_actions
+    from exporter.config import load_config
+    from exporter.lakefs import LakeFS
+    from lakefs_delta.cli import render_diff
+    from lakefs_delta.spark import stack_spark_session
+
+    say("1/6 starting lakeFS, MinIO and Redis (first run builds them: several minutes)")
+    state = stack.up()
+    os.environ.update(state.environment())
+    say("2/6 starting the webhook service and a worker")
+    url = start_service(state)
+    config = load_config()
+    lakefs = LakeFS(config.lakefs)
+    repository = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    say(f"3/6 creating repository {repository} and installing the export action")
+    lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
+    install_actions(lakefs, repository, "main", f"{url}/webhooks/lakefs", ["main", "exp*"],
+                    {"transactions": "tables/transactions", "accounts": "tables/accounts"})
+    say("4/6 running the PySpark ingest on main (one commit per day; Spark starts first)")
+    spark = stack_spark_session(app_name="demo-pipeline")
+    commits = [("main", c) for c in ingest(spark, lakefs, repository, "main", date(2026, 3, 1), 4)]
+    lakefs.create_branch(repository, "exp1", "main")
+    say("5/6 running the retention-and-column-remover ETL on branch exp1")
+    commits.append(("exp1", retention_and_column_remover(spark, lakefs, repository, "exp1", date(2026, 3, 2))))
+
+    say("6/6 waiting for the exports")
+    facts: dict = {"repository": repository, "exports": []}
+    for ref, commit_id in commits:
+        for table, record in sorted(wait_for_exports(url, state.webhook_token, repository, commit_id).items()):
+            if table == "_commit":
+                continue
+            facts["exports"].append({"ref": ref, "commit": commit_id, "table": table, **record})
+            say(f"  {ref:5} {commit_id[:12]} {table:13} {record['state']:6} {record.get('location', '')}")
+    exp1_export = next(e for e in facts["exports"] if e["ref"] == "exp1" and e["table"] == "transactions")
+    facts["lakefs_count"] = spark.read.format("delta").load(table_uri(repository, commits[-1][1], "transactions")).count()
+    spark.stop()
+    facts["external_count"] = external_count(exp1_export["location"])
+    say(f"\nexp1 transactions: {facts['external_count']} rows read by a separate Spark session from "
+        f"{exp1_export['location']} (no lakeFS), {facts['lakefs_count']} rows through lakeFS")
+    answer = httpx.get(f"{url}/repositories/{repository}/otf/refs/main/diff/exp1",
+                       params={"table_path": "tables/transactions", "type": "delta"},
+                       headers={"Authorization": f"Bearer {state.webhook_token}"}, timeout=60)
+    answer.raise_for_status()
+    facts["diff"] = answer.json()
+    say("\n" + render_diff(facts["diff"], "main", "exp1"))
+    facts["page"] = f"{url}/diff?repository={repository}&left=main&right=exp1&table_path=tables/transactions"
+    say(f"\nDiff page: {facts['page']}  (API token: run `lakefs-delta stack env` and use LAKEFS_DELTA_API_TOKENS)")
+    say("The service keeps running for the page. Stop everything with: .venv/bin/lakefs-delta stack down")
+    return facts
+
+
+if __name__ == "__main__":
+    result = run_demo()
+    if "--json" in sys.argv:  # the facts, for the integration test
+        print("DEMO-FACTS " + json.dumps(result))

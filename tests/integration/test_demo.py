@@ -1,0 +1,31 @@
+"""The demo scenario, non-interactively, through the same code path as `make demo`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_exports_every_commit_reads_outside_lakefs_and_diffs(service, stack_env):
+    result = subprocess.run([sys.executable, "-m", "lakefs_delta.demo", "--json"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=1200, env={**os.environ, **stack_env})
+    assert result.returncode == 0, result.stderr[-4000:]
+    facts = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("DEMO-FACTS "))[11:])
+
+    assert len(facts["exports"]) == 6  # 4 ingest commits (+ accounts in the first) and the ETL commit
+    assert all(e["state"] == "done" and "/_lakefs/exported/" in e["location"] for e in facts["exports"])
+    assert facts["external_count"] == facts["lakefs_count"] == 240
+    diff = facts["diff"]
+    assert sorted(c["column"] for c in diff["schema_changes"] if c["change"] == "removed") == ["description", "merchant"]
+    assert diff["row_count"] == {"left": 160, "right": 240, "difference": 80}
+    assert [op["operation"] for op in diff["results"]] == ["WRITE", "WRITE", "DELETE", "SET TBLPROPERTIES"]
+    assert "removed" in result.stdout and "rows   160 -> 240  (+80)" in result.stdout
+    assert "/diff?repository=" in result.stdout and "stack down" in result.stdout
