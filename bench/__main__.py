@@ -1,0 +1,151 @@
+"""Benchmarks: `python -m bench` (or `make bench`) against the local stack. Prints a markdown table
+and writes it to bench/results/<date>.md.
+
+1. checkpoint rewrite throughput: a synthetic checkpoint of N add actions, rewritten in memory;
+2. end-to-end export of synthetic tables in lakeFS (a checkpoint of N adds + 50 JSON commits after
+   it), cold (first export) and warm (the manifest exists: a no-op), with lakeFS calls and peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import resource
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from exporter.paths import PathResolver
+from exporter.rewrite import rewrite_checkpoint
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ADD_TYPE = pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string())),
+                      ("size", pa.int64()), ("modificationTime", pa.int64()), ("dataChange", pa.bool_()),
+                      ("stats", pa.string())])
+PROTOCOL = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
+METADATA = {"metaData": {"id": "bench", "format": {"provider": "parquet", "options": {}}, "partitionColumns": [],
+                         "schemaString": json.dumps({"type": "struct", "fields": [
+                             {"name": "id", "type": "long", "nullable": True, "metadata": {}}]}),
+                         "configuration": {}, "createdTime": 0}}
+
+
+def synthetic_checkpoint(names: list[str]) -> pa.Table:
+    adds = pa.array([{"path": n, "partitionValues": [], "size": 100, "modificationTime": 0, "dataChange": False,
+                      "stats": '{"numRecords":10}'} for n in names], type=ADD_TYPE)
+    protocol_type = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
+    metadata_type = pa.struct([("id", pa.string()), ("schemaString", pa.string()),
+                               ("partitionColumns", pa.list_(pa.string())),
+                               ("format", pa.struct([("provider", pa.string()), ("options", pa.map_(pa.string(), pa.string()))])),
+                               ("configuration", pa.map_(pa.string(), pa.string())), ("createdTime", pa.int64())])
+    rows = len(names) + 2
+    nulls = lambda t: pa.nulls(rows - 1, type=t)  # noqa: E731
+    add_column = pa.concat_arrays([pa.nulls(2, type=ADD_TYPE), adds])
+    protocol = pa.concat_arrays([pa.array([PROTOCOL["protocol"]], type=protocol_type), nulls(protocol_type)])
+    meta = METADATA["metaData"]
+    metadata = pa.concat_arrays([pa.nulls(1, type=metadata_type),
+                                 pa.array([{**meta, "format": {"provider": "parquet", "options": []}, "configuration": []}],
+                                          type=metadata_type), pa.nulls(rows - 2, type=metadata_type)])
+    return pa.table({"protocol": protocol, "metaData": metadata, "add": add_column})
+
+
+def bench_checkpoint_rewrite(actions: int) -> dict:
+    names = [f"part-{i:07d}-{uuid.UUID(int=i).hex}.snappy.parquet" for i in range(actions)]
+    table = synthetic_checkpoint(names)
+    resolver = PathResolver({n: f"s3://bucket/ns/data/g{i // 1000:05d}/c{i:08d}" for i, n in enumerate(names)})
+    started = time.perf_counter()
+    rewritten, count, missing = rewrite_checkpoint(table, resolver)
+    seconds = time.perf_counter() - started
+    assert count == actions and not missing
+    return {"benchmark": f"checkpoint rewrite, {actions:,} adds", "seconds": seconds, "files_per_s": actions / seconds,
+            "lakefs_calls": 0, "peak_rss_mib": peak_rss_mib()}
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def build_table(lakefs, gateway, repository: str, files: int, commits_after: int = 50) -> str:
+    """N tiny data objects through the gateway, a checkpoint of N adds at version 1, then 50 commits."""
+    prefix = f"tables/t{files}/"
+    names = [f"part-{i:07d}-{uuid.uuid4().hex[:8]}.parquet" for i in range(files + commits_after)]
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(lambda n: gateway.put_object(Bucket=repository, Key=f"main/{prefix}{n}", Body=b"x"), names))
+    log = prefix + "_delta_log/"
+    lakefs.upload_object(repository, "main", log + f"{0:020d}.json",
+                         (json.dumps({"commitInfo": {"operation": "CREATE TABLE"}}) + "\n" + json.dumps(PROTOCOL) + "\n"
+                          + json.dumps(METADATA) + "\n").encode())
+    sink = io.BytesIO()
+    pq.write_table(synthetic_checkpoint(names[:files]), sink)
+    lakefs.upload_object(repository, "main", log + f"{1:020d}.checkpoint.parquet", sink.getvalue())
+    lakefs.upload_object(repository, "main", log + f"{1:020d}.json",
+                         json.dumps({"commitInfo": {"operation": "WRITE"}}).encode() + b"\n")
+    for v, name in enumerate(names[files:], start=2):
+        add = {"add": {"path": name, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True}}
+        lakefs.upload_object(repository, "main", log + f"{v:020d}.json",
+                             (json.dumps({"commitInfo": {"operation": "WRITE"}}) + "\n" + json.dumps(add) + "\n").encode())
+    lakefs.upload_object(repository, "main", f"_lakefs_tables/t{files}.yaml",
+                         f"name: t{files}\ntype: delta\npath: {prefix.rstrip('/')}\n".encode())
+    return lakefs.commit_branch(repository, "main", f"bench table of {files} files")
+
+
+def bench_exports(sizes: list[int]) -> list[dict]:
+    import boto3
+
+    from exporter.config import load_config
+    from exporter.export import export_table, find_table
+    from exporter.lakefs import LakeFS
+    from lakefs_delta import stack
+
+    state = stack.up()
+    os.environ.update(state.environment())
+    config = load_config()
+    lakefs = LakeFS(config.lakefs)
+    gateway = boto3.client("s3", endpoint_url=state.lakefs_endpoint, region_name="us-east-1",
+                           aws_access_key_id=state.lakefs_access_key_id, aws_secret_access_key=state.lakefs_secret_access_key)
+    rows = []
+    for files in sizes:
+        repository = f"bench-{files}-{uuid.uuid4().hex[:6]}"
+        lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
+        print(f"building a table of {files:,} files in {repository} ...", flush=True)
+        commit_id = build_table(lakefs, gateway, repository, files)
+        table = find_table(lakefs, repository, commit_id, f"t{files}")
+        for run in ("cold", "warm"):
+            outcome = export_table(config, repository, "main", commit_id, table, lakefs=LakeFS(config.lakefs))
+            assert outcome.ok, outcome.error
+            rows.append({"benchmark": f"export {files:,}-file table + 50 commits ({run})", "seconds": outcome.seconds,
+                         "files_per_s": (files + 50) / outcome.seconds, "lakefs_calls": outcome.lakefs_calls,
+                         "peak_rss_mib": peak_rss_mib()})
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| benchmark | seconds | files/s | lakeFS calls | peak RSS MiB |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['benchmark']} | {r['seconds']:.3f} | {r['files_per_s']:,.0f} | {r['lakefs_calls']} | "
+              f"{r['peak_rss_mib']:,.0f} |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--actions", type=int, default=1_000_000, help="adds in the synthetic checkpoint")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000], help="table sizes to export")
+    args = parser.parse_args()
+    rows = [bench_checkpoint_rewrite(args.actions)]
+    rows += bench_exports(args.sizes) if args.sizes else []
+    table = markdown(rows)
+    print(table)
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"{date.today().isoformat()}.md"
+    out.write_text(f"# Benchmarks {date.today().isoformat()}\n\nMachine: {os.cpu_count()} cores.\n\n{table}\n")
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()
