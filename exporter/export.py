@@ -11,7 +11,7 @@ import json
 import posixpath
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import unquote
 
@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import exporter
 from exporter.config import Config
 from exporter.deltalog import LogSegment, check_protocol, parse_actions
-from exporter.errors import CorruptLog, ExporterError, MissingDataFiles, TableNotFound
+from exporter.errors import ExporterError, MissingDataFiles, TableNotFound
 from exporter.lakefs import LakeFS
 from exporter.logstore import LOG_DIR, load_log, read_parquet
 from exporter.objectstore import ObjectStore

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 
-import httpx
 import pytest
 
 from exporter.diff import DiffCache, cached_diff
@@ -136,7 +135,7 @@ def test_diff_api_errors(service, config, lakefs, story):
     assert api(service, base + "?table_path=tables/transactions&type=iceberg").status_code == 400
     assert api(service, base + "?table_path=tables/nothing-here").status_code == 404
     assert api(service, f"/repositories/{story}/otf/refs/main/diff/no-such-ref?table_path=tables/transactions").status_code == 404
-    assert api(service, f"/repositories/no-such-repo/otf/refs/main/diff/exp1?table_path=t").status_code == 404
+    assert api(service, "/repositories/no-such-repo/otf/refs/main/diff/exp1?table_path=t").status_code == 404
     page = api(service, base + "?table_path=tables/transactions&amount=1")
     assert len(page.json()["results"]) == 1 and page.json()["pagination"]["has_more"] is True
     datasets = api(service, f"/repositories/{story}/refs/exp1/datasets").json()["results"]
