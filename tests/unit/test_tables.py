@@ -1,0 +1,61 @@
+"""Table descriptors: what lakeFS's `_lakefs_tables/<name>.yaml` convention allows, and clear errors."""
+
+import pytest
+
+from exporter.errors import DescriptorError
+from exporter.tables import discover_tables, parse_descriptor
+
+pytestmark = pytest.mark.unit
+
+
+def test_valid_descriptor_is_normalised():
+    table = parse_descriptor("_lakefs_tables/t.yaml", b"name: events\ntype: delta\npath: tables//events/\n")
+    assert (table.name, table.path, table.prefix) == ("events", "tables/events", "tables/events/")
+
+
+def test_other_table_types_are_not_exported():
+    assert parse_descriptor("_lakefs_tables/h.yaml", b"name: h\ntype: hive\npath: tables/h\n") is None
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"name: [unclosed\n", "not valid YAML"),
+    (b"- name: a\n", "expected a mapping"),
+    (b"type: delta\npath: tables/x\n", "`name` is required"),
+    (b"name: x\ntype: delta\n", "`path` is required"),
+    (b"name: x\npath: ../outside\n", "escapes the repository"),
+    (b"name: x\npath: tables/../../x\n", "escapes the repository"),
+    (b"name: x\npath: /abs/x\n", "relative to the repository root"),
+    (b"name: x\npath: s3://bucket/x\n", "relative to the repository root"),
+    (b"name: a/b\npath: tables/x\n", "must not contain `/`"),
+])
+def test_invalid_descriptors_name_the_file_and_the_problem(content, message):
+    with pytest.raises(DescriptorError, match=message) as raised:
+        parse_descriptor("_lakefs_tables/bad.yaml", content)
+    assert "_lakefs_tables/bad.yaml" in str(raised.value)
+
+
+class Descriptors:
+    """A stand-in for the lakeFS client's two read calls: enough for the pure discovery rules."""
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files = files
+
+    def list_objects(self, repository, ref, prefix, delimiter=None):
+        return [{"path": p, "path_type": "object"} for p in sorted(self.files)]
+
+    def get_object(self, repository, ref, path):
+        return self.files[path]
+
+
+def test_one_bad_descriptor_does_not_stop_the_others_and_duplicates_export_neither():
+    discovery = discover_tables(Descriptors({
+        "_lakefs_tables/a.yaml": b"name: a\ntype: delta\npath: tables/a\n",
+        "_lakefs_tables/b.yaml": b"name: [broken\n",
+        "_lakefs_tables/c1.yaml": b"name: c\ntype: delta\npath: tables/c1\n",
+        "_lakefs_tables/c2.yaml": b"name: c\ntype: delta\npath: tables/c2\n",
+        "_lakefs_tables/readme.md": b"not a descriptor",
+    }), "repo", "main")
+    assert [t.name for t in discovery.tables] == ["a"]
+    assert len(discovery.errors) == 2
+    assert any("b.yaml" in str(e) for e in discovery.errors)
+    assert any("'c'" in str(e) and "neither" in str(e) for e in discovery.errors)
