@@ -3,7 +3,9 @@ and writes it to bench/results/<date>.md.
 
 1. checkpoint rewrite throughput: a synthetic checkpoint of N add actions, rewritten in memory;
 2. end-to-end export of synthetic tables in lakeFS (a checkpoint of N adds + 50 JSON commits after
-   it), cold (first export) and warm (the manifest exists: a no-op), with lakeFS calls and peak memory.
+   it), cold (first export) and warm (the manifest exists: a no-op), with lakeFS calls and peak memory;
+3. history diff of a table with N versions (checkpoint every 10): cold, and cached p50/p99;
+4. a commit storm (bench/webhooks.py): 200 commits at once, 3 tables each, 2 workers.
 """
 
 from __future__ import annotations
@@ -125,6 +127,78 @@ def bench_exports(sizes: list[int]) -> list[dict]:
     return rows
 
 
+def build_history(lakefs, repository: str, versions: int, checkpoint_every: int = 10) -> str:
+    """A table with `versions` commits (one add each), a checkpoint every 10, on a branch off main."""
+    log = "tables/history/_delta_log/"
+    lakefs.upload_object(repository, "main", log + f"{0:020d}.json",
+                         (json.dumps({"commitInfo": {"operation": "CREATE TABLE", "timestamp": 1}}) + "\n"
+                          + json.dumps(PROTOCOL) + "\n" + json.dumps(METADATA) + "\n").encode())
+    lakefs.commit_branch(repository, "main", "create")
+    lakefs.create_branch(repository, "topic", "main")
+    names = []
+
+    def upload(v: int) -> None:
+        name = f"part-{v:07d}.parquet"
+        names.append(name)
+        add = {"add": {"path": name, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True,
+                       "stats": '{"numRecords":10}'}}
+        info = {"commitInfo": {"operation": "WRITE", "timestamp": 1_700_000_000_000 + v,
+                               "operationParameters": {"mode": "Append"}}}
+        lakefs.upload_object(repository, "topic", log + f"{v:020d}.json",
+                             (json.dumps(info) + "\n" + json.dumps(add) + "\n").encode())
+        if v % checkpoint_every == 0:
+            sink = io.BytesIO()
+            pq.write_table(synthetic_checkpoint(list(names)), sink)
+            lakefs.upload_object(repository, "topic", log + f"{v:020d}.checkpoint.parquet", sink.getvalue())
+
+    for v in range(1, versions + 1):
+        upload(v)
+    return lakefs.commit_branch(repository, "topic", f"{versions} versions")
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def bench_diffs(versions_list: list[int]) -> list[dict]:
+    from exporter.config import load_config
+    from exporter.diff import DiffCache, cached_diff, compute_diff
+    from exporter.lakefs import LakeFS
+    from lakefs_delta import stack
+
+    state = stack.up()
+    os.environ.update(state.environment())
+    config = load_config()
+    lakefs = LakeFS(config.lakefs)
+    cache = DiffCache(config.redis_url, 600)
+    rows = []
+    for versions in versions_list:
+        repository = f"bench-diff-{versions}-{uuid.uuid4().hex[:6]}"
+        lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
+        print(f"building a table with {versions:,} versions in {repository} ...", flush=True)
+        build_history(lakefs, repository, versions)
+        left, right = lakefs.commit(repository, "main").id, lakefs.commit(repository, "topic").id
+        calls = lakefs.calls
+        started = time.perf_counter()
+        diff = compute_diff(config, lakefs, repository, left, right, "tables/history")
+        cold = time.perf_counter() - started
+        assert len(diff["results"]) == versions, len(diff["results"])
+        rows.append({"benchmark": f"cold diff, {versions:,} versions (checkpoint every 10)", "seconds": cold,
+                     "files_per_s": versions / cold, "lakefs_calls": lakefs.calls - calls, "peak_rss_mib": peak_rss_mib()})
+        cached_diff(config, lakefs, cache, repository, "main", "topic", "tables/history")
+        samples = []
+        for _ in range(200):
+            started = time.perf_counter()
+            cached_diff(config, lakefs, cache, repository, "main", "topic", "tables/history")
+            samples.append(time.perf_counter() - started)
+        for name, q in (("p50", 0.5), ("p99", 0.99)):
+            rows.append({"benchmark": f"cached diff {name} (refs resolved to commits, then Redis), {versions:,} versions",
+                         "seconds": percentile(samples, q), "files_per_s": 1 / percentile(samples, q),
+                         "lakefs_calls": 2, "peak_rss_mib": peak_rss_mib()})
+    return rows
+
+
 def markdown(rows: list[dict]) -> str:
     lines = ["| benchmark | seconds | files/s | lakeFS calls | peak RSS MiB |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {r['benchmark']} | {r['seconds']:.3f} | {r['files_per_s']:,.0f} | {r['lakefs_calls']} | "
@@ -136,9 +210,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--actions", type=int, default=1_000_000, help="adds in the synthetic checkpoint")
     parser.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000], help="table sizes to export")
+    parser.add_argument("--diff-versions", type=int, nargs="*", default=[1_000], help="table histories to diff")
+    parser.add_argument("--storm", type=int, default=200, help="commits arriving at once (0: skip)")
     args = parser.parse_args()
     rows = [bench_checkpoint_rewrite(args.actions)]
     rows += bench_exports(args.sizes) if args.sizes else []
+    rows += bench_diffs(args.diff_versions) if args.diff_versions else []
+    if args.storm:
+        from bench.webhooks import bench_commit_storm
+
+        rows += bench_commit_storm(args.storm)
     table = markdown(rows)
     print(table)
     RESULTS.mkdir(exist_ok=True)

@@ -119,6 +119,11 @@ class LakeFS:
                               repository, commit=commit_id, _preload_content=False)
         return json.loads(response.raw_data)["results"]
 
+    def hook_runs(self, repository: str, run_id: str) -> list[dict]:
+        response = self._call(f"hook runs {repository}/{run_id}", self.actions.list_run_hooks_with_http_info,
+                              repository, run_id, _preload_content=False)
+        return json.loads(response.raw_data)["results"]
+
     # ------------------------------------------------------------ writing (CLI, tests, demo)
 
     def create_repository(self, name: str, storage_namespace: str, default_branch: str = "main") -> None:

@@ -1,0 +1,158 @@
+"""Load: many commits arriving at once, each changing several tables, with 2 workers.
+
+Measures what a user of the service sees: how fast lakeFS's webhook calls are answered (from
+lakeFS's own hook run records), how long from a commit to its complete export (every changed
+table `done`), exports per minute, and that nothing is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+from bench.__main__ import METADATA, PROTOCOL, percentile, peak_rss_mib
+
+ROOT = Path(__file__).resolve().parent.parent
+PORT = 18090  # not the demo's 18080, so a running demo does not take the events
+TABLES = 3
+
+
+def start_processes(env: dict[str, str], workers: int) -> list[subprocess.Popen]:
+    logs = ROOT / "bench" / "results"
+    logs.mkdir(exist_ok=True)
+    started = [subprocess.Popen([sys.executable, "-m", "lakefs_delta.cli", "serve", "--port", str(PORT)], cwd=ROOT, env=env,
+                                stdout=open(logs / "bench-service.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)]
+    for i in range(workers):
+        started.append(subprocess.Popen([sys.executable, "-m", "lakefs_delta.cli", "worker", "--concurrency=1",
+                                         "--name", f"bench{i}-{uuid.uuid4().hex[:4]}@%h"], cwd=ROOT, env=env,
+                                        stdout=open(logs / f"bench-worker{i}.log", "ab"), stderr=subprocess.STDOUT,
+                                        start_new_session=True))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{PORT}/healthz", timeout=1).status_code == 200:
+                return started
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    raise RuntimeError("bench service did not start; see bench/results/bench-service.log")
+
+
+def stop_processes(processes: list[subprocess.Popen]) -> None:
+    import signal
+
+    for process in processes:
+        os.killpg(process.pid, signal.SIGTERM)
+    for process in processes:
+        process.wait(timeout=30)
+
+
+def seed_tables(lakefs, repository: str) -> None:
+    for t in range(TABLES):
+        lakefs.upload_object(repository, "main", f"tables/t{t}/_delta_log/{0:020d}.json",
+                             (json.dumps({"commitInfo": {"operation": "CREATE TABLE"}}) + "\n" + json.dumps(PROTOCOL)
+                              + "\n" + json.dumps(METADATA) + "\n").encode())
+        lakefs.upload_object(repository, "main", f"_lakefs_tables/t{t}.yaml", f"name: t{t}\ntype: delta\npath: tables/t{t}\n".encode())
+
+
+def commit_on_branch(lakefs, repository: str, branch: str, commits: int, version_start: int) -> list[tuple[str, float]]:
+    """`commits` commits on one branch, each appending one Delta version with one data file to every table."""
+    made = []
+    for i in range(commits):
+        version = version_start + i
+        for t in range(TABLES):
+            name = f"part-{branch}-{version:05d}.parquet"
+            lakefs.upload_object(repository, branch, f"tables/t{t}/{name}", b"x")
+            add = {"add": {"path": name, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True}}
+            lakefs.upload_object(repository, branch, f"tables/t{t}/_delta_log/{version:020d}.json",
+                                 (json.dumps({"commitInfo": {"operation": "WRITE"}}) + "\n" + json.dumps(add) + "\n").encode())
+        made.append((lakefs.commit_branch(repository, branch, f"{branch} {version}"), time.time()))
+    return made
+
+
+def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2) -> list[dict]:
+    from exporter.actions import install_actions
+    from exporter.config import load_config
+    from exporter.lakefs import LakeFS
+    from lakefs_delta import stack
+
+    state = stack.up()
+    env = {**os.environ, **state.environment()}
+    os.environ.update(state.environment())
+    lakefs = LakeFS(load_config().lakefs)
+    repository = f"bench-storm-{uuid.uuid4().hex[:6]}"
+    lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
+    seed_tables(lakefs, repository)
+    install_actions(lakefs, repository, "main", f"http://127.0.0.1:{PORT}/webhooks/lakefs", ["storm-*"], {})
+    for b in range(branches):
+        lakefs.create_branch(repository, f"storm-{b}", "main")
+    processes = start_processes(env, workers)
+    try:
+        print(f"{commits} commits on {branches} branches, {TABLES} tables each, {workers} workers ...", flush=True)
+        started = time.time()
+        per_branch = commits // branches
+        with ThreadPoolExecutor(branches) as pool:
+            made = [c for batch in pool.map(lambda b: commit_on_branch(lakefs, repository, f"storm-{b}", per_branch, 1),
+                                             range(branches)) for c in batch]
+        committed = time.time()
+        done_at = wait_all_exported(state, repository, made)
+    finally:
+        stop_processes(processes)
+    latencies = [done_at[c] - t for c, t in made if c in done_at]
+    answers = hook_answer_seconds(lakefs, repository, [c for c, _ in made])
+    finished = max(done_at.values()) if done_at else time.time()
+    lost = len(made) - len(done_at)
+    rows = [
+        {"benchmark": f"webhook answer p50 ({len(answers)} hook runs)", "seconds": percentile(answers, 0.5)},
+        {"benchmark": "webhook answer p99", "seconds": percentile(answers, 0.99)},
+        {"benchmark": f"commit to complete export p50 ({TABLES} tables/commit)", "seconds": percentile(latencies, 0.5)},
+        {"benchmark": "commit to complete export p99", "seconds": percentile(latencies, 0.99)},
+        {"benchmark": f"{len(made)} commits made in (client side)", "seconds": committed - started},
+        {"benchmark": f"table exports per minute ({len(done_at) * TABLES} exports, {lost} commits lost)",
+         "seconds": finished - started, "files_per_s": len(done_at) * TABLES / ((finished - started) / 60)},
+    ]
+    for row in rows:
+        row.setdefault("files_per_s", 0)
+        row.update(lakefs_calls="-", peak_rss_mib=peak_rss_mib())
+    return rows
+
+
+def wait_all_exported(state, repository: str, made: list[tuple[str, float]], timeout: float = 900) -> dict[str, float]:
+    """commit id -> time its last table export was done."""
+    headers = {"Authorization": f"Bearer {state.webhook_token}"}
+    pending, done_at = {c for c, _ in made}, {}
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        for commit_id in list(pending):
+            answer = httpx.get(f"http://127.0.0.1:{PORT}/exports/{repository}/{commit_id}", headers=headers, timeout=10)
+            if answer.status_code != 200:
+                continue
+            tables = {k: v for k, v in answer.json()["tables"].items()}
+            if len(tables) == TABLES and all(t["state"] == "done" for t in tables.values()):
+                done_at[commit_id] = max(t["updated_at"] for t in tables.values())
+                pending.discard(commit_id)
+        time.sleep(1)
+    return done_at
+
+
+def hook_answer_seconds(lakefs, repository: str, commit_ids: list[str]) -> list[float]:
+    """The webhook hook's duration as lakeFS recorded it (its call to this service)."""
+    seconds = []
+    for commit_id in commit_ids:
+        for run in lakefs.action_runs(repository, commit_id):
+            for hook in lakefs.hook_runs(repository, run["run_id"]):
+                if hook.get("start_time") and hook.get("end_time"):
+                    seconds.append(_time(hook["end_time"]) - _time(hook["start_time"]))
+    return seconds
+
+
+def _time(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
