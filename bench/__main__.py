@@ -3,7 +3,8 @@ and writes it to bench/results/<date>.md.
 
 1. checkpoint rewrite throughput: a synthetic checkpoint of N add actions, rewritten in memory;
 2. end-to-end export of synthetic tables in lakeFS (a checkpoint of N adds + 50 JSON commits after
-   it), cold (first export) and warm (the manifest exists: a no-op), with lakeFS calls and peak memory;
+   it), cold (first export) and warm (the manifest exists: a no-op), with lakeFS calls and peak memory,
+   beside lakeFS's own Lua Delta exporter run as a post-commit hook on the same table (bench/lua_exporter.py);
 3. history diff of a table with N versions (checkpoint every 10): cold, and cached p50/p99;
 4. a commit storm (bench/webhooks.py): 200 commits at once, 3 tables each, 2 workers.
 """
@@ -97,8 +98,10 @@ def build_table(lakefs, gateway, repository: str, files: int, commits_after: int
     return lakefs.commit_branch(repository, "main", f"bench table of {files} files")
 
 
-def bench_exports(sizes: list[int]) -> list[dict]:
+def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0) -> list[dict]:
     import boto3
+
+    from bench.lua_exporter import bench_lua_export
 
     from exporter.config import load_config
     from exporter.export import export_table, find_table
@@ -118,12 +121,27 @@ def bench_exports(sizes: list[int]) -> list[dict]:
         print(f"building a table of {files:,} files in {repository} ...", flush=True)
         commit_id = build_table(lakefs, gateway, repository, files)
         table = find_table(lakefs, repository, commit_id, f"t{files}")
+        project_rows, location = [], None
         for run in ("cold", "warm"):
             outcome = export_table(config, repository, "main", commit_id, table, lakefs=LakeFS(config.lakefs))
             assert outcome.ok, outcome.error
-            rows.append({"benchmark": f"export {files:,}-file table + 50 commits ({run})", "seconds": outcome.seconds,
-                         "files_per_s": (files + 50) / outcome.seconds, "lakefs_calls": outcome.lakefs_calls,
-                         "peak_rss_mib": peak_rss_mib()})
+            location = location or outcome.location
+            project_rows.append({"benchmark": f"export {files:,}-file table + 50 commits ({run})",
+                                 "seconds": outcome.seconds, "files_per_s": (files + 50) / outcome.seconds,
+                                 "lakefs_calls": outcome.lakefs_calls, "peak_rss_mib": peak_rss_mib()})
+        rows += project_rows
+        if not lua:
+            continue
+        print(f"running lakeFS's Lua Delta exporter on {repository} ...", flush=True)
+        lua_row = bench_lua_export(lakefs, state, repository, files, commit_id, location, lua_timeout)
+        if not lua_row.get("failed"):
+            lua_row["vs_lua"] = 1.0
+            for row in project_rows:  # a timeout makes the ratio an upper bound
+                row["vs_lua"], row["vs_lua_bound"] = row["seconds"] / lua_row["seconds"], bool(lua_row.get("timeout"))
+        rows.append(lua_row)
+        if lua_row.get("timeout"):
+            print("the Lua hook is still running inside lakeFS: no further Lua runs", flush=True)
+            lua = False
     return rows
 
 
@@ -200,10 +218,46 @@ def bench_diffs(versions_list: list[int]) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| benchmark | seconds | files/s | lakeFS calls | peak RSS MiB |", "|---|---:|---:|---:|---:|"]
+    def rss(r: dict) -> str:
+        if r["peak_rss_mib"] is None:
+            return "–"
+        return f"{r['peak_rss_mib']:,.0f}" + (" (lakeFS)" if "lua" in r else "")
+
+    def ratio(r: dict) -> str:
+        if "vs_lua" not in r:
+            return "–"
+        return ("< " if r.get("vs_lua_bound") else "") + f"{r['vs_lua']:.3g}"
+
+    lines = ["| benchmark | seconds | files/s | lakeFS calls | peak RSS MiB | project/Lua |",
+             "|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['benchmark']} | {r['seconds']:.3f} | {r['files_per_s']:,.0f} | {r['lakefs_calls']} | "
-              f"{r['peak_rss_mib']:,.0f} |" for r in rows]
-    return "\n".join(lines)
+              f"{rss(r)} | {ratio(r)} |" for r in rows]
+    notes = [lua_note(r) for r in rows if "lua" in r]
+    return "\n".join(lines) + ("\n\nlakeFS Lua exporter runs:\n\n" + "\n".join(notes) if notes else "")
+
+
+def lua_note(row: dict) -> str:
+    """Where the Lua hook wrote, its timings, the calls lakeFS counted for it and what delta-rs read back."""
+    lua = row["lua"]
+    calls = ", ".join(f"{name} {n}" for name, n in lua["calls"].items()) or "none counted"
+    note = [f"- {row['benchmark']}: {lua['status']}, trigger commit {lua['trigger_commit'][:12]}; "
+            f"hook {lua.get('hook_seconds', float('nan')):.2f} s by lakeFS's clock, "
+            f"{lua['observed_seconds']:.2f} s from the commit call to the run being listed; lakeFS calls: {calls}"]
+    if "location" in lua:
+        back = lua["read_back"]
+        note.append(f"  - wrote {back['objects']} objects ({back['bytes']:,} bytes) under {lua['location']}")
+        if "read_error" in back:
+            note.append(f"  - delta-rs could not read it: {back['read_error']}")
+        else:
+            note.append(f"  - delta-rs reads version {back['version']} (this project's export: version "
+                        f"{back.get('project_version', '?')}), {back['adds']:,} adds, {back['rows_from_stats']:,} rows "
+                        f"from stats + {back['adds_without_stats']} adds without stats; same add paths as this "
+                        f"project's export: {back.get('same_adds_as_project', '?')} "
+                        f"(only in Lua {back.get('adds_only_in_lua', '?')}, only in project "
+                        f"{back.get('adds_only_in_project', '?')})")
+    if lua["status"] == "failed":
+        note.append("  - hook output: " + lua.get("output", "")[-1500:].replace("\n", " / "))
+    return "\n".join(note)
 
 
 def main() -> None:
@@ -212,9 +266,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000], help="table sizes to export")
     parser.add_argument("--diff-versions", type=int, nargs="*", default=[1_000], help="table histories to diff")
     parser.add_argument("--storm", type=int, default=200, help="commits arriving at once (0: skip)")
+    parser.add_argument("--no-lua", action="store_true", help="skip lakeFS's Lua Delta exporter")
+    parser.add_argument("--lua-timeout", type=float, default=600.0, help="seconds to wait for one Lua hook run")
     args = parser.parse_args()
     rows = [bench_checkpoint_rewrite(args.actions)]
-    rows += bench_exports(args.sizes) if args.sizes else []
+    rows += bench_exports(args.sizes, not args.no_lua, args.lua_timeout) if args.sizes else []
     rows += bench_diffs(args.diff_versions) if args.diff_versions else []
     if args.storm:
         from bench.webhooks import bench_commit_storm

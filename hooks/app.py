@@ -288,7 +288,7 @@ def create_app(config: Config) -> Starlette:
         return HTMLResponse((TEMPLATES / "diff.html").read_text())
 
     async def openapi(request: Request) -> Response:
-        return schemas.OpenAPIResponse(request=request)
+        return JSONResponse(schemas.get_schema(routes=request.app.routes))
 
     routes = [
         Route("/webhooks/lakefs", receive_event, methods=["POST"]),

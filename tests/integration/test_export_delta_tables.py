@@ -236,3 +236,26 @@ def test_listing_cost_is_one_call_per_thousand_files(lakefs, config, repository,
     assert outcome.files_rewritten == files
     pages = math.ceil((files + 1) / 1000)
     assert outcome.lakefs_calls <= pages + 2, outcome.lakefs_calls  # + repository + descriptor check
+
+
+def test_export_command_prints_each_table_and_fails_when_one_fails(lakefs, repository, capsys):
+    from lakefs_delta.cli import main as cli
+
+    protocol = '{"protocol":{"minReaderVersion":1,"minWriterVersion":2}}'
+    metadata = ('{"metaData":{"id":"x","format":{"provider":"parquet","options":{}},'
+                '"schemaString":"{\\"type\\":\\"struct\\",\\"fields\\":[]}","partitionColumns":[],"configuration":{}}}')
+    for name, data_file in (("good", "part-1.parquet"), ("lost", "part-gone.parquet")):
+        if name == "good":
+            lakefs.upload_object(repository, "main", f"tables/{name}/{data_file}", b"x")
+        add = f'{{"add":{{"path":"{data_file}","partitionValues":{{}},"size":1,"modificationTime":0,"dataChange":true}}}}'
+        lakefs.upload_object(repository, "main", f"tables/{name}/_delta_log/00000000000000000000.json",
+                             f'{{"commitInfo":{{"operation":"WRITE"}}}}\n{protocol}\n{metadata}\n{add}\n'.encode())
+        add_descriptor(lakefs, repository, name, f"tables/{name}")
+    lakefs.commit_branch(repository, "main", "two tables")
+
+    assert cli(["export", "--repo", repository, "--ref", "main"]) == 1
+    printed = capsys.readouterr().out
+    assert "OK      good -> s3://" in printed and "/_lakefs/exported/main/" in printed
+    assert "FAILED  lost (tables/lost)" in printed and "part-gone.parquet" in printed
+    assert cli(["export", "--repo", repository, "--ref", "main", "--table", "good"]) == 0
+    assert "EXISTS  good" in capsys.readouterr().out  # a second export of the same commit is a no-op

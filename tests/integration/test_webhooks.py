@@ -236,3 +236,12 @@ def test_lakefs_outage_mid_task_is_retried_until_it_succeeds(service, lakefs, sp
         stack.up()
     done = wait_for_export(service, repository, commit_id, {"events"}, timeout=120)["events"]
     assert done["state"] == "done" and done["retries"] >= 1, done
+
+
+def test_health_readiness_and_openapi(service):
+    assert httpx.get(service + "/healthz").json() == {"status": "ok"}
+    ready = httpx.get(service + "/readyz", timeout=10)
+    assert ready.status_code == 200 and ready.json()["checks"] == {"redis": True, "lakefs": True}
+    spec = httpx.get(service + "/openapi.json").json()
+    assert {"/webhooks/lakefs", "/exports/{repository}/{commit}",
+            "/repositories/{repository}/otf/refs/{left_ref}/diff/{right_ref}"} <= set(spec["paths"])

@@ -1,0 +1,225 @@
+"""lakeFS's own Delta exporter, measured on the same lakeFS, the same tables, in the same run.
+
+How lakeFS v1.86.0 runs it (read from its sources, `pkg/actions/lua/...` and
+`examples/hooks/delta_lake_S3_export.lua`):
+
+- a `type: lua` hook whose script calls `require("lakefs/catalogexport/delta_exporter")
+  .export_delta_log(action, table_defs, s3.put_object, delta_client, "_lakefs_tables")`;
+- `formats.delta_client(lakefs_key, lakefs_secret, region)` reads the whole log, checkpoint
+  included, with delta-go through lakeFS's own S3 gateway (its listen address, path style);
+- then one `lakefs.stat_object` per add/remove/cdc line and per deletion vector: in-process API
+  calls that lakeFS still counts in its Prometheus metrics (`api_request_duration_seconds_count`);
+- `aws.s3_client(key, secret, region, endpoint)` writes the log: the fourth argument is the endpoint.
+  There is no path-style switch, but aws-sdk-go-v2's endpoint rules address an IP-literal endpoint
+  path style (`http://127.0.0.1:19000/<bucket>/<key>`), so the stack's MinIO is reachable with no
+  lakeFS configuration beyond what `lakefs_delta.stack` already writes (`localhost` would not be:
+  it becomes `<bucket>.localhost`). `aws` and `formats` are always loaded; `net_http_enabled` is
+  not needed;
+- output: `<namespace>/_lakefs/exported/<branch>/<first 6 of commit>/<table name>/_delta_log/`,
+  versions renumbered from 0 with the checkpoint folded into version 0, no checkpoint file, no
+  `_last_checkpoint`. Only the latest snapshot can be compared with this project's export.
+
+lakeFS records a run only once every hook ended, and a Lua hook has no timeout: a hook we stop
+waiting for keeps running inside lakeFS until it ends (or lakeFS stops).
+
+The action's args carry the stack's lakeFS and MinIO keys in clear: acceptable only because bench
+repositories are throwaway ones on a loopback stack whose keys already sit in its stack directory.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import time
+import urllib.request
+from datetime import datetime
+from urllib.parse import urlsplit
+
+ACTION_PATH = "_lakefs_actions/lua_delta_export.yaml"
+HOOK_ID = "lua_delta_export"
+# Follows lakeFS's examples/hooks/delta_lake_S3_export.lua, with the object store's endpoint added.
+SCRIPT = """\
+local aws = require("aws")
+local formats = require("formats")
+local delta_exporter = require("lakefs/catalogexport/delta_exporter")
+
+local s3 = aws.s3_client(args.aws.access_key_id, args.aws.secret_access_key, args.aws.region, args.aws.endpoint)
+local delta_client = formats.delta_client(args.lakefs.access_key_id, args.lakefs.secret_access_key, args.aws.region)
+local exported = delta_exporter.export_delta_log(action, args.table_defs, s3.put_object, delta_client, "_lakefs_tables")
+for name, details in pairs(exported) do
+  print("exported " .. name .. " to " .. details.path)
+end
+"""
+# Operations the bench itself makes while the hook runs; everything else in the window is the hook's.
+BENCH_OPERATIONS = {"Commit", "ListRepositoryRuns"}
+METRIC = re.compile(r'^(api|gateway)_request_duration_seconds_count\{([^}]*)\}\s+(\S+)$')
+POLL_SECONDS = 0.25
+
+
+def action_yaml(state, table_name: str) -> str:
+    """The action, post-commit on main; JSON strings are YAML strings, so every value is quoted safely."""
+    host = urlsplit(state.minio_endpoint).hostname or ""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"the Lua S3 client addresses {state.minio_endpoint} virtual-hosted style; "
+                         "it reaches MinIO only through an IP-literal endpoint") from None
+    script = "\n".join("        " + line if line else "" for line in SCRIPT.splitlines())
+    q = json.dumps
+    return f"""name: lua delta export
+on:
+  post-commit:
+    branches: ["main"]
+hooks:
+  - id: {HOOK_ID}
+    type: lua
+    properties:
+      script: |
+{script}
+      args:
+        aws:
+          access_key_id: {q(state.minio_user)}
+          secret_access_key: {q(state.minio_password)}
+          region: "us-east-1"
+          endpoint: {q(state.minio_endpoint)}
+        lakefs:
+          access_key_id: {q(state.lakefs_access_key_id)}
+          secret_access_key: {q(state.lakefs_secret_access_key)}
+        table_defs: [{q(table_name)}]
+"""
+
+
+def lakefs_request_counts(lakefs_endpoint: str) -> dict[str, float]:
+    """lakeFS's own request counters by operation: `api:StatObject`, `gateway:get_object`, ..."""
+    with urllib.request.urlopen(f"{lakefs_endpoint}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        found = METRIC.match(line)
+        if found:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', found.group(2)))
+            name = f"{found.group(1)}:{labels.get('operation', '?')}"
+            counts[name] = counts.get(name, 0) + float(found.group(3))
+    return counts
+
+
+def hook_calls(before: dict[str, float], after: dict[str, float]) -> dict[str, int]:
+    calls = {name: int(after.get(name, 0) - before.get(name, 0)) for name in after}
+    return {name: n for name, n in sorted(calls.items())
+            if n > 0 and name.removeprefix("api:") not in BENCH_OPERATIONS}
+
+
+def lakefs_rss_mib() -> float | None:
+    """The lakeFS process's resident memory (the Lua VM runs inside it), None when not ours to see."""
+    from lakefs_delta import stack
+
+    pid = stack._running_pid(stack.STACK_DIR, "lakefs")
+    if pid is None:
+        return None
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def seconds_between(start: str, end: str) -> float:
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def run_hooks(lakefs, repository: str, run_id: str) -> list[dict]:
+    response = lakefs.actions.list_run_hooks_with_http_info(repository, run_id, _preload_content=False)
+    return json.loads(response.raw_data)["results"]
+
+
+def hook_output(lakefs, repository: str, run_id: str, hook_run_id: str) -> str:
+    response = lakefs.actions.get_run_hook_output_with_http_info(repository, run_id, hook_run_id,
+                                                                 _preload_content=False)
+    return response.raw_data.decode(errors="replace")
+
+
+def read_back(state, location: str, project_location: str | None) -> dict:
+    """What the hook wrote in MinIO, and the latest snapshot delta-rs reads from it."""
+    import boto3
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    s3 = boto3.client("s3", endpoint_url=state.minio_endpoint, region_name="us-east-1",
+                      aws_access_key_id=state.minio_user, aws_secret_access_key=state.minio_password)
+    written = [o for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/")
+               for o in page.get("Contents", [])]
+    found = {"objects": len(written), "bytes": sum(o["Size"] for o in written)}
+    options = {"AWS_ENDPOINT_URL": state.minio_endpoint, "AWS_ACCESS_KEY_ID": state.minio_user,
+               "AWS_SECRET_ACCESS_KEY": state.minio_password, "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+
+    def snapshot(uri: str) -> tuple[int, set[str], dict]:
+        table = DeltaTable(uri, storage_options=options)
+        adds = pa.table(table.get_add_actions(flatten=True))
+        records = adds.column("num_records").to_pylist() if "num_records" in adds.column_names else []
+        rows = {"rows_from_stats": sum(r for r in records if r is not None),
+                "adds_without_stats": adds.num_rows - sum(r is not None for r in records)}
+        return table.version(), set(adds.column("path").to_pylist()), rows
+
+    try:
+        found["version"], paths, rows = snapshot(location)
+        found.update(adds=len(paths), **rows)
+        if project_location:
+            found["project_version"], project_paths, project_rows = snapshot(project_location)
+            found["project_rows_from_stats"] = project_rows["rows_from_stats"]
+            found["same_adds_as_project"] = paths == project_paths
+            found["adds_only_in_lua"] = len(paths - project_paths)
+            found["adds_only_in_project"] = len(project_paths - paths)
+    except Exception as exc:  # a reader's refusal is a result to report, not a bench failure
+        found["read_error"] = f"{type(exc).__name__}: {exc}"
+    return found
+
+
+def bench_lua_export(lakefs, state, repository: str, files: int, commit_id: str,
+                     project_location: str | None = None, timeout: float = 600.0) -> dict:
+    """Install the Lua action on main (its commit is the trigger), wait for the run, measure, read back.
+
+    `commit_id` is the table's commit that this project's exporter exported; the trigger commit only
+    adds the action file, so the Lua hook exports the same table. Returns a bench row with a `lua`
+    dict of details; on timeout the row says so and the hook is still running inside lakeFS.
+    """
+    table_name = f"t{files}"
+    label = f"lakeFS Lua exporter, {files:,}-file table + 50 commits"
+    lakefs.upload_object(repository, "main", ACTION_PATH, action_yaml(state, table_name).encode())
+    before = lakefs_request_counts(state.lakefs_endpoint)
+    rss = [r for r in [lakefs_rss_mib()] if r is not None]
+    started = time.perf_counter()
+    trigger = lakefs.commit_branch(repository, "main", f"install the Lua Delta exporter for {table_name}")
+    assert lakefs.commit(repository, trigger).parents == [commit_id], "the trigger commit must sit on the exported one"
+    runs: list[dict] = []
+    while time.perf_counter() - started < timeout:
+        runs = [r for r in lakefs.action_runs(repository, trigger) if r["status"] in ("completed", "failed")]
+        rss += [r for r in [lakefs_rss_mib()] if r is not None]
+        if runs:
+            break
+        time.sleep(POLL_SECONDS)
+    observed = time.perf_counter() - started
+    calls = hook_calls(before, lakefs_request_counts(state.lakefs_endpoint))
+    details: dict = {"trigger_commit": trigger, "observed_seconds": observed, "calls": calls,
+                     "lakefs_rss_peak_mib": max(rss) if rss else None}
+    row = {"benchmark": label, "lakefs_calls": sum(calls.values()), "peak_rss_mib": details["lakefs_rss_peak_mib"],
+           "lua": details}
+    if not runs:
+        details["status"] = "timeout"
+        return {**row, "benchmark": f"{label} (timeout after {timeout:.0f} s; still running in lakeFS)",
+                "seconds": observed, "files_per_s": (files + 50) / observed, "timeout": True}
+    run = runs[0]
+    hook = next(h for h in run_hooks(lakefs, repository, run["run_id"]) if h["hook_id"] == HOOK_ID)
+    details.update(status=run["status"], run_id=run["run_id"],
+                   output=hook_output(lakefs, repository, run["run_id"], hook["hook_run_id"]).strip())
+    seconds = seconds_between(hook["start_time"], hook["end_time"])
+    details["hook_seconds"] = seconds
+    if run["status"] != "completed":
+        return {**row, "benchmark": f"{label} (failed)", "seconds": seconds, "files_per_s": 0.0, "failed": True}
+    namespace = lakefs.storage_namespace(repository).rstrip("/")
+    details["location"] = f"{namespace}/_lakefs/exported/main/{trigger[:6]}/{table_name}"
+    details["read_back"] = read_back(state, details["location"], project_location)
+    return {**row, "seconds": seconds, "files_per_s": (files + 50) / seconds}
