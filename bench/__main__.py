@@ -239,22 +239,28 @@ def markdown(rows: list[dict]) -> str:
 def lua_note(row: dict) -> str:
     """Where the Lua hook wrote, its timings, the calls lakeFS counted for it and what delta-rs read back."""
     lua = row["lua"]
-    calls = ", ".join(f"{name} {n}" for name, n in lua["calls"].items()) or "none counted"
+    def listed(calls: dict[str, int]) -> str:
+        return ", ".join(f"{name} {n:,}" for name, n in calls.items()) or "none"
+
     note = [f"- {row['benchmark']}: {lua['status']}, trigger commit {lua['trigger_commit'][:12]}; "
             f"hook {lua.get('hook_seconds', float('nan')):.2f} s by lakeFS's clock, "
-            f"{lua['observed_seconds']:.2f} s from the commit call to the run being listed; lakeFS calls: {calls}"]
+            f"{lua['observed_seconds']:.2f} s from the commit call to the run being listed",
+            f"  - the hook's lakeFS calls (lakeFS's own counters): {listed(lua['calls'])}; not counted, seen in the "
+            f"same window (the bench's commit and polling, other users of the stack): {listed(lua['other_calls'])}",
+            f"  - lakeFS process RSS: {lua['lakefs_rss_before_mib'] or 0:,.0f} MiB before, "
+            f"{lua['lakefs_rss_peak_mib'] or 0:,.0f} MiB peak (sampled every 0.25 s)"]
     if "location" in lua:
         back = lua["read_back"]
         note.append(f"  - wrote {back['objects']} objects ({back['bytes']:,} bytes) under {lua['location']}")
         if "read_error" in back:
-            note.append(f"  - delta-rs could not read it: {back['read_error']}")
-        else:
-            note.append(f"  - delta-rs reads version {back['version']} (this project's export: version "
-                        f"{back.get('project_version', '?')}), {back['adds']:,} adds, {back['rows_from_stats']:,} rows "
-                        f"from stats + {back['adds_without_stats']} adds without stats; same add paths as this "
-                        f"project's export: {back.get('same_adds_as_project', '?')} "
-                        f"(only in Lua {back.get('adds_only_in_lua', '?')}, only in project "
-                        f"{back.get('adds_only_in_project', '?')})")
+            note.append(f"  - delta-rs refuses it: {back['read_error']}")
+        project = back.get("project", {})
+        note.append(f"  - latest snapshot ({back['reader']}): version {back['version']}, {back['adds']:,} adds, "
+                    f"{back['rows_from_stats']:,} rows from stats + {back['adds_without_stats']} adds without stats; "
+                    f"this project's export (delta-rs): version {back.get('project_version', '?')}, "
+                    f"{project.get('adds', 0):,} adds, {project.get('rows_from_stats', 0):,} rows from stats; "
+                    f"same add paths: {back.get('same_adds_as_project', '?')} (only in Lua "
+                    f"{back.get('adds_only_in_lua', '?')}, only in this project's {back.get('adds_only_in_project', '?')})")
     if lua["status"] == "failed":
         note.append("  - hook output: " + lua.get("output", "")[-1500:].replace("\n", " / "))
     return "\n".join(note)

@@ -16,27 +16,37 @@ from exporter.deltalog import parse_actions
 from exporter.errors import NotFound, TableNotFound
 from exporter.history import NO_BASE, TableLog, TableState, diff_history, snapshot_state
 from exporter.lakefs import LakeFS
-from exporter.logstore import load_log, read_parquet
+from exporter.logstore import LoadedLog, load_log, read_parquet
 from exporter.objectstore import ObjectStore
 from exporter.status import PREFIX
 
 
-def table_state(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str) -> TableState | None:
-    """The table as its log stands at a commit; None when there is no table there."""
+def load_table(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str) -> LoadedLog | None:
     try:
-        loaded = load_log(lakefs, store, repository, commit_id, table_path, log_only=True)
+        return load_log(lakefs, store, repository, commit_id, table_path, log_only=True)
     except TableNotFound:
         return None
+
+
+def table_state(store: ObjectStore, loaded: LoadedLog | None, history_after: int | None = None) -> TableState | None:
+    """The table as its log stands (None when absent). History reaches back past the checkpoint to
+    `history_after` with the older JSON commits the log still holds (only their commitInfo is used)."""
+    if loaded is None:
+        return None
     segment = loaded.segment
+    checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
+    older = []
+    if checkpoint_version is not None and history_after is not None:
+        older = [(v, n) for v, n in sorted(loaded.listing.commits.items()) if history_after < v < checkpoint_version]
+        loaded.read_more(store, [n for _, n in older])
     checkpoint = [read_parquet(n, loaded.files[n]) for n in loaded.checkpoint_files if n.endswith(".parquet")]
     checkpoint_actions = [a for n in loaded.checkpoint_files if n.endswith(".json")
                           for a in parse_actions(n, loaded.files[n])]
-    commits = [(v, parse_actions(n, loaded.files[n])) for v, n in segment.commits]
+    commits = [(v, parse_actions(n, loaded.files[n])) for v, n in older]
     if segment.checkpoint_commit:  # c.json: only its commitInfo is used
-        commits.insert(0, (segment.checkpoint.version, parse_actions(segment.checkpoint_commit,
-                                                                     loaded.files[segment.checkpoint_commit])))
-    return snapshot_state(TableLog(segment.checkpoint.version if segment.checkpoint else None,
-                                   checkpoint, checkpoint_actions, commits))
+        commits.append((checkpoint_version, parse_actions(segment.checkpoint_commit, loaded.files[segment.checkpoint_commit])))
+    commits += [(v, parse_actions(n, loaded.files[n])) for v, n in segment.commits]
+    return snapshot_state(TableLog(checkpoint_version, checkpoint, checkpoint_actions, commits))
 
 
 def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: str | None, right_commit: str,
@@ -44,8 +54,6 @@ def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: s
     """`left_commit=None` compares against nothing (a repository's first commit)."""
     store = ObjectStore(config, lakefs.storage_namespace(repository))
     started = time.monotonic()
-    right = table_state(lakefs, store, repository, right_commit, table_path)
-    left = table_state(lakefs, store, repository, left_commit, table_path) if left_commit else None
     base_commit = None
     base = NO_BASE
     if left_commit:
@@ -53,10 +61,13 @@ def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: s
             base_commit = lakefs.merge_base(repository, right_commit, left_commit)
         except NotFound:
             base_commit = None  # no common ancestor: compare by content alone
-        if base_commit and base_commit not in (left_commit, right_commit):
-            base = table_state(lakefs, store, repository, base_commit, table_path)
-        elif base_commit == left_commit:
-            base = left
+        if base_commit:
+            base = table_state(store, load_table(lakefs, store, repository, base_commit, table_path))
+    # history is needed back to where the two sides share a version: the base's head, if known
+    history_after = base.version if isinstance(base, TableState) else -1
+    right = table_state(store, load_table(lakefs, store, repository, right_commit, table_path), history_after)
+    left = (table_state(store, load_table(lakefs, store, repository, left_commit, table_path), history_after)
+            if left_commit else None)
     result = diff_history(left, right, base)
     result.update(table_path=table_path, left_commit=left_commit, right_commit=right_commit, base_commit=base_commit,
                   computed_seconds=round(time.monotonic() - started, 4))

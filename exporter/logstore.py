@@ -31,6 +31,11 @@ class LoadedLog:
     segment: LogSegment
     files: dict[str, bytes]  # name under _delta_log/ -> raw bytes: the segment's files and sidecars
     checkpoint_files: list[str]  # sidecars first, then the checkpoint's own files (write order)
+    listing: LogListing  # everything `_delta_log/` holds, e.g. JSON commits older than the checkpoint
+
+    def read_more(self, store: ObjectStore, names: list[str]) -> None:
+        """Read more `_delta_log/` files (e.g. older commits, for history) into `files`."""
+        self.files.update(_get_all(store, self.addresses, [n for n in names if n not in self.files]))
 
 
 def load_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str,
@@ -46,12 +51,13 @@ def load_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str
             log_entries.append((key[len(LOG_DIR):], entry.get("size_bytes", 0)))
     if not log_entries:
         raise TableNotFound(f"no Delta table at {repository}@{commit_id}/{table_path}: {prefix}{LOG_DIR} is empty")
-    segment = select_segment(LogListing.from_names(log_entries), _last_checkpoint_hint(store, addresses))
+    listing = LogListing.from_names(log_entries)
+    segment = select_segment(listing, _last_checkpoint_hint(store, addresses))
     names = list(segment.checkpoint.files if segment.checkpoint else [])
     names += [n for _, n in segment.commits] + ([segment.checkpoint_commit] if segment.checkpoint_commit else [])
     files = _get_all(store, addresses, names)
     checkpoint_files = _with_sidecars(store, addresses, segment, files) if segment.checkpoint else []
-    return LoadedLog(addresses, segment, files, checkpoint_files)
+    return LoadedLog(addresses, segment, files, checkpoint_files, listing)
 
 
 def read_parquet(name: str, raw: bytes):

@@ -163,3 +163,23 @@ def test_diff_page_shows_removed_columns_and_row_change(service, story):
         browser.close()
     assert sorted(removed) == ["account", "description"]
     assert difference.startswith("(-")  # 100 -> 85 rows
+
+
+def test_history_reaches_past_the_checkpoint_and_says_when_it_is_gone(config, lakefs, repository):
+    """25 versions on a branch with checkpoints at 10 and 20: all 25 operations are listed; once the
+    JSON commits before the checkpoint are cleaned up, the diff says its history is truncated."""
+    from bench.__main__ import build_history
+
+    build_history(lakefs, repository, 25)
+
+    full = diff(config, lakefs, repository, "main", "topic", "tables/history")
+    assert [int(op["id"]) for op in full["results"]] == list(range(25, 0, -1))
+    assert not full["history_truncated"] and full["row_count"]["right"] == 10 * 25
+
+    for version in range(1, 15):  # log cleanup
+        lakefs.delete_object(repository, "topic", f"tables/history/_delta_log/{version:020d}.json")
+    lakefs.commit_branch(repository, "topic", "log cleanup")
+
+    cleaned = diff(config, lakefs, repository, "main", "topic", "tables/history")
+    assert [int(op["id"]) for op in cleaned["results"]] == list(range(25, 14, -1))
+    assert cleaned["history_truncated"]
