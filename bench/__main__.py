@@ -242,11 +242,13 @@ def lua_note(row: dict) -> str:
     def listed(calls: dict[str, int]) -> str:
         return ", ".join(f"{name} {n:,}" for name, n in calls.items()) or "none"
 
-    note = [f"- {row['benchmark']}: {lua['status']}, trigger commit {lua['trigger_commit'][:12]}; "
-            f"hook {lua.get('hook_seconds', float('nan')):.2f} s by lakeFS's clock, "
-            f"{lua['observed_seconds']:.2f} s from the commit call to the run being listed",
+    timing = (f"no run listed {lua['observed_seconds']:.0f} s after the commit call" if lua["status"] == "timeout" else
+              f"hook {lua['hook_seconds']:.2f} s by lakeFS's clock, {lua['observed_seconds']:.2f} s from the commit "
+              "call to the run being listed")
+    note = [f"- {row['benchmark']}: {lua['status']}, trigger commit {lua['trigger_commit'][:12]}; {timing}",
             f"  - the hook's lakeFS calls (lakeFS's own counters): {listed(lua['calls'])}; not counted, seen in the "
-            f"same window (the bench's commit and polling, other users of the stack): {listed(lua['other_calls'])}",
+            f"same window (the bench's commit and polling, other users of the stack): {listed(lua['other_calls'])}"
+            + ("; **the stack was shared during this run: timings and counts are not clean**" if lua["shared"] else ""),
             f"  - lakeFS process RSS: {lua['lakefs_rss_before_mib'] or 0:,.0f} MiB before, "
             f"{lua['lakefs_rss_peak_mib'] or 0:,.0f} MiB peak (sampled every 0.25 s)"]
     if "location" in lua:

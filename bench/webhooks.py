@@ -125,7 +125,51 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2)
     return rows
 
 
-def wait_all_exported(state, repository: str, made: list[tuple[str, float]], timeout: float = 900) -> dict[str, float]:
+def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
+    """On an idle stack: a commit to a 1,000-file table, to its complete export, one commit at a time."""
+    from bench.__main__ import build_table
+    from exporter.actions import install_actions
+    from exporter.config import load_config
+    from exporter.lakefs import LakeFS
+    from lakefs_delta import stack
+
+    import boto3
+
+    state = stack.up()
+    env = {**os.environ, **state.environment()}
+    os.environ.update(state.environment())
+    lakefs = LakeFS(load_config().lakefs)
+    repository = f"bench-idle-{uuid.uuid4().hex[:6]}"
+    lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
+    gateway = boto3.client("s3", endpoint_url=state.lakefs_endpoint, region_name="us-east-1",
+                           aws_access_key_id=state.lakefs_access_key_id, aws_secret_access_key=state.lakefs_secret_access_key)
+    build_table(lakefs, gateway, repository, files)
+    install_actions(lakefs, repository, "main", f"http://127.0.0.1:{PORT}/webhooks/lakefs", ["main"], {})
+    processes = start_processes(env, 2)
+    latencies = []
+    try:
+        for i in range(samples + 1):  # the first is a warm-up (workers connecting), not counted
+            version = 52 + i  # build_table wrote versions 0..51
+            name = f"part-idle-{i}.parquet"
+            lakefs.upload_object(repository, "main", f"tables/t{files}/{name}", b"x")
+            add = {"add": {"path": name, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True}}
+            lakefs.upload_object(repository, "main", f"tables/t{files}/_delta_log/{version:020d}.json",
+                                 (json.dumps({"commitInfo": {"operation": "WRITE"}}) + "\n" + json.dumps(add) + "\n").encode())
+            started = time.time()
+            commit_id = lakefs.commit_branch(repository, "main", f"idle {i}")
+            done = wait_all_exported(state, repository, [(commit_id, started)], tables=1)
+            if i:
+                latencies.append(done[commit_id] - started)
+    finally:
+        stop_processes(processes)
+    return [{"benchmark": f"idle stack: commit to complete export p50 ({files:,}-file table, {samples} commits)",
+             "seconds": percentile(latencies, 0.5), "files_per_s": 0, "lakefs_calls": "-", "peak_rss_mib": peak_rss_mib()},
+            {"benchmark": "idle stack: commit to complete export max", "seconds": max(latencies), "files_per_s": 0,
+             "lakefs_calls": "-", "peak_rss_mib": peak_rss_mib()}]
+
+
+def wait_all_exported(state, repository: str, made: list[tuple[str, float]], timeout: float = 900,
+                      tables: int = TABLES) -> dict[str, float]:
     """commit id -> time its last table export was done."""
     headers = {"Authorization": f"Bearer {state.webhook_token}"}
     pending, done_at = {c for c, _ in made}, {}
@@ -135,11 +179,11 @@ def wait_all_exported(state, repository: str, made: list[tuple[str, float]], tim
             answer = httpx.get(f"http://127.0.0.1:{PORT}/exports/{repository}/{commit_id}", headers=headers, timeout=10)
             if answer.status_code != 200:
                 continue
-            tables = {k: v for k, v in answer.json()["tables"].items()}
-            if len(tables) == TABLES and all(t["state"] == "done" for t in tables.values()):
-                done_at[commit_id] = max(t["updated_at"] for t in tables.values())
+            found = answer.json()["tables"]
+            if len(found) == tables and all(t["state"] == "done" for t in found.values()):
+                done_at[commit_id] = max(t["updated_at"] for t in found.values())
                 pending.discard(commit_id)
-        time.sleep(1)
+        time.sleep(0.2 if len(pending) < 5 else 1)
     return done_at
 
 

@@ -96,11 +96,18 @@ class DiffCache:
 def cached_diff(config: Config, lakefs: LakeFS, cache: DiffCache, repository: str, left_ref: str | None,
                 right_ref: str, table_path: str) -> tuple[dict, bool]:
     """The diff between two refs, from the cache when present. Returns (diff, came from cache)."""
-    left_commit = lakefs.commit(repository, left_ref).id if left_ref else None
-    right_commit = lakefs.commit(repository, right_ref).id
+    left_commit = _commit_id(lakefs, repository, left_ref) if left_ref else None
+    right_commit = _commit_id(lakefs, repository, right_ref)
     found = cache.get(repository, left_commit, right_commit, table_path)
     if found is not None:
         return found, True
     diff = compute_diff(config, lakefs, repository, left_commit, right_commit, table_path)
     cache.put(repository, left_commit, right_commit, table_path, diff)
     return diff, False
+
+
+def _commit_id(lakefs: LakeFS, repository: str, ref: str) -> str:
+    """A full commit id is already what the cache is keyed by; anything else is resolved by lakeFS."""
+    if len(ref) == 64 and all(c in "0123456789abcdef" for c in ref):
+        return ref
+    return lakefs.commit(repository, ref).id

@@ -32,6 +32,7 @@ class ObjectStore:
             aws_access_key_id=store.access_key_id or None,
             aws_secret_access_key=store.secret_access_key or None,
             config=botocore.config.Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3, "mode": "standard"},
+                                          max_pool_connections=32,
                                           connect_timeout=5, read_timeout=30),
         )
 

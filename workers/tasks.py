@@ -14,7 +14,7 @@ from exporter.export import export_table as export_one_table
 from exporter.export import ExportOutcome, find_table, missing_exports
 from exporter.lakefs import LakeFS
 from exporter.status import StatusStore
-from exporter.tables import changed_tables, discover_tables
+from exporter.tables import DESCRIPTORS_PREFIX, TableDescriptor, changed_tables, discover_tables
 from workers.app import app, config
 
 log = logging.getLogger("lakefs_delta.worker")
@@ -55,7 +55,7 @@ def export_commit(self, repository: str, ref: str, commit_id: str) -> list[str]:
         log.warning("commit %s/%s: %s", repository, commit_id, error)
     for table in tables:
         status.set_table(repository, commit_id, table.name, "queued", ref=ref, table_path=table.path)
-        export_table.delay(repository, ref, commit_id, table.name)
+        export_table.delay(repository, ref, commit_id, table.name, table.path)
     log.info("commit %s/%s (%s): %d table(s) queued: %s", repository, commit_id, ref, len(tables),
              ", ".join(t.name for t in tables) or "-")
     status.count("lakefs_delta_tasks_total", {"task": "export_commit", "outcome": "succeeded"})
@@ -63,7 +63,8 @@ def export_commit(self, repository: str, ref: str, commit_id: str) -> list[str]:
 
 
 @app.task(bind=True, name="lakefs_delta.export_table")
-def export_table(self, repository: str, ref: str, commit_id: str, table_name: str) -> dict:
+def export_table(self, repository: str, ref: str, commit_id: str, table_name: str, table_path: str = "") -> dict:
+    """`table_path` comes from the descriptor `export_commit` already read; without it the descriptor is read again."""
     started = time.monotonic()
     with status.lock(f"{repository}:{commit_id}:{table_name}", config.lock_ttl_seconds) as held:
         if not held:  # another delivery is exporting it; look again later (it will find the manifest)
@@ -71,7 +72,8 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
         status.set_table(repository, commit_id, table_name, "running", worker=self.request.hostname)
         lakefs = LakeFS(config.lakefs)
         try:
-            table = find_table(lakefs, repository, commit_id, table_name)
+            table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml") if table_path
+                     else find_table(lakefs, repository, commit_id, table_name))
             outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs)
         except ExporterError as exc:
             outcome = ExportOutcome(table=table_name, table_path="", ok=False, error=str(exc), permanent=exc.permanent)
