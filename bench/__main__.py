@@ -12,52 +12,19 @@ and writes it to bench/results/<date>.md.
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import os
-import resource
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 
+from bench.measure import peak_rss_mib, percentile
+from bench.synthetic import build_history, build_table, synthetic_checkpoint
 from exporter.paths import PathResolver
 from exporter.rewrite import rewrite_checkpoint
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ADD_TYPE = pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string())),
-                      ("size", pa.int64()), ("modificationTime", pa.int64()), ("dataChange", pa.bool_()),
-                      ("stats", pa.string())])
-PROTOCOL = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
-METADATA = {"metaData": {"id": "bench", "format": {"provider": "parquet", "options": {}}, "partitionColumns": [],
-                         "schemaString": json.dumps({"type": "struct", "fields": [
-                             {"name": "id", "type": "long", "nullable": True, "metadata": {}}]}),
-                         "configuration": {}, "createdTime": 0}}
-
-
-def synthetic_checkpoint(names: list[str]) -> pa.Table:
-    adds = pa.array([{"path": n, "partitionValues": [], "size": 100, "modificationTime": 0, "dataChange": False,
-                      "stats": '{"numRecords":10}'} for n in names], type=ADD_TYPE)
-    protocol_type = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
-    metadata_type = pa.struct([("id", pa.string()), ("schemaString", pa.string()),
-                               ("partitionColumns", pa.list_(pa.string())),
-                               ("format", pa.struct([("provider", pa.string()), ("options", pa.map_(pa.string(), pa.string()))])),
-                               ("configuration", pa.map_(pa.string(), pa.string())), ("createdTime", pa.int64())])
-    rows = len(names) + 2
-    nulls = lambda t: pa.nulls(rows - 1, type=t)  # noqa: E731
-    add_column = pa.concat_arrays([pa.nulls(2, type=ADD_TYPE), adds])
-    protocol = pa.concat_arrays([pa.array([PROTOCOL["protocol"]], type=protocol_type), nulls(protocol_type)])
-    meta = METADATA["metaData"]
-    metadata = pa.concat_arrays([pa.nulls(1, type=metadata_type),
-                                 pa.array([{**meta, "format": {"provider": "parquet", "options": []}, "configuration": []}],
-                                          type=metadata_type), pa.nulls(rows - 2, type=metadata_type)])
-    return pa.table({"protocol": protocol, "metaData": metadata, "add": add_column})
-
-
 def bench_checkpoint_rewrite(actions: int) -> dict:
     names = [f"part-{i:07d}-{uuid.UUID(int=i).hex}.snappy.parquet" for i in range(actions)]
     table = synthetic_checkpoint(names)
@@ -68,34 +35,6 @@ def bench_checkpoint_rewrite(actions: int) -> dict:
     assert count == actions and not missing
     return {"benchmark": f"checkpoint rewrite, {actions:,} adds", "seconds": seconds, "files_per_s": actions / seconds,
             "lakefs_calls": 0, "peak_rss_mib": peak_rss_mib()}
-
-
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def build_table(lakefs, gateway, repository: str, files: int, commits_after: int = 50) -> str:
-    """N tiny data objects through the gateway, a checkpoint of N adds at version 1, then 50 commits."""
-    prefix = f"tables/t{files}/"
-    names = [f"part-{i:07d}-{uuid.uuid4().hex[:8]}.parquet" for i in range(files + commits_after)]
-    with ThreadPoolExecutor(32) as pool:
-        list(pool.map(lambda n: gateway.put_object(Bucket=repository, Key=f"main/{prefix}{n}", Body=b"x"), names))
-    log = prefix + "_delta_log/"
-    lakefs.upload_object(repository, "main", log + f"{0:020d}.json",
-                         (json.dumps({"commitInfo": {"operation": "CREATE TABLE"}}) + "\n" + json.dumps(PROTOCOL) + "\n"
-                          + json.dumps(METADATA) + "\n").encode())
-    sink = io.BytesIO()
-    pq.write_table(synthetic_checkpoint(names[:files]), sink)
-    lakefs.upload_object(repository, "main", log + f"{1:020d}.checkpoint.parquet", sink.getvalue())
-    lakefs.upload_object(repository, "main", log + f"{1:020d}.json",
-                         json.dumps({"commitInfo": {"operation": "WRITE"}}).encode() + b"\n")
-    for v, name in enumerate(names[files:], start=2):
-        add = {"add": {"path": name, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True}}
-        lakefs.upload_object(repository, "main", log + f"{v:020d}.json",
-                             (json.dumps({"commitInfo": {"operation": "WRITE"}}) + "\n" + json.dumps(add) + "\n").encode())
-    lakefs.upload_object(repository, "main", f"_lakefs_tables/t{files}.yaml",
-                         f"name: t{files}\ntype: delta\npath: {prefix.rstrip('/')}\n".encode())
-    return lakefs.commit_branch(repository, "main", f"bench table of {files} files")
 
 
 def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0) -> list[dict]:
@@ -143,40 +82,6 @@ def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0
             print("the Lua hook is still running inside lakeFS: no further Lua runs", flush=True)
             lua = False
     return rows
-
-
-def build_history(lakefs, repository: str, versions: int, checkpoint_every: int = 10) -> str:
-    """A table with `versions` commits (one add each), a checkpoint every 10, on a branch off main."""
-    log = "tables/history/_delta_log/"
-    lakefs.upload_object(repository, "main", log + f"{0:020d}.json",
-                         (json.dumps({"commitInfo": {"operation": "CREATE TABLE", "timestamp": 1}}) + "\n"
-                          + json.dumps(PROTOCOL) + "\n" + json.dumps(METADATA) + "\n").encode())
-    lakefs.commit_branch(repository, "main", "create")
-    lakefs.create_branch(repository, "topic", "main")
-    names = []
-
-    def upload(v: int) -> None:
-        name = f"part-{v:07d}.parquet"
-        names.append(name)
-        add = {"add": {"path": name, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True,
-                       "stats": '{"numRecords":10}'}}
-        info = {"commitInfo": {"operation": "WRITE", "timestamp": 1_700_000_000_000 + v,
-                               "operationParameters": {"mode": "Append"}}}
-        lakefs.upload_object(repository, "topic", log + f"{v:020d}.json",
-                             (json.dumps(info) + "\n" + json.dumps(add) + "\n").encode())
-        if v % checkpoint_every == 0:
-            sink = io.BytesIO()
-            pq.write_table(synthetic_checkpoint(list(names)), sink)
-            lakefs.upload_object(repository, "topic", log + f"{v:020d}.checkpoint.parquet", sink.getvalue())
-
-    for v in range(1, versions + 1):
-        upload(v)
-    return lakefs.commit_branch(repository, "topic", f"{versions} versions")
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def bench_diffs(versions_list: list[int]) -> list[dict]:
@@ -281,8 +186,9 @@ def main() -> None:
     rows += bench_exports(args.sizes, not args.no_lua, args.lua_timeout) if args.sizes else []
     rows += bench_diffs(args.diff_versions) if args.diff_versions else []
     if args.storm:
-        from bench.webhooks import bench_commit_storm
+        from bench.webhooks import bench_commit_storm, bench_idle_latency
 
+        rows += bench_idle_latency()
         rows += bench_commit_storm(args.storm)
     table = markdown(rows)
     print(table)
@@ -290,6 +196,42 @@ def main() -> None:
     out = RESULTS / f"{date.today().isoformat()}.md"
     out.write_text(f"# Benchmarks {date.today().isoformat()}\n\nMachine: {os.cpu_count()} cores.\n\n{table}\n")
     print(f"written to {out}")
+    plotted = plot_exports(rows, RESULTS / f"{date.today().isoformat()}-export-time.png")
+    if plotted:
+        print(f"plot: {plotted}")
+
+
+def plot_exports(rows: list[dict], path: Path) -> Path | None:
+    """Export time against table size, this project (cold) beside lakeFS's Lua exporter."""
+    import re
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series: dict[str, list[tuple[int, float]]] = {"lakefs-delta-exporter (cold)": [], "lakeFS Lua exporter": []}
+    for row in rows:
+        size = re.search(r"([\d,]+)[- ]file", row["benchmark"])
+        if not size or not isinstance(row["seconds"], (int, float)):
+            continue
+        files = int(size.group(1).replace(",", ""))
+        if row["benchmark"].startswith("export") and "(cold)" in row["benchmark"]:
+            series["lakefs-delta-exporter (cold)"].append((files, row["seconds"]))
+        elif row["benchmark"].startswith("lakeFS Lua exporter"):
+            series["lakeFS Lua exporter"].append((files, row["seconds"]))
+    if not any(series.values()):
+        return None
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for label, points in series.items():
+        if points:
+            axes.plot(*zip(*sorted(points)), marker="o", label=label)
+    axes.set(xscale="log", yscale="log", xlabel="data files in the table", ylabel="seconds to export",
+             title="Delta log export time vs table size")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    return path
 
 
 if __name__ == "__main__":

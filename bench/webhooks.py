@@ -19,7 +19,8 @@ from pathlib import Path
 
 import httpx
 
-from bench.__main__ import METADATA, PROTOCOL, percentile, peak_rss_mib
+from bench.measure import peak_rss_mib, percentile
+from bench.synthetic import METADATA, PROTOCOL, build_table
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 18090  # not the demo's 18080, so a running demo does not take the events
@@ -127,7 +128,6 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2)
 
 def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
     """On an idle stack: a commit to a 1,000-file table, to its complete export, one commit at a time."""
-    from bench.__main__ import build_table
     from exporter.actions import install_actions
     from exporter.config import load_config
     from exporter.lakefs import LakeFS

@@ -26,7 +26,7 @@ stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [[ ! -e $stamp ]]; then
   say "installing Python dependencies (pip cache: ~/.cache/pip)"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[spark,test]"
+  .venv/bin/pip install -q -e ".[spark,test,bench]"
   touch "$stamp"
 fi
 

@@ -168,7 +168,7 @@ def test_diff_page_shows_removed_columns_and_row_change(service, story):
 def test_history_reaches_past_the_checkpoint_and_says_when_it_is_gone(config, lakefs, repository):
     """25 versions on a branch with checkpoints at 10 and 20: all 25 operations are listed; once the
     JSON commits before the checkpoint are cleaned up, the diff says its history is truncated."""
-    from bench.__main__ import build_history
+    from bench.synthetic import build_history
 
     build_history(lakefs, repository, 25)
 

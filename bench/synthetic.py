@@ -1,0 +1,92 @@
+"""Synthetic Delta tables in lakeFS for the benchmarks (and one test): valid logs, tiny data objects."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ADD_TYPE = pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string())),
+                      ("size", pa.int64()), ("modificationTime", pa.int64()), ("dataChange", pa.bool_()),
+                      ("stats", pa.string())])
+PROTOCOL = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
+METADATA = {"metaData": {"id": "bench", "format": {"provider": "parquet", "options": {}}, "partitionColumns": [],
+                         "schemaString": json.dumps({"type": "struct", "fields": [
+                             {"name": "id", "type": "long", "nullable": True, "metadata": {}}]}),
+                         "configuration": {}, "createdTime": 0}}
+
+
+def synthetic_checkpoint(names: list[str]) -> pa.Table:
+    adds = pa.array([{"path": n, "partitionValues": [], "size": 100, "modificationTime": 0, "dataChange": False,
+                      "stats": '{"numRecords":10}'} for n in names], type=ADD_TYPE)
+    protocol_type = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
+    metadata_type = pa.struct([("id", pa.string()), ("schemaString", pa.string()),
+                               ("partitionColumns", pa.list_(pa.string())),
+                               ("format", pa.struct([("provider", pa.string()), ("options", pa.map_(pa.string(), pa.string()))])),
+                               ("configuration", pa.map_(pa.string(), pa.string())), ("createdTime", pa.int64())])
+    rows = len(names) + 2
+    nulls = lambda t: pa.nulls(rows - 1, type=t)  # noqa: E731
+    add_column = pa.concat_arrays([pa.nulls(2, type=ADD_TYPE), adds])
+    protocol = pa.concat_arrays([pa.array([PROTOCOL["protocol"]], type=protocol_type), nulls(protocol_type)])
+    meta = METADATA["metaData"]
+    metadata = pa.concat_arrays([pa.nulls(1, type=metadata_type),
+                                 pa.array([{**meta, "format": {"provider": "parquet", "options": []}, "configuration": []}],
+                                          type=metadata_type), pa.nulls(rows - 2, type=metadata_type)])
+    return pa.table({"protocol": protocol, "metaData": metadata, "add": add_column})
+
+
+def build_table(lakefs, gateway, repository: str, files: int, commits_after: int = 50) -> str:
+    """N tiny data objects through the gateway, a checkpoint of N adds at version 1, then 50 commits."""
+    prefix = f"tables/t{files}/"
+    names = [f"part-{i:07d}-{uuid.uuid4().hex[:8]}.parquet" for i in range(files + commits_after)]
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(lambda n: gateway.put_object(Bucket=repository, Key=f"main/{prefix}{n}", Body=b"x"), names))
+    log = prefix + "_delta_log/"
+    lakefs.upload_object(repository, "main", log + f"{0:020d}.json",
+                         (json.dumps({"commitInfo": {"operation": "CREATE TABLE"}}) + "\n" + json.dumps(PROTOCOL) + "\n"
+                          + json.dumps(METADATA) + "\n").encode())
+    sink = io.BytesIO()
+    pq.write_table(synthetic_checkpoint(names[:files]), sink)
+    lakefs.upload_object(repository, "main", log + f"{1:020d}.checkpoint.parquet", sink.getvalue())
+    lakefs.upload_object(repository, "main", log + f"{1:020d}.json",
+                         json.dumps({"commitInfo": {"operation": "WRITE"}}).encode() + b"\n")
+    for v, name in enumerate(names[files:], start=2):
+        add = {"add": {"path": name, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True}}
+        lakefs.upload_object(repository, "main", log + f"{v:020d}.json",
+                             (json.dumps({"commitInfo": {"operation": "WRITE"}}) + "\n" + json.dumps(add) + "\n").encode())
+    lakefs.upload_object(repository, "main", f"_lakefs_tables/t{files}.yaml",
+                         f"name: t{files}\ntype: delta\npath: {prefix.rstrip('/')}\n".encode())
+    return lakefs.commit_branch(repository, "main", f"bench table of {files} files")
+
+
+def build_history(lakefs, repository: str, versions: int, checkpoint_every: int = 10) -> str:
+    """A table with `versions` commits (one add each), a checkpoint every 10, on a branch off main."""
+    log = "tables/history/_delta_log/"
+    lakefs.upload_object(repository, "main", log + f"{0:020d}.json",
+                         (json.dumps({"commitInfo": {"operation": "CREATE TABLE", "timestamp": 1}}) + "\n"
+                          + json.dumps(PROTOCOL) + "\n" + json.dumps(METADATA) + "\n").encode())
+    lakefs.commit_branch(repository, "main", "create")
+    lakefs.create_branch(repository, "topic", "main")
+    names = []
+
+    def upload(v: int) -> None:
+        name = f"part-{v:07d}.parquet"
+        names.append(name)
+        add = {"add": {"path": name, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True,
+                       "stats": '{"numRecords":10}'}}
+        info = {"commitInfo": {"operation": "WRITE", "timestamp": 1_700_000_000_000 + v,
+                               "operationParameters": {"mode": "Append"}}}
+        lakefs.upload_object(repository, "topic", log + f"{v:020d}.json",
+                             (json.dumps(info) + "\n" + json.dumps(add) + "\n").encode())
+        if v % checkpoint_every == 0:
+            sink = io.BytesIO()
+            pq.write_table(synthetic_checkpoint(list(names)), sink)
+            lakefs.upload_object(repository, "topic", log + f"{v:020d}.checkpoint.parquet", sink.getvalue())
+
+    for v in range(1, versions + 1):
+        upload(v)
+    return lakefs.commit_branch(repository, "topic", f"{versions} versions")
