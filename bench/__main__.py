@@ -20,7 +20,8 @@ from pathlib import Path
 
 
 from bench.measure import peak_rss_mib, percentile
-from bench.synthetic import build_history, build_table, synthetic_checkpoint
+from bench.synthetic import (build_history, build_table, gateway_client, new_repository, running_stack,
+                             synthetic_checkpoint)
 from exporter.paths import PathResolver
 from exporter.rewrite import rewrite_checkpoint
 
@@ -38,25 +39,15 @@ def bench_checkpoint_rewrite(actions: int) -> dict:
 
 
 def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0) -> list[dict]:
-    import boto3
-
     from bench.lua_exporter import bench_lua_export
-
-    from exporter.config import load_config
     from exporter.export import export_table, find_table
     from exporter.lakefs import LakeFS
-    from lakefs_delta import stack
 
-    state = stack.up()
-    os.environ.update(state.environment())
-    config = load_config()
-    lakefs = LakeFS(config.lakefs)
-    gateway = boto3.client("s3", endpoint_url=state.lakefs_endpoint, region_name="us-east-1",
-                           aws_access_key_id=state.lakefs_access_key_id, aws_secret_access_key=state.lakefs_secret_access_key)
+    state, config, lakefs = running_stack()
+    gateway = gateway_client(state)
     rows = []
     for files in sizes:
-        repository = f"bench-{files}-{uuid.uuid4().hex[:6]}"
-        lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
+        repository = new_repository(lakefs, f"bench-{files}")
         print(f"building a table of {files:,} files in {repository} ...", flush=True)
         commit_id = build_table(lakefs, gateway, repository, files)
         table = find_table(lakefs, repository, commit_id, f"t{files}")
@@ -85,20 +76,13 @@ def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0
 
 
 def bench_diffs(versions_list: list[int]) -> list[dict]:
-    from exporter.config import load_config
     from exporter.diff import DiffCache, cached_diff, compute_diff
-    from exporter.lakefs import LakeFS
-    from lakefs_delta import stack
 
-    state = stack.up()
-    os.environ.update(state.environment())
-    config = load_config()
-    lakefs = LakeFS(config.lakefs)
+    _, config, lakefs = running_stack()
     cache = DiffCache(config.redis_url, 600)
     rows = []
     for versions in versions_list:
-        repository = f"bench-diff-{versions}-{uuid.uuid4().hex[:6]}"
-        lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
+        repository = new_repository(lakefs, f"bench-diff-{versions}")
         print(f"building a table with {versions:,} versions in {repository} ...", flush=True)
         build_history(lakefs, repository, versions)
         left, right = lakefs.commit(repository, "main").id, lakefs.commit(repository, "topic").id

@@ -90,3 +90,33 @@ def build_history(lakefs, repository: str, versions: int, checkpoint_every: int 
     for v in range(1, versions + 1):
         upload(v)
     return lakefs.commit_branch(repository, "topic", f"{versions} versions")
+
+
+def running_stack():
+    """The local stack (started if needed), this process pointed at it: (state, config, lakeFS client)."""
+    import os
+
+    from exporter.config import load_config
+    from exporter.lakefs import LakeFS
+    from lakefs_delta import stack
+
+    state = stack.up()
+    os.environ.update(state.environment())
+    config = load_config()
+    return state, config, LakeFS(config.lakefs)
+
+
+def new_repository(lakefs, name_prefix: str) -> str:
+    from lakefs_delta import stack
+
+    repository = f"{name_prefix}-{uuid.uuid4().hex[:6]}"
+    lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
+    return repository
+
+
+def gateway_client(state):
+    """boto3 on lakeFS's S3 gateway (`<repository>/<branch>/<path>`), for writing many objects fast."""
+    import boto3
+
+    return boto3.client("s3", endpoint_url=state.lakefs_endpoint, region_name="us-east-1",
+                        aws_access_key_id=state.lakefs_access_key_id, aws_secret_access_key=state.lakefs_secret_access_key)

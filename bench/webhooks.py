@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from bench.measure import peak_rss_mib, percentile
-from bench.synthetic import METADATA, PROTOCOL, build_table
+from bench.synthetic import METADATA, PROTOCOL, build_table, gateway_client, new_repository, running_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 18090  # not the demo's 18080, so a running demo does not take the events
@@ -81,16 +81,10 @@ def commit_on_branch(lakefs, repository: str, branch: str, commits: int, version
 
 def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2) -> list[dict]:
     from exporter.actions import install_actions
-    from exporter.config import load_config
-    from exporter.lakefs import LakeFS
-    from lakefs_delta import stack
 
-    state = stack.up()
+    state, _, lakefs = running_stack()
     env = {**os.environ, **state.environment()}
-    os.environ.update(state.environment())
-    lakefs = LakeFS(load_config().lakefs)
-    repository = f"bench-storm-{uuid.uuid4().hex[:6]}"
-    lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
+    repository = new_repository(lakefs, "bench-storm")
     seed_tables(lakefs, repository)
     install_actions(lakefs, repository, "main", f"http://127.0.0.1:{PORT}/webhooks/lakefs", ["storm-*"], {})
     for b in range(branches):
@@ -129,20 +123,11 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2)
 def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
     """On an idle stack: a commit to a 1,000-file table, to its complete export, one commit at a time."""
     from exporter.actions import install_actions
-    from exporter.config import load_config
-    from exporter.lakefs import LakeFS
-    from lakefs_delta import stack
 
-    import boto3
-
-    state = stack.up()
+    state, _, lakefs = running_stack()
     env = {**os.environ, **state.environment()}
-    os.environ.update(state.environment())
-    lakefs = LakeFS(load_config().lakefs)
-    repository = f"bench-idle-{uuid.uuid4().hex[:6]}"
-    lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
-    gateway = boto3.client("s3", endpoint_url=state.lakefs_endpoint, region_name="us-east-1",
-                           aws_access_key_id=state.lakefs_access_key_id, aws_secret_access_key=state.lakefs_secret_access_key)
+    repository = new_repository(lakefs, "bench-idle")
+    gateway = gateway_client(state)
     build_table(lakefs, gateway, repository, files)
     install_actions(lakefs, repository, "main", f"http://127.0.0.1:{PORT}/webhooks/lakefs", ["main"], {})
     processes = start_processes(env, 2)

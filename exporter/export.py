@@ -13,9 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from urllib.parse import unquote
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -24,14 +22,13 @@ from exporter.config import Config
 from exporter.deltalog import LogSegment, check_protocol, parse_actions
 from exporter.errors import ExporterError, MissingDataFiles, TableNotFound
 from exporter.lakefs import LakeFS
-from exporter.logstore import LOG_DIR, load_log, read_parquet
+from exporter.logstore import IO_THREADS, LOG_DIR, load_log, read_parquet
 from exporter.objectstore import ObjectStore
 from exporter.paths import PathResolver, deletion_vector_relative_path
-from exporter.rewrite import rewrite_checkpoint, rewrite_commit
+from exporter.rewrite import resize_sidecars, resize_sidecars_json, rewrite_checkpoint, rewrite_commit
 from exporter.tables import TableDescriptor, changed_tables, discover_tables
 
 MANIFEST = "_lakefs_export.json"
-IO_THREADS = 16
 
 
 @dataclass
@@ -149,7 +146,7 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
                 result = rewrite_commit(name, raw, resolver)
                 outputs[name], count, lost = result.content, result.files_rewritten, result.missing
                 if sidecar_sizes and not name.startswith("_sidecars/"):
-                    outputs[name] = _resize_sidecars_json(outputs[name], sidecar_sizes)
+                    outputs[name] = resize_sidecars_json(outputs[name], sidecar_sizes)
                 checkpoint_rows += len(actions)
             else:
                 checkpoint = read_parquet(name, raw)
@@ -157,7 +154,7 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
                 snapshot.apply_checkpoint(checkpoint)
                 new_table, count, lost = rewrite_checkpoint(checkpoint, resolver)
                 if sidecar_sizes and not name.startswith("_sidecars/"):
-                    new_table = _resize_sidecars(new_table, sidecar_sizes)
+                    new_table = resize_sidecars(new_table, sidecar_sizes)
                 outputs[name] = _write_parquet(new_table)
                 checkpoint_rows += checkpoint.num_rows
             rewritten += count
@@ -252,37 +249,6 @@ def _dv_id(deletion_vector: dict | None) -> tuple | None:
     if not deletion_vector:
         return None
     return (deletion_vector.get("storageType"), deletion_vector.get("pathOrInlineDv"), deletion_vector.get("offset"))
-
-
-def _resize_sidecars(checkpoint, sizes: dict[str, int]):
-    """A V2 checkpoint's `sidecar` actions carry each sidecar's size, which readers trust: the
-    rewritten sidecars are larger, so their sizes are updated (PROTOCOL.md#sidecar-file-information)."""
-    if "sidecar" not in checkpoint.column_names:
-        return checkpoint
-    index = checkpoint.column_names.index("sidecar")
-    chunks = []
-    for chunk in checkpoint.column(index).chunks:
-        paths = chunk.field("path").to_pylist()
-        names = [f.name for f in chunk.type]
-        old_sizes = chunk.field("sizeInBytes")
-        new_sizes = pa.array([sizes.get(posixpath.basename(unquote(p)), old) if p is not None else old
-                              for p, old in zip(paths, old_sizes.to_pylist())], type=old_sizes.type)
-        children = [new_sizes if n == "sizeInBytes" else chunk.field(n) for n in names]
-        chunks.append(pa.StructArray.from_arrays(children, fields=list(chunk.type), mask=chunk.is_null()))
-    column = pa.chunked_array(chunks, type=checkpoint.schema.field(index).type)
-    return checkpoint.set_column(index, checkpoint.schema.field(index), column)
-
-
-def _resize_sidecars_json(raw: bytes, sizes: dict[str, int]) -> bytes:
-    lines = raw.split(b"\n")
-    for i, line in enumerate(lines):
-        if line.startswith(b'{"sidecar"'):
-            action = json.loads(line)
-            name = posixpath.basename(unquote(action["sidecar"]["path"]))
-            if name in sizes:
-                action["sidecar"]["sizeInBytes"] = sizes[name]
-                lines[i] = json.dumps(action, separators=(",", ":"), ensure_ascii=False).encode()
-    return b"\n".join(lines)
 
 
 def _put_all(store: ObjectStore, prefix: str, files: dict[str, bytes]) -> None:

@@ -7,9 +7,11 @@ checkpoints keep their schema and null masks exactly.
 
 import itertools
 import json
+import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -242,3 +244,37 @@ def _with_children(struct: pa.StructArray, replaced: dict[int, pa.Array]) -> pa.
     children = [replaced.get(index, struct.field(index)) for index in range(struct.type.num_fields)]
     mask = struct.is_null() if struct.null_count else None
     return pa.StructArray.from_arrays(children, fields=list(struct.type), mask=mask)
+
+
+# ------------------------------------------------------------- V2 checkpoint sidecar sizes
+
+
+def resize_sidecars(checkpoint, sizes: dict[str, int]):
+    """A V2 checkpoint's `sidecar` actions carry each sidecar's size, which readers trust: the
+    rewritten sidecars are larger, so their sizes are updated (PROTOCOL.md#sidecar-file-information)."""
+    if "sidecar" not in checkpoint.column_names:
+        return checkpoint
+    index = checkpoint.column_names.index("sidecar")
+    chunks = []
+    for chunk in checkpoint.column(index).chunks:
+        paths = chunk.field("path").to_pylist()
+        names = [f.name for f in chunk.type]
+        old_sizes = chunk.field("sizeInBytes")
+        new_sizes = pa.array([sizes.get(posixpath.basename(unquote(p)), old) if p is not None else old
+                              for p, old in zip(paths, old_sizes.to_pylist())], type=old_sizes.type)
+        children = [new_sizes if n == "sizeInBytes" else chunk.field(n) for n in names]
+        chunks.append(pa.StructArray.from_arrays(children, fields=list(chunk.type), mask=chunk.is_null()))
+    column = pa.chunked_array(chunks, type=checkpoint.schema.field(index).type)
+    return checkpoint.set_column(index, checkpoint.schema.field(index), column)
+
+
+def resize_sidecars_json(raw: bytes, sizes: dict[str, int]) -> bytes:
+    lines = raw.split(b"\n")
+    for i, line in enumerate(lines):
+        if line.startswith(b'{"sidecar"'):
+            action = json.loads(line)
+            name = posixpath.basename(unquote(action["sidecar"]["path"]))
+            if name in sizes:
+                action["sidecar"]["sizeInBytes"] = sizes[name]
+                lines[i] = json.dumps(action, separators=(",", ":"), ensure_ascii=False).encode()
+    return b"\n".join(lines)
