@@ -164,6 +164,7 @@ def main() -> None:
     parser.add_argument("--diff-versions", type=int, nargs="*", default=[1_000], help="table histories to diff")
     parser.add_argument("--storm", type=int, default=200, help="commits arriving at once (0: skip)")
     parser.add_argument("--no-lua", action="store_true", help="skip lakeFS's Lua Delta exporter")
+    parser.add_argument("--out", help="results file (default: bench/results/<date>.md, plot beside it)")
     parser.add_argument("--lua-timeout", type=float, default=600.0, help="seconds to wait for one Lua hook run")
     args = parser.parse_args()
     rows = [bench_checkpoint_rewrite(args.actions)]
@@ -177,10 +178,10 @@ def main() -> None:
     table = markdown(rows)
     print(table)
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"{date.today().isoformat()}.md"
+    out = Path(args.out) if args.out else RESULTS / f"{date.today().isoformat()}.md"
     out.write_text(f"# Benchmarks {date.today().isoformat()}\n\nMachine: {os.cpu_count()} cores.\n\n{table}\n")
     print(f"written to {out}")
-    plotted = plot_exports(rows, RESULTS / f"{date.today().isoformat()}-export-time.png")
+    plotted = plot_exports(rows, out.with_name(out.stem + "-export-time.png"))
     if plotted:
         print(f"plot: {plotted}")
 
