@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from exporter.status import StatusStore
 
 log = logging.getLogger("lakefs_delta.hooks")
 MAX_BODY = 1024 * 1024
+COMMIT_ID = re.compile(r"[0-9A-Za-z]{1,128}")  # lakeFS commit ids are hex; ASCII letters and digits only
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 QUEUED_EVENTS = {"post-commit", "post-merge", "post-create-tag"}
 REF_FIELD = {"post-commit": "branch_id", "post-merge": "branch_id", "post-create-tag": "tag_id"}
@@ -82,7 +84,7 @@ def parse_event(body: bytes) -> dict[str, Any]:
             if not isinstance(event.get(field), str) or not event[field].strip():
                 raise BadEvent(422, f"`{field}` is required for {event['event_type']} events")
         commit_id = event["commit_id"]
-        if not (len(commit_id) <= 128 and commit_id.isalnum()):
+        if not COMMIT_ID.fullmatch(commit_id):
             raise BadEvent(422, "`commit_id` must be a lakeFS commit id")
         for field in ("repository_id", REF_FIELD[event["event_type"]]):
             if "/" in event[field] or len(event[field]) > 256:

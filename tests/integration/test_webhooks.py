@@ -121,6 +121,7 @@ MALFORMED = [
     ("no commit_id", json.dumps({k: v for k, v in GOOD.items() if k != "commit_id"}).encode(), "application/json", 422),
     ("commit_id object", json.dumps({**GOOD, "commit_id": {"id": 1}}).encode(), "application/json", 422),
     ("commit_id with slash", json.dumps({**GOOD, "commit_id": "../../etc"}).encode(), "application/json", 422),
+    ("commit_id not ascii", json.dumps({**GOOD, "commit_id": "cafés"}).encode(), "application/json", 422),
     ("no branch_id", json.dumps({k: v for k, v in GOOD.items() if k != "branch_id"}).encode(), "application/json", 422),
     ("tag without tag_id", json.dumps({**GOOD, "event_type": "post-create-tag"}).encode(), "application/json", 422),
     ("merge branch null", json.dumps({**GOOD, "event_type": "post-merge", "branch_id": None}).encode(), "application/json", 422),
