@@ -21,6 +21,7 @@ import exporter
 from exporter.config import Config
 from exporter.deltalog import LogSegment, check_protocol, parse_actions
 from exporter.errors import ExporterError, MissingDataFiles, TableNotFound
+from exporter.history import deletion_vector_id
 from exporter.lakefs import LakeFS
 from exporter.logstore import IO_THREADS, LOG_DIR, load_log, read_parquet
 from exporter.objectstore import ObjectStore
@@ -56,7 +57,8 @@ class ExportOutcome:
                 f"..{self.head_version}, {self.files_rewritten} paths rewritten, {self.lakefs_calls} lakeFS calls, {self.seconds:.2f}s")
 
 
-def export_location(config: Config, storage_namespace: str, ref: str, commit_id: str, table: str) -> str:
+def export_location(config: Config, ref: str, commit_id: str, table: str) -> str:
+    """Relative to the storage namespace."""
     return f"{config.export_prefix.strip('/')}/{ref}/{commit_id}/{table}/"
 
 
@@ -88,7 +90,7 @@ def missing_exports(config: Config, repository: str, ref: str, commit_id: str, l
     store = ObjectStore(config, namespace)
     tables = changed_tables(lakefs, repository, commit_id, discover_tables(lakefs, repository, commit_id).tables)
     return [t.name for t in tables
-            if not store.exists(export_location(config, namespace, ref, commit_id, t.name) + MANIFEST)]
+            if not store.exists(export_location(config, ref, commit_id, t.name) + MANIFEST)]
 
 
 def find_table(lakefs: LakeFS, repository: str, commit_id: str, name: str) -> TableDescriptor:
@@ -107,7 +109,7 @@ def export_table(config: Config, repository: str, ref: str, commit_id: str, tabl
     try:
         namespace = lakefs.storage_namespace(repository)
         store = ObjectStore(config, namespace)
-        target = export_location(config, namespace, ref, commit_id, table.name)
+        target = export_location(config, ref, commit_id, table.name)
         outcome.location = store.uri(target)
         if store.exists(target + MANIFEST):
             outcome.ok = outcome.skipped = True
@@ -228,13 +230,13 @@ class _Snapshot:
                 paths = pc.struct_field(adds, "path").to_pylist()
                 has_dv = "deletionVector" in {f.name for f in adds.type}
                 dvs = pc.struct_field(adds, "deletionVector").to_pylist() if has_dv else [None] * len(paths)
-                live.update(((p, _dv_id(dv)), dv) for p, dv in zip(paths, dvs) if p is not None)
+                live.update(((p, deletion_vector_id(dv)), dv) for p, dv in zip(paths, dvs) if p is not None)
         for actions in self.commits:
             for action in actions:
                 for kind in ("add", "remove"):
                     file_action = action.get(kind)
                     if isinstance(file_action, dict):
-                        key = (file_action.get("path"), _dv_id(file_action.get("deletionVector")))
+                        key = (file_action.get("path"), deletion_vector_id(file_action.get("deletionVector")))
                         if kind == "add":
                             live[key] = file_action.get("deletionVector")
                         else:
@@ -244,11 +246,6 @@ class _Snapshot:
                     if dv and dv.get("storageType") == "u"}
         return sorted({m for m in missing if m in live_paths or m in live_dvs})
 
-
-def _dv_id(deletion_vector: dict | None) -> tuple | None:
-    if not deletion_vector:
-        return None
-    return (deletion_vector.get("storageType"), deletion_vector.get("pathOrInlineDv"), deletion_vector.get("offset"))
 
 
 def _put_all(store: ObjectStore, prefix: str, files: dict[str, bytes]) -> None:

@@ -194,7 +194,7 @@ def _apply(
         # Adds are unique by path: the newest (path, dvId) wins (PROTOCOL.md#action-reconciliation).
         deletion_vector = add.get("deletionVector")
         live[_path(add, "add")] = (
-            _deletion_vector_id(deletion_vector),
+            deletion_vector_id(deletion_vector),
             int(add.get("size") or 0),
             add.get("stats"),
             int((deletion_vector or {}).get("cardinality") or 0),
@@ -202,7 +202,7 @@ def _apply(
     elif isinstance(remove := action.get("remove"), Mapping):
         path = _path(remove, "remove")
         current = live.get(path)
-        if current is not None and current[0] == _deletion_vector_id(remove.get("deletionVector")):
+        if current is not None and current[0] == deletion_vector_id(remove.get("deletionVector")):
             del live[path]
     elif isinstance(new_metadata := action.get("metaData"), Mapping):
         metadata = dict(new_metadata)
@@ -218,7 +218,7 @@ def _path(file_action: Mapping[str, Any], kind: str) -> str:
     return path
 
 
-def _deletion_vector_id(deletion_vector: Mapping[str, Any] | None) -> str:
+def deletion_vector_id(deletion_vector: Mapping[str, Any] | None) -> str:
     """PROTOCOL.md#deletion-vector-descriptor-schema uniqueId; "" for a file without one."""
     if not deletion_vector:
         return ""
@@ -274,7 +274,7 @@ def _with_parsed_records(stats: list[str | int | None], stats_parsed: pa.Chunked
 
 
 def _deletion_vector_ids(deletion_vectors: pa.ChunkedArray) -> list[str]:
-    """Vectorised `_deletion_vector_id`: storageType + pathOrInlineDv [+ "@" + offset]."""
+    """Vectorised `deletion_vector_id`: storageType + pathOrInlineDv [+ "@" + offset]."""
     names = {dv_field.name for dv_field in deletion_vectors.type}
     storage = pc.struct_field(deletion_vectors, "storageType")
     location = pc.struct_field(deletion_vectors, "pathOrInlineDv")
