@@ -33,6 +33,10 @@ class MissingDataFiles(ExporterError):
         super().__init__(f"table {table!r}: {len(self.paths)} file(s) referenced by the log are missing: {shown}")
 
 
+class PathIntoLakeFS(ExporterError):
+    """A log path reads through lakeFS at a branch or tag: what it names changes after the commit."""
+
+
 class ServiceUnavailable(ExporterError):
     """lakeFS or the object store could not be reached or answered 5xx/429: worth a retry."""
 

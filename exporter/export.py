@@ -1,6 +1,7 @@
 """Export one table's `_delta_log` at a commit: newest checkpoint + later commits, absolute paths.
 
-Order of writes is what makes an export trustworthy: checkpoint (and sidecars), commits, then
+Order of writes is what makes an export trustworthy (`write_log`): commits in version order, then
+the file that starts the log segment, so no reader sees a table before all of it is written; then
 `_last_checkpoint`, and last the manifest `_lakefs_export.json` that marks the export complete.
 """
 
@@ -9,27 +10,32 @@ from __future__ import annotations
 import io
 import json
 import posixpath
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import exporter
 from exporter.config import Config
 from exporter.deltalog import LogSegment, check_protocol, parse_actions
-from exporter.errors import ExporterError, MissingDataFiles, TableNotFound
+from exporter.errors import CorruptLog, ExporterError, MissingDataFiles, TableNotFound
 from exporter.history import deletion_vector_id
 from exporter.lakefs import LakeFS
-from exporter.logstore import IO_THREADS, LOG_DIR, load_log, read_parquet
+from exporter.lakefs_paths import LakeFSPaths
+from exporter.logstore import IO_THREADS, LOG_DIR, LoadedLog, load_log
 from exporter.objectstore import ObjectStore
-from exporter.paths import PathResolver, deletion_vector_relative_path
-from exporter.rewrite import resize_sidecars, resize_sidecars_json, rewrite_checkpoint, rewrite_commit
+from exporter.paths import PathResolver
+from exporter.rewrite import deletion_vector_file, rewrite_checkpoint_file, rewrite_commit
+from exporter.spark_schema import spark_schema
 from exporter.tables import TableDescriptor, changed_tables, discover_tables
 
 MANIFEST = "_lakefs_export.json"
+_SEGMENT_SAFE = re.compile(r"[A-Za-z0-9._-]")
 
 
 @dataclass
@@ -59,7 +65,18 @@ class ExportOutcome:
 
 def export_location(config: Config, ref: str, commit_id: str, table: str) -> str:
     """Relative to the storage namespace."""
-    return f"{config.export_prefix.strip('/')}/{ref}/{commit_id}/{table}/"
+    return f"{config.export_prefix.strip('/')}/{location_segment(ref)}/{commit_id}/{location_segment(table)}/"
+
+
+def location_segment(name: str) -> str:
+    """A ref or table name as a path segment that is the same string as an object key, a URI and a
+    Hadoop path: letters, digits, `.`, `_` and `-` as they are, every other byte of its UTF-8 as `~XX`.
+
+    A tag may hold `#`, `%`, `+`, `&`, `~`, ...: percent-encoding would give a URI that Hadoop paths
+    (Spark) take literally and URL parsers (delta-rs) decode, so the two would name different keys.
+    """
+    return "".join(char if _SEGMENT_SAFE.fullmatch(char) else "".join(f"~{b:02X}" for b in char.encode("utf-8"))
+                   for char in name)
 
 
 def export_commit(config: Config, repository: str, ref: str, commit_id: str | None = None,
@@ -114,7 +131,12 @@ def export_table(config: Config, repository: str, ref: str, commit_id: str, tabl
         if store.exists(target + MANIFEST):
             outcome.ok = outcome.skipped = True
             return outcome
-        _export(lakefs, store, repository, ref, commit_id, table, target, outcome, started)
+        try:
+            _export(lakefs, store, repository, ref, commit_id, table, target, outcome, started)
+        except ExporterError as exc:
+            if exc.permanent:  # a retry cannot complete it: leave nothing a reader could take for a table
+                _discard_after(store, target, exc)
+            raise
         outcome.ok = True
     except ExporterError as exc:
         outcome.error, outcome.permanent = str(exc), exc.permanent
@@ -124,13 +146,32 @@ def export_table(config: Config, repository: str, ref: str, commit_id: str, tabl
     return outcome
 
 
+def abandon_export(config: Config, repository: str, ref: str, commit_id: str, table_name: str,
+                   lakefs: LakeFS | None = None) -> int:
+    """Remove an export that will not be retried any more (its transient errors ran out); the
+    number of objects removed. A complete export (its manifest exists) is kept."""
+    lakefs = lakefs or LakeFS(config.lakefs)
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    target = export_location(config, ref, commit_id, table_name)
+    if store.exists(target + MANIFEST):
+        return 0
+    return discard_export(store, target)
+
+
+def _discard_after(store: ObjectStore, target: str, error: ExporterError) -> None:
+    try:
+        discard_export(store, target)
+    except ExporterError as cleanup:
+        error.args = (f"{error}; and removing the partial export failed: {cleanup}",)
+
+
 def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commit_id: str, table: TableDescriptor,
             target: str, outcome: ExportOutcome, started: float) -> None:
     loaded = load_log(lakefs, store, repository, commit_id, table.path)
-    segment, addresses, log_files = loaded.segment, loaded.addresses, loaded.files
+    segment, log_files = loaded.segment, loaded.files
     read = time.monotonic()
 
-    resolver = PathResolver(addresses)
+    resolver = PathResolver(loaded.addresses, LakeFSPaths(lakefs, store.bucket))
     outputs: dict[str, bytes] = {}  # name relative to _delta_log/ -> rewritten bytes
     missing: list[str] = []
     rewritten = 0
@@ -138,34 +179,32 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
     protocol_actions: list[dict] = []
     snapshot = _Snapshot()
     if segment.checkpoint is not None:
-        for name in loaded.checkpoint_files:
+        for name in loaded.checkpoint_files:  # sidecars first: the checkpoint records their new sizes
             raw = log_files[name]
-            sidecar_sizes = {posixpath.basename(n): len(b) for n, b in outputs.items() if n.startswith("_sidecars/")}
+            sidecar_sizes = None if name.startswith("_sidecars/") else \
+                {posixpath.basename(n): len(b) for n, b in outputs.items() if n.startswith("_sidecars/")}
             if name.endswith(".json"):
                 actions = parse_actions(name, raw)
                 protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
                 snapshot.apply(actions)
-                result = rewrite_commit(name, raw, resolver)
-                outputs[name], count, lost = result.content, result.files_rewritten, result.missing
-                if sidecar_sizes and not name.startswith("_sidecars/"):
-                    outputs[name] = resize_sidecars_json(outputs[name], sidecar_sizes)
+                result = rewrite_commit(name, raw, resolver, sidecar_sizes)
                 checkpoint_rows += len(actions)
             else:
-                checkpoint = read_parquet(name, raw)
-                protocol_actions += _protocol_rows(checkpoint)
-                snapshot.apply_checkpoint(checkpoint)
-                new_table, count, lost = rewrite_checkpoint(checkpoint, resolver)
-                if sidecar_sizes and not name.startswith("_sidecars/"):
-                    new_table = resize_sidecars(new_table, sidecar_sizes)
-                outputs[name] = _write_parquet(new_table)
-                checkpoint_rows += checkpoint.num_rows
-            rewritten += count
-            missing += lost
-    commit_names = ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + [n for _, n in segment.commits]
-    for name in commit_names:
+                protocol_actions += _protocol_rows(name, raw)
+                snapshot.apply_checkpoint(name, raw)
+                result = rewrite_checkpoint_file(name, raw, resolver, sidecar_sizes)
+                checkpoint_rows += _row_count(name, raw)
+            outputs[name] = result.content
+            rewritten += result.files_rewritten
+            missing += result.missing
+    timestamps: dict[int, int] = {}  # version -> the source's commit timestamp (epoch ms)
+    commits = ([(segment.checkpoint.version, segment.checkpoint_commit)] if segment.checkpoint_commit else []) \
+        + segment.commits
+    for version, name in commits:
         raw = log_files[name]
         actions = parse_actions(name, raw)
         protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
+        timestamps[version] = _commit_timestamp(actions, loaded.modification_times.get(name, 0))
         result = rewrite_commit(name, raw, resolver)
         outputs[name] = result.content
         rewritten += result.files_rewritten
@@ -180,23 +219,19 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
         raise MissingDataFiles(table.name, required)
     rewritten_at = time.monotonic()
 
-    checkpoint_files = segment.checkpoint.files if segment.checkpoint else []
-    first = {n: b for n, b in outputs.items() if n in checkpoint_files or n.startswith("_sidecars/")}
-    then = {n: b for n, b in outputs.items() if n not in first}
-    _put_all(store, target + LOG_DIR, first)  # the checkpoint before the commits that follow it
-    _put_all(store, target + LOG_DIR, then)
-    if segment.checkpoint is not None:
-        store.put(target + LOG_DIR + "_last_checkpoint", _last_checkpoint(segment, checkpoint_rows, first),
-                  "application/json")
-
     outcome.checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
     outcome.head_version = segment.head_version
     outcome.versions = len(segment.commits) + (1 if segment.checkpoint else 0)
     outcome.files_rewritten = rewritten
+    last_checkpoint = _last_checkpoint(loaded, checkpoint_rows, outputs) if segment.checkpoint else None
+    write_log(store, target + LOG_DIR, segment, outputs, last_checkpoint)
     manifest = {
         "repository": repository, "ref": ref, "commit_id": commit_id, "table": table.name, "table_path": table.path,
+        "location": outcome.location,
         "checkpoint_version": outcome.checkpoint_version, "head_version": segment.head_version,
         "versions": [v for v, _ in segment.commits], "files_rewritten": rewritten,
+        # what the source's readers took as each version's time: in-commit timestamp, else file mtime
+        "source_timestamps_ms": {str(v): t for v, t in sorted(timestamps.items())},
         "log_files_written": len(outputs), "lakefs_calls": lakefs.calls,
         "timings_seconds": {"list_and_read": round(read - started, 3),
                             "rewrite": round(rewritten_at - read, 3), "write": round(time.monotonic() - rewritten_at, 3)},
@@ -204,6 +239,58 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
         "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")  # last: marks done
+
+
+def write_log(store: ObjectStore, log_prefix: str, segment: LogSegment, outputs: dict[str, bytes],
+              last_checkpoint: bytes | None) -> None:
+    """Write an exported `_delta_log` so that no reader sees a table until all of it is there.
+
+    Readers (Delta Spark, delta-rs) build a snapshot from a checkpoint or from version 0 and refuse a
+    log that has neither below the commits they need. So the file that starts the segment (the
+    checkpoint's last part, or `0.json` without a checkpoint) is written last: before it exists every
+    read fails (latest, time travel, CDF); once it exists every version is there. Commits go in
+    version order, so their modification times (the commit timestamps of readers without in-commit
+    timestamps) increase; without a checkpoint, `0.json` is written last and so the later commits
+    are written once more after it, with identical bytes, to keep the times in order.
+    """
+    commits = [n for _, n in segment.commits]
+    if segment.checkpoint is None:
+        start, later = commits[0], commits[1:]
+        _put_in_order(store, log_prefix, later, outputs)
+        store.put(log_prefix + start, outputs[start])  # the table exists from here on
+        _put_in_order(store, log_prefix, later, outputs)
+        return
+    _put_in_order(store, log_prefix, ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + commits, outputs)
+    parts = segment.checkpoint.files
+    _put_all(store, log_prefix, {n: b for n, b in outputs.items() if n.startswith("_sidecars/")})
+    _put_all(store, log_prefix, {n: outputs[n] for n in parts[:-1]})  # an incomplete part set is no checkpoint
+    store.put(log_prefix + parts[-1], outputs[parts[-1]])  # the table exists from here on
+    store.put(log_prefix + "_last_checkpoint", last_checkpoint, "application/json")
+
+
+def discard_export(store: ObjectStore, target: str) -> int:
+    """Remove what an export wrote, first the files that make it a table, so it never reads as one."""
+    keys = store.list_keys(target)
+    log = target + LOG_DIR
+    starts = [k for k in keys if k == target + MANIFEST or k == log + "_last_checkpoint"
+              or (k.startswith(log) and (".checkpoint." in k or k.endswith(f"{0:020d}.json")))]
+    store.delete(starts)
+    store.delete([k for k in keys if k not in set(starts)])
+    return len(keys)
+
+
+def _put_in_order(store: ObjectStore, prefix: str, names: list[str], outputs: dict[str, bytes]) -> None:
+    for name in names:
+        store.put(prefix + name, outputs[name])
+
+
+def _commit_timestamp(actions: list[dict], modification_time_seconds: int) -> int:
+    """PROTOCOL.md#in-commit-timestamps: `commitInfo.inCommitTimestamp` when set, else the file's time."""
+    for action in actions[:1]:
+        commit_info = action.get("commitInfo")
+        if isinstance(commit_info, dict) and isinstance(commit_info.get("inCommitTimestamp"), int):
+            return commit_info["inCommitTimestamp"]
+    return modification_time_seconds * 1000
 
 
 class _Snapshot:
@@ -216,15 +303,16 @@ class _Snapshot:
     def apply(self, actions: list[dict]) -> None:
         self.commits.append(actions)
 
-    def apply_checkpoint(self, checkpoint) -> None:
-        self.checkpoints.append(checkpoint)
+    def apply_checkpoint(self, name: str, raw: bytes) -> None:
+        self.checkpoints.append((name, raw))
 
     def required(self, missing: list[str]) -> list[str]:
         if not missing:
             return []
         # logical file = (path, deletion vector id), as readers reconcile (PROTOCOL.md#action-reconciliation)
         live: dict[tuple, dict | None] = {}
-        for checkpoint in self.checkpoints:
+        for name, raw in self.checkpoints:
+            checkpoint = _read_columns(name, raw, ["add"])
             if "add" in checkpoint.column_names:
                 adds = checkpoint.column("add")
                 paths = pc.struct_field(adds, "path").to_pylist()
@@ -242,8 +330,8 @@ class _Snapshot:
                         else:
                             live.pop(key, None)
         live_paths = {path for path, _ in live}
-        live_dvs = {deletion_vector_relative_path(dv["pathOrInlineDv"]) for dv in live.values()
-                    if dv and dv.get("storageType") == "u"}
+        live_dvs = {deletion_vector_file(dv["storageType"], dv["pathOrInlineDv"]) for dv in live.values()
+                    if dv and dv.get("storageType") in ("u", "p")}
         return sorted({m for m in missing if m in live_paths or m in live_dvs})
 
 
@@ -253,18 +341,29 @@ def _put_all(store: ObjectStore, prefix: str, files: dict[str, bytes]) -> None:
         list(pool.map(lambda item: store.put(prefix + item[0], item[1]), files.items()))
 
 
-def _write_parquet(table) -> bytes:
-    sink = io.BytesIO()
-    pq.write_table(table, sink, compression="snappy")
-    return sink.getvalue()
+def _read_columns(name: str, raw: bytes, columns: list[str]) -> pa.Table:
+    """Only `columns` (those present) of a parquet checkpoint: other columns are never decoded."""
+    try:
+        parquet_file = pq.ParquetFile(io.BytesIO(raw))
+        present = [c for c in columns if c in parquet_file.schema_arrow.names]
+        return parquet_file.read(columns=present)
+    except Exception as exc:  # pyarrow raises several types for a broken file
+        raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
 
 
-def _protocol_rows(checkpoint) -> list[dict]:
+def _row_count(name: str, raw: bytes) -> int:
+    try:
+        return pq.ParquetFile(io.BytesIO(raw)).metadata.num_rows
+    except Exception as exc:
+        raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
+
+
+def _protocol_rows(name: str, raw: bytes) -> list[dict]:
     """The checkpoint's protocol and metaData rows, for the feature check."""
+    checkpoint = _read_columns(name, raw, ["protocol", "metaData"])
     rows: list[dict] = []
-    for column in ("protocol", "metaData"):
-        if column in checkpoint.column_names:
-            rows += [{column: value} for value in checkpoint.column(column).to_pylist() if value is not None]
+    for column in checkpoint.column_names:
+        rows += [{column: value} for value in checkpoint.column(column).to_pylist() if value is not None]
     for row in rows:
         configuration = row.get("metaData", {}).get("configuration")
         if isinstance(configuration, list):  # parquet maps come back as key/value pairs
@@ -272,11 +371,23 @@ def _protocol_rows(checkpoint) -> list[dict]:
     return rows
 
 
-def _last_checkpoint(segment: LogSegment, rows: int, written: dict[str, bytes]) -> bytes:
-    """True for the export: sizes of the rewritten files, no checksum (PROTOCOL.md#last-checkpoint-file)."""
-    checkpoint = segment.checkpoint
-    document = {"version": checkpoint.version, "size": rows,
-                "sizeInBytes": sum(len(written[n]) for n in checkpoint.files)}
+def _last_checkpoint(loaded: LoadedLog, rows: int, written: dict[str, bytes]) -> bytes:
+    """True for the export (PROTOCOL.md#last-checkpoint-file): every field of the source's that still
+    holds (`checkpointSchema`, `numOfAddFiles`, unknown fields), sizes of the rewritten files, no
+    `checksum`, no `v2Checkpoint` (its sizes and times are the source's files')."""
+    checkpoint = loaded.segment.checkpoint
+    source = loaded.last_checkpoint if loaded.last_checkpoint and loaded.last_checkpoint.get("version") == checkpoint.version \
+        else {}
+    document = {k: v for k, v in source.items() if k not in ("checksum", "v2Checkpoint")}
+    sidecars = [n for n in written if n.startswith("_sidecars/")]
+    # Writers differ on whether a V2 checkpoint's size counts its sidecars: do as the source did.
+    source_sizes = loaded.listing.sizes
+    counted = list(checkpoint.files)
+    if sidecars and source.get("sizeInBytes") == sum(source_sizes.get(n, 0) for n in counted + sidecars):
+        counted += sidecars
+    document.update(version=checkpoint.version, size=rows, sizeInBytes=sum(len(written[n]) for n in counted))
     if checkpoint.kind == "multipart":
         document["parts"] = len(checkpoint.files)
+        if "checkpointSchema" not in document:  # without it, readers take the first part's schema
+            document["checkpointSchema"] = spark_schema(pq.ParquetFile(io.BytesIO(written[checkpoint.files[0]])).schema_arrow)
     return json.dumps(document).encode()

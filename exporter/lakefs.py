@@ -43,6 +43,7 @@ class LakeFS:
                                                  username=config.access_key_id, password=config.secret_access_key)
         configuration.retries = urllib3.Retry(total=2, connect=2, read=0, backoff_factor=0.2, status=0)
         self.client = lakefs_sdk.ApiClient(configuration)
+        self.endpoint = config.endpoint
         self.repositories = lakefs_sdk.RepositoriesApi(self.client)
         self.refs = lakefs_sdk.RefsApi(self.client)
         self.commits = lakefs_sdk.CommitsApi(self.client)

@@ -32,6 +32,8 @@ class LoadedLog:
     files: dict[str, bytes]  # name under _delta_log/ -> raw bytes: the segment's files and sidecars
     checkpoint_files: list[str]  # sidecars first, then the checkpoint's own files (write order)
     listing: LogListing  # everything `_delta_log/` holds, e.g. JSON commits older than the checkpoint
+    modification_times: dict[str, int]  # name under _delta_log/ -> the source object's mtime (epoch seconds)
+    last_checkpoint: dict | None  # the source's `_last_checkpoint` document, when readable
 
     def read_more(self, store: ObjectStore, names: list[str]) -> None:
         """Read more `_delta_log/` files (e.g. older commits, for history) into `files`."""
@@ -44,20 +46,23 @@ def load_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str
     prefix = table_path.strip("/") + "/"
     addresses: dict[str, str] = {}
     log_entries: list[tuple[str, int]] = []
+    modification_times: dict[str, int] = {}
     for entry in lakefs.list_objects(repository, commit_id, prefix + LOG_DIR if log_only else prefix):
         key = entry["path"][len(prefix):]
         addresses[key] = entry["physical_address"]
         if key.startswith(LOG_DIR):
             log_entries.append((key[len(LOG_DIR):], entry.get("size_bytes", 0)))
+            modification_times[key[len(LOG_DIR):]] = entry.get("mtime", 0)
     if not log_entries:
         raise TableNotFound(f"no Delta table at {repository}@{commit_id}/{table_path}: {prefix}{LOG_DIR} is empty")
     listing = LogListing.from_names(log_entries)
-    segment = select_segment(listing, _last_checkpoint_hint(store, addresses))
+    last_checkpoint = _last_checkpoint(store, addresses)
+    segment = select_segment(listing, last_checkpoint.get("version") if last_checkpoint else None)
     names = list(segment.checkpoint.files if segment.checkpoint else [])
     names += [n for _, n in segment.commits] + ([segment.checkpoint_commit] if segment.checkpoint_commit else [])
     files = _get_all(store, addresses, names)
     checkpoint_files = _with_sidecars(store, addresses, segment, files) if segment.checkpoint else []
-    return LoadedLog(addresses, segment, files, checkpoint_files, listing)
+    return LoadedLog(addresses, segment, files, checkpoint_files, listing, modification_times, last_checkpoint)
 
 
 def read_parquet(name: str, raw: bytes):
@@ -67,12 +72,14 @@ def read_parquet(name: str, raw: bytes):
         raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
 
 
-def _last_checkpoint_hint(store: ObjectStore, addresses: dict[str, str]) -> int | None:
+def _last_checkpoint(store: ObjectStore, addresses: dict[str, str]) -> dict | None:
     address = addresses.get(LOG_DIR + "_last_checkpoint")
     if address is None:
         return None
     try:
-        return int(json.loads(store.get_uri(address))["version"])
+        document = json.loads(store.get_uri(address))
+        int(document["version"])
+        return document
     except (ExporterError, ValueError, KeyError, TypeError):
         return None  # only a hint: the listing decides
 

@@ -8,6 +8,7 @@ import botocore.exceptions
 
 from exporter.config import Config
 from exporter.errors import ExporterError, NotFound, ServiceUnavailable
+from exporter.paths import physical_uri
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -40,7 +41,8 @@ class ObjectStore:
         return f"{self.root}/{relative}" if self.root else relative
 
     def uri(self, relative: str) -> str:
-        return f"s3://{self.bucket}/{self.key(relative)}"
+        """A valid URI: the key percent-encoded (a ref or table name may hold `#`, `%`, `+`, ...)."""
+        return physical_uri(f"s3://{self.bucket}/{self.key(relative)}")
 
     def put(self, relative: str, body: bytes, content_type: str = "application/octet-stream") -> None:
         self._call("put", self.uri(relative), lambda: self.client.put_object(Bucket=self.bucket, Key=self.key(relative),
@@ -61,15 +63,23 @@ class ObjectStore:
         except NotFound:
             return False
 
-    def delete_prefix(self, relative: str) -> int:
-        deleted = 0
+    def list_keys(self, relative: str) -> list[str]:
+        """Every object under `relative`, as names relative to the namespace."""
         paginator = self.client.get_paginator("list_objects_v2")
-        for page in self._call("list", self.uri(relative), lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=self.key(relative)))):
-            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
-            if keys:
-                self._call("delete", self.uri(relative), lambda: self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys}))
-                deleted += len(keys)
-        return deleted
+        pages = self._call("list", self.uri(relative),
+                           lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=self.key(relative))))
+        root = self.key("")
+        return [item["Key"][len(root):] for page in pages for item in page.get("Contents", [])]
+
+    def delete(self, relatives: list[str]) -> None:
+        for start in range(0, len(relatives), 1000):  # the most one DeleteObjects call takes
+            batch = [{"Key": self.key(r)} for r in relatives[start:start + 1000]]
+            answer = self._call("delete", self.uri(relatives[start]),
+                                lambda: self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch}))
+            if answer.get("Errors"):
+                first = answer["Errors"][0]
+                raise ServiceUnavailable(f"object store did not delete {len(answer['Errors'])} object(s), "
+                                         f"e.g. {first.get('Key')}: {first.get('Code')} {first.get('Message')}")
 
     def _call(self, what: str, location: str, operation):
         try:

@@ -6,7 +6,7 @@ exporter turns each one into the absolute URI of the object lakeFS stores it at.
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
@@ -108,17 +108,25 @@ def _is_absolute(log_path: str) -> bool:
 _UNSEEN = object()  # memo marker: None is a real answer (the object is missing)
 
 
+# Absolute paths that may lead back into lakeFS: given the distinct ones, answers which resolve to
+# which physical URI (None: the object is gone) and raises for those that cannot be pinned down.
+AbsolutePathResolver = Callable[[list[str]], dict[str, "str | None"]]
+
+
 class PathResolver:
     """Turns log paths into the absolute URIs of their objects.
 
     Readers reconcile add and remove on the raw path string, so one log path must always yield
     the byte-identical URI: resolution is a pure function of the path and the mapping (which must
     not change while the resolver is in use), and `resolve` memoises it for the commits that
-    mention a file again.
+    mention a file again. Absolute paths stay as they are, except those `absolute` maps (paths
+    that address lakeFS itself, see `exporter.lakefs_paths`).
     """
 
-    def __init__(self, physical_addresses: Mapping[str, str]):
+    def __init__(self, physical_addresses: Mapping[str, str], absolute: AbsolutePathResolver | None = None):
         self._physical_addresses = physical_addresses
+        self._absolute = absolute
+        self._absolute_uris: dict[str, str | None] = {}
         self._uris: dict[str, str | None] = {}
         self._deletion_vector_uris: dict[str, str | None] = {}
         self.resolved = 0  # lookups that found an object
@@ -143,16 +151,30 @@ class PathResolver:
             for log_path in log_paths
         ]
         uris = _physical_uris(addresses)
-        for index, log_path in enumerate(log_paths):
-            if uris[index] is None and _is_absolute(log_path):
-                uris[index] = log_path
+        absolute = [index for index, log_path in enumerate(log_paths) if uris[index] is None and _is_absolute(log_path)]
+        if absolute:
+            mapped = self._resolve_absolute([log_paths[index] for index in absolute])
+            for index in absolute:
+                uris[index] = mapped[log_paths[index]]
         found = len(addresses) - addresses.count(None)
         self.resolved += found
         self.not_found += uris.count(None)
         return uris
 
-    def resolve_deletion_vector(self, path_or_inline_dv: str) -> str | None:
-        """The absolute URI of a storageType `u` deletion vector file; None when the object is gone."""
+    def _resolve_absolute(self, paths: list[str]) -> dict[str, str | None]:
+        if self._absolute is None:
+            return {path: path for path in paths}
+        unseen = sorted({path for path in paths if path not in self._absolute_uris})
+        if unseen:
+            answers = self._absolute(unseen)
+            self._absolute_uris.update((path, answers.get(path, path)) for path in unseen)
+        return {path: self._absolute_uris[path] for path in paths}
+
+    def resolve_deletion_vector(self, storage_type: str, path_or_inline_dv: str) -> str | None:
+        """The absolute URI of a deletion vector stored in a file: `u` (relative, Z85 id) or `p`
+        (absolute, kept unless it addresses lakeFS); None when the object is gone."""
+        if storage_type == "p":
+            return self.resolve(path_or_inline_dv)
         uri = self._deletion_vector_uris.get(path_or_inline_dv, _UNSEEN)
         if uri is _UNSEEN:
             physical_address = self._physical_addresses.get(deletion_vector_relative_path(path_or_inline_dv))

@@ -1,24 +1,26 @@
 """Rewriting the paths of file actions (`add`, `remove`, `cdc`) to absolute physical URIs.
 
 Everything else passes through untouched: readers must ignore unknown fields, so the export keeps
-them (PROTOCOL.md#protocol-evolution). JSON lines that need no change stay byte-identical; Arrow
-checkpoints keep their schema and null masks exactly.
+them (PROTOCOL.md#protocol-evolution). In JSON, only the replaced string values change, spliced into
+the source's bytes; parquet checkpoints keep every column chunk but the rewritten ones.
 """
 
 import itertools
 import json
 import posixpath
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.deltalog import parse_action_line
 from exporter.errors import CorruptLog
-from exporter.paths import PathResolver, deletion_vector_relative_path
+from exporter.parquet_splice import splice_leaves
+from exporter.paths import PathResolver, deletion_vector_relative_path, is_absolute_uri
 
 FILE_ACTIONS = ("add", "remove", "cdc")
 # Only a missing `add` (or its deletion vector) breaks the snapshot; a vacuumed `remove`/`cdc` keeps its path.
@@ -37,8 +39,13 @@ class RewriteResult:
 # ---------------------------------------------------------------- JSON commits, JSON checkpoints
 
 
-def rewrite_commit(file_name: str, raw: bytes, resolver: PathResolver) -> RewriteResult:
-    """Rewrite a newline-delimited JSON commit, V2 JSON checkpoint or JSON sidecar."""
+def rewrite_commit(file_name: str, raw: bytes, resolver: PathResolver,
+                   sidecar_sizes: dict[str, int] | None = None) -> RewriteResult:
+    """Rewrite a newline-delimited JSON commit, V2 JSON checkpoint or JSON sidecar.
+
+    Only the replaced string values change: every other byte of a line (numbers as written, key
+    order, spacing, unknown fields, duplicate keys) is the source's, spliced around the new values.
+    """
     files_rewritten = 0
     missing: list[str] = []
     lines = raw.split(b"\n")  # the empty last element keeps a trailing newline
@@ -46,52 +53,124 @@ def rewrite_commit(file_name: str, raw: bytes, resolver: PathResolver) -> Rewrit
         if not line.strip():
             continue
         action = parse_action_line(file_name, line_number, line)
+        replacements: dict[tuple[str, ...], Any] = {}
         try:
-            count = sum(
-                _rewrite_file_action(kind, file_action, resolver, missing)
-                for kind in FILE_ACTIONS
-                if isinstance(file_action := action.get(kind), dict)
-            )
+            for kind in FILE_ACTIONS:
+                if isinstance(file_action := action.get(kind), dict):
+                    replacements.update(_rewrite_file_action(kind, file_action, resolver, missing))
+            if sidecar_sizes is not None and isinstance(sidecar := action.get("sidecar"), dict):
+                replacements.update(_sidecar_update(sidecar, sidecar_sizes))
         except CorruptLog as error:
             raise CorruptLog(f"{file_name} line {line_number}: {error}") from error
-        if count:  # untouched lines stay byte-identical: no re-serialisation
-            carriage_return = b"\r" if line.endswith(b"\r") else b""
-            lines[line_number - 1] = _serialise(action) + carriage_return
-            files_rewritten += count
+        if replacements:  # untouched lines stay byte-identical
+            lines[line_number - 1] = splice_json(line, replacements)
+            files_rewritten += sum(1 for path in replacements if path[-1] in ("path", "pathOrInlineDv") and path[0] != "sidecar")
     return RewriteResult(b"\n".join(lines), files_rewritten, list(dict.fromkeys(missing)))
 
 
-def _rewrite_file_action(kind: str, file_action: dict[str, Any], resolver: PathResolver, missing: list[str]) -> int:
-    count = 0
+def _rewrite_file_action(kind: str, file_action: dict[str, Any], resolver: PathResolver,
+                         missing: list[str]) -> dict[tuple[str, ...], Any]:
+    """The values to replace in one file action: {(kind, field...): new value}."""
+    replacements: dict[tuple[str, ...], Any] = {}
     path = file_action.get("path")
     if isinstance(path, str):
         uri = resolver.resolve(path)
         if uri is None and kind == _REQUIRED_ACTION:
             missing.append(path)
         elif uri is not None and uri != path:
-            file_action["path"] = uri
-            count += 1
+            replacements[(kind, "path")] = uri
     deletion_vector = file_action.get("deletionVector")
-    if isinstance(deletion_vector, dict) and deletion_vector.get("storageType") == _RELATIVE_DV:
+    storage_type = deletion_vector.get("storageType") if isinstance(deletion_vector, dict) else None
+    if storage_type in (_RELATIVE_DV, _ABSOLUTE_DV):
         path_or_inline_dv = deletion_vector.get("pathOrInlineDv")
         if not isinstance(path_or_inline_dv, str):
-            raise CorruptLog(f"{kind} {path!r}: deletion vector of storageType 'u' has no pathOrInlineDv")
-        uri = resolver.resolve_deletion_vector(path_or_inline_dv)
+            raise CorruptLog(f"{kind} {path!r}: deletion vector of storageType {storage_type!r} has no pathOrInlineDv")
+        uri = resolver.resolve_deletion_vector(storage_type, path_or_inline_dv)
         if uri is None and kind == _REQUIRED_ACTION:
-            missing.append(deletion_vector_relative_path(path_or_inline_dv))
-        elif uri is not None:
-            # Assigning keeps key order; offset, sizeInBytes, cardinality and unknown keys stay.
-            deletion_vector["storageType"] = _ABSOLUTE_DV
-            deletion_vector["pathOrInlineDv"] = uri
-            count += 1
-    return count
+            missing.append(deletion_vector_file(storage_type, path_or_inline_dv))
+        elif uri is not None and uri != path_or_inline_dv:
+            # offset, sizeInBytes, cardinality and unknown keys stay as written
+            replacements[(kind, "deletionVector", "storageType")] = _ABSOLUTE_DV
+            replacements[(kind, "deletionVector", "pathOrInlineDv")] = uri
+    return replacements
 
 
-def _serialise(action: dict[str, Any]) -> bytes:
-    try:
-        return json.dumps(action, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate escaped in the source: keep it escaped
-        return json.dumps(action, separators=(",", ":")).encode("ascii")
+def deletion_vector_file(storage_type: str, path_or_inline_dv: str) -> str:
+    """The file a `u` or `p` deletion vector is stored in: relative to the table, or absolute."""
+    return path_or_inline_dv if storage_type == _ABSOLUTE_DV else deletion_vector_relative_path(path_or_inline_dv)
+
+
+def _sidecar_update(sidecar: dict[str, Any], sizes: dict[str, int]) -> dict[tuple[str, ...], Any]:
+    """A V2 checkpoint's `sidecar` action names the export's own rewritten sidecar: its size, and
+    a bare file name when the source gave an absolute path (PROTOCOL.md#sidecar-file-information)."""
+    path = sidecar.get("path")
+    if not isinstance(path, str):
+        return {}
+    name = sidecar_file_name(path)
+    replacements: dict[tuple[str, ...], Any] = {}
+    if name in sizes and sidecar.get("sizeInBytes") != sizes[name]:
+        replacements[("sidecar", "sizeInBytes")] = sizes[name]
+    if is_absolute_uri(path) or path.startswith("/"):
+        replacements[("sidecar", "path")] = quote(name)
+    return replacements
+
+
+def sidecar_file_name(sidecar_path: str) -> str:
+    return posixpath.basename(unquote(sidecar_path))
+
+
+# Splicing new values into a JSON line: each object's members are found with the C scanner of
+# `json` (one value at a time), so the bytes between them are never touched.
+_DECODER = json.JSONDecoder()
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+def splice_json(line: bytes, replacements: dict[tuple[str, ...], Any]) -> bytes:
+    """`line` with the value at each key path replaced by the JSON encoding of its new value.
+
+    With duplicate keys, the last one is replaced: the one `json.loads` (and so this exporter) reads.
+    """
+    text = line.decode("utf-8")
+    spans = sorted(((*_value_span(text, path), value) for path, value in replacements.items()), reverse=True)
+    for start, end, value in spans:
+        text = text[:start] + json.dumps(value) + text[end:]
+    return text.encode("utf-8")
+
+
+def _value_span(text: str, key_path: tuple[str, ...]) -> tuple[int, int]:
+    start = _WHITESPACE.match(text, 0).end()
+    end = len(text)
+    for key in key_path:
+        if text[start:start + 1] != "{":
+            raise CorruptLog(f"expected a JSON object holding {'.'.join(key_path)!r}")
+        spans = [(value_start, value_end) for name, value_start, value_end in _members(text, start) if name == key]
+        if not spans:
+            raise CorruptLog(f"no {'.'.join(key_path)!r} in the action")
+        start, end = spans[-1]
+    return start, end
+
+
+def _members(text: str, start: int) -> list[tuple[str, int, int]]:
+    """(key, value start, value end) of each member of the object at text[start] == '{'."""
+    members = []
+    position = _WHITESPACE.match(text, start + 1).end()
+    if text[position:position + 1] == "}":
+        return members
+    while True:
+        key, position = _DECODER.raw_decode(text, position)
+        position = _WHITESPACE.match(text, position).end()
+        if text[position:position + 1] != ":":
+            raise CorruptLog("malformed JSON object")
+        value_start = _WHITESPACE.match(text, position + 1).end()
+        _, value_end = _DECODER.raw_decode(text, value_start)
+        members.append((key, value_start, value_end))
+        position = _WHITESPACE.match(text, value_end).end()
+        separator = text[position:position + 1]
+        position = _WHITESPACE.match(text, position + 1).end()
+        if separator == "}":
+            return members
+        if separator != ",":
+            raise CorruptLog("malformed JSON object")
 
 
 # ------------------------------------------------------------- Parquet checkpoints and sidecars
@@ -167,7 +246,7 @@ def _rewrite_action_column(
     missing = []
     if kind == _REQUIRED_ACTION:
         missing += paths.missing if paths else []
-        missing += [deletion_vector_relative_path(value) for value in dvs.missing] if dvs else []
+        missing += [deletion_vector_file(_storage_type_of(value), value) for value in dvs.missing] if dvs else []
     paths = paths if paths and paths.changes_anything else None
     dvs = dvs if dvs and dvs.changes_anything else None
     if not paths and not dvs:
@@ -208,20 +287,27 @@ def _deletion_vector_fields(action_type: pa.StructType) -> tuple[int, int, int] 
     return (dv_index, storage_index, path_index) if storage_index >= 0 and path_index >= 0 else None
 
 
-def _relative_deletion_vectors(chunk: pa.StructArray, dv_fields: tuple[int, int, int]) -> pa.Array:
-    """pathOrInlineDv of visible storageType `u` descriptors; null on every other row."""
+def _stored_deletion_vectors(chunk: pa.StructArray, dv_fields: tuple[int, int, int]) -> pa.Array:
+    """pathOrInlineDv of visible deletion vectors stored in files (`u`, `p`); null on every other row."""
     dv_index, storage_index, path_index = dv_fields
     storage_type = pc.struct_field(chunk, [dv_index, storage_index])
     path_or_inline_dv = pc.struct_field(chunk, [dv_index, path_index])
-    return pc.if_else(pc.equal(storage_type, _RELATIVE_DV), path_or_inline_dv, pa.scalar(None, path_or_inline_dv.type))
+    stored = pc.is_in(storage_type, pa.array([_RELATIVE_DV, _ABSOLUTE_DV], storage_type.type))
+    return pc.if_else(stored, path_or_inline_dv, pa.scalar(None, path_or_inline_dv.type))
 
 
 def _deletion_vector_rewrite(
     chunks: list[pa.StructArray], dv_fields: tuple[int, int, int], resolver: PathResolver
 ) -> _ValueRewrite:
-    visible = [_relative_deletion_vectors(chunk, dv_fields) for chunk in chunks]
+    visible = [_stored_deletion_vectors(chunk, dv_fields) for chunk in chunks]
     value_type = chunks[0].type.field(dv_fields[0]).type.field(dv_fields[2]).type if chunks else pa.string()
-    return _value_rewrite(visible, value_type, lambda values: [resolver.resolve_deletion_vector(v) for v in values])
+    # a `u` value is a Z85 id and a `p` value a URI: the value alone tells the storage type
+    return _value_rewrite(visible, value_type, lambda values: [
+        resolver.resolve_deletion_vector(_storage_type_of(v), v) for v in values])
+
+
+def _storage_type_of(path_or_inline_dv: str) -> str:
+    return _ABSOLUTE_DV if is_absolute_uri(path_or_inline_dv) or path_or_inline_dv.startswith("/") else _RELATIVE_DV
 
 
 def _rewrite_deletion_vectors(
@@ -246,35 +332,48 @@ def _with_children(struct: pa.StructArray, replaced: dict[int, pa.Array]) -> pa.
     return pa.StructArray.from_arrays(children, fields=list(struct.type), mask=mask)
 
 
-# ------------------------------------------------------------- V2 checkpoint sidecar sizes
+# ------------------------------------------------------------- whole checkpoint files
+
+# The leaves a checkpoint rewrite touches; every other column chunk is copied byte for byte.
+CHECKPOINT_LEAVES = [f"{kind}.{leaf}" for kind in FILE_ACTIONS
+                     for leaf in ("path", "deletionVector.storageType", "deletionVector.pathOrInlineDv")]
+_SIDECAR_LEAVES = ["sidecar.path", "sidecar.sizeInBytes"]
 
 
-def resize_sidecars(checkpoint, sizes: dict[str, int]):
-    """A V2 checkpoint's `sidecar` actions carry each sidecar's size, which readers trust: the
-    rewritten sidecars are larger, so their sizes are updated (PROTOCOL.md#sidecar-file-information)."""
+def rewrite_checkpoint_file(file_name: str, raw: bytes, resolver: PathResolver,
+                            sidecar_sizes: dict[str, int] | None = None) -> RewriteResult:
+    """Rewrite a parquet checkpoint, checkpoint part or sidecar, keeping its exact physical schema.
+
+    Only the column chunks of the path leaves (and of a V2 checkpoint's `sidecar` sizes) are
+    re-encoded; see `parquet_splice`. A file with nothing to rewrite comes back byte-identical.
+    """
+    files_rewritten = 0
+    missing: list[str] = []
+
+    def rewrite_row_group(group: pa.Table) -> pa.Table | None:
+        nonlocal files_rewritten
+        table, count, lost = rewrite_checkpoint(group, resolver)
+        files_rewritten += count
+        missing.extend(lost)
+        table, resized = _resize_sidecars(table, sidecar_sizes) if sidecar_sizes is not None else (table, False)
+        return table if count or resized else None
+
+    leaves = CHECKPOINT_LEAVES + (_SIDECAR_LEAVES if sidecar_sizes is not None else [])
+    content = splice_leaves(raw, file_name, leaves, rewrite_row_group)
+    return RewriteResult(content, files_rewritten, list(dict.fromkeys(missing)))
+
+
+def _resize_sidecars(checkpoint: pa.Table, sizes: dict[str, int]) -> tuple[pa.Table, bool]:
+    """The `sidecar` column with each sidecar's size (and name) updated as in `_sidecar_update`."""
     if "sidecar" not in checkpoint.column_names:
-        return checkpoint
+        return checkpoint, False
     index = checkpoint.column_names.index("sidecar")
-    chunks = []
-    for chunk in checkpoint.column(index).chunks:
-        paths = chunk.field("path").to_pylist()
-        names = [f.name for f in chunk.type]
-        old_sizes = chunk.field("sizeInBytes")
-        new_sizes = pa.array([sizes.get(posixpath.basename(unquote(p)), old) if p is not None else old
-                              for p, old in zip(paths, old_sizes.to_pylist())], type=old_sizes.type)
-        children = [new_sizes if n == "sizeInBytes" else chunk.field(n) for n in names]
-        chunks.append(pa.StructArray.from_arrays(children, fields=list(chunk.type), mask=chunk.is_null()))
-    column = pa.chunked_array(chunks, type=checkpoint.schema.field(index).type)
-    return checkpoint.set_column(index, checkpoint.schema.field(index), column)
-
-
-def resize_sidecars_json(raw: bytes, sizes: dict[str, int]) -> bytes:
-    lines = raw.split(b"\n")
-    for i, line in enumerate(lines):
-        if line.startswith(b'{"sidecar"'):
-            action = json.loads(line)
-            name = posixpath.basename(unquote(action["sidecar"]["path"]))
-            if name in sizes:
-                action["sidecar"]["sizeInBytes"] = sizes[name]
-                lines[i] = json.dumps(action, separators=(",", ":"), ensure_ascii=False).encode()
-    return b"\n".join(lines)
+    sidecar_type: pa.StructType = checkpoint.schema.field(index).type
+    rows = checkpoint.column(index).to_pylist()
+    updates = [_sidecar_update(row, sizes) if row else {} for row in rows]
+    if not any(updates):
+        return checkpoint, False
+    new_rows = [None if row is None else {**row, **{path[-1]: value for path, value in update.items()}}
+                for row, update in zip(rows, updates)]
+    column = pa.array(new_rows, type=sidecar_type)
+    return checkpoint.set_column(index, checkpoint.schema.field(index), column), True

@@ -11,7 +11,7 @@ from celery.exceptions import MaxRetriesExceededError
 from exporter.diff import DiffCache, cached_diff
 from exporter.errors import ExporterError
 from exporter.export import export_table as export_one_table
-from exporter.export import ExportOutcome, find_table, missing_exports
+from exporter.export import ExportOutcome, abandon_export, find_table, missing_exports
 from exporter.lakefs import LakeFS
 from exporter.status import StatusStore
 from exporter.tables import DESCRIPTORS_PREFIX, TableDescriptor, changed_tables, discover_tables
@@ -99,11 +99,20 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
             log.warning("%s outcome=retrying reason=%s", line, outcome.error)
             raise self.retry(countdown=backoff(self.request.retries), max_retries=config.retry.max_retries)
         except MaxRetriesExceededError:
-            pass
+            _abandon(repository, ref, commit_id, table_name)
     status.set_table(repository, commit_id, table_name, "failed", reason=outcome.error, **facts)
     status.count("lakefs_delta_tasks_total", {"task": "export_table", "outcome": "failed"})
     log.error("%s outcome=failed reason=%s", line, outcome.error)
     return {"ok": False, "error": outcome.error}
+
+
+def _abandon(repository: str, ref: str, commit_id: str, table_name: str) -> None:
+    """No retry will complete this export: remove what it wrote, so nothing half-written stays."""
+    try:
+        removed = abandon_export(config, repository, ref, commit_id, table_name)
+        log.info("export %s/%s/%s abandoned: %d object(s) removed", repository, commit_id, table_name, removed)
+    except ExporterError as exc:
+        log.error("export %s/%s/%s abandoned, but removing its objects failed: %s", repository, commit_id, table_name, exc)
 
 
 @app.task(name="lakefs_delta.catch_up")

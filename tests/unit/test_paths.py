@@ -152,5 +152,5 @@ def test_resolve_many_agrees_with_resolve(copies: int) -> None:
 
 def test_resolver_finds_deletion_vector_files() -> None:
     resolver = PathResolver(ADDRESSES)
-    assert resolver.resolve_deletion_vector("ab^-aqEH.-t@S}K{vb[*k^") == "s3://bucket/ns/data/g3/c3"
-    assert resolver.resolve_deletion_vector("Ys#IoS6<adOUyLC}FIGm") is None
+    assert resolver.resolve_deletion_vector("u", "ab^-aqEH.-t@S}K{vb[*k^") == "s3://bucket/ns/data/g3/c3"
+    assert resolver.resolve_deletion_vector("u", "Ys#IoS6<adOUyLC}FIGm") is None

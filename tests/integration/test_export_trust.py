@@ -1,0 +1,244 @@
+"""A reader of an export gets exactly the table at that commit, or an error.
+
+Real lakeFS, MinIO and Spark: tables are written by Spark through lakeFS's gateway, exported, and
+read back from the export with Spark and delta-rs (QueryBuilder) only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+
+import pytest
+
+from exporter.errors import ExporterError, ServiceUnavailable
+from exporter.export import MANIFEST, export_table, find_table
+from exporter.objectstore import ObjectStore
+from tests.integration.deltatables import (add_descriptor, assert_export_reads_like_source, delta_rs_rows, export_one,
+                                           read_version, rows, table_uri)
+
+pytestmark = pytest.mark.integration
+
+
+def create(spark, uri: str, columns: str, properties: dict[str, str]) -> None:
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+    spark.sql(f"CREATE TABLE delta.`{uri}` ({columns}) USING delta TBLPROPERTIES ({props})")
+
+
+def location_keys(s3, location: str) -> list[str]:
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    from urllib.parse import unquote
+
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=unquote(prefix))
+    return [item["Key"] for item in listed.get("Contents", [])]
+
+
+# ---------------------------------------------------------------- exact checkpoint types
+
+
+def test_int96_checkpoint_with_parsed_stats_reads_back_with_a_timestamp_filter(spark, lakefs, config, repository):
+    uri = table_uri(repository, "main", "tables/int96")
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "INT96")
+    try:
+        create(spark, uri, "id INT, at TIMESTAMP, local_at TIMESTAMP_NTZ, amount DECIMAL(12,2), big DECIMAL(30,4), day DATE",
+               {"delta.checkpoint.writeStatsAsStruct": "true", "delta.checkpointInterval": "3"})
+        for i in range(1, 6):
+            spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({i}, TIMESTAMP'2024-0{i}-01 10:00:00', "
+                      f"TIMESTAMP_NTZ'2024-0{i}-01 10:00:00', {i}.25, 123456789012345678901234.{i}, DATE'2024-0{i}-02')")
+    finally:
+        spark.conf.unset("spark.sql.parquet.outputTimestampType")
+    add_descriptor(lakefs, repository, "int96", "tables/int96")
+    commit_id = lakefs.commit_branch(repository, "main", "int96 table")
+
+    outcome = export_one(config, lakefs, repository, "main", commit_id, "int96")
+
+    assert outcome.checkpoint_version == 3, outcome
+    assert_export_reads_like_source(spark, repository, commit_id, "tables/int96", outcome)
+    source = table_uri(repository, commit_id, "tables/int96")
+    for condition in ("at > TIMESTAMP'2024-03-15 00:00:00'", "local_at < TIMESTAMP_NTZ'2024-02-15 00:00:00'",
+                      "amount >= 4.25"):
+        exported = rows(read_version(spark, outcome.location).where(condition))
+        assert exported == rows(read_version(spark, source).where(condition)) and exported, condition
+    naive = [tuple(v.astimezone(datetime.timezone.utc).replace(tzinfo=None) if isinstance(v, datetime.datetime) else v
+                   for v in row) for row in delta_rs_rows(outcome)]  # Spark gives session-local naive times (UTC here)
+    assert naive == rows(read_version(spark, outcome.location))
+
+
+def test_multipart_checkpoint_keeps_the_sources_last_checkpoint_fields(spark, lakefs, config, repository, s3):
+    uri = table_uri(repository, "main", "tables/parts")
+    spark.conf.set("spark.databricks.delta.checkpoint.partSize", "1")
+    try:
+        create(spark, uri, "id INT, item STRING", {"delta.checkpointInterval": "4"})
+        for i in range(1, 6):
+            spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({i}, 'item {i}')")
+    finally:
+        spark.conf.unset("spark.databricks.delta.checkpoint.partSize")
+    add_descriptor(lakefs, repository, "parts", "tables/parts")
+    commit_id = lakefs.commit_branch(repository, "main", "multi-part checkpoint")
+    source_last = json.loads(lakefs.get_object(repository, commit_id, "tables/parts/_delta_log/_last_checkpoint"))
+    assert source_last.get("parts", 0) > 1 and "checkpointSchema" in source_last, source_last
+
+    outcome = export_one(config, lakefs, repository, "main", commit_id, "parts")
+
+    assert_export_reads_like_source(spark, repository, commit_id, "tables/parts", outcome)
+    bucket, _, prefix = outcome.location.removeprefix("s3://").partition("/")
+    log = prefix + "_delta_log/"
+    exported_last = json.loads(s3.get_object(Bucket=bucket, Key=log + "_last_checkpoint")["Body"].read())
+    assert "checksum" not in exported_last
+    kept = {k: v for k, v in source_last.items() if k not in ("checksum", "sizeInBytes")}
+    assert {k: v for k, v in exported_last.items() if k != "sizeInBytes"} == kept
+    parts = [k for k in location_keys(s3, outcome.location) if ".checkpoint." in k]
+    assert exported_last["sizeInBytes"] == sum(s3.head_object(Bucket=bucket, Key=k)["ContentLength"] for k in parts)
+    assert delta_rs_rows(outcome) == rows(read_version(spark, outcome.location))
+
+
+# ---------------------------------------------------------------- no path back into lakeFS
+
+
+def test_shallow_clone_through_the_gateway_is_refused_at_a_branch_and_pinned_at_a_commit(
+        spark, lakefs, config, repository, s3):
+    source = table_uri(repository, "main", "tables/origin")
+    create(spark, source, "id INT, note STRING", {"delta.checkpointInterval": "10"})
+    spark.sql(f"INSERT INTO delta.`{source}` VALUES (1, 'a'), (2, 'b')")
+    origin_commit = lakefs.commit_branch(repository, "main", "origin")
+    for name, ref in (("by_branch", "main"), ("by_commit", origin_commit)):
+        spark.sql(f"CREATE TABLE delta.`{table_uri(repository, 'main', 'tables/' + name)}` "
+                  f"SHALLOW CLONE delta.`{table_uri(repository, ref, 'tables/origin')}`")
+        add_descriptor(lakefs, repository, name, f"tables/{name}")
+    commit_id = lakefs.commit_branch(repository, "main", "two shallow clones")
+
+    refused = export_one(config, lakefs, repository, "main", commit_id, "by_branch")
+    pinned = export_one(config, lakefs, repository, "main", commit_id, "by_commit")
+
+    assert not refused.ok and refused.permanent
+    assert f"s3a://{repository}/main/tables/origin/" in refused.error and "not a commit id" in refused.error
+    assert location_keys(s3, refused.location) == []  # nothing left behind
+    assert pinned.ok, pinned.error
+    assert_export_reads_like_source(spark, repository, commit_id, "tables/by_commit", pinned)
+    bucket = pinned.location.removeprefix("s3://").partition("/")[0]
+    paths = [action[kind]["path"] for k in location_keys(s3, pinned.location) if k.endswith(".json") and "_delta_log" in k
+             for line in s3.get_object(Bucket=bucket, Key=k)["Body"].read().splitlines() if line.strip()
+             for action in [json.loads(line)] for kind in ("add", "remove") if kind in action]
+    assert paths and all(p.startswith(f"s3://{bucket}/{repository}/data/") for p in paths), paths  # physical only
+    assert delta_rs_rows(pinned) == [(1, "a"), (2, "b")]
+
+
+# ---------------------------------------------------------------- a valid URI for any ref
+
+
+def test_a_tag_with_uri_characters_gets_a_valid_location(spark, lakefs, config, repository):
+    uri = table_uri(repository, "main", "tables/tagged")
+    create(spark, uri, "id INT", {"delta.checkpointInterval": "10"})
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1), (2)")
+    add_descriptor(lakefs, repository, "tagged", "tables/tagged")
+    commit_id = lakefs.commit_branch(repository, "main", "tagged")
+    tag = "v1#2%3+4~é&x=y"
+    lakefs.create_tag(repository, tag, commit_id)
+
+    outcome = export_one(config, lakefs, repository, tag, commit_id, "tagged")
+
+    assert outcome.ok, outcome.error
+    assert f"/exported/v1~232~253~2B4~7E~C3~A9~26x~3Dy/{commit_id}/tagged/" in outcome.location
+    assert rows(read_version(spark, outcome.location)) == [(1,), (2,)]
+    assert delta_rs_rows(outcome) == [(1,), (2,)]
+
+
+# ---------------------------------------------------------------- fail-closed writes
+
+
+class FailingWrites:
+    """Makes the object-store writer fail at its k-th write (1-based), recording the keys written."""
+
+    def __init__(self, monkeypatch, fail_at: int | None = None, error: ExporterError | None = None):
+        self.fail_at, self.error = fail_at, error or ServiceUnavailable("injected: object store answered 503")
+        self.keys: list[str] = []
+        self.lock = threading.Lock()
+        original = ObjectStore.put
+
+        def put(store, relative, body, content_type="application/octet-stream"):
+            with self.lock:
+                number = len(self.keys) + 1
+                self.keys.append(relative)
+            if number == self.fail_at:
+                raise self.error
+            return original(store, relative, body, content_type)
+
+        monkeypatch.setattr(ObjectStore, "put", put)
+
+
+def reads(spark, outcome, versions: list[int]) -> dict[str, object]:
+    """Each way a reader can open the export, with what it read or the exception it raised."""
+    attempts = {"spark latest": lambda: rows(read_version(spark, outcome.location)),
+                "delta-rs latest": lambda: delta_rs_rows(outcome)}
+    for version in versions:
+        attempts[f"spark versionAsOf {version}"] = lambda v=version: rows(read_version(spark, outcome.location, v))
+        attempts[f"delta-rs version {version}"] = lambda v=version: delta_rs_rows(outcome, version=v)
+    answers = {}
+    for name, attempt in attempts.items():
+        try:
+            answers[name] = attempt()
+        except Exception as exc:  # Spark (Py4J) and delta-rs raise their own types
+            answers[name] = exc
+    return answers
+
+
+def source_reads(spark, repository: str, commit_id: str, path: str, versions: list[int]) -> dict[str, object]:
+    source = table_uri(repository, commit_id, path)
+    answers = {"spark latest": rows(read_version(spark, source)), "delta-rs latest": rows(read_version(spark, source))}
+    for version in versions:
+        answers[f"spark versionAsOf {version}"] = rows(read_version(spark, source, version))
+        answers[f"delta-rs version {version}"] = answers[f"spark versionAsOf {version}"]
+    return answers
+
+
+@pytest.mark.parametrize("layout", ["checkpoint", "no checkpoint"])
+def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it(
+        spark, lakefs, config, repository, s3, monkeypatch, layout):
+    uri = table_uri(repository, "main", "tables/faults")
+    create(spark, uri, "id INT, note STRING", {"delta.checkpointInterval": "3" if layout == "checkpoint" else "100",
+                                               "delta.enableDeletionVectors": "true"})
+    for i in range(1, 4):
+        spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({i}, 'n{i}'), ({i + 10}, 'm{i}')")
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 2")
+    if layout == "checkpoint":
+        spark.sql(f"INSERT INTO delta.`{uri}` VALUES (99, 'late')")
+    add_descriptor(lakefs, repository, "faults", "tables/faults")
+    commit_id = lakefs.commit_branch(repository, "main", f"faults ({layout})")
+    table = find_table(lakefs, repository, commit_id, "faults")
+
+    counting = FailingWrites(monkeypatch)
+    probe = export_table(config, repository, "probe", commit_id, table, lakefs=lakefs)
+    assert probe.ok, probe.error
+    first = probe.checkpoint_version or 0
+    versions = sorted({first, probe.head_version})
+    expected = source_reads(spark, repository, commit_id, "tables/faults", versions)
+    assert reads(spark, probe, versions) == expected
+    log_keys = [k.rsplit("/_delta_log/", 1)[-1] for k in counting.keys]
+    start = max(i for i, k in enumerate(log_keys) if ".checkpoint." in k or k == f"{0:020d}.json"
+                and layout == "no checkpoint")
+    assert log_keys[-1].endswith(MANIFEST) and start < len(log_keys) - 1, log_keys
+
+    for fail_at in range(1, len(counting.keys) + 1):
+        FailingWrites(monkeypatch, fail_at)
+        ref = f"fault-{fail_at}"
+        failed = export_table(config, repository, ref, commit_id, table, lakefs=lakefs)
+        assert not failed.ok and not failed.permanent and "injected" in failed.error
+        answers = reads(spark, failed, versions)
+        if fail_at - 1 <= start:  # the file that starts the log was not written: no reader sees a table
+            unexpected = {name: answer for name, answer in answers.items() if not isinstance(answer, Exception)}
+            assert not unexpected, f"write {fail_at} ({log_keys[fail_at - 1]}) failed, yet these read: {unexpected}"
+        else:
+            assert answers == expected, f"write {fail_at} ({log_keys[fail_at - 1]}) failed after the table was complete"
+        monkeypatch.undo()
+        retried = export_table(config, repository, ref, commit_id, table, lakefs=lakefs)
+        assert retried.ok, retried.error
+        assert reads(spark, retried, versions[-1:]) == {k: v for k, v in expected.items()
+                                                        if "latest" in k or k.endswith(f" {versions[-1]}")}
+
+    for fail_at in (2, len(counting.keys)):  # a permanent failure before and after the table is complete
+        FailingWrites(monkeypatch, fail_at, ExporterError("injected: object store refused put: AccessDenied"))
+        failed = export_table(config, repository, f"denied-{fail_at}", commit_id, table, lakefs=lakefs)
+        monkeypatch.undo()
+        assert not failed.ok and failed.permanent
+        assert location_keys(s3, failed.location) == [], f"a permanent failure at write {fail_at} left objects"
