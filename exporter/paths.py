@@ -145,13 +145,21 @@ class PathResolver:
         Not memoised: a memo entry per checkpoint row would cost as much as the lookup it saves.
         """
         get = self._physical_addresses.get
-        # Skipping the decode of a path without `%` gives the same key, faster.
+        # Inline tests keep this loop free of calls: a path with neither `:` nor a leading `/` is
+        # relative (RFC 3986: no scheme), and one without `%` is its own key.
         addresses = [
-            None if _is_absolute(log_path) else get(log_path_to_key(log_path) if "%" in log_path else log_path)
+            None if ":" in log_path or log_path[:1] == "/" else get(log_path_to_key(log_path) if "%" in log_path else log_path)
             for log_path in log_paths
         ]
+        absolute = []
+        for index in [i for i, address in enumerate(addresses) if address is None] if None in addresses else []:
+            log_path = log_paths[index]
+            if ":" in log_path or log_path[:1] == "/":
+                if _is_absolute(log_path):
+                    absolute.append(index)
+                else:  # a colon after the first segment, e.g. `t=10:00/part-1.parquet`
+                    addresses[index] = get(log_path_to_key(log_path))
         uris = _physical_uris(addresses)
-        absolute = [index for index, log_path in enumerate(log_paths) if uris[index] is None and _is_absolute(log_path)]
         if absolute:
             mapped = self._resolve_absolute([log_paths[index] for index in absolute])
             for index in absolute:

@@ -154,3 +154,9 @@ def test_resolver_finds_deletion_vector_files() -> None:
     resolver = PathResolver(ADDRESSES)
     assert resolver.resolve_deletion_vector("u", "ab^-aqEH.-t@S}K{vb[*k^") == "s3://bucket/ns/data/g3/c3"
     assert resolver.resolve_deletion_vector("u", "Ys#IoS6<adOUyLC}FIGm") is None
+
+
+def test_a_colon_after_the_first_segment_is_a_relative_path() -> None:
+    resolver = PathResolver({"t=10:00/part-9.parquet": "s3://bucket/ns/data/g9/c9"})
+    assert resolver.resolve_many(["t=10:00/part-9.parquet", "t=10%3A00/part-9.parquet", "s3://b/t=10:00/x"]) == \
+        ["s3://bucket/ns/data/g9/c9", "s3://bucket/ns/data/g9/c9", "s3://b/t=10:00/x"]

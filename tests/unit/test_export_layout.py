@@ -1,0 +1,237 @@
+"""What an export writes and in which order; `_last_checkpoint`; locations; paths into lakeFS.
+
+The write order is what keeps readers out of a half-written export; the integration test
+`test_export_trust.py` proves it with Spark and delta-rs, these tests pin the order itself.
+"""
+
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from exporter.deltalog import LogListing, select_segment
+from exporter.errors import NotFound, PathIntoLakeFS
+from exporter.export import _last_checkpoint, discard_export, location_segment, write_log
+from exporter.lakefs_paths import LakeFSPaths
+from exporter.logstore import LoadedLog
+from exporter.paths import PathResolver
+
+pytestmark = pytest.mark.unit
+
+
+def name(version: int, suffix: str = "json") -> str:
+    return f"{version:020d}.{suffix}"
+
+
+class RecordingStore:
+    def __init__(self, keys: list[str] | None = None):
+        self.written: list[str] = []
+        self.deleted: list[list[str]] = []
+        self.keys = keys or []
+
+    def put(self, relative, body, content_type="application/octet-stream"):
+        self.written.append(relative)
+
+    def list_keys(self, relative):
+        return [k for k in self.keys if k.startswith(relative)]
+
+    def delete(self, relatives):
+        self.deleted.append(list(relatives))
+
+
+def segment_of(*names: str):
+    return select_segment(LogListing.from_names((n, 1) for n in names))
+
+
+def test_with_a_checkpoint_the_commits_go_first_in_order_and_the_checkpoint_last():
+    segment = segment_of(*(name(v) for v in range(0, 6)), name(3, "checkpoint.parquet"))
+    outputs = {n: b"x" for n in [name(3), name(4), name(5), name(3, "checkpoint.parquet")]}
+    store = RecordingStore()
+
+    write_log(store, "t/_delta_log/", segment, outputs, b"{}")
+
+    assert store.written == ["t/_delta_log/" + n for n in
+                             [name(3), name(4), name(5), name(3, "checkpoint.parquet"), "_last_checkpoint"]]
+
+
+def test_a_multipart_checkpoint_is_complete_only_with_its_last_part():
+    parts = [f"{4:020d}.checkpoint.{p:010d}.{3:010d}.parquet" for p in (1, 2, 3)]
+    segment = segment_of(*(name(v) for v in range(4, 7)), *parts)
+    outputs = {n: b"x" for n in [name(4), name(5), name(6), *parts]}
+    store = RecordingStore()
+
+    write_log(store, "", segment, outputs, b"{}")
+
+    assert store.written[:3] == [name(4), name(5), name(6)]
+    assert sorted(store.written[3:5]) == parts[:2] and store.written[5:] == [parts[2], "_last_checkpoint"]
+
+
+def test_v2_sidecars_are_written_before_the_checkpoint_that_names_them():
+    v2 = f"{2:020d}.checkpoint.0f7bd4c4-ee57-4c5b-98ce-e3c7a2a8e1e2.parquet"
+    segment = segment_of(name(2), name(3), v2, "_sidecars/a.parquet")
+    outputs = {n: b"x" for n in [name(2), name(3), "_sidecars/a.parquet", v2]}
+    store = RecordingStore()
+
+    write_log(store, "", segment, outputs, b"{}")
+
+    assert store.written == [name(2), name(3), "_sidecars/a.parquet", v2, "_last_checkpoint"]
+
+
+def test_without_a_checkpoint_version_zero_starts_the_table_and_later_commits_are_written_again():
+    segment = segment_of(name(0), name(1), name(2))
+    store = RecordingStore()
+
+    write_log(store, "", segment, {n: b"x" for n in (name(0), name(1), name(2))}, None)
+
+    assert store.written == [name(1), name(2), name(0), name(1), name(2)]
+
+
+def test_discarding_removes_what_makes_a_table_first():
+    log = "t/_delta_log/"
+    keys = [log + name(3), log + name(4), log + name(3, "checkpoint.parquet"), log + "_last_checkpoint",
+            "t/_lakefs_export.json", log + "_sidecars/a.parquet", log + name(0)]
+    store = RecordingStore(keys)
+
+    assert discard_export(store, "t/") == len(keys)
+
+    first, then = store.deleted
+    assert set(first) == {log + name(3, "checkpoint.parquet"), log + "_last_checkpoint", "t/_lakefs_export.json",
+                          log + name(0)}
+    assert set(then) == {log + name(3), log + name(4), log + "_sidecars/a.parquet"}
+
+
+# ---------------------------------------------------------------- _last_checkpoint
+
+
+def loaded_log(names: dict[str, int], last_checkpoint: dict | None) -> LoadedLog:
+    listing = LogListing.from_names(names.items())
+    return LoadedLog(addresses={}, segment=select_segment(listing), files={}, checkpoint_files=[], listing=listing,
+                     modification_times={}, last_checkpoint=last_checkpoint)
+
+
+def test_last_checkpoint_keeps_what_still_holds_and_recomputes_sizes():
+    checkpoint = name(10, "checkpoint.parquet")
+    source = {"version": 10, "size": 7, "sizeInBytes": 100, "numOfAddFiles": 5, "checksum": "abc",
+              "checkpointSchema": {"type": "struct", "fields": []}, "futureField": [1, 2],
+              "v2Checkpoint": {"path": "x", "sizeInBytes": 1}}
+    loaded = loaded_log({name(10): 1, checkpoint: 100}, source)
+
+    document = json.loads(_last_checkpoint(loaded, 7, {checkpoint: b"y" * 180}))
+
+    assert document == {"version": 10, "size": 7, "sizeInBytes": 180, "numOfAddFiles": 5,
+                        "checkpointSchema": {"type": "struct", "fields": []}, "futureField": [1, 2]}
+
+
+def test_a_stale_source_last_checkpoint_contributes_nothing():
+    checkpoint = name(20, "checkpoint.parquet")
+    loaded = loaded_log({checkpoint: 5}, {"version": 10, "size": 3, "numOfAddFiles": 1})
+    assert json.loads(_last_checkpoint(loaded, 4, {checkpoint: b"z" * 9})) == {"version": 20, "size": 4, "sizeInBytes": 9}
+
+
+def test_multipart_without_a_source_last_checkpoint_gets_a_checkpoint_schema():
+    parts = [f"{4:020d}.checkpoint.{p:010d}.{2:010d}.parquet" for p in (1, 2)]
+    sink = io.BytesIO()
+    schema = pa.schema([("txn", pa.struct([("appId", pa.string()), ("version", pa.int64())])),
+                        ("add", pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string())),
+                                           ("tags", pa.list_(pa.string()))]))])
+    pq.write_table(schema.empty_table(), sink)
+    loaded = loaded_log({p: 1 for p in parts}, None)
+
+    document = json.loads(_last_checkpoint(loaded, 2, {parts[0]: sink.getvalue(), parts[1]: b"1234"}))
+
+    assert document["parts"] == 2 and document["sizeInBytes"] == len(sink.getvalue()) + 4
+    fields = {f["name"]: f["type"] for f in document["checkpointSchema"]["fields"]}
+    assert fields["txn"]["fields"][1] == {"name": "version", "type": "long", "nullable": True, "metadata": {}}
+    add = {f["name"]: f["type"] for f in fields["add"]["fields"]}
+    assert add["partitionValues"] == {"type": "map", "keyType": "string", "valueType": "string", "valueContainsNull": True}
+    assert add["tags"] == {"type": "array", "elementType": "string", "containsNull": True}
+
+
+# ---------------------------------------------------------------- locations
+
+
+@pytest.mark.parametrize("ref, segment", [
+    ("main", "main"), ("feature-x_1.2", "feature-x_1.2"), ("v1#2", "v1~232"), ("50%", "50~25"),
+    ("a+b~c", "a~2Bb~7Ec"), ("é", "~C3~A9"), ("x=y&z", "x~3Dy~26z"),
+])
+def test_location_segments_are_uri_safe_and_distinct(ref, segment):
+    assert location_segment(ref) == segment
+
+
+def test_location_segments_never_collide():
+    names = ["~", "~7E", "%7E", "a b", "a+b", "a%20b", "a~20b"]
+    assert len({location_segment(n) for n in names}) == len(names)
+
+
+# ---------------------------------------------------------------- paths into lakeFS
+
+
+COMMIT = "a" * 64
+
+
+class FakeLakeFS:
+    endpoint = "http://lakefs.example:8000"
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def storage_namespace(self, repository):
+        self.calls.append(("repository", repository))
+        if repository != "repo":
+            raise NotFound(f"no repository {repository}")
+        return "s3://data/repo"
+
+    def commit(self, repository, ref):
+        self.calls.append(("commit", ref))
+        if ref != COMMIT:
+            raise NotFound("no such commit")
+
+        class Found:
+            id = COMMIT
+        return Found()
+
+    def list_objects(self, repository, ref, prefix):
+        self.calls.append(("list", ref, prefix))
+        for key in ("tables/src/part-1.parquet", "tables/src/p=a b/part-2.parquet", "tables/src/dv/x.bin"):
+            if key.startswith(prefix):
+                yield {"path": key, "physical_address": f"s3://data/repo/data/{key.rsplit('/', 1)[1]}"}
+
+
+def test_paths_at_a_commit_are_pinned_with_one_listing():
+    lakefs = FakeLakeFS()
+    resolver = PathResolver({}, LakeFSPaths(lakefs, "data"))
+    paths = [f"s3a://repo/{COMMIT}/tables/src/part-1.parquet", f"lakefs://repo/{COMMIT}/tables/src/p=a%20b/part-2.parquet",
+             f"s3a://repo/{COMMIT}/tables/src/gone.parquet"]
+
+    uris = resolver.resolve_many(paths)
+
+    assert uris == ["s3://data/repo/data/part-1.parquet", "s3://data/repo/data/part-2.parquet", None]
+    assert [c for c in lakefs.calls if c[0] == "list"] == [("list", COMMIT, "tables/src/")]
+
+
+def test_a_path_at_a_branch_is_refused_naming_it():
+    resolver = PathResolver({}, LakeFSPaths(FakeLakeFS(), "data"))
+    with pytest.raises(PathIntoLakeFS, match=r"s3a://repo/main/tables/src/part-1.parquet.*'main'.*not a commit id"):
+        resolver.resolve("s3a://repo/main/tables/src/part-1.parquet")
+
+
+def test_the_lakefs_endpoint_itself_is_refused_at_a_tag():
+    resolver = PathResolver({}, LakeFSPaths(FakeLakeFS(), "data"))
+    with pytest.raises(PathIntoLakeFS, match="'v1'"):
+        resolver.resolve("http://lakefs.example:8000/repo/v1/tables/src/part-1.parquet")
+
+
+def test_other_absolute_paths_stay_as_they_are():
+    lakefs = FakeLakeFS()
+    resolver = PathResolver({}, LakeFSPaths(lakefs, "data"))
+    paths = ["s3://data/repo/data/abc", "s3://other-bucket/x.parquet", "abfss://c@acct.dfs.core.windows.net/x",
+             "gs://b/x", "s3://Not_A.Repo/x", "/local/x"]
+    assert resolver.resolve_many(paths) == paths
+    assert ("repository", "data") not in lakefs.calls  # the namespace's bucket holds physical objects
+
+
+def test_a_p_deletion_vector_into_lakefs_is_pinned_too():
+    resolver = PathResolver({}, LakeFSPaths(FakeLakeFS(), "data"))
+    assert resolver.resolve_deletion_vector("p", f"s3://repo/{COMMIT}/tables/src/dv/x.bin") == "s3://data/repo/data/x.bin"
