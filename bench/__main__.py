@@ -100,7 +100,7 @@ def bench_diffs(versions_list: list[int]) -> list[dict]:
     from exporter.diff import DiffCache, cached_diff, compute_diff
 
     _, config, lakefs = running_stack()
-    cache = DiffCache(config.redis_url, 600)
+    cache = DiffCache(config.redis, 600)
     rows = []
     for versions in versions_list:
         repository = new_repository(lakefs, f"bench-diff-{versions}")

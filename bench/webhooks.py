@@ -33,7 +33,7 @@ def start_processes(env: dict[str, str], workers: int) -> list[subprocess.Popen]
     started = [subprocess.Popen([sys.executable, "-m", "lakefs_delta.cli", "serve", "--port", str(PORT)], cwd=ROOT, env=env,
                                 stdout=open(logs / "bench-service.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)]
     for i in range(workers):
-        started.append(subprocess.Popen([sys.executable, "-m", "lakefs_delta.cli", "worker", "--concurrency=1",
+        started.append(subprocess.Popen([sys.executable, "-m", "lakefs_delta.cli", "worker", "--concurrency=1", "--no-beat",
                                          "--name", f"bench{i}-{uuid.uuid4().hex[:4]}@%h"], cwd=ROOT, env=env,
                                         stdout=open(logs / f"bench-worker{i}.log", "ab"), stderr=subprocess.STDOUT,
                                         start_new_session=True))
@@ -164,7 +164,8 @@ def wait_all_exported(state, repository: str, made: list[tuple[str, float]], tim
             answer = httpx.get(f"http://127.0.0.1:{PORT}/exports/{repository}/{commit_id}", headers=headers, timeout=10)
             if answer.status_code != 200:
                 continue
-            found = answer.json()["tables"]
+            # each commit here is on one branch: its tables, whichever ref
+            found = {t: r for ref in answer.json()["refs"].values() for t, r in ref["tables"].items()}
             if len(found) == tables and all(t["state"] == "done" for t in found.values()):
                 done_at[commit_id] = max(t["updated_at"] for t in found.values())
                 pending.discard(commit_id)

@@ -1,69 +1,125 @@
-"""The one configuration loader: a YAML file, then `LAKEFS_DELTA_*` environment overrides.
+"""The one configuration loader (pydantic-settings): a YAML file, then `LAKEFS_DELTA_*` overrides.
 
 Every key can be set either way; the environment wins. Names: the YAML path in upper case joined
 by `_`, e.g. `lakefs.endpoint` -> `LAKEFS_DELTA_LAKEFS_ENDPOINT`. Lists are comma-separated.
+Secrets are `SecretStr`: they print as `**********`, and `masked()` hides them, a password inside
+`redis_url` included. Errors name the bad key.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields, replace
+import re
+from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, get_origin
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from exporter.errors import ConfigError
 
 ENV_PREFIX = "LAKEFS_DELTA_"
 CONFIG_ENV = "LAKEFS_DELTA_CONFIG"
 KNOWN_EVENTS = ("post-commit", "post-merge", "post-create-tag")
-SECRET_KEYS = {"secret_access_key", "webhook_tokens", "api_tokens"}
+_URL_PASSWORD = re.compile(r"(?<=://)([^:/@]*):([^@/]+)@")
 
 
-@dataclass(frozen=True)
-class LakeFSConfig:
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LakeFSConfig(_Section):
     endpoint: str = "http://127.0.0.1:18000"
     access_key_id: str = ""
-    secret_access_key: str = ""
+    secret_access_key: SecretStr = SecretStr("")
+    timeout_seconds: float = Field(30.0, gt=0)  # per request: a lakeFS that accepts connections but never answers
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http(cls, endpoint: str) -> str:
+        if not endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http(s) URL, got {endpoint!r}")
+        return endpoint
 
 
-@dataclass(frozen=True)
-class ObjectStoreConfig:
+class ObjectStoreConfig(_Section):
     """Where boto3 writes exports for storage namespaces starting with `prefix`."""
 
     prefix: str = "s3://"
     endpoint: str = ""  # empty: AWS's own endpoint
     region: str = "us-east-1"
     access_key_id: str = ""
-    secret_access_key: str = ""
+    secret_access_key: SecretStr = SecretStr("")
 
 
-@dataclass(frozen=True)
-class RetryConfig:
-    max_retries: int = 5
-    backoff_seconds: float = 2.0
-    backoff_max_seconds: float = 60.0
+class RetryConfig(_Section):
+    max_retries: int = Field(5, ge=0)
+    backoff_seconds: float = Field(2.0, gt=0)
+    backoff_max_seconds: float = Field(60.0, gt=0)
 
 
-@dataclass(frozen=True)
-class Config:
-    lakefs: LakeFSConfig = field(default_factory=LakeFSConfig)
-    object_store: ObjectStoreConfig = field(default_factory=ObjectStoreConfig)
+class Config(BaseSettings):
+    model_config = SettingsConfigDict(extra="forbid", frozen=True)
+
+    lakefs: LakeFSConfig = LakeFSConfig()
+    object_store: ObjectStoreConfig = ObjectStoreConfig()
     extra_object_stores: tuple[ObjectStoreConfig, ...] = ()
-    redis_url: str = "redis://127.0.0.1:16379/0"
-    webhook_tokens: tuple[str, ...] = ()
-    api_tokens: tuple[str, ...] = ()
+    redis_url: SecretStr = SecretStr("redis://127.0.0.1:16379/0")  # may hold a password
+    webhook_tokens: tuple[SecretStr, ...] = ()
+    api_tokens: tuple[SecretStr, ...] = ()
     export_prefix: str = "_lakefs/exported"
     events: tuple[str, ...] = KNOWN_EVENTS
-    worker_concurrency: int = 2
-    retry: RetryConfig = field(default_factory=RetryConfig)
+    worker_concurrency: int = Field(2, ge=1)
+    retry: RetryConfig = RetryConfig()
     diff_cache_ttl_seconds: int = 7 * 24 * 3600
-    catch_up_branches: tuple[str, ...] = ()  # "repo:branch" pairs walked by the periodic catch-up
-    catch_up_interval_seconds: int = 300
-    catch_up_depth: int = 50  # newest commits per branch checked for a complete export
+    # Catch-up (lakeFS never retries a post-hook): on by default, in every worker started with beat.
+    catch_up_repositories: tuple[str, ...] = ()  # empty: every repository the service's lakeFS user can read
+    catch_up_branches: tuple[str, ...] = ()  # branch patterns; empty: those the installed action names
+    catch_up_interval_seconds: int = Field(300, ge=1)
+    catch_up_depth: int = Field(50, ge=1)  # newest first-parent commits per branch (and newest tags) checked
+    catch_up_max_per_run: int = Field(100, ge=1)  # commits queued by one run at most; the next run takes the rest
     visibility_timeout_seconds: int = 300  # an unacknowledged task (worker killed) is redelivered after this
-    lock_ttl_seconds: int = 30  # a dead worker's per-table lock frees itself after this (renewed while alive)
+    lock_ttl_seconds: int = Field(30, ge=5)  # a dead worker's per-table lock frees itself (renewed while alive)
+    task_time_limit_seconds: int = Field(240, ge=5)  # a task is stopped after this; below the visibility timeout
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        """The environment over the YAML file (both given to `load_config`)."""
+        document, environ = _SOURCES.get(({}, os.environ))
+        return init_settings, _Environment(settings_cls, environ), _Document(settings_cls, document)
+
+    @field_validator("events")
+    @classmethod
+    def _known_events(cls, events: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [e for e in events if e not in KNOWN_EVENTS]
+        if unknown:
+            raise ValueError(f"unknown event {unknown[0]!r}; known: {', '.join(KNOWN_EVENTS)}")
+        return events
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, redis_url: SecretStr) -> SecretStr:
+        if not redis_url.get_secret_value().startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"expected a redis:// URL, got {mask_url(redis_url.get_secret_value())!r}")
+        return redis_url
+
+    @model_validator(mode="after")
+    def _time_limit_below_visibility(self) -> "Config":
+        if self.task_time_limit_seconds >= self.visibility_timeout_seconds:
+            raise ValueError(f"task_time_limit_seconds ({self.task_time_limit_seconds}) must be below "
+                             f"visibility_timeout_seconds ({self.visibility_timeout_seconds}), "
+                             "or a running task is delivered twice")
+        return self
+
+    @property
+    def redis(self) -> str:
+        """The Redis URL to connect to (a secret: never log it, use `masked()`)."""
+        return self.redis_url.get_secret_value()
 
     def object_store_for(self, storage_namespace: str) -> ObjectStoreConfig:
         """The most specific store whose prefix matches the namespace."""
@@ -75,7 +131,72 @@ class Config:
 
     def masked(self) -> dict[str, Any]:
         """The configuration as a dict with every secret replaced by `***`."""
-        return _mask(_as_dict(self))
+        document = self.model_dump(mode="json")  # SecretStr dumps as "**********"
+        document["redis_url"] = mask_url(self.redis)
+        return _stars(document)
+
+
+def mask_url(url: str) -> str:
+    """`redis://:pw@host/0` -> `redis://:***@host/0`."""
+    return _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:***@", url)
+
+
+def _stars(document: Any) -> Any:
+    if isinstance(document, dict):
+        return {k: _stars(v) for k, v in document.items()}
+    if isinstance(document, list):
+        return [_stars(v) for v in document]
+    return "***" if document == "**********" else document
+
+
+_SOURCES: ContextVar[tuple[dict[str, Any], Mapping[str, str]]] = ContextVar("config_sources")
+
+
+class _Document(PydanticBaseSettingsSource):
+    """The YAML file's document (read by `load_config`, which reports a broken file precisely)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], document: dict[str, Any]):
+        super().__init__(settings_cls)
+        self.document = document
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        raise NotImplementedError  # __call__ gives the whole document
+
+    def __call__(self) -> dict[str, Any]:
+        return self.document
+
+
+class _Environment(PydanticBaseSettingsSource):
+    """`LAKEFS_DELTA_<KEY>` and `LAKEFS_DELTA_<SECTION>_<KEY>`, lists comma-separated: the names the
+    stack, the Dockerfile and the docs use (pydantic-settings' own env source would split
+    `OBJECT_STORE_ENDPOINT` at every underscore)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]):
+        super().__init__(settings_cls)
+        self.environ = environ
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        raise NotImplementedError  # __call__ does the whole document at once
+
+    def __call__(self) -> dict[str, Any]:
+        return _from_environment(self.settings_cls, self.environ, ENV_PREFIX)
+
+
+def _from_environment(model: type[BaseModel], environ: Mapping[str, str], prefix: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        env_name = f"{prefix}{name.upper()}"
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            section = _from_environment(annotation, environ, env_name + "_")
+            if section:
+                found[name] = section
+        elif env_name in environ and name != "extra_object_stores":
+            value = environ[env_name]
+            if get_origin(annotation) is tuple:
+                value = [part.strip() for part in value.split(",") if part.strip()]
+            found[name] = value
+    return found
 
 
 def load_config(path: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> Config:
@@ -91,93 +212,24 @@ def load_config(path: str | os.PathLike | None = None, environ: Mapping[str, str
             raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
         if not isinstance(document, dict):
             raise ConfigError(f"config file {path}: the top level must be a mapping")
-    config = _build(Config, document, "")
-    config = _apply_env(config, environ, ENV_PREFIX)
-    _validate(config)
-    return config
+    sources = _SOURCES.set((document, environ))
+    try:
+        return Config()
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, environ)) from None
+    finally:
+        _SOURCES.reset(sources)
 
 
-def _build(cls, document: Mapping[str, Any], where: str):
-    known = {f.name: f for f in fields(cls)}
-    for key in document:
-        if key not in known:
-            raise ConfigError(f"unknown config key {where}{key!r}; known keys: {', '.join(sorted(known))}")
-    values = {}
-    for name, value in document.items():
-        values[name] = _coerce(cls, known[name], value, f"{where}{name}")
-    return cls(**values)
-
-
-def _coerce(owner, field_, value, key: str):
-    default = getattr(owner(), field_.name)
-    if field_.name == "extra_object_stores":
-        if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list of object stores")
-        return tuple(_build(ObjectStoreConfig, item, f"{key}[{i}].") for i, item in enumerate(value))
-    if hasattr(default, "__dataclass_fields__"):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping")
-        return _build(type(default), value, f"{key}.")
-    if isinstance(default, tuple):
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
-        if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list")
-        return tuple(str(item) for item in value)
-    if isinstance(default, bool):
-        return str(value).lower() in ("1", "true", "yes")
-    if isinstance(default, (int, float)):
-        try:
-            return type(default)(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
-    return str(value)
-
-
-def _apply_env(config, environ: Mapping[str, str], prefix: str):
-    changes = {}
-    for field_ in fields(config):
-        current = getattr(config, field_.name)
-        env_name = f"{prefix}{field_.name.upper()}"
-        if hasattr(current, "__dataclass_fields__"):
-            changes[field_.name] = _apply_env(current, environ, env_name + "_")
-        elif env_name in environ and field_.name != "extra_object_stores":
-            changes[field_.name] = _coerce(type(config), field_, environ[env_name], env_name)
-    return replace(config, **changes)
-
-
-def _validate(config: Config) -> None:
-    for event in config.events:
-        if event not in KNOWN_EVENTS:
-            raise ConfigError(f"events: unknown event {event!r}; known: {', '.join(KNOWN_EVENTS)}")
-    if not config.lakefs.endpoint.startswith(("http://", "https://")):
-        raise ConfigError(f"lakefs.endpoint: expected an http(s) URL, got {config.lakefs.endpoint!r}")
-    if not config.redis_url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(f"redis_url: expected a redis:// URL, got {config.redis_url!r}")
-    if config.worker_concurrency < 1:
-        raise ConfigError("worker_concurrency: must be at least 1")
-    for branch in config.catch_up_branches:
-        if branch.count(":") != 1 or not all(branch.split(":")):
-            raise ConfigError(f"catch_up_branches: {branch!r} must be written repository:branch")
-    if config.lock_ttl_seconds < 5:
-        raise ConfigError("lock_ttl_seconds: must be at least 5")
-    if config.retry.max_retries < 0:
-        raise ConfigError("retry.max_retries: must not be negative")
-
-
-def _as_dict(value):
-    if hasattr(value, "__dataclass_fields__"):
-        return {f.name: _as_dict(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, tuple):
-        return [_as_dict(item) for item in value]
-    return value
-
-
-def _mask(document, key: str = ""):
-    if isinstance(document, dict):
-        return {k: _mask(v, k) for k, v in document.items()}
-    if isinstance(document, list):
-        return [_mask(item, key) for item in document]
-    if key in SECRET_KEYS and document:
-        return "***"
-    return document
+def _explain(error: ValidationError, environ: Mapping[str, str]) -> str:
+    """Each problem with the key it is about, as written in YAML (and the variable that sets it)."""
+    problems = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"])
+        variable = ENV_PREFIX + "_".join(str(part).upper() for part in item["loc"] if not isinstance(part, int))
+        where = f" (set by {variable})" if variable in environ else ""
+        if item["type"] == "extra_forbidden":
+            problems.append(f"unknown config key {key!r}{where}")
+        else:
+            problems.append(f"{key}{where}: {item['msg']}")
+    return "; ".join(problems)

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import exporter
 from exporter.config import Config
 from exporter.deltalog import LogSegment, check_protocol, parse_actions
-from exporter.errors import CorruptLog, ExporterError, MissingDataFiles, TableNotFound
+from exporter.errors import CorruptLog, ExporterError, MissingDataFiles, NotFound, TableNotFound
 from exporter.history import deletion_vector_id
 from exporter.lakefs import LakeFS
 from exporter.lakefs_paths import LakeFSPaths
@@ -100,14 +100,40 @@ def export_commit(config: Config, repository: str, ref: str, commit_id: str | No
     return outcomes
 
 
-def missing_exports(config: Config, repository: str, ref: str, commit_id: str, lakefs: LakeFS | None = None) -> list[str]:
-    """Names of the tables this commit changed that have no complete export (no manifest) yet."""
+def missing_exports(config: Config, repository: str, ref: str, commit_id: str, lakefs: LakeFS | None = None,
+                    all_tables: bool = False) -> list[str]:
+    """Names of the tables this commit changed (or of all its tables) that have no complete export
+    (no manifest) under `ref` yet."""
     lakefs = lakefs or LakeFS(config.lakefs)
     namespace = lakefs.storage_namespace(repository)
     store = ObjectStore(config, namespace)
-    tables = changed_tables(lakefs, repository, commit_id, discover_tables(lakefs, repository, commit_id).tables)
+    tables = discover_tables(lakefs, repository, commit_id).tables
+    tables = tables if all_tables else changed_tables(lakefs, repository, commit_id, tables)
     return [t.name for t in tables
             if not store.exists(export_location(config, ref, commit_id, t.name) + MANIFEST)]
+
+
+def exports_in_store(config: Config, repository: str, commit_id: str, ref: str | None = None,
+                     lakefs: LakeFS | None = None) -> dict[str, dict[str, dict]]:
+    """{ref: {table: record}} of the complete exports of a commit, read from their manifests: what
+    the status API answers when Redis has no record (it was flushed, or restarted without persistence)."""
+    lakefs = lakefs or LakeFS(config.lakefs)
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    root = config.export_prefix.strip("/") + "/"
+    segments = [location_segment(ref)] if ref is not None else store.list_folders(root)
+    found: dict[str, dict[str, dict]] = {}
+    for segment in segments:
+        for table_segment in store.list_folders(f"{root}{segment}/{commit_id}/"):
+            target = f"{root}{segment}/{commit_id}/{table_segment}/"
+            try:
+                manifest = json.loads(store.get(target + MANIFEST))
+            except NotFound:
+                continue  # not complete
+            found.setdefault(manifest["ref"], {})[manifest["table"]] = {
+                "state": "done", "ref": manifest["ref"], "table": manifest["table"], "location": store.uri(target),
+                "checkpoint_version": manifest.get("checkpoint_version"), "head_version": manifest.get("head_version"),
+                "files_rewritten": manifest.get("files_rewritten"), "source": "manifest"}
+    return found
 
 
 def find_table(lakefs: LakeFS, repository: str, commit_id: str, name: str) -> TableDescriptor:
@@ -389,5 +415,5 @@ def _last_checkpoint(loaded: LoadedLog, rows: int, written: dict[str, bytes]) ->
     if checkpoint.kind == "multipart":
         document["parts"] = len(checkpoint.files)
         if "checkpointSchema" not in document:  # without it, readers take the first part's schema
-            document["checkpointSchema"] = spark_schema(pq.ParquetFile(io.BytesIO(written[checkpoint.files[0]])).schema_arrow)
+            document["checkpointSchema"] = spark_schema(pq.ParquetFile(io.BytesIO(written[checkpoint.files[0]])))
     return json.dumps(document).encode()

@@ -40,10 +40,13 @@ class ObjectEntry:
 class LakeFS:
     def __init__(self, config: LakeFSConfig):
         configuration = lakefs_sdk.Configuration(host=config.endpoint.rstrip("/") + "/api/v1",
-                                                 username=config.access_key_id, password=config.secret_access_key)
+                                                 username=config.access_key_id,
+                                                 password=config.secret_access_key.get_secret_value())
         configuration.retries = urllib3.Retry(total=2, connect=2, read=0, backoff_factor=0.2, status=0)
         self.client = lakefs_sdk.ApiClient(configuration)
         self.endpoint = config.endpoint
+        # (connect, read): a lakeFS that accepts connections but never answers fails the call in time
+        self.timeout = (min(5.0, config.timeout_seconds), config.timeout_seconds)
         self.repositories = lakefs_sdk.RepositoriesApi(self.client)
         self.refs = lakefs_sdk.RefsApi(self.client)
         self.commits = lakefs_sdk.CommitsApi(self.client)
@@ -55,6 +58,7 @@ class LakeFS:
 
     def _call(self, what: str, method, *args, **kwargs):
         self.calls += 1
+        kwargs.setdefault("_request_timeout", self.timeout)
         try:
             return method(*args, **kwargs)
         except ApiException as exc:
@@ -71,6 +75,9 @@ class LakeFS:
 
     def storage_namespace(self, repository: str) -> str:
         return self._call(f"get repository {repository}", self.repositories.get_repository, repository).storage_namespace
+
+    def default_branch(self, repository: str) -> str:
+        return self._call(f"get repository {repository}", self.repositories.get_repository, repository).default_branch
 
     def commit(self, repository: str, ref: str) -> Commit:
         found = self._call(f"get commit {repository}@{ref}", self.commits.get_commit, repository, ref)
@@ -114,6 +121,30 @@ class LakeFS:
         found = self._call(f"log {repository}@{ref}", self.refs.log_commits, repository, ref,
                            amount=amount, limit=True, first_parent=first_parent)
         return [Commit(c.id, list(c.parents), c.creation_date, c.message, dict(c.metadata or {})) for c in found.results]
+
+    def list_repositories(self) -> list[str]:
+        ids, after = [], ""
+        while True:
+            page = self._call("list repositories", self.repositories.list_repositories, after=after, amount=PAGE_SIZE)
+            ids += [r.id for r in page.results]
+            if not page.pagination.has_more:
+                return ids
+            after = page.pagination.next_offset
+
+    def list_branches(self, repository: str) -> list[str]:
+        names, after = [], ""
+        while True:
+            page = self._call(f"list branches {repository}", self.branches.list_branches, repository, after=after,
+                              amount=PAGE_SIZE)
+            names += [b.id for b in page.results]
+            if not page.pagination.has_more:
+                return names
+            after = page.pagination.next_offset
+
+    def list_tags(self, repository: str, amount: int) -> list[tuple[str, str]]:
+        """(tag, commit id) of up to `amount` tags."""
+        page = self._call(f"list tags {repository}", self.tags.list_tags, repository, amount=min(amount, PAGE_SIZE))
+        return [(t.id, t.commit_id) for t in page.results]
 
     def action_runs(self, repository: str, commit_id: str) -> list[dict]:
         response = self._call(f"action runs {repository}@{commit_id}", self.actions.list_repository_runs_with_http_info,
@@ -160,7 +191,7 @@ class LakeFS:
 
     def healthy(self) -> bool:
         try:
-            self._call("health check", lakefs_sdk.HealthCheckApi(self.client).health_check)
+            self._call("health check", lakefs_sdk.HealthCheckApi(self.client).health_check, _request_timeout=(1, 2))
             return True
         except ExporterError:
             return False

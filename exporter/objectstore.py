@@ -31,7 +31,7 @@ class ObjectStore:
             endpoint_url=store.endpoint or None,
             region_name=store.region,
             aws_access_key_id=store.access_key_id or None,
-            aws_secret_access_key=store.secret_access_key or None,
+            aws_secret_access_key=store.secret_access_key.get_secret_value() or None,
             config=botocore.config.Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3, "mode": "standard"},
                                           max_pool_connections=32,
                                           connect_timeout=5, read_timeout=30),
@@ -70,6 +70,14 @@ class ObjectStore:
                            lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=self.key(relative))))
         root = self.key("")
         return [item["Key"][len(root):] for page in pages for item in page.get("Contents", [])]
+
+    def list_folders(self, relative: str) -> list[str]:
+        """The names of the "folders" directly under `relative` (a listing with delimiter `/`)."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        prefix = self.key(relative)
+        pages = self._call("list", self.uri(relative), lambda: list(
+            paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/")))
+        return [item["Prefix"][len(prefix):].rstrip("/") for page in pages for item in page.get("CommonPrefixes", [])]
 
     def delete(self, relatives: list[str]) -> None:
         for start in range(0, len(relatives), 1000):  # the most one DeleteObjects call takes

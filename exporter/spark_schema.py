@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 _PRIMITIVES = [
     (pa.types.is_string, "string"), (pa.types.is_large_string, "string"), (pa.types.is_boolean, "boolean"),
@@ -15,28 +16,34 @@ _PRIMITIVES = [
 ]
 
 
-def spark_schema(schema: pa.Schema) -> dict[str, Any]:
-    return {"type": "struct", "fields": [_field(f) for f in schema]}
+def spark_schema(parquet_file: pq.ParquetFile) -> dict[str, Any]:
+    """The Spark schema of a parquet file. INT96 columns are Spark `timestamp`s: Arrow reads them
+    without a time zone, which would otherwise say `timestamp_ntz`."""
+    schema = parquet_file.schema
+    int96 = {schema.column(i).path for i in range(len(schema)) if schema.column(i).physical_type == "INT96"}
+    return {"type": "struct", "fields": [_field(f, f.name, int96) for f in parquet_file.schema_arrow]}
 
 
-def _field(field: pa.Field) -> dict[str, Any]:
-    return {"name": field.name, "type": _type(field.type), "nullable": field.nullable, "metadata": {}}
+def _field(field: pa.Field, path: str, int96: set[str]) -> dict[str, Any]:
+    return {"name": field.name, "type": _type(field.type, path, int96), "nullable": field.nullable, "metadata": {}}
 
 
-def _type(data_type: pa.DataType) -> Any:
+def _type(data_type: pa.DataType, path: str, int96: set[str]) -> Any:
     for test, name in _PRIMITIVES:
         if test(data_type):
             return name
     if pa.types.is_timestamp(data_type):
-        return "timestamp" if data_type.tz is not None else "timestamp_ntz"
+        return "timestamp" if data_type.tz is not None or path in int96 else "timestamp_ntz"
     if pa.types.is_decimal(data_type):
         return f"decimal({data_type.precision},{data_type.scale})"
     if pa.types.is_struct(data_type):
-        return {"type": "struct", "fields": [_field(data_type.field(i)) for i in range(data_type.num_fields)]}
+        return {"type": "struct", "fields": [_field(data_type.field(i), f"{path}.{data_type.field(i).name}", int96)
+                                             for i in range(data_type.num_fields)]}
     if pa.types.is_map(data_type):
-        return {"type": "map", "keyType": _type(data_type.key_type), "valueType": _type(data_type.item_type),
+        return {"type": "map", "keyType": _type(data_type.key_type, f"{path}.key_value.key", int96),
+                "valueType": _type(data_type.item_type, f"{path}.key_value.value", int96),
                 "valueContainsNull": data_type.item_field.nullable}
     if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
-        return {"type": "array", "elementType": _type(data_type.value_type),
+        return {"type": "array", "elementType": _type(data_type.value_type, f"{path}.list.element", int96),
                 "containsNull": data_type.value_field.nullable}
     raise ValueError(f"no Spark type for Arrow type {data_type}")

@@ -13,6 +13,21 @@ import redis
 
 PREFIX = "lakefs-delta"
 STATES = ("queued", "running", "retrying", "done", "failed")
+RECORD_TTL_SECONDS = 30 * 24 * 3600
+# One atomic read-modify-write: facts merged into the record, retries counted, and a `done` record
+# never changed back (a late or duplicate delivery must not overwrite a finished export).
+_SET_STATE = """
+local current = redis.call('hget', KEYS[1], ARGV[1])
+local record = {retries = 0}
+if current then record = cjson.decode(current) end
+if record.state == 'done' and ARGV[2] ~= 'done' then return 0 end
+for k, v in pairs(cjson.decode(ARGV[3])) do record[k] = v end
+record.state = ARGV[2]
+if ARGV[2] == 'retrying' then record.retries = (record.retries or 0) + 1 end
+redis.call('hset', KEYS[1], ARGV[1], cjson.encode(record))
+redis.call('expire', KEYS[1], ARGV[4])
+return 1
+"""
 # release or renew only our own lock, atomically
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end return 0"
@@ -22,25 +37,30 @@ class StatusStore:
     def __init__(self, redis_url: str):
         self.redis = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
 
-    # ------------------------------------------------------------ per-commit, per-table status
+    # ------------------------------------------------------------ per (ref, commit, table) status
 
     def _key(self, repository: str, commit_id: str) -> str:
         return f"{PREFIX}:export:{repository}:{commit_id}"
 
-    def set_table(self, repository: str, commit_id: str, table: str, state: str, **facts) -> None:
+    def set_table(self, repository: str, ref: str, commit_id: str, table: str, state: str, **facts) -> bool:
+        """Record a table's export state under its ref; False when refused: `done` is final."""
         assert state in STATES, state
-        key = self._key(repository, commit_id)
-        previous = self.redis.hget(key, table)
-        record = json.loads(previous) if previous else {"retries": 0}
-        record.update(facts, state=state, updated_at=time.time())
-        if state == "retrying":
-            record["retries"] = record.get("retries", 0) + 1
-        self.redis.hset(key, table, json.dumps(record))
-        self.redis.expire(key, 30 * 24 * 3600)
+        record = {**facts, "ref": ref, "table": table, "updated_at": round(time.time(), 3)}
+        return bool(self.redis.eval(_SET_STATE, 1, self._key(repository, commit_id), f"{ref}/{table}", state,
+                                    json.dumps(record), RECORD_TTL_SECONDS))
 
-    def tables(self, repository: str, commit_id: str) -> dict[str, dict]:
-        raw = self.redis.hgetall(self._key(repository, commit_id))
-        return {name.decode(): json.loads(value) for name, value in raw.items()}
+    def tables(self, repository: str, commit_id: str, ref: str | None = None) -> dict[str, dict[str, dict]]:
+        """{ref: {table: record}} for one commit; `_commit` is the commit-level record of a ref."""
+        found: dict[str, dict[str, dict]] = {}
+        for field, value in self.redis.hgetall(self._key(repository, commit_id)).items():
+            record_ref, _, table = field.decode().rpartition("/")
+            if ref is None or record_ref == ref:
+                found.setdefault(record_ref, {})[table] = json.loads(value)
+        return found
+
+    def record(self, repository: str, ref: str, commit_id: str, table: str) -> dict | None:
+        value = self.redis.hget(self._key(repository, commit_id), f"{ref}/{table}")
+        return json.loads(value) if value else None
 
     # ------------------------------------------------------------ locks
 

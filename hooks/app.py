@@ -6,15 +6,18 @@ in Redis; a 503 means it is not, so lakeFS records the hook run as failed (and c
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import prometheus_client
+from pydantic import SecretStr
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -26,6 +29,7 @@ from exporter.config import Config
 from exporter.datasets import list_datasets, resolve_dataset
 from exporter.diff import DiffCache, cached_diff
 from exporter.errors import ExporterError, NotFound
+from exporter.export import exports_in_store
 from exporter.history import paginate
 from exporter.lakefs import LakeFS
 from exporter.status import StatusStore
@@ -49,11 +53,11 @@ def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def token_matches(offered: str | None, tokens: tuple[str, ...]) -> bool:
+def token_matches(offered: str | None, tokens: tuple[SecretStr, ...]) -> bool:
     if not offered:
         return False
     # compare against every token, in constant time, so timing tells nothing about which matched
-    return any([hmac.compare_digest(offered.encode(), token.encode()) for token in tokens])
+    return any([hmac.compare_digest(offered.encode(), token.get_secret_value().encode()) for token in tokens])
 
 
 async def read_body(request: Request) -> bytes:
@@ -93,13 +97,18 @@ def parse_event(body: bytes) -> dict[str, Any]:
 
 
 def create_app(config: Config) -> Starlette:
-    status = StatusStore(config.redis_url)
+    status = StatusStore(config.redis)
     registry = prometheus_client.CollectorRegistry()
     events_total = prometheus_client.Counter("lakefs_delta_events_total", "Webhook events received",
                                              ["event_type", "outcome"], registry=registry)
     answer_seconds = prometheus_client.Histogram("lakefs_delta_webhook_answer_seconds", "Time to answer a webhook",
                                                  registry=registry)
-    from workers.app import app as queue  # the receiver only publishes, by task name; it never runs tasks
+    from workers.app import configure  # the receiver only publishes, by task name; it never runs tasks
+
+    queue = configure(config)
+    # /readyz probes run on their own threads with a deadline: a hung dependency never takes the
+    # threads that webhook publishing needs
+    probes = ThreadPoolExecutor(2, thread_name_prefix="readyz")
 
     async def receive_event(request: Request) -> Response:
         """
@@ -138,7 +147,7 @@ def create_app(config: Config) -> Starlette:
             return JSONResponse({"status": "ignored", "event_type": event_type}, status_code=200)
         repository, ref, commit_id = event["repository_id"], event[REF_FIELD[event_type]], event["commit_id"]
         try:
-            task = await run_in_threadpool(_publish, repository, ref, commit_id)
+            task = await run_in_threadpool(_publish, repository, ref, commit_id, event_type == "post-create-tag")
         except Exception as exc:  # kombu/redis raise many types when the broker is down
             events_total.labels(event_type, "unavailable").inc()
             log.error("event %s %s/%s ref=%s outcome=unavailable reason=%s", event_type, repository, commit_id, ref,
@@ -149,9 +158,10 @@ def create_app(config: Config) -> Starlette:
         return JSONResponse({"status": "queued", "task_id": task.id, "repository": repository, "ref": ref,
                              "commit_id": commit_id}, status_code=202)
 
-    def _publish(repository: str, ref: str, commit_id: str):
-        status.set_table(repository, commit_id, "_commit", "queued", ref=ref)
-        return queue.send_task("lakefs_delta.export_commit", (repository, ref, commit_id), retry=True,
+    def _publish(repository: str, ref: str, commit_id: str, tag: bool):
+        status.set_table(repository, ref, commit_id, "_commit", "queued")
+        # a tag exports every table of its commit: the release must be readable as a whole
+        return queue.send_task("lakefs_delta.export_commit", (repository, ref, commit_id, tag), retry=True,
                                retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.5})
 
     def authorized(request: Request) -> bool:
@@ -163,23 +173,32 @@ def create_app(config: Config) -> Starlette:
 
     async def export_status(request: Request) -> Response:
         """
-        summary: Export status per table for one commit (queued, running, retrying, done, failed).
+        summary: Export status of one commit, per ref and table (queued, running, retrying, done, failed).
         responses:
-          200: {description: tables and their status}
+          200: {description: "refs: {ref: {commit: record, tables: {table: record}}}"}
           401: {description: missing or wrong bearer token}
           404: {description: nothing known about this commit}
         """
         if not authorized(request):
             return error(401, "missing or wrong bearer token")
         repository, commit_id = request.path_params["repository"], request.path_params["commit"]
+        ref = request.query_params.get("ref")
         try:
-            tables = await run_in_threadpool(status.tables, repository, commit_id)
+            records = await run_in_threadpool(status.tables, repository, commit_id, ref)
         except Exception as exc:
-            return error(503, f"status store unavailable: {type(exc).__name__}")
-        commit = tables.pop("_commit", None)
-        if not tables and commit is None:
+            records = {}
+            log.warning("status store unavailable, answering from the manifests: %s", type(exc).__name__)
+        if not records:  # Redis lost or never had it: the manifests in the store are the truth
+            try:
+                records = await run_in_threadpool(exports_in_store, config, repository, commit_id, ref)
+            except NotFound as exc:
+                return error(404, str(exc))
+            except ExporterError as exc:
+                return error(503, f"status store and object store unavailable: {exc}")
+        if not records:
             return error(404, f"no export known for commit {commit_id} in repository {repository}")
-        return JSONResponse({"repository": repository, "commit_id": commit_id, "commit": commit, "tables": tables})
+        refs = {name: {"commit": tables.pop("_commit", None), "tables": tables} for name, tables in records.items()}
+        return JSONResponse({"repository": repository, "commit_id": commit_id, "refs": refs})
 
     async def healthz(request: Request) -> Response:
         """
@@ -194,8 +213,15 @@ def create_app(config: Config) -> Starlette:
           200: {description: ready}
           503: {description: a dependency is unreachable}
         """
-        checks = {"redis": await run_in_threadpool(status.ping),
-                  "lakefs": await run_in_threadpool(LakeFS(config.lakefs).healthy)}
+        loop = asyncio.get_running_loop()
+
+        async def probe(check) -> bool:
+            try:
+                return await asyncio.wait_for(loop.run_in_executor(probes, check), timeout=3)
+            except (asyncio.TimeoutError, RuntimeError):
+                return False
+
+        checks = {"redis": await probe(status.ping), "lakefs": await probe(LakeFS(config.lakefs).healthy)}
         return JSONResponse({"ready": all(checks.values()), "checks": checks},
                             status_code=200 if all(checks.values()) else 503)
 
@@ -212,7 +238,7 @@ def create_app(config: Config) -> Starlette:
             text += f"{series} {value}\n"
         return Response(text, media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
-    diffs = DiffCache(config.redis_url, config.diff_cache_ttl_seconds)
+    diffs = DiffCache(config.redis, config.diff_cache_ttl_seconds)
     diff_seconds = prometheus_client.Histogram("lakefs_delta_diff_seconds", "Time to answer a diff request",
                                                ["cached"], registry=registry)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 
@@ -78,42 +79,40 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    import os
+    import tempfile
 
     from exporter.config import load_config
+    from workers.app import configure
 
-    if args.config:
-        os.environ["LAKEFS_DELTA_CONFIG"] = args.config
     config = load_config(args.config)
     argv = ["worker", "--loglevel=INFO", f"--concurrency={args.concurrency or config.worker_concurrency}",
             "--without-gossip", "--without-mingle"]
-    if args.beat:
-        argv.append("--beat")
+    if args.beat:  # the periodic catch-up; a Redis lock lets only one worker's run go at a time
+        argv += ["--beat", "--schedule", f"{tempfile.gettempdir()}/lakefs-delta-beat-{os.getpid()}"]
     if args.name:
         argv += ["-n", args.name]
-    from workers.app import app
-
-    app.worker_main(argv)
+    configure(config).worker_main(argv)
     return 0
 
 
 def _catch_up(args: argparse.Namespace) -> int:
+    from exporter.catch_up import catch_up
     from exporter.config import load_config
     from exporter.lakefs import LakeFS
-    from exporter.export import missing_exports
+    from exporter.status import StatusStore
+    from workers.app import configure
 
     config = load_config(args.config)
-    lakefs = LakeFS(config.lakefs)
-    queued = 0
-    for commit in lakefs.log(args.repo, args.branch, amount=args.depth):
-        missing = missing_exports(config, args.repo, args.branch, commit.id, lakefs=lakefs)
-        if missing:
-            from workers.app import app
-
-            app.send_task("lakefs_delta.export_commit", (args.repo, args.branch, commit.id))
-            queued += 1
-            print(f"queued  {commit.id}  missing: {', '.join(missing)}")
-    print(f"{queued} commit(s) queued")
+    plan = catch_up(config, LakeFS(config.lakefs), StatusStore(config.redis), args.repo or None)
+    queue = configure(config)
+    for item in plan.queued:
+        queue.send_task("lakefs_delta.export_commit", (item.repository, item.ref, item.commit_id, item.all_tables))
+        print(f"queued  {item.repository} {item.ref} {item.commit_id}  missing: {', '.join(item.tables)}")
+    for item in plan.given_up:
+        print(f"failed  {item} (permanent failure: not queued again)")
+    for item in plan.skipped_repositories:
+        print(f"skipped {item}")
+    print(plan.summary())
     return 0
 
 
@@ -140,7 +139,7 @@ def _diff(args: argparse.Namespace) -> int:
         print("error: refs must be written LEFT..RIGHT, e.g. main..exp1", file=sys.stderr)
         return 2
     config = load_config(args.config)
-    diff, _ = cached_diff(config, LakeFS(config.lakefs), DiffCache(config.redis_url, config.diff_cache_ttl_seconds),
+    diff, _ = cached_diff(config, LakeFS(config.lakefs), DiffCache(config.redis, config.diff_cache_ttl_seconds),
                           args.repo, left, right, args.table.strip("/"))
     if args.json:
         print(json.dumps(diff, indent=2))
@@ -197,14 +196,14 @@ def main(argv: list[str] | None = None) -> int:
 
     worker_cmd = commands.add_parser("worker", help="a Celery worker for export tasks")
     worker_cmd.add_argument("--concurrency", type=int)
-    worker_cmd.add_argument("--beat", action="store_true", help="also run the periodic catch-up")
+    worker_cmd.add_argument("--no-beat", dest="beat", action="store_false",
+                            help="do not run the periodic catch-up in this worker (it runs by default)")
     worker_cmd.add_argument("--name", help="Celery node name, e.g. w1@%%h")
     worker_cmd.set_defaults(run=_worker)
 
-    catch_up_cmd = commands.add_parser("catch-up", help="queue recent commits whose export is incomplete")
-    catch_up_cmd.add_argument("--repo", required=True)
-    catch_up_cmd.add_argument("--branch", required=True)
-    catch_up_cmd.add_argument("--depth", type=int, default=50, help="how many recent commits to check")
+    catch_up_cmd = commands.add_parser("catch-up", help="queue recent commits and tags whose export is incomplete")
+    catch_up_cmd.add_argument("--repo", action="append",
+                              help="repository (repeatable; default: catch_up_repositories, else every repository)")
     catch_up_cmd.set_defaults(run=_catch_up)
 
     install_cmd = commands.add_parser("install-actions", help="upload the export action and descriptors, and commit")
@@ -223,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     diff_cmd.add_argument("--json", action="store_true")
     diff_cmd.set_defaults(run=_diff)
 
+    for command in commands.choices.values():
+        command.add_argument("--config", default=argparse.SUPPRESS, help="YAML config file")
     args = parser.parse_args(argv)
     from exporter.errors import ExporterError
 

@@ -40,19 +40,6 @@ def start_service(state: stack.StackState) -> str:
     return url
 
 
-def wait_for_exports(url: str, token: str, repository: str, commit_id: str, timeout: float = 240) -> dict:
-    deadline = time.monotonic() + timeout
-    tables: dict = {}
-    while time.monotonic() < deadline:
-        answer = httpx.get(f"{url}/exports/{repository}/{commit_id}", headers={"Authorization": f"Bearer {token}"})
-        if answer.status_code == 200:
-            tables = {k: v for k, v in answer.json()["tables"].items()}
-            if tables and all(t["state"] in ("done", "failed") for t in tables.values()):
-                return tables
-        time.sleep(0.5)
-    raise RuntimeError(f"exports of {commit_id} not finished after {timeout}s: {tables}")
-
-
 def external_count(location: str) -> int:
     """Count rows with a separate Spark session (its own JVM) that has no lakeFS endpoint at all."""
     code = ("import sys; from lakefs_delta.spark import stack_spark_session as s; "
@@ -73,6 +60,7 @@ def run_demo() -> dict:
     from exporter.config import load_config
     from exporter.lakefs import LakeFS
     from lakefs_delta.cli import render_diff
+    from lakefs_delta.client import wait_for_exports
     from lakefs_delta.spark import stack_spark_session
 
     say("1/6 starting lakeFS, MinIO and Redis (first run builds them: several minutes)")
@@ -97,9 +85,7 @@ def run_demo() -> dict:
     say("6/6 waiting for the exports")
     facts: dict = {"repository": repository, "exports": []}
     for ref, commit_id in commits:
-        for table, record in sorted(wait_for_exports(url, state.webhook_token, repository, commit_id).items()):
-            if table == "_commit":
-                continue
+        for table, record in sorted(wait_for_exports(url, state.webhook_token, repository, commit_id, ref).items()):
             facts["exports"].append({"ref": ref, "commit": commit_id, "table": table, **record})
             say(f"  {ref:5} {commit_id[:12]} {table:13} {record['state']:6} {record.get('location', '')}")
     exp1_export = next(e for e in facts["exports"] if e["ref"] == "exp1" and e["table"] == "transactions")

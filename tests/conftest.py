@@ -83,15 +83,18 @@ class Processes:
     def start(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         ARTIFACTS.mkdir(exist_ok=True)
         log = open(ARTIFACTS / f"{name}.log", "ab")
+        env = {**os.environ, **self.env, **(extra_env or {})}  # a None value removes the variable
         process = subprocess.Popen([sys.executable, "-m", "lakefs_delta.cli", *args], cwd=ROOT,
-                                   env={**os.environ, **self.env, **(extra_env or {})},
+                                   env={k: v for k, v in env.items() if v is not None},
                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.started.append(process)
         return process
 
-    def worker(self, name: str) -> subprocess.Popen:
+    def worker(self, name: str, extra_args: list[str] | None = None,
+               extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         node = f"{name}-{uuid.uuid4().hex[:4]}"
-        self.workers[node] = self.start(f"worker-{name}", ["worker", "--concurrency=2", "--name", f"{node}@%h"])
+        self.workers[node] = self.start(f"worker-{name}", ["worker", "--concurrency=2", "--no-beat", "--name",
+                                                           f"{node}@%h", *(extra_args or [])], extra_env)
         return self.workers[node]
 
     def stop_all(self) -> None:
@@ -111,7 +114,10 @@ SERVICE_PORT = 18080
 # short timings so redelivery and retries happen within a test
 SERVICE_ENV = {"LAKEFS_DELTA_VISIBILITY_TIMEOUT_SECONDS": "15", "LAKEFS_DELTA_LOCK_TTL_SECONDS": "6",
                "LAKEFS_DELTA_RETRY_BACKOFF_SECONDS": "1", "LAKEFS_DELTA_RETRY_BACKOFF_MAX_SECONDS": "4",
-               "LAKEFS_DELTA_RETRY_MAX_RETRIES": "8"}
+               "LAKEFS_DELTA_RETRY_MAX_RETRIES": "8", "LAKEFS_DELTA_TASK_TIME_LIMIT_SECONDS": "12",
+               "LAKEFS_DELTA_LAKEFS_TIMEOUT_SECONDS": "4",
+               # catch-up runs when a test asks for it, not on a timer over every test's repository
+               "LAKEFS_DELTA_CATCH_UP_INTERVAL_SECONDS": "86400"}
 
 
 @pytest.fixture(scope="session")

@@ -1,29 +1,54 @@
-"""The Celery app on Redis. Tasks live in `workers.tasks` and stay thin wrappers over `exporter`."""
+"""The Celery app on Redis, configured from the `Config` its process was given (never at import).
+
+`lakefs-delta worker`, `serve`, `catch-up` and `export` load their config (`--config FILE`,
+then `LAKEFS_DELTA_*`) and call `configure`; tasks read it back with `current_config`. Tasks live
+in `workers.tasks` and stay thin wrappers over `exporter`.
+"""
 
 from __future__ import annotations
 
 from celery import Celery
 
-from exporter.config import load_config
+from exporter.config import Config
 
-config = load_config()
+app = Celery("lakefs_delta", include=["workers.tasks"])
+_config: Config | None = None
 
-app = Celery("lakefs_delta", broker=config.redis_url, backend=config.redis_url, include=["workers.tasks"])
-app.conf.update(
-    task_serializer="json",
-    accept_content=["json"],
-    result_serializer="json",
-    task_acks_late=True,  # a killed worker's task goes back to the queue...
-    task_reject_on_worker_lost=True,  # ...instead of being acknowledged as lost
-    worker_prefetch_multiplier=1,
-    broker_transport_options={"visibility_timeout": config.visibility_timeout_seconds},
-    result_backend_transport_options={"visibility_timeout": config.visibility_timeout_seconds},
-    result_expires=24 * 3600,
-    worker_concurrency=config.worker_concurrency,
-    broker_connection_retry_on_startup=True,
-)
+TASK_KINDS = ("lakefs_delta.export_commit", "lakefs_delta.export_table", "lakefs_delta.precompute_diff",
+              "lakefs_delta.catch_up")
 
-if config.catch_up_branches:
-    app.conf.beat_schedule = {
-        "catch-up": {"task": "lakefs_delta.catch_up", "schedule": float(config.catch_up_interval_seconds)},
-    }
+
+def configure(config: Config) -> Celery:
+    """Point the app at the config's Redis and set its delivery and time-limit rules."""
+    global _config
+    _config = config
+    hard = config.task_time_limit_seconds
+    app.conf.update(
+        broker_url=config.redis,
+        result_backend=config.redis,
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_acks_late=True,  # a killed worker's task goes back to the queue...
+        task_reject_on_worker_lost=True,  # ...instead of being acknowledged as lost
+        worker_prefetch_multiplier=1,
+        broker_transport_options={"visibility_timeout": config.visibility_timeout_seconds},
+        result_backend_transport_options={"visibility_timeout": config.visibility_timeout_seconds},
+        result_expires=24 * 3600,
+        worker_concurrency=config.worker_concurrency,
+        broker_connection_retry_on_startup=True,
+        # below the visibility timeout, so a slow task is stopped before the broker hands it out again;
+        # the soft limit raises inside the task, which then retries with the reason
+        task_annotations={kind: {"soft_time_limit": max(hard - max(hard // 10, 3), 1), "time_limit": hard}
+                          for kind in TASK_KINDS},
+        beat_schedule={"catch-up": {"task": "lakefs_delta.catch_up",
+                                    "schedule": float(config.catch_up_interval_seconds)}},
+    )
+    return app
+
+
+def current_config() -> Config:
+    if _config is None:
+        raise RuntimeError("workers.app.configure(config) was not called in this process: "
+                           "start workers with `lakefs-delta worker [--config FILE]`")
+    return _config

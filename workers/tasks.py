@@ -1,31 +1,56 @@
-"""Celery tasks: they take ids, not objects, and call plain functions in `exporter`."""
+"""Celery tasks: they take ids, not objects, and call plain functions in `exporter`.
+
+State is honest: every (repository, ref, commit, table) has one status record that ends `done` or
+`failed` with a reason, and `done` is final. Transient errors (lakeFS or the object store down,
+Redis errors, a task over its soft time limit) are retried with Celery's exponential backoff and
+jitter; waiting for another delivery's lock is not a retry.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
-import random
 import time
 
-from celery.exceptions import MaxRetriesExceededError
+import redis
+from celery.exceptions import SoftTimeLimitExceeded
+from celery.utils.time import get_exponential_backoff_interval
 
+from exporter.catch_up import catch_up as find_missing_exports
+from exporter.config import Config
 from exporter.diff import DiffCache, cached_diff
 from exporter.errors import ExporterError
+from exporter.export import ExportOutcome, abandon_export, find_table
 from exporter.export import export_table as export_one_table
-from exporter.export import ExportOutcome, abandon_export, find_table, missing_exports
 from exporter.lakefs import LakeFS
 from exporter.status import StatusStore
 from exporter.tables import DESCRIPTORS_PREFIX, TableDescriptor, changed_tables, discover_tables
-from workers.app import app, config
+from workers.app import app, current_config
 
 log = logging.getLogger("lakefs_delta.worker")
-status = StatusStore(config.redis_url)
-diffs = DiffCache(config.redis_url, config.diff_cache_ttl_seconds)
+COMMIT_RECORD = "_commit"  # the commit-level record of a ref: which tables were queued, or why none
 
 
-def backoff(retries: int) -> float:
-    """Exponential backoff with full jitter, capped."""
-    ceiling = min(config.retry.backoff_max_seconds, config.retry.backoff_seconds * 2 ** retries)
-    return random.uniform(config.retry.backoff_seconds / 2, max(ceiling, config.retry.backoff_seconds))
+@functools.cache
+def _services(config: Config) -> tuple[StatusStore, DiffCache]:
+    return StatusStore(config.redis), DiffCache(config.redis, config.diff_cache_ttl_seconds)
+
+
+def _countdown(config: Config, retries: int) -> float:
+    return get_exponential_backoff_interval(factor=max(1, round(config.retry.backoff_seconds)), retries=retries,
+                                            maximum=round(config.retry.backoff_max_seconds), full_jitter=True) \
+        or config.retry.backoff_seconds / 2
+
+
+def _transient_reason(exc: BaseException, config: Config) -> str | None:
+    """Why a retry may succeed, or None when the error is permanent."""
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return f"timed out: the task ran past its {config.task_time_limit_seconds}s limit"
+    if isinstance(exc, redis.RedisError):
+        return f"Redis error: {exc}"
+    if isinstance(exc, ExporterError) and not exc.permanent:
+        return str(exc)
+    return None
 
 
 @app.task(name="lakefs_delta.ping")
@@ -35,55 +60,70 @@ def ping(word: str) -> str:
 
 
 @app.task(bind=True, name="lakefs_delta.export_commit")
-def export_commit(self, repository: str, ref: str, commit_id: str) -> list[str]:
-    """Find the tables a commit changed and fan out one `export_table` per table."""
-    lakefs = LakeFS(config.lakefs)
+def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: bool = False) -> list[str]:
+    """Find the tables to export (those the commit changed, or all of them for a tag) and fan out
+    one `export_table` per table."""
+    config = current_config()
+    status, _ = _services(config)
     try:
+        lakefs = LakeFS(config.lakefs)
         discovery = discover_tables(lakefs, repository, commit_id)
-        tables = changed_tables(lakefs, repository, commit_id, discovery.tables)
-    except ExporterError as exc:
-        if exc.permanent or self.request.retries >= config.retry.max_retries:
-            log.error("commit %s/%s: cannot list tables: %s", repository, commit_id, exc)
-            status.set_table(repository, commit_id, "_commit", "failed", reason=str(exc))
-            status.count("lakefs_delta_tasks_total", {"task": "export_commit", "outcome": "failed"})
-            return []
-        status.count("lakefs_delta_tasks_total", {"task": "export_commit", "outcome": "retried"})
-        raise self.retry(countdown=backoff(self.request.retries), max_retries=config.retry.max_retries)
-    for error in discovery.errors:
-        descriptor = str(error).split(":", 1)[0]
-        status.set_table(repository, commit_id, descriptor, "failed", reason=str(error))
-        log.warning("commit %s/%s: %s", repository, commit_id, error)
-    for table in tables:
-        status.set_table(repository, commit_id, table.name, "queued", ref=ref, table_path=table.path)
-        export_table.delay(repository, ref, commit_id, table.name, table.path)
+        tables = discovery.tables if all_tables else changed_tables(lakefs, repository, commit_id, discovery.tables)
+        for error in discovery.errors:
+            descriptor = str(error).split(":", 1)[0]
+            status.set_table(repository, ref, commit_id, descriptor, "failed", reason=str(error), permanent=True)
+            log.warning("commit %s/%s: %s", repository, commit_id, error)
+        for table in tables:
+            status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path)
+            export_table.delay(repository, ref, commit_id, table.name, table.path)
+        status.set_table(repository, ref, commit_id, COMMIT_RECORD, "done", reason="",
+                         tables=[t.name for t in tables], all_tables=all_tables)
+    except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
+        reason = _transient_reason(exc, config)
+        if reason is not None and self.request.retries < config.retry.max_retries:
+            _record(status, repository, ref, commit_id, COMMIT_RECORD, "retrying", reason=reason)
+            status_count(status, "export_commit", "retried")
+            raise self.retry(countdown=_countdown(config, self.request.retries), max_retries=config.retry.max_retries)
+        log.error("commit %s/%s (%s): cannot list tables: %s", repository, commit_id, ref, exc)
+        _record(status, repository, ref, commit_id, COMMIT_RECORD, "failed", reason=reason or str(exc),
+                permanent=reason is None)
+        status_count(status, "export_commit", "failed")
+        return []
     log.info("commit %s/%s (%s): %d table(s) queued: %s", repository, commit_id, ref, len(tables),
              ", ".join(t.name for t in tables) or "-")
-    status.count("lakefs_delta_tasks_total", {"task": "export_commit", "outcome": "succeeded"})
+    status_count(status, "export_commit", "succeeded")
     return [t.name for t in tables]
 
 
 @app.task(bind=True, name="lakefs_delta.export_table")
 def export_table(self, repository: str, ref: str, commit_id: str, table_name: str, table_path: str = "") -> dict:
     """`table_path` comes from the descriptor `export_commit` already read; without it the descriptor is read again."""
+    config = current_config()
+    status, _ = _services(config)
     started = time.monotonic()
-    with status.lock(f"{repository}:{commit_id}:{table_name}", config.lock_ttl_seconds) as held:
-        if not held:  # another delivery is exporting it; look again later (it will find the manifest)
-            raise self.retry(countdown=config.lock_ttl_seconds / 3, max_retries=config.retry.max_retries + 50)
-        status.set_table(repository, commit_id, table_name, "running", worker=self.request.hostname)
-        lakefs = LakeFS(config.lakefs)
-        try:
+    line = f"export {repository}/{ref}/{commit_id}/{table_name} attempt={self.request.retries + 1}"
+    try:
+        with status.lock(f"{repository}:{ref}:{commit_id}:{table_name}", config.lock_ttl_seconds) as held:
+            if not held:  # another delivery is exporting it: look again later, without spending a retry
+                export_table.apply_async((repository, ref, commit_id, table_name, table_path),
+                                         countdown=config.lock_ttl_seconds / 3, retries=self.request.retries)
+                log.info("%s outcome=requeued reason=another delivery holds the lock", line)
+                return {"ok": None, "requeued": True}
+            status.set_table(repository, ref, commit_id, table_name, "running", worker=self.request.hostname)
+            lakefs = LakeFS(config.lakefs)
             table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml") if table_path
                      else find_table(lakefs, repository, commit_id, table_name))
             outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs)
-        except ExporterError as exc:
-            outcome = ExportOutcome(table=table_name, table_path="", ok=False, error=str(exc), permanent=exc.permanent)
+    except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
+        reason = _transient_reason(exc, config)
+        outcome = ExportOutcome(table=table_name, table_path=table_path, ok=False, error=reason or str(exc),
+                                permanent=reason is None)
     facts = {"location": outcome.location, "checkpoint_version": outcome.checkpoint_version,
              "head_version": outcome.head_version, "files_rewritten": outcome.files_rewritten}
-    line = (f"export {repository}/{commit_id}/{table_name} ref={ref} seconds={time.monotonic() - started:.2f} "
-            f"attempt={self.request.retries + 1}")
+    line += f" seconds={time.monotonic() - started:.2f}"
     if outcome.ok:
-        status.set_table(repository, commit_id, table_name, "done", reason="", skipped=outcome.skipped, **facts)
-        status.count("lakefs_delta_tasks_total", {"task": "export_table", "outcome": "succeeded"})
+        _record(status, repository, ref, commit_id, table_name, "done", reason="", skipped=outcome.skipped, **facts)
+        status_count(status, "export_table", "succeeded")
         if not outcome.skipped:
             status.observe("lakefs_delta_export_seconds", outcome.seconds)
             status.count("lakefs_delta_versions_read_total", amount=outcome.versions)
@@ -93,20 +133,41 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
             precompute_diff.delay(repository, commit_id, outcome.table_path)
         return {"ok": True, **facts}
     if not outcome.permanent:
-        try:
-            status.set_table(repository, commit_id, table_name, "retrying", reason=outcome.error)
-            status.count("lakefs_delta_tasks_total", {"task": "export_table", "outcome": "retried"})
+        if self.request.retries < config.retry.max_retries:
+            _record(status, repository, ref, commit_id, table_name, "retrying", reason=outcome.error)
+            status_count(status, "export_table", "retried")
             log.warning("%s outcome=retrying reason=%s", line, outcome.error)
-            raise self.retry(countdown=backoff(self.request.retries), max_retries=config.retry.max_retries)
-        except MaxRetriesExceededError:
-            _abandon(repository, ref, commit_id, table_name)
-    status.set_table(repository, commit_id, table_name, "failed", reason=outcome.error, **facts)
-    status.count("lakefs_delta_tasks_total", {"task": "export_table", "outcome": "failed"})
+            raise self.retry(countdown=_countdown(config, self.request.retries), max_retries=config.retry.max_retries)
+        _abandon(config, repository, ref, commit_id, table_name)
+        outcome.error = f"gave up after {self.request.retries} retries: {outcome.error}"
+    _record(status, repository, ref, commit_id, table_name, "failed", reason=outcome.error,
+            permanent=outcome.permanent, **facts)
+    status_count(status, "export_table", "failed")
     log.error("%s outcome=failed reason=%s", line, outcome.error)
     return {"ok": False, "error": outcome.error}
 
 
-def _abandon(repository: str, ref: str, commit_id: str, table_name: str) -> None:
+def _record(status: StatusStore, repository: str, ref: str, commit_id: str, table: str, state: str, **facts) -> None:
+    """A status write that must not lose the task's outcome: Redis errors are retried a few times."""
+    for attempt in range(5):
+        try:
+            status.set_table(repository, ref, commit_id, table, state, **facts)
+            return
+        except redis.RedisError as exc:
+            log.warning("status %s/%s/%s/%s=%s not recorded (attempt %d): %s", repository, ref, commit_id, table,
+                        state, attempt + 1, exc)
+            time.sleep(0.5 * 2 ** attempt)
+    log.error("status %s/%s/%s/%s=%s lost: Redis unavailable", repository, ref, commit_id, table, state)
+
+
+def status_count(status: StatusStore, task: str, outcome: str) -> None:
+    try:
+        status.count("lakefs_delta_tasks_total", {"task": task, "outcome": outcome})
+    except redis.RedisError:
+        pass  # a counter is not worth failing a task for
+
+
+def _abandon(config: Config, repository: str, ref: str, commit_id: str, table_name: str) -> None:
     """No retry will complete this export: remove what it wrote, so nothing half-written stays."""
     try:
         removed = abandon_export(config, repository, ref, commit_id, table_name)
@@ -116,33 +177,36 @@ def _abandon(repository: str, ref: str, commit_id: str, table_name: str) -> None
 
 
 @app.task(name="lakefs_delta.catch_up")
-def catch_up(branches: list[str] | None = None, depth: int | None = None) -> list[str]:
-    """lakeFS never retries a post-hook: queue the recent commits whose export is incomplete."""
-    lakefs = LakeFS(config.lakefs)
-    queued = []
-    for pair in branches or config.catch_up_branches:
-        repository, branch = pair.split(":")
-        for commit in lakefs.log(repository, branch, amount=depth or config.catch_up_depth):
-            if missing_exports(config, repository, branch, commit.id, lakefs=lakefs):
-                export_commit.delay(repository, branch, commit.id)
-                queued.append(f"{repository}:{commit.id}")
-    log.info("catch-up: %d commit(s) queued", len(queued))
-    return queued
+def catch_up(repositories: list[str] | None = None) -> list[str]:
+    """lakeFS never retries a post-hook: queue the commits and tags whose export is incomplete."""
+    config = current_config()
+    status, _ = _services(config)
+    with status.lock("catch-up", config.task_time_limit_seconds) as held:
+        if not held:  # another worker's beat is running it
+            return []
+        plan = find_missing_exports(config, LakeFS(config.lakefs), status, repositories)
+        for item in plan.queued:
+            export_commit.delay(item.repository, item.ref, item.commit_id, item.all_tables)
+    status_count(status, "catch_up", "succeeded")
+    log.info("catch-up: %s", plan.summary())
+    return [f"{i.repository}:{i.ref}:{i.commit_id}" for i in plan.queued]
 
 
 @app.task(bind=True, name="lakefs_delta.precompute_diff")
 def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> bool:
     """Cache the table's diff of this commit against its first parent, so the API answers from Redis."""
+    config = current_config()
+    status, diffs = _services(config)
     lakefs = LakeFS(config.lakefs)
     started = time.monotonic()
     try:
         parents = lakefs.commit(repository, commit_id).parents
         _, cached = cached_diff(config, lakefs, diffs, repository, parents[0] if parents else None, commit_id, table_path)
-    except ExporterError as exc:
-        if exc.permanent or self.request.retries >= config.retry.max_retries:
+    except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
+        if _transient_reason(exc, config) is None or self.request.retries >= config.retry.max_retries:
             log.warning("diff %s/%s %s outcome=failed reason=%s", repository, commit_id, table_path, exc)
             return False
-        raise self.retry(countdown=backoff(self.request.retries), max_retries=config.retry.max_retries)
+        raise self.retry(countdown=_countdown(config, self.request.retries), max_retries=config.retry.max_retries)
     status.observe("lakefs_delta_diff_precompute_seconds", time.monotonic() - started)
     log.info("diff %s/%s %s outcome=%s seconds=%.2f", repository, commit_id, table_path,
              "cached" if cached else "computed", time.monotonic() - started)

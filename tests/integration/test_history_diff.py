@@ -46,7 +46,7 @@ def story(spark, lakefs, repository):
 
 
 def diff(config, lakefs, repository: str, left: str, right: str, path: str) -> dict:
-    cache = DiffCache(config.redis_url, 60)
+    cache = DiffCache(config.redis, 60)
     return cached_diff(config, lakefs, cache, repository, left, right, path)[0]
 
 
@@ -114,7 +114,7 @@ def test_commit_through_webhook_is_served_from_the_precomputed_cache(service, sp
     commit = lakefs.commit_branch(repository, "main", "ingest")
     wait_for_export(service, repository, commit, {"transactions"})
     parent = lakefs.commit(repository, commit).parents[0]
-    cache = DiffCache(config.redis_url, 60)
+    cache = DiffCache(config.redis, 60)
     deadline = time.monotonic() + 60
     while cache.get(repository, parent, commit, "tables/transactions") is None and time.monotonic() < deadline:
         time.sleep(0.3)

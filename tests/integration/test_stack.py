@@ -32,7 +32,9 @@ def test_spark_writes_delta_through_gateway_and_reads_it_back_at_the_commit(spar
     assert sorted(tuple(r) for r in read_back.select("id", "day", "item").collect()) == sorted(rows)
 
 
-def test_celery_worker_runs_a_task_through_redis(celery_worker):
+def test_celery_worker_runs_a_task_through_redis(celery_worker, config):
+    from workers.app import configure
     from workers.tasks import ping
 
+    configure(config)
     assert ping.delay("redis").get(timeout=60) == "pong: redis"

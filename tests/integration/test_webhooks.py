@@ -15,7 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from exporter.config import load_config
 from lakefs_delta import stack
+from workers.app import configure
+from lakefs_delta.client import export_status, wait_for_exports
 from tests.conftest import SERVICE_PORT
 from tests.integration.deltatables import read_version, rows, table_uri
 
@@ -31,17 +34,14 @@ def api(service: str, path: str) -> httpx.Response:
     return httpx.get(service + path, headers={"Authorization": f"Bearer {token()}"}, timeout=10)
 
 
-def wait_for_export(service: str, repository: str, commit_id: str, tables: set[str], timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    answer = {}
-    while time.monotonic() < deadline:
-        response = api(service, f"/exports/{repository}/{commit_id}")
-        if response.status_code == 200:
-            answer = response.json()["tables"]
-            if tables <= set(answer) and all(answer[t]["state"] in ("done", "failed") for t in tables):
-                return answer
-        time.sleep(0.5)
-    raise AssertionError(f"export of {repository}/{commit_id} not finished in {timeout}s: {answer}")
+def wait_for_export(service: str, repository: str, commit_id: str, tables: set[str], timeout: float = 120,
+                    ref: str = "main") -> dict:
+    return wait_for_exports(service, token(), repository, commit_id, ref, tables, timeout)
+
+
+def table_status(service: str, repository: str, commit_id: str, table: str, ref: str = "main") -> dict:
+    found = export_status(service, token(), repository, commit_id, ref)
+    return (found or {}).get("tables", {}).get(table, {})
 
 
 def wait_for_action_run(lakefs, repository: str, commit_id: str, timeout: float = 60) -> dict:
@@ -77,7 +77,7 @@ def test_commit_merge_and_tag_are_exported_under_their_ref(service, lakefs, spar
     spark.createDataFrame([(3, "reopen")], "id INT, kind STRING").write.format("delta").mode("append") \
         .save(table_uri(repository, "feature-x", "tables/events"))
     feature_commit = lakefs.commit_branch(repository, "feature-x", "reopen")
-    feature = wait_for_export(service, repository, feature_commit, {"events"})["events"]
+    feature = wait_for_export(service, repository, feature_commit, {"events"}, ref="feature-x")["events"]
     assert feature["location"].endswith(f"/_lakefs/exported/feature-x/{feature_commit}/events/")
 
     merge_commit = lakefs.merge(repository, "feature-x", "main", "merge feature-x")
@@ -86,7 +86,7 @@ def test_commit_merge_and_tag_are_exported_under_their_ref(service, lakefs, spar
     assert len(rows(read_version(spark, merged["location"]))) == 3
 
     tag_commit = lakefs.create_tag(repository, "v1", "main")
-    tagged = wait_for_export(service, repository, tag_commit, {"events"}, timeout=60)
+    tagged = wait_for_export(service, repository, tag_commit, {"events"}, timeout=60, ref="v1")
     # a tag points at an exported commit; its export is filed under the tag
     assert tagged["events"]["location"].endswith(f"/exported/v1/{tag_commit}/events/")
 
@@ -155,7 +155,7 @@ def test_same_event_five_times_at_once_exports_once(service, lakefs, spark, repo
     done = wait_for_export(service, repository, commit_id, {"events"})["events"]
     assert done["state"] == "done", done
     time.sleep(3)  # let the duplicate deliveries finish too
-    final = api(service, f"/exports/{repository}/{commit_id}").json()["tables"]["events"]
+    final = table_status(service, repository, commit_id, "events")
     assert final["state"] == "done" and not final["reason"]
     metrics = httpx.get(service + "/metrics").text
     assert 'lakefs_delta_events_total{event_type="post-commit",outcome="queued"}' in metrics
@@ -167,13 +167,12 @@ def test_killed_worker_task_is_finished_by_another_worker(service, processes, la
     minio = stack._running_pid(stack.STACK_DIR, "minio")
     os.kill(minio, signal.SIGSTOP)  # freeze the object store so the export hangs mid-way
     try:
-        from workers.app import app
-
+        app = configure(load_config())
         app.send_task("lakefs_delta.export_table", (repository, "main", commit_id, "events"))
         deadline, state = time.monotonic() + 60, {}
         while time.monotonic() < deadline and state.get("state") != "running":
             time.sleep(0.2)
-            state = api(service, f"/exports/{repository}/{commit_id}").json().get("tables", {}).get("events", {})
+            state = table_status(service, repository, commit_id, "events")
         assert state.get("state") == "running", state
         node = state["worker"].split("@")[0]
         os.killpg(processes.workers[node].pid, signal.SIGKILL)
@@ -188,7 +187,6 @@ def test_killed_worker_task_is_finished_by_another_worker(service, processes, la
 
 
 def test_redis_outage_answers_503_and_catch_up_exports_the_missed_commit(service, lakefs, spark, repository, s3):
-    from exporter.config import load_config
     from exporter.export import missing_exports
 
     commit_id = setup_repository(lakefs, spark, repository, ["main"])
@@ -210,7 +208,7 @@ def test_redis_outage_answers_503_and_catch_up_exports_the_missed_commit(service
 
     from lakefs_delta.cli import main as cli
 
-    assert cli(["catch-up", "--repo", repository, "--branch", "main", "--depth", "5"]) == 0
+    assert cli(["catch-up", "--repo", repository]) == 0
     done = wait_for_export(service, repository, missed, {"events"}, timeout=120)["events"]
     assert done["state"] == "done", done
     assert missing_exports(config, repository, "main", missed) == []
@@ -218,15 +216,14 @@ def test_redis_outage_answers_503_and_catch_up_exports_the_missed_commit(service
 
 def test_lakefs_outage_mid_task_is_retried_until_it_succeeds(service, lakefs, spark, repository):
     commit_id = setup_repository(lakefs, spark, repository, ["none-*"])
-    from workers.app import app
-
+    app = configure(load_config())
     stack.stop_service("lakefs")
     try:
         app.send_task("lakefs_delta.export_table", (repository, "main", commit_id, "events"))
         deadline = time.monotonic() + 60
         state = {}
         while time.monotonic() < deadline:
-            state = api(service, f"/exports/{repository}/{commit_id}").json().get("tables", {}).get("events", {}) \
+            state = table_status(service, repository, commit_id, "events") \
                 if api(service, f"/exports/{repository}/{commit_id}").status_code == 200 else {}
             if state.get("state") == "retrying":
                 break

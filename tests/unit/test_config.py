@@ -13,11 +13,11 @@ def test_environment_overrides_file(tmp_path):
     assert config.lakefs.endpoint == "http://other:9000"
     assert config.lakefs.access_key_id == "AKIA1"
     assert config.worker_concurrency == 3
-    assert config.webhook_tokens == ("a", "b")
+    assert [t.get_secret_value() for t in config.webhook_tokens] == ["a", "b"]
 
 
 @pytest.mark.parametrize("document, key", [
-    ("lakefs:\n  endpont: x\n", "lakefs.'endpont'"),
+    ("lakefs:\n  endpont: x\n", "unknown config key 'lakefs.endpont'"),
     ("worker_concurrency: many\n", "worker_concurrency"),
     ("events: [post-commit, pre-merge]\n", "events"),
     ("redis_url: http://x\n", "redis_url"),
@@ -55,3 +55,36 @@ def test_object_store_is_chosen_by_longest_prefix(tmp_path):
     assert config.object_store_for("s3://other/ns").endpoint == "http://default"
     with pytest.raises(ConfigError, match="gs://x"):
         config.object_store_for("gs://x")
+
+
+def test_a_password_in_redis_url_is_masked_everywhere():
+    config = load_config(None, {"LAKEFS_DELTA_REDIS_URL": "redis://:hunter2@redis:6379/3",
+                                "LAKEFS_DELTA_API_TOKENS": "api-secret"})
+    assert config.redis == "redis://:hunter2@redis:6379/3"
+    assert config.masked()["redis_url"] == "redis://:***@redis:6379/3"
+    assert config.masked()["api_tokens"] == ["***"]
+    assert "hunter2" not in repr(config) and "api-secret" not in repr(config)
+
+
+def test_a_bad_value_from_the_environment_names_key_and_variable():
+    with pytest.raises(ConfigError, match=r"retry\.max_retries \(set by LAKEFS_DELTA_RETRY_MAX_RETRIES\)"):
+        load_config(None, {"LAKEFS_DELTA_RETRY_MAX_RETRIES": "-1"})
+    with pytest.raises(ConfigError, match=r"http://:\*\*\*@x") as raised:
+        load_config(None, {"LAKEFS_DELTA_REDIS_URL": "http://:pw@x"})
+    assert "pw@" not in str(raised.value)
+
+
+def test_task_time_limit_must_stay_below_the_visibility_timeout():
+    with pytest.raises(ConfigError, match="task_time_limit_seconds .* below visibility_timeout_seconds"):
+        load_config(None, {"LAKEFS_DELTA_VISIBILITY_TIMEOUT_SECONDS": "60", "LAKEFS_DELTA_TASK_TIME_LIMIT_SECONDS": "90"})
+
+
+def test_sections_and_lists_come_from_the_environment(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("object_store:\n  endpoint: http://file\n  region: eu-west-1\ncatch_up_branches: [main]\n")
+    config = load_config(path, {"LAKEFS_DELTA_OBJECT_STORE_ENDPOINT": "http://env",
+                                "LAKEFS_DELTA_CATCH_UP_BRANCHES": "main, release-*",
+                                "LAKEFS_DELTA_LAKEFS_TIMEOUT_SECONDS": "2.5"})
+    assert (config.object_store.endpoint, config.object_store.region) == ("http://env", "eu-west-1")
+    assert config.catch_up_branches == ("main", "release-*")
+    assert config.lakefs.timeout_seconds == 2.5

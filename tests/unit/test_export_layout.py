@@ -134,9 +134,10 @@ def test_multipart_without_a_source_last_checkpoint_gets_a_checkpoint_schema():
     parts = [f"{4:020d}.checkpoint.{p:010d}.{2:010d}.parquet" for p in (1, 2)]
     sink = io.BytesIO()
     schema = pa.schema([("txn", pa.struct([("appId", pa.string()), ("version", pa.int64())])),
+                        ("commitInfo", pa.struct([("timestamp", pa.timestamp("us", "UTC"))])),
                         ("add", pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string())),
                                            ("tags", pa.list_(pa.string()))]))])
-    pq.write_table(schema.empty_table(), sink)
+    pq.write_table(schema.empty_table(), sink, use_deprecated_int96_timestamps=True)
     loaded = loaded_log({p: 1 for p in parts}, None)
 
     document = json.loads(_last_checkpoint(loaded, 2, {parts[0]: sink.getvalue(), parts[1]: b"1234"}))
@@ -144,6 +145,7 @@ def test_multipart_without_a_source_last_checkpoint_gets_a_checkpoint_schema():
     assert document["parts"] == 2 and document["sizeInBytes"] == len(sink.getvalue()) + 4
     fields = {f["name"]: f["type"] for f in document["checkpointSchema"]["fields"]}
     assert fields["txn"]["fields"][1] == {"name": "version", "type": "long", "nullable": True, "metadata": {}}
+    assert fields["commitInfo"]["fields"][0]["type"] == "timestamp"  # INT96: Spark's timestamp, not timestamp_ntz
     add = {f["name"]: f["type"] for f in fields["add"]["fields"]}
     assert add["partitionValues"] == {"type": "map", "keyType": "string", "valueType": "string", "valueContainsNull": True}
     assert add["tags"] == {"type": "array", "elementType": "string", "containsNull": True}

@@ -1,0 +1,99 @@
+"""Catch-up: find the commits and tags whose export is incomplete, because lakeFS never retries a
+post-hook (a receiver that was down, a 503, a dropped event).
+
+One implementation for `lakefs-delta catch-up` and the workers' periodic task. It follows only
+first parents, so after a merge the feature branch's commits are not exported under the
+destination; it covers tags (every table); it skips exports whose status is a terminal `failed`
+(re-queuing them would fail again), and it queues at most `catch_up_max_per_run` commits a run.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+import yaml
+
+from exporter.actions import ACTION_PATH
+from exporter.config import Config
+from exporter.errors import ExporterError, NotFound
+from exporter.export import missing_exports
+from exporter.lakefs import LakeFS
+from exporter.status import StatusStore
+
+_BRANCH_EVENTS = ("post-commit", "post-merge")
+
+
+@dataclass(frozen=True)
+class MissingExport:
+    repository: str
+    ref: str
+    commit_id: str
+    all_tables: bool  # a tag exports every table
+    tables: tuple[str, ...]
+
+
+@dataclass
+class CatchUpPlan:
+    queued: list[MissingExport] = field(default_factory=list)
+    given_up: list[str] = field(default_factory=list)  # exports whose status is a terminal failure
+    skipped_repositories: list[str] = field(default_factory=list)  # no action installed, or unreadable
+    truncated: bool = False  # the per-run bound was reached
+
+    def summary(self) -> str:
+        return (f"{len(self.queued)} commit(s) queued, {len(self.given_up)} terminal failure(s) not re-queued"
+                + (", more left for the next run" if self.truncated else ""))
+
+
+def followed_branches(lakefs: LakeFS, repository: str, config: Config) -> list[str] | None:
+    """Branches whose commits are exported: the configured patterns, else those the installed action
+    names for commits and merges; None when the repository has no action installed."""
+    patterns = list(config.catch_up_branches)
+    if not patterns:
+        default_branch = lakefs.default_branch(repository)
+        try:
+            action = yaml.safe_load(lakefs.get_object(repository, default_branch, ACTION_PATH)) or {}
+        except NotFound:
+            return None
+        except yaml.YAMLError:
+            return None
+        events = action.get("on", action.get(True)) or {}  # YAML 1.1 reads a bare `on` key as true
+        for event in _BRANCH_EVENTS:
+            if event in events:
+                named = (events.get(event) or {}).get("branches")
+                patterns += named if isinstance(named, list) else ["*"]  # no list: every branch
+    return sorted({b for b in lakefs.list_branches(repository) if any(fnmatch.fnmatchcase(b, p) for p in patterns)})
+
+
+def _failed_for_good(record: dict | None) -> bool:
+    """A permanent failure (bad descriptor, missing files, refused table): re-queuing fails again.
+    An export that ran out of retries on transient errors is queued again."""
+    return bool(record) and record.get("state") == "failed" and record.get("permanent", True)
+
+
+def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: list[str] | None = None) -> CatchUpPlan:
+    plan = CatchUpPlan()
+    for repository in repositories or list(config.catch_up_repositories) or lakefs.list_repositories():
+        try:
+            branches = followed_branches(lakefs, repository, config)
+        except ExporterError as exc:
+            plan.skipped_repositories.append(f"{repository}: {exc}")
+            continue
+        if branches is None:
+            plan.skipped_repositories.append(f"{repository}: no {ACTION_PATH} on its default branch")
+            continue
+        candidates = [(branch, commit.id, False) for branch in branches
+                      for commit in lakefs.log(repository, branch, amount=config.catch_up_depth, first_parent=True)]
+        candidates += [(tag, commit_id, True) for tag, commit_id in lakefs.list_tags(repository, config.catch_up_depth)]
+        for ref, commit_id, all_tables in candidates:
+            missing = missing_exports(config, repository, ref, commit_id, lakefs=lakefs, all_tables=all_tables)
+            failed = [t for t in missing if _failed_for_good(status.record(repository, ref, commit_id, t))]
+            plan.given_up += [f"{repository} {ref} {commit_id} {t}" for t in failed]
+            retry = tuple(t for t in missing if t not in failed)
+            if not retry:
+                continue
+            if len(plan.queued) >= config.catch_up_max_per_run:
+                plan.truncated = True
+                return plan
+            plan.queued.append(MissingExport(repository, ref, commit_id, all_tables, retry))
+    return plan

@@ -1,0 +1,38 @@
+"""A small client of the service's status API, for the demo, the benchmarks and the tests."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+FINAL = ("done", "failed")
+
+
+def export_status(url: str, token: str, repository: str, commit_id: str, ref: str) -> dict | None:
+    """{"commit": record, "tables": {table: record}} of one ref's exports of a commit, or None."""
+    answer = httpx.get(f"{url}/exports/{repository}/{commit_id}", params={"ref": ref},
+                       headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    if answer.status_code != 200:
+        return None
+    return answer.json()["refs"].get(ref)
+
+
+def wait_for_exports(url: str, token: str, repository: str, commit_id: str, ref: str,
+                     tables: set[str] | None = None, timeout: float = 240) -> dict[str, dict]:
+    """The tables' records once each is `done` or `failed`: those named, or all that the commit's
+    task queued (its commit record is final)."""
+    deadline = time.monotonic() + timeout
+    found: dict | None = None
+    while time.monotonic() < deadline:
+        found = export_status(url, token, repository, commit_id, ref)
+        if found is not None:
+            records = found["tables"]
+            commit = found.get("commit") or {}
+            expected = tables if tables is not None else (set(commit.get("tables", [])) if commit.get("state") in FINAL
+                                                          else None)
+            if expected is not None and expected <= set(records) and \
+                    all(records[t]["state"] in FINAL for t in expected):
+                return records
+        time.sleep(0.5)
+    raise AssertionError(f"exports of {repository}/{ref}/{commit_id} not finished after {timeout}s: {found}")

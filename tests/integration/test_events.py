@@ -1,0 +1,305 @@
+"""Events and tasks never lose, repeat or hang work: one config, honest state, tags, catch-up, time
+limits, a durable queue.
+
+Real lakeFS, MinIO and Redis; real `lakefs-delta serve` and `worker` processes. Tables are written
+as Delta logs through lakeFS's API (no Spark: these tests are about delivery, not reading).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+import redis
+
+from exporter.actions import install_actions
+from exporter.config import load_config
+from exporter.export import MANIFEST
+from lakefs_delta import stack
+from lakefs_delta.client import export_status, wait_for_exports
+from tests.conftest import SERVICE_PORT
+from workers.app import configure
+
+pytestmark = pytest.mark.integration
+WEBHOOK = f"http://127.0.0.1:{SERVICE_PORT}/webhooks/lakefs"
+PROTOCOL = '{"protocol":{"minReaderVersion":1,"minWriterVersion":2}}'
+METADATA = ('{"metaData":{"id":"t","format":{"provider":"parquet","options":{}},'
+            '"schemaString":"{\\"type\\":\\"struct\\",\\"fields\\":[]}","partitionColumns":[],"configuration":{}}}')
+
+
+def token() -> str:
+    return os.environ["LAKEFS_DELTA_WEBHOOK_TOKENS"].split(",")[0]
+
+
+def add_delta_version(lakefs, repository: str, branch: str, path: str, version: int) -> None:
+    """One more version of a tiny Delta table (a placeholder data object: nothing here reads rows)."""
+    data = f"part-{version:05d}.parquet"
+    lakefs.upload_object(repository, branch, f"{path}/{data}", b"x")
+    add = f'{{"add":{{"path":"{data}","partitionValues":{{}},"size":1,"modificationTime":0,"dataChange":true}}}}'
+    header = f"{PROTOCOL}\n{METADATA}\n" if version == 0 else ""
+    lakefs.upload_object(repository, branch, f"{path}/_delta_log/{version:020d}.json",
+                         f'{{"commitInfo":{{"operation":"WRITE"}}}}\n{header}{add}\n'.encode())
+
+
+def tables_repository(lakefs, repository: str, names: list[str], url: str = WEBHOOK, branches=("main",)) -> str:
+    install_actions(lakefs, repository, "main", url, list(branches), {n: f"tables/{n}" for n in names})
+    for name in names:
+        add_delta_version(lakefs, repository, "main", f"tables/{name}", 0)
+    return lakefs.commit_branch(repository, "main", "tables")
+
+
+def post_event(event: dict, url: str = WEBHOOK) -> httpx.Response:
+    return httpx.post(url, json=event, headers={"X-Webhook-Token": token()}, timeout=30)
+
+
+def commit_event(repository: str, commit_id: str, branch: str = "main") -> dict:
+    return {"event_type": "post-commit", "repository_id": repository, "branch_id": branch, "commit_id": commit_id,
+            "source_ref": branch, "hook_run_id": "x", "action_name": "delta-export", "hook_id": "delta_export"}
+
+
+def tag_event(repository: str, commit_id: str, tag: str) -> dict:
+    return {"event_type": "post-create-tag", "repository_id": repository, "tag_id": tag, "commit_id": commit_id,
+            "source_ref": commit_id, "hook_run_id": "x", "action_name": "delta-export", "hook_id": "delta_export"}
+
+
+def manifests(s3, repository: str) -> list[str]:
+    """(ref segment, commit, table) of every complete export in the repository's namespace, from the store."""
+    bucket = stack.BUCKET
+    found, token_ = [], None
+    while True:
+        page = s3.list_objects_v2(Bucket=bucket, Prefix=f"{repository}/_lakefs/exported/",
+                                  **({"ContinuationToken": token_} if token_ else {}))
+        found += [item["Key"] for item in page.get("Contents", []) if item["Key"].endswith("/" + MANIFEST)]
+        if not page.get("IsTruncated"):
+            return ["/".join(k.split("/")[3:6]) for k in found]
+        token_ = page["NextContinuationToken"]
+
+
+# ---------------------------------------------------------------- one config, passed in
+
+
+def test_serve_and_worker_use_the_redis_of_their_config_file(processes, lakefs, repository, stack_env, tmp_path):
+    redis_url = stack_env["LAKEFS_DELTA_REDIS_URL"].rsplit("/", 1)[0] + "/5"
+    config_file = tmp_path / "exporter.yaml"
+    config_file.write_text(f"redis_url: {redis_url}\nworker_concurrency: 1\n")
+    env = {"LAKEFS_DELTA_REDIS_URL": None}  # not in the processes' environment: the file decides
+    port = SERVICE_PORT + 11
+    commit_id = tables_repository(lakefs, repository, ["one"], url=f"http://127.0.0.1:{port}/nowhere")
+    for name, args in (("service-db5", ["serve", "--config", str(config_file), "--port", str(port)]),
+                       ("worker-db5", ["worker", "--config", str(config_file), "--no-beat", "--name", "db5@%h"])):
+        processes.start(name, args, env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.3)
+
+    answer = post_event(commit_event(repository, commit_id), url=url + "/webhooks/lakefs")
+
+    assert answer.status_code == 202, answer.text
+    done = wait_for_exports(url, token(), repository, commit_id, "main", {"one"}, timeout=90)
+    assert done["one"]["state"] == "done", done
+    db5, db0 = redis.Redis.from_url(redis_url), redis.Redis.from_url(redis_url.rsplit("/", 1)[0] + "/0")
+    assert db5.exists(f"lakefs-delta:export:{repository}:{commit_id}")
+    assert not db0.exists(f"lakefs-delta:export:{repository}:{commit_id}")
+
+
+# ---------------------------------------------------------------- tags
+
+
+def test_a_tag_on_a_commit_that_changed_no_table_exports_every_table(service, lakefs, repository, s3):
+    commit_id = tables_repository(lakefs, repository, ["orders", "customers"])
+    wait_for_exports(service, token(), repository, commit_id, "main", {"orders", "customers"})
+    lakefs.upload_object(repository, "main", "docs/README.md", b"release notes")
+    docs_commit = lakefs.commit_branch(repository, "main", "docs only")
+
+    lakefs.create_tag(repository, "v1.0", docs_commit)
+
+    tagged = wait_for_exports(service, token(), repository, docs_commit, "v1.0", {"orders", "customers"})
+    assert {t: r["state"] for t, r in tagged.items()} == {"orders": "done", "customers": "done"}
+    assert sorted(m for m in manifests(s3, repository) if m.startswith("v1.0/")) == \
+        [f"v1.0/{docs_commit}/customers", f"v1.0/{docs_commit}/orders"]
+
+
+def test_branch_and_tag_exports_of_one_commit_keep_their_own_records_through_a_lakefs_outage(
+        service, lakefs, repository):
+    commit_id = tables_repository(lakefs, repository, ["events"], url="http://127.0.0.1:1/nowhere")
+    queue = configure(load_config())
+    lakefs.create_tag(repository, "rc1", commit_id)
+    seen: dict[str, set[str]] = {"main": set(), "rc1": set()}
+
+    stack.stop_service("lakefs")  # a transient error in the middle: both tasks retry
+    try:
+        queue.send_task("lakefs_delta.export_commit", (repository, "main", commit_id, False))
+        queue.send_task("lakefs_delta.export_commit", (repository, "rc1", commit_id, True))
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        stack.up()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        states = {}
+        for ref in seen:
+            found = export_status(service, token(), repository, commit_id, ref) or {}
+            for record in found.get("tables", {}).values():
+                if record.get("location"):
+                    seen[ref].add(record["location"])
+            states[ref] = found.get("tables", {}).get("events", {}).get("state")
+        if states == {"main": "done", "rc1": "done"}:
+            break
+        time.sleep(0.5)
+    assert states == {"main": "done", "rc1": "done"}, states
+    assert all(f"/exported/main/{commit_id}/" in location for location in seen["main"]), seen
+    assert all(f"/exported/rc1/{commit_id}/" in location for location in seen["rc1"]), seen
+
+
+# ---------------------------------------------------------------- time limits
+
+
+def test_a_frozen_lakefs_makes_the_task_retry_in_time_and_the_export_completes_after(service, lakefs, repository):
+    commit_id = tables_repository(lakefs, repository, ["events"], url="http://127.0.0.1:1/nowhere")
+    queue = configure(load_config())
+    lakefs_pid = stack._running_pid(stack.STACK_DIR, "lakefs")
+    os.kill(lakefs_pid, signal.SIGSTOP)  # accepts connections, never answers
+    try:
+        queue.send_task("lakefs_delta.export_table", (repository, "main", commit_id, "events", "tables/events"))
+        started, state = time.monotonic(), {}
+        while time.monotonic() - started < 40 and state.get("state") != "retrying":
+            time.sleep(0.5)
+            state = (export_status(service, token(), repository, commit_id, "main") or {}).get("tables", {}) \
+                .get("events", {})
+        reported = time.monotonic() - started
+    finally:
+        os.kill(lakefs_pid, signal.SIGCONT)
+    assert state.get("state") == "retrying", state
+    assert reported < 12 + 5, reported  # within the task's time limit (conftest: 12 s), not hung
+    assert "lakeFS" in state["reason"], state
+    done = wait_for_exports(service, token(), repository, commit_id, "main", {"events"}, timeout=120)
+    assert done["events"]["state"] == "done", done
+
+
+# ---------------------------------------------------------------- a durable queue
+
+
+def test_events_answered_before_a_redis_restart_are_all_exported(processes, lakefs, repository, stack_env, s3):
+    redis_url = stack_env["LAKEFS_DELTA_REDIS_URL"].rsplit("/", 1)[0] + "/7"  # a queue no other worker reads
+    env = {"LAKEFS_DELTA_REDIS_URL": redis_url}
+    port = SERVICE_PORT + 12
+    names = [f"t{i}" for i in range(5)]
+    commit_id = tables_repository(lakefs, repository, names, url="http://127.0.0.1:1/nowhere")
+    processes.start("service-db7", ["serve", "--port", str(port)], env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    events = [commit_event(repository, commit_id)] + [tag_event(repository, commit_id, f"r{i}") for i in range(4)]
+    for i in range(4):
+        lakefs.create_tag(repository, f"r{i}", commit_id)
+
+    answers = [post_event(e, url=url + "/webhooks/lakefs").status_code for e in events]
+    assert answers == [202] * 5
+    stack.stop_service("redis")
+    stack.up()
+    processes.worker("db7", extra_env=env)
+
+    for ref in ["main"] + [f"r{i}" for i in range(4)]:
+        done = wait_for_exports(url, token(), repository, commit_id, ref, set(names), timeout=180)
+        assert {r["state"] for r in done.values()} == {"done"}, (ref, done)
+    assert len(manifests(s3, repository)) == 5 * 5
+
+
+# ---------------------------------------------------------------- catch-up
+
+
+def test_catch_up_exports_a_dropped_event_and_no_feature_commit_under_the_destination(service, lakefs, repository, s3):
+    from lakefs_delta.cli import main as cli
+
+    dead = "http://127.0.0.1:1/webhooks/lakefs"  # the service is down for this repository's hooks
+    first = tables_repository(lakefs, repository, ["events"], url=dead)
+    lakefs.create_branch(repository, "feature-x", "main")
+    add_delta_version(lakefs, repository, "feature-x", "tables/events", 1)
+    feature_commit = lakefs.commit_branch(repository, "feature-x", "feature work")
+    merge_commit = lakefs.merge(repository, "feature-x", "main", "merge feature-x")
+    lakefs.create_tag(repository, "v2", merge_commit)
+    assert manifests(s3, repository) == []  # every event was dropped
+
+    assert cli(["catch-up", "--repo", repository]) == 0
+
+    for ref, commit_id in (("main", first), ("main", merge_commit), ("v2", merge_commit)):
+        done = wait_for_exports(service, token(), repository, commit_id, ref, {"events"}, timeout=120)
+        assert done["events"]["state"] == "done", (ref, done)
+    exported = manifests(s3, repository)
+    assert f"main/{feature_commit}/events" not in exported, exported  # first parents only
+    assert not any(m.startswith("feature-x/") for m in exported)  # the action names main only
+
+
+def test_catch_up_does_not_requeue_a_permanent_failure(service, lakefs, repository, capsys):
+    from lakefs_delta.cli import main as cli
+
+    commit_id = tables_repository(lakefs, repository, ["events"], url="http://127.0.0.1:1/nowhere")
+    lakefs.delete_object(repository, "main", "tables/events/part-00000.parquet")
+    broken = lakefs.commit_branch(repository, "main", "lost a data file")
+    assert cli(["catch-up", "--repo", repository]) == 0
+    failed = wait_for_exports(service, token(), repository, broken, "main", {"events"})
+    assert failed["events"]["state"] == "failed" and "part-00000.parquet" in failed["events"]["reason"]
+    wait_for_exports(service, token(), repository, commit_id, "main", {"events"})
+    capsys.readouterr()
+
+    assert cli(["catch-up", "--repo", repository]) == 0
+
+    printed = capsys.readouterr().out
+    assert f"failed  {repository} main {broken} events" in printed and "0 commit(s) queued" in printed, printed
+
+
+# ---------------------------------------------------------------- duplicates at scale
+
+
+def test_two_hundred_deliveries_of_forty_events_give_one_export_each(service, lakefs, repository, s3):
+    commit_id = tables_repository(lakefs, repository, ["a", "b"], url="http://127.0.0.1:1/nowhere")
+    commits = [commit_id]
+    for version in range(1, 20):
+        add_delta_version(lakefs, repository, "main", f"tables/{'ab'[version % 2]}", (version + 1) // 2)
+        commits.append(lakefs.commit_branch(repository, "main", f"commit {version}"))
+    for i, commit in enumerate(commits):
+        lakefs.create_tag(repository, f"t{i}", commit)
+    events = [commit_event(repository, c) for c in commits] + [tag_event(repository, c, f"t{i}") for i, c in enumerate(commits)]
+    before = _exports_run(service)
+
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(lambda e: post_event(e).status_code, events * 5))
+
+    assert answers == [202] * 200
+    expected = {f"main/{commits[0]}/a", f"main/{commits[0]}/b"}
+    expected |= {f"main/{c}/{'ab'[v % 2]}" for v, c in enumerate(commits) if v}
+    expected |= {f"t{i}/{c}/{t}" for i, c in enumerate(commits) for t in "ab"}
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and set(manifests(s3, repository)) != expected:
+        time.sleep(1)
+    found = manifests(s3, repository)
+    assert sorted(found) == sorted(expected)  # one manifest per (ref, commit, table), no more, no less
+    for ref, commit in [("main", c) for c in commits] + [(f"t{i}", c) for i, c in enumerate(commits)]:
+        records = wait_for_exports(service, token(), repository, commit, ref, timeout=60)
+        assert {r["state"] for r in records.values()} == {"done"}, (ref, records)
+    time.sleep(3)  # duplicates still in flight would show up in the counter
+    assert _exports_run(service) - before == len(expected)  # the export work itself ran once per export
+
+
+def _exports_run(service: str) -> float:
+    """Exports that ran (not skipped because their manifest existed), from the workers' counter."""
+    text = httpx.get(service + "/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith("lakefs_delta_export_seconds_count"):
+            return float(line.split()[-1])
+    return 0.0
