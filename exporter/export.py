@@ -13,6 +13,7 @@ import posixpath
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -53,14 +54,18 @@ class ExportOutcome:
     seconds: float = 0.0
     error: str = ""
     permanent: bool = True  # for failures: False means a retry may succeed
+    incremental: bool = False  # copied the parent's export and added the new commits
+    cold_reason: str = ""  # why the parent's export could not be reused
 
     def summary(self) -> str:
         if not self.ok:
             return f"FAILED  {self.table} ({self.table_path}): {self.error}"
         if self.skipped:
             return f"EXISTS  {self.table} -> {self.location} (already exported)"
+        how = "incremental" if self.incremental else "cold"
         return (f"OK      {self.table} -> {self.location}  versions {self.checkpoint_version if self.checkpoint_version is not None else 0}"
-                f"..{self.head_version}, {self.files_rewritten} paths rewritten, {self.lakefs_calls} lakeFS calls, {self.seconds:.2f}s")
+                f"..{self.head_version}, {self.files_rewritten} paths rewritten, {self.lakefs_calls} lakeFS calls, "
+                f"{self.seconds:.2f}s ({how})")
 
 
 def export_location(config: Config, ref: str, commit_id: str, table: str) -> str:
@@ -158,7 +163,8 @@ def export_table(config: Config, repository: str, ref: str, commit_id: str, tabl
             outcome.ok = outcome.skipped = True
             return outcome
         try:
-            _export(lakefs, store, repository, ref, commit_id, table, target, outcome, started)
+            _export_incrementally_or_cold(config, lakefs, store, repository, ref, commit_id, table, target, outcome,
+                                          started)
         except ExporterError as exc:
             if exc.permanent:  # a retry cannot complete it: leave nothing a reader could take for a table
                 _discard_after(store, target, exc)
@@ -184,6 +190,19 @@ def abandon_export(config: Config, repository: str, ref: str, commit_id: str, ta
     return discard_export(store, target)
 
 
+def _export_incrementally_or_cold(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, ref: str,
+                                  commit_id: str, table: TableDescriptor, target: str, outcome: ExportOutcome,
+                                  started: float) -> None:
+    from exporter.incremental import ColdExportNeeded, export_incrementally  # it builds on this module
+
+    try:
+        export_incrementally(config, lakefs, store, repository, ref, commit_id, table, target, outcome, started)
+        outcome.incremental = True
+    except ColdExportNeeded as reason:
+        outcome.cold_reason = str(reason)
+        _export(lakefs, store, repository, ref, commit_id, table, target, outcome, started)
+
+
 def _discard_after(store: ObjectStore, target: str, error: ExporterError) -> None:
     try:
         discard_export(store, target)
@@ -203,7 +222,7 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
     rewritten = 0
     checkpoint_rows = 0
     protocol_actions: list[dict] = []
-    snapshot = _Snapshot()
+    snapshot = Snapshot()
     if segment.checkpoint is not None:
         for name in loaded.checkpoint_files:  # sidecars first: the checkpoint records their new sizes
             raw = log_files[name]
@@ -230,7 +249,7 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
         raw = log_files[name]
         actions = parse_actions(name, raw)
         protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
-        timestamps[version] = _commit_timestamp(actions, loaded.modification_times.get(name, 0))
+        timestamps[version] = commit_timestamp(actions, loaded.modification_times.get(name, 0))
         result = rewrite_commit(name, raw, resolver)
         outputs[name] = result.content
         rewritten += result.files_rewritten
@@ -250,25 +269,41 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
     outcome.versions = len(segment.commits) + (1 if segment.checkpoint else 0)
     outcome.files_rewritten = rewritten
     last_checkpoint = _last_checkpoint(loaded, checkpoint_rows, outputs) if segment.checkpoint else None
-    write_log(store, target + LOG_DIR, segment, outputs, last_checkpoint)
-    manifest = {
-        "repository": repository, "ref": ref, "commit_id": commit_id, "table": table.name, "table_path": table.path,
-        "location": outcome.location,
-        "checkpoint_version": outcome.checkpoint_version, "head_version": segment.head_version,
-        "versions": [v for v, _ in segment.commits], "files_rewritten": rewritten,
-        # what the source's readers took as each version's time: in-commit timestamp, else file mtime
-        "source_timestamps_ms": {str(v): t for v, t in sorted(timestamps.items())},
-        "log_files_written": len(outputs), "lakefs_calls": lakefs.calls,
-        "timings_seconds": {"list_and_read": round(read - started, 3),
-                            "rewrite": round(rewritten_at - read, 3), "write": round(time.monotonic() - rewritten_at, 3)},
-        "exporter_version": exporter.__version__,
-        "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    if last_checkpoint is not None:
+        outputs[LAST_CHECKPOINT] = last_checkpoint
+    write_log(segment, [n for n in outputs if n.startswith("_sidecars/")],
+              lambda name: store.put(target + LOG_DIR + name, outputs[name]))
+    manifest = manifest_document(repository, ref, commit_id, table, outcome, segment, timestamps,
+                                 log_files_written=len(outputs), lakefs_calls=lakefs.calls,
+                                 timings={"list_and_read": round(read - started, 3),
+                                          "rewrite": round(rewritten_at - read, 3),
+                                          "write": round(time.monotonic() - rewritten_at, 3)})
     store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")  # last: marks done
 
 
-def write_log(store: ObjectStore, log_prefix: str, segment: LogSegment, outputs: dict[str, bytes],
-              last_checkpoint: bytes | None) -> None:
+def manifest_document(repository: str, ref: str, commit_id: str, table: TableDescriptor, outcome: ExportOutcome,
+                      segment: LogSegment, timestamps: dict[int, int], log_files_written: int, lakefs_calls: int,
+                      timings: dict[str, float], derived_from: str | None = None) -> dict:
+    """`_lakefs_export.json`: what was exported, from where, and each version's source timestamp."""
+    return {
+        "repository": repository, "ref": ref, "commit_id": commit_id, "table": table.name, "table_path": table.path,
+        "location": outcome.location,
+        "checkpoint_version": outcome.checkpoint_version, "head_version": segment.head_version,
+        "versions": [v for v, _ in segment.commits], "files_rewritten": outcome.files_rewritten,
+        # what the source's readers took as each version's time: in-commit timestamp, else file mtime
+        "source_timestamps_ms": {str(v): t for v, t in sorted(timestamps.items())},
+        # an incremental export copies the parent's export and adds the new commits
+        "derived_from": derived_from,
+        "log_files_written": log_files_written, "lakefs_calls": lakefs_calls, "timings_seconds": timings,
+        "exporter_version": exporter.__version__,
+        "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+LAST_CHECKPOINT = "_last_checkpoint"
+
+
+def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], None]) -> None:
     """Write an exported `_delta_log` so that no reader sees a table until all of it is there.
 
     Readers (Delta Spark, delta-rs) build a snapshot from a checkpoint or from version 0 and refuse a
@@ -278,20 +313,25 @@ def write_log(store: ObjectStore, log_prefix: str, segment: LogSegment, outputs:
     version order, so their modification times (the commit timestamps of readers without in-commit
     timestamps) increase; without a checkpoint, `0.json` is written last and so the later commits
     are written once more after it, with identical bytes, to keep the times in order.
+    `write(name)` writes one file (name under `_delta_log/`): a put of new bytes, or a copy.
     """
     commits = [n for _, n in segment.commits]
     if segment.checkpoint is None:
         start, later = commits[0], commits[1:]
-        _put_in_order(store, log_prefix, later, outputs)
-        store.put(log_prefix + start, outputs[start])  # the table exists from here on
-        _put_in_order(store, log_prefix, later, outputs)
+        for name in later:
+            write(name)
+        write(start)  # the table exists from here on
+        for name in later:
+            write(name)
         return
-    _put_in_order(store, log_prefix, ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + commits, outputs)
+    for name in ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + commits:
+        write(name)
     parts = segment.checkpoint.files
-    _put_all(store, log_prefix, {n: b for n, b in outputs.items() if n.startswith("_sidecars/")})
-    _put_all(store, log_prefix, {n: outputs[n] for n in parts[:-1]})  # an incomplete part set is no checkpoint
-    store.put(log_prefix + parts[-1], outputs[parts[-1]])  # the table exists from here on
-    store.put(log_prefix + "_last_checkpoint", last_checkpoint, "application/json")
+    with ThreadPoolExecutor(IO_THREADS) as pool:
+        list(pool.map(write, sidecars))
+        list(pool.map(write, parts[:-1]))  # an incomplete part set is no checkpoint
+    write(parts[-1])  # the table exists from here on
+    write(LAST_CHECKPOINT)
 
 
 def discard_export(store: ObjectStore, target: str) -> int:
@@ -305,12 +345,7 @@ def discard_export(store: ObjectStore, target: str) -> int:
     return len(keys)
 
 
-def _put_in_order(store: ObjectStore, prefix: str, names: list[str], outputs: dict[str, bytes]) -> None:
-    for name in names:
-        store.put(prefix + name, outputs[name])
-
-
-def _commit_timestamp(actions: list[dict], modification_time_seconds: int) -> int:
+def commit_timestamp(actions: list[dict], modification_time_seconds: int) -> int:
     """PROTOCOL.md#in-commit-timestamps: `commitInfo.inCommitTimestamp` when set, else the file's time."""
     for action in actions[:1]:
         commit_info = action.get("commitInfo")
@@ -319,7 +354,7 @@ def _commit_timestamp(actions: list[dict], modification_time_seconds: int) -> in
     return modification_time_seconds * 1000
 
 
-class _Snapshot:
+class Snapshot:
     """Which add paths (and deletion-vector files) the head reads. Replayed only when a file is missing."""
 
     def __init__(self) -> None:
@@ -360,11 +395,6 @@ class _Snapshot:
                     if dv and dv.get("storageType") in ("u", "p")}
         return sorted({m for m in missing if m in live_paths or m in live_dvs})
 
-
-
-def _put_all(store: ObjectStore, prefix: str, files: dict[str, bytes]) -> None:
-    with ThreadPoolExecutor(IO_THREADS) as pool:
-        list(pool.map(lambda item: store.put(prefix + item[0], item[1]), files.items()))
 
 
 def _read_columns(name: str, raw: bytes, columns: list[str]) -> pa.Table:

@@ -96,6 +96,14 @@ class LakeFS:
                 return
             after = page["pagination"]["next_offset"]
 
+    def physical_address(self, repository: str, ref: str, path: str) -> str | None:
+        """One object's physical address (one call), None when there is no such object."""
+        try:
+            return self._call(f"stat {repository}@{ref}/{path}", self.objects.stat_object, repository, ref,
+                              path).physical_address
+        except NotFound:
+            return None
+
     def get_object(self, repository: str, ref: str, path: str) -> bytes:
         return bytes(self._call(f"get object {repository}@{ref}/{path}", self.objects.get_object, repository, ref, path))
 

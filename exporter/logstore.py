@@ -40,9 +40,19 @@ class LoadedLog:
         self.files.update(_get_all(store, self.addresses, [n for n in names if n not in self.files]))
 
 
-def load_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str,
-             log_only: bool = False) -> LoadedLog:
-    """The segment a reader needs at this commit. `log_only` lists `_delta_log/` alone (no data files)."""
+@dataclass
+class LogLayout:
+    """A listing of `_delta_log/` (and, unless `log_only`, of the whole table) at a commit."""
+
+    addresses: dict[str, str]  # table-relative object key -> physical address
+    listing: LogListing
+    segment: LogSegment
+    modification_times: dict[str, int]
+    last_checkpoint: dict | None
+
+
+def list_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str,
+             log_only: bool = False) -> LogLayout:
     prefix = table_path.strip("/") + "/"
     addresses: dict[str, str] = {}
     log_entries: list[tuple[str, int]] = []
@@ -58,6 +68,20 @@ def load_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str
     listing = LogListing.from_names(log_entries)
     last_checkpoint = _last_checkpoint(store, addresses)
     segment = select_segment(listing, last_checkpoint.get("version") if last_checkpoint else None)
+    return LogLayout(addresses, listing, segment, modification_times, last_checkpoint)
+
+
+def read_log_files(store: ObjectStore, addresses: dict[str, str], names: list[str]) -> dict[str, bytes]:
+    """`_delta_log/` files by name, read in parallel by physical address."""
+    return _get_all(store, addresses, names)
+
+
+def load_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str,
+             log_only: bool = False) -> LoadedLog:
+    """The segment a reader needs at this commit. `log_only` lists `_delta_log/` alone (no data files)."""
+    layout = list_log(lakefs, store, repository, commit_id, table_path, log_only)
+    addresses, listing, segment = layout.addresses, layout.listing, layout.segment
+    modification_times, last_checkpoint = layout.modification_times, layout.last_checkpoint
     names = list(segment.checkpoint.files if segment.checkpoint else [])
     names += [n for _, n in segment.commits] + ([segment.checkpoint_commit] if segment.checkpoint_commit else [])
     files = _get_all(store, addresses, names)

@@ -48,6 +48,11 @@ class ObjectStore:
         self._call("put", self.uri(relative), lambda: self.client.put_object(Bucket=self.bucket, Key=self.key(relative),
                                                                    Body=body, ContentType=content_type))
 
+    def copy(self, source_relative: str, relative: str) -> None:
+        """A server-side copy within the namespace's bucket: no bytes pass through this process."""
+        self._call("copy", self.uri(source_relative), lambda: self.client.copy_object(
+            Bucket=self.bucket, Key=self.key(relative), CopySource={"Bucket": self.bucket, "Key": self.key(source_relative)}))
+
     def get(self, relative: str) -> bytes:
         return self.get_uri(self.uri(relative))
 

@@ -31,7 +31,7 @@ class RecordingStore:
         self.deleted: list[list[str]] = []
         self.keys = keys or []
 
-    def put(self, relative, body, content_type="application/octet-stream"):
+    def put(self, relative, body=b"", content_type="application/octet-stream"):
         self.written.append(relative)
 
     def list_keys(self, relative):
@@ -50,7 +50,7 @@ def test_with_a_checkpoint_the_commits_go_first_in_order_and_the_checkpoint_last
     outputs = {n: b"x" for n in [name(3), name(4), name(5), name(3, "checkpoint.parquet")]}
     store = RecordingStore()
 
-    write_log(store, "t/_delta_log/", segment, outputs, b"{}")
+    write_log(segment, [], lambda n: store.put("t/_delta_log/" + n, outputs.get(n, b"{}")))
 
     assert store.written == ["t/_delta_log/" + n for n in
                              [name(3), name(4), name(5), name(3, "checkpoint.parquet"), "_last_checkpoint"]]
@@ -62,7 +62,7 @@ def test_a_multipart_checkpoint_is_complete_only_with_its_last_part():
     outputs = {n: b"x" for n in [name(4), name(5), name(6), *parts]}
     store = RecordingStore()
 
-    write_log(store, "", segment, outputs, b"{}")
+    write_log(segment, [], store.put)
 
     assert store.written[:3] == [name(4), name(5), name(6)]
     assert sorted(store.written[3:5]) == parts[:2] and store.written[5:] == [parts[2], "_last_checkpoint"]
@@ -74,7 +74,7 @@ def test_v2_sidecars_are_written_before_the_checkpoint_that_names_them():
     outputs = {n: b"x" for n in [name(2), name(3), "_sidecars/a.parquet", v2]}
     store = RecordingStore()
 
-    write_log(store, "", segment, outputs, b"{}")
+    write_log(segment, ["_sidecars/a.parquet"], store.put)
 
     assert store.written == [name(2), name(3), "_sidecars/a.parquet", v2, "_last_checkpoint"]
 
@@ -83,7 +83,7 @@ def test_without_a_checkpoint_version_zero_starts_the_table_and_later_commits_ar
     segment = segment_of(name(0), name(1), name(2))
     store = RecordingStore()
 
-    write_log(store, "", segment, {n: b"x" for n in (name(0), name(1), name(2))}, None)
+    write_log(segment, [], store.put)
 
     assert store.written == [name(1), name(2), name(0), name(1), name(2)]
 
