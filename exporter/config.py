@@ -85,6 +85,10 @@ class Config(BaseSettings):
     visibility_timeout_seconds: int = 300  # an unacknowledged task (worker killed) is redelivered after this
     lock_ttl_seconds: int = Field(30, ge=5)  # a dead worker's per-table lock frees itself (renewed while alive)
     task_time_limit_seconds: int = Field(240, ge=5)  # a task is stopped after this; below the visibility timeout
+    # A worker process whose memory grew past this is replaced after its task (Celery's
+    # worker_max_memory_per_child); an export whose worker died this many times is failed, not looped.
+    worker_max_memory_per_child_mib: int = Field(2048, ge=64)
+    max_deliveries: int = Field(3, ge=1)
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,

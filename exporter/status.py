@@ -62,6 +62,19 @@ class StatusStore:
         value = self.redis.hget(self._key(repository, commit_id), f"{ref}/{table}")
         return json.loads(value) if value else None
 
+    # ------------------------------------------------------------ deliveries that never finished
+
+    def started(self, work: str) -> int:
+        """Count a start of `work`; the count is how many times it started without `finished`: a
+        worker killed mid-task (out of memory, say) leaves it raised."""
+        key = f"{PREFIX}:started:{work}"
+        count = self.redis.incr(key)
+        self.redis.expire(key, RECORD_TTL_SECONDS)
+        return int(count)
+
+    def finished(self, work: str) -> None:
+        self.redis.delete(f"{PREFIX}:started:{work}")
+
     # ------------------------------------------------------------ locks
 
     @contextmanager

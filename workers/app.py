@@ -36,6 +36,7 @@ def configure(config: Config) -> Celery:
         result_backend_transport_options={"visibility_timeout": config.visibility_timeout_seconds},
         result_expires=24 * 3600,
         worker_concurrency=config.worker_concurrency,
+        worker_max_memory_per_child=config.worker_max_memory_per_child_mib * 1024,  # KiB
         broker_connection_retry_on_startup=True,
         # below the visibility timeout, so a slow task is stopped before the broker hands it out again;
         # the soft limit raises inside the task, which then retries with the reason

@@ -109,11 +109,22 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
                                          countdown=config.lock_ttl_seconds / 3, retries=self.request.retries)
                 log.info("%s outcome=requeued reason=another delivery holds the lock", line)
                 return {"ok": None, "requeued": True}
-            status.set_table(repository, ref, commit_id, table_name, "running", worker=self.request.hostname)
-            lakefs = LakeFS(config.lakefs)
-            table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml") if table_path
-                     else find_table(lakefs, repository, commit_id, table_name))
-            outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs)
+            work = f"{repository}:{ref}:{commit_id}:{table_name}"
+            starts = status.started(work)
+            if starts > config.max_deliveries:  # a poison message: it killed its worker every time
+                outcome = ExportOutcome(table=table_name, table_path=table_path, ok=False, permanent=True,
+                                        error=f"the worker running this export died {starts - 1} times (out of "
+                                              f"memory or killed); not running it again")
+            else:
+                status.set_table(repository, ref, commit_id, table_name, "running", worker=self.request.hostname,
+                                 starts=starts)
+                lakefs = LakeFS(config.lakefs)
+                table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml")
+                         if table_path else find_table(lakefs, repository, commit_id, table_name))
+                try:
+                    outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs)
+                finally:
+                    status.finished(work)
     except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
         reason = _transient_reason(exc, config)
         outcome = ExportOutcome(table=table_name, table_path=table_path, ok=False, error=reason or str(exc),

@@ -303,3 +303,40 @@ def _exports_run(service: str) -> float:
         if line.startswith("lakefs_delta_export_seconds_count"):
             return float(line.split()[-1])
     return 0.0
+
+
+# ---------------------------------------------------------------- guard rails
+
+
+def test_an_export_that_kills_its_worker_is_failed_after_three_deliveries(service, processes, lakefs, repository):
+    import subprocess
+
+    commit_id = tables_repository(lakefs, repository, ["events"], url="http://127.0.0.1:1/nowhere")
+    queue = configure(load_config())
+    minio = stack._running_pid(stack.STACK_DIR, "minio")
+    os.kill(minio, signal.SIGSTOP)  # the export hangs mid-way, so its worker can be killed while it runs
+    kills, last_start = 0, 0
+    try:
+        queue.send_task("lakefs_delta.export_table", (repository, "main", commit_id, "events", "tables/events"))
+        deadline = time.monotonic() + 180
+        while kills < 3 and time.monotonic() < deadline:
+            try:  # with no record yet the API looks in the (frozen) store
+                state = (export_status(service, token(), repository, commit_id, "main") or {}).get("tables", {}) \
+                    .get("events", {})
+            except httpx.HTTPError:
+                continue
+            if state.get("state") == "running" and state.get("starts", 0) > last_start:
+                worker = processes.workers[state["worker"].split("@")[0]]
+                children = subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout
+                for child in children.split():  # what the kernel's OOM killer does to a pool process
+                    os.kill(int(child), signal.SIGKILL)
+                last_start, kills = state["starts"], kills + 1
+            time.sleep(0.3)
+    finally:
+        os.kill(minio, signal.SIGCONT)
+    assert kills == 3
+
+    failed = wait_for_exports(service, token(), repository, commit_id, "main", {"events"}, timeout=120)["events"]
+
+    assert failed["state"] == "failed" and failed["permanent"], failed
+    assert "died 3 times" in failed["reason"], failed
