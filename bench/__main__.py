@@ -19,50 +19,43 @@ from datetime import date
 from pathlib import Path
 
 
+from bench.isolated import measure
 from bench.measure import peak_rss_mib, percentile
 from bench.synthetic import (build_history, build_table, gateway_client, new_repository, running_stack,
                              synthetic_checkpoint)
-from exporter.paths import PathResolver
-from exporter.rewrite import rewrite_checkpoint, rewrite_checkpoint_file
 
 RESULTS = Path(__file__).resolve().parent / "results"
 def bench_checkpoint_rewrite(actions: int) -> list[dict]:
     """A parquet checkpoint file of N adds to its rewritten file: the splice the exporter does (only the
-    path column chunks re-encoded) beside decoding and re-encoding the whole file, as before."""
+    path column chunks re-encoded) beside decoding and re-encoding the whole file, as before; each in
+    its own process, so each peak RSS is that rewrite's."""
     import io
+    import tempfile
 
     import pyarrow.parquet as pq
 
     names = [f"part-{i:07d}-{uuid.UUID(int=i).hex}.snappy.parquet" for i in range(actions)]
-    sink = io.BytesIO()
-    pq.write_table(synthetic_checkpoint(names), sink)
-    raw = sink.getvalue()
-    addresses = {n: f"s3://bucket/ns/data/g{i // 1000:05d}/c{i:08d}" for i, n in enumerate(names)}
-
-    def whole_file() -> int:
-        table, count, _ = rewrite_checkpoint(pq.read_table(io.BytesIO(raw)), PathResolver(addresses))
-        out = io.BytesIO()
-        pq.write_table(table, out, compression="snappy")
-        return count
-
-    def splice() -> int:
-        return rewrite_checkpoint_file("1.checkpoint.parquet", raw, PathResolver(addresses)).files_rewritten
-
     rows = []
-    for label, rewrite in (("splice path columns (exporter)", splice), ("decode + re-encode whole file (before)", whole_file)):
-        started = time.perf_counter()
-        count = rewrite()
-        seconds = time.perf_counter() - started
-        assert count == actions
-        rows.append({"benchmark": f"checkpoint file rewrite, {actions:,} adds: {label}", "seconds": seconds,
-                     "files_per_s": actions / seconds, "lakefs_calls": 0, "peak_rss_mib": peak_rss_mib()})
+    with tempfile.TemporaryDirectory() as scratch:
+        checkpoint, addresses = Path(scratch) / "checkpoint.parquet", Path(scratch) / "addresses.tsv"
+        sink = io.BytesIO()
+        pq.write_table(synthetic_checkpoint(names), sink)
+        checkpoint.write_bytes(sink.getvalue())
+        addresses.write_text("\n".join(f"{n}\ts3://bucket/ns/data/g{i // 1000:05d}/c{i:08d}" for i, n in enumerate(names)))
+        for mode, label in (("splice", "splice path columns (exporter)"), ("whole", "decode + re-encode whole file (before)")):
+            measured = measure("rewrite", str(checkpoint), str(addresses), mode)
+            assert measured["files"] == actions
+            rows.append({"benchmark": f"checkpoint file rewrite, {actions:,} adds: {label}", "seconds": measured["seconds"],
+                         "files_per_s": actions / measured["seconds"], "lakefs_calls": 0,
+                         "peak_rss_mib": measured["peak_rss_mib"]})
     return rows
 
 
 def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0) -> list[dict]:
+    """Each export in its own process (its own peak RSS): cold, warm (a no-op: the manifest exists),
+    and incremental after a commit that adds 10 files; lakeFS's Lua exporter beside the cold one."""
     from bench.lua_exporter import bench_lua_export
-    from exporter.export import export_table, find_table
-    from exporter.lakefs import LakeFS
+    from bench.synthetic import add_files
 
     state, config, lakefs = running_stack()
     gateway = gateway_client(state)
@@ -71,16 +64,20 @@ def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0
         repository = new_repository(lakefs, f"bench-{files}")
         print(f"building a table of {files:,} files in {repository} ...", flush=True)
         commit_id = build_table(lakefs, gateway, repository, files)
-        table = find_table(lakefs, repository, commit_id, f"t{files}")
         project_rows, location = [], None
         for run in ("cold", "warm"):
-            outcome = export_table(config, repository, "main", commit_id, table, lakefs=LakeFS(config.lakefs))
-            assert outcome.ok, outcome.error
-            location = location or outcome.location
+            measured = measure("export", repository, "main", commit_id, f"t{files}")
+            assert measured["ok"], measured["error"]
+            location = location or measured["location"]
             project_rows.append({"benchmark": f"export {files:,}-file table + 50 commits ({run})",
-                                 "seconds": outcome.seconds, "files_per_s": (files + 50) / outcome.seconds,
-                                 "lakefs_calls": outcome.lakefs_calls, "peak_rss_mib": peak_rss_mib()})
-        rows += project_rows
+                                 "seconds": measured["seconds"], "files_per_s": (files + 50) / measured["seconds"],
+                                 "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]})
+        child = add_files(lakefs, gateway, repository, files, 10)
+        measured = measure("export", repository, "main", child, f"t{files}")
+        assert measured["ok"] and measured["incremental"], measured
+        rows += project_rows + [{"benchmark": f"export {files:,}-file table after a 10-file commit (incremental)",
+                                 "seconds": measured["seconds"], "files_per_s": 10 / measured["seconds"],
+                                 "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]}]
         if not lua:
             continue
         print(f"running lakeFS's Lua Delta exporter on {repository} ...", flush=True)

@@ -63,6 +63,19 @@ def build_table(lakefs, gateway, repository: str, files: int, commits_after: int
     return lakefs.commit_branch(repository, "main", f"bench table of {files} files")
 
 
+def add_files(lakefs, gateway, repository: str, files: int, count: int, version: int = 52) -> str:
+    """One more commit on `build_table`'s table (version 52 after its 0..51): `count` new data files."""
+    prefix = f"tables/t{files}/"
+    names = [f"part-new-{uuid.uuid4().hex[:8]}.parquet" for _ in range(count)]
+    for name in names:
+        gateway.put_object(Bucket=repository, Key=f"main/{prefix}{name}", Body=b"x")
+    adds = [json.dumps({"add": {"path": n, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True}})
+            for n in names]
+    lakefs.upload_object(repository, "main", f"{prefix}_delta_log/{version:020d}.json",
+                         "\n".join([json.dumps({"commitInfo": {"operation": "WRITE"}}), *adds, ""]).encode())
+    return lakefs.commit_branch(repository, "main", f"{count} more files")
+
+
 def build_history(lakefs, repository: str, versions: int, checkpoint_every: int = 10) -> str:
     """A table with `versions` commits (one add each), a checkpoint every 10, on a branch off main."""
     log = "tables/history/_delta_log/"

@@ -1,0 +1,65 @@
+"""One measured operation in a fresh process, so its peak RSS is its own (`ru_maxrss` is a
+process-lifetime maximum: measured in the benchmark's own process, every row after the first would
+report the largest so far).
+
+    python -m bench.isolated export REPOSITORY REF COMMIT TABLE
+    python -m bench.isolated rewrite CHECKPOINT_FILE ADDRESSES_FILE splice|whole
+Each prints one JSON line: the measurement.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.measure import peak_rss_mib
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def measure(*args: str) -> dict:
+    """Run one operation in a fresh interpreter and return what it measured."""
+    done = subprocess.run([sys.executable, "-m", "bench.isolated", *args], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench.isolated {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _export(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
+    from exporter.config import load_config
+    from exporter.export import export_table, find_table
+    from exporter.lakefs import LakeFS
+
+    config = load_config()
+    lakefs = LakeFS(config.lakefs)
+    table = find_table(lakefs, repository, commit_id, table_name)
+    outcome = export_table(config, repository, ref, commit_id, table, lakefs=LakeFS(config.lakefs))
+    return {"ok": outcome.ok, "error": outcome.error, "seconds": outcome.seconds, "lakefs_calls": outcome.lakefs_calls,
+            "incremental": outcome.incremental, "skipped": outcome.skipped, "location": outcome.location,
+            "peak_rss_mib": peak_rss_mib()}
+
+
+def _rewrite(checkpoint_file: str, addresses_file: str, mode: str) -> dict:
+    import pyarrow.parquet as pq
+
+    from exporter.paths import PathResolver
+    from exporter.rewrite import rewrite_checkpoint, rewrite_checkpoint_file
+
+    raw = Path(checkpoint_file).read_bytes()
+    addresses = dict(line.split("\t") for line in Path(addresses_file).read_text().splitlines())
+    started = time.perf_counter()
+    if mode == "splice":
+        count = rewrite_checkpoint_file("1.checkpoint.parquet", raw, PathResolver(addresses)).files_rewritten
+    else:  # decode and re-encode the whole file, as the exporter did before
+        table, count, _ = rewrite_checkpoint(pq.read_table(io.BytesIO(raw)), PathResolver(addresses))
+        pq.write_table(table, io.BytesIO(), compression="snappy")
+    return {"seconds": time.perf_counter() - started, "files": count, "peak_rss_mib": peak_rss_mib()}
+
+
+if __name__ == "__main__":
+    command, *arguments = sys.argv[1:]
+    print(json.dumps({"export": _export, "rewrite": _rewrite}[command](*arguments)))
