@@ -149,8 +149,11 @@ def find_table(lakefs: LakeFS, repository: str, commit_id: str, name: str) -> Ta
 
 
 def export_table(config: Config, repository: str, ref: str, commit_id: str, table: TableDescriptor,
-                 lakefs: LakeFS | None = None) -> ExportOutcome:
-    """Export one table; failures come back as an outcome with the reason, never half-marked as done."""
+                 lakefs: LakeFS | None = None, copy_from: tuple[str, ...] = ()) -> ExportOutcome:
+    """Export one table; failures come back as an outcome with the reason, never half-marked as done.
+
+    Cheapest first: a copy of this commit's export under one of the refs `copy_from` (a tag on an
+    exported commit), else the parent's export plus the new commits, else a cold export."""
     lakefs = lakefs or LakeFS(config.lakefs)
     started, calls_before = time.monotonic(), lakefs.calls
     outcome = ExportOutcome(table=table.name, table_path=table.path, ok=False)
@@ -164,7 +167,7 @@ def export_table(config: Config, repository: str, ref: str, commit_id: str, tabl
             return outcome
         try:
             _export_incrementally_or_cold(config, lakefs, store, repository, ref, commit_id, table, target, outcome,
-                                          started)
+                                          started, copy_from)
         except ExporterError as exc:
             if exc.permanent:  # a retry cannot complete it: leave nothing a reader could take for a table
                 _discard_after(store, target, exc)
@@ -192,9 +195,16 @@ def abandon_export(config: Config, repository: str, ref: str, commit_id: str, ta
 
 def _export_incrementally_or_cold(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, ref: str,
                                   commit_id: str, table: TableDescriptor, target: str, outcome: ExportOutcome,
-                                  started: float) -> None:
-    from exporter.incremental import ColdExportNeeded, export_incrementally  # it builds on this module
+                                  started: float, copy_from: tuple[str, ...]) -> None:
+    from exporter.incremental import ColdExportNeeded, copy_export, export_incrementally  # they build on this module
 
+    for other_ref in copy_from:
+        try:
+            copy_export(config, store, repository, ref, commit_id, table, target, outcome, other_ref)
+            outcome.incremental = True
+            return
+        except ColdExportNeeded:
+            continue
     try:
         export_incrementally(config, lakefs, store, repository, ref, commit_id, table, target, outcome, started)
         outcome.incremental = True

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 
 import exporter
 
 from exporter.config import Config
-from exporter.deltalog import check_protocol, parse_actions
+from exporter.deltalog import LogListing, check_protocol, parse_actions, select_segment
 from exporter.errors import MissingDataFiles, NotFound
 from exporter.export import (LAST_CHECKPOINT, MANIFEST, ExportOutcome, Snapshot, commit_timestamp, export_location,
                              manifest_document, write_log)
@@ -48,6 +49,28 @@ class _StatAddresses:
                 raise ColdExportNeeded(f"the new commits name more than {MAX_STATS} files")
             self.found[key] = self.lakefs.physical_address(self.repository, self.commit_id, self.prefix + key)
         return self.found[key]
+
+
+def copy_export(config: Config, store: ObjectStore, repository: str, ref: str, commit_id: str,
+                table: TableDescriptor, target: str, outcome: ExportOutcome, from_ref: str) -> None:
+    """The same commit's complete export under another ref (a tag on an exported commit), copied
+    server-side in the fail-closed write order; or ColdExportNeeded before anything is written."""
+    source = export_location(config, from_ref, commit_id, table.name)
+    try:
+        manifest = json.loads(store.get(source + MANIFEST))
+    except NotFound:
+        raise ColdExportNeeded(f"no complete export of this commit under {from_ref!r}") from None
+    if manifest.get("table_path") != table.path or manifest.get("exporter_version") != exporter.__version__:
+        raise ColdExportNeeded(f"the export under {from_ref!r} is of another table path or exporter version")
+    names = [key[len(source + LOG_DIR):] for key in store.list_keys(source + LOG_DIR)]
+    segment = select_segment(LogListing.from_names((name, 0) for name in names))
+    write_log(segment, [n for n in names if n.startswith("_sidecars/")],
+              lambda name: store.copy(source + LOG_DIR + name, target + LOG_DIR + name))
+    outcome.checkpoint_version, outcome.head_version = manifest["checkpoint_version"], manifest["head_version"]
+    outcome.files_rewritten = manifest.get("files_rewritten", 0)
+    copied = {**manifest, "ref": ref, "location": outcome.location, "derived_from": store.uri(source),
+              "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    store.put(target + MANIFEST, json.dumps(copied, indent=2).encode(), "application/json")  # last: marks done
 
 
 def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, ref: str,

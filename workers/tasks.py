@@ -121,8 +121,12 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
                 lakefs = LakeFS(config.lakefs)
                 table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml")
                          if table_path else find_table(lakefs, repository, commit_id, table_name))
+                # refs with a finished export of this commit (a tag on an exported commit): copied, not redone
+                done_under = tuple(other for other, tables in status.tables(repository, commit_id).items()
+                                   if other != ref and tables.get(table_name, {}).get("state") == "done")
                 try:
-                    outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs)
+                    outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs,
+                                               copy_from=done_under)
                 finally:
                     status.finished(work)
     except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:

@@ -67,3 +67,24 @@ def test_a_new_checkpoint_or_a_removed_file_exports_cold(spark, lakefs, config, 
 
     assert removed.ok and not removed.incremental and "was removed" in removed.cold_reason, removed.cold_reason
     assert rows(read_version(spark, removed.location)) == [(1,), (2,), (3,)]
+
+
+def test_a_tag_on_an_exported_commit_copies_the_export(spark, lakefs, config, repository, s3):
+    from exporter.export import export_table, find_table
+
+    uri = table_uri(repository, "main", "tables/release")
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT) USING delta TBLPROPERTIES ('delta.checkpointInterval' = '2')")
+    for i in range(3):
+        spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({i})")
+    add_descriptor(lakefs, repository, "release", "tables/release")
+    commit_id = lakefs.commit_branch(repository, "main", "release candidate")
+    branch = export_one(config, lakefs, repository, "main", commit_id, "release")
+    lakefs.create_tag(repository, "v1", commit_id)
+    table = find_table(lakefs, repository, commit_id, "release")
+
+    tagged = export_table(config, repository, "v1", commit_id, table, lakefs=lakefs, copy_from=("feature", "main"))
+
+    assert tagged.ok and tagged.incremental, tagged
+    assert tagged.location.endswith(f"/exported/v1/{commit_id}/release/")
+    assert log_files(s3, tagged.location) == log_files(s3, branch.location)
+    assert rows(read_version(spark, tagged.location)) == [(0,), (1,), (2,)]
