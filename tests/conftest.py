@@ -90,6 +90,22 @@ class Processes:
         self.started.append(process)
         return process
 
+    def serve(self, name: str, port: int, extra_args: list[str] | None = None,
+              extra_env: dict[str, str] | None = None) -> str:
+        """`lakefs-delta serve` on `port`; its URL once it answers."""
+        import httpx
+
+        self.start(name, ["serve", "--port", str(port), *(extra_args or [])], extra_env)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise RuntimeError(f"{name} did not start; see {ARTIFACTS / (name + '.log')}")
+
     def worker(self, name: str, extra_args: list[str] | None = None,
                extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         node = f"{name}-{uuid.uuid4().hex[:4]}"
@@ -131,19 +147,8 @@ def processes(stack_env):
 @pytest.fixture(scope="session")
 def service(processes, stack_env) -> str:
     """`lakefs-delta serve` on 127.0.0.1:18080 (the URL the installed action calls), and one worker."""
-    import httpx
-
-    processes.start("service", ["serve", "--port", str(SERVICE_PORT)])
     processes.worker("main")
-    url = f"http://127.0.0.1:{SERVICE_PORT}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return url
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise RuntimeError(f"the service did not start; see {ARTIFACTS / 'service.log'}")
+    return processes.serve("service", SERVICE_PORT)
 
 
 @pytest.fixture(scope="session")

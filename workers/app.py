@@ -40,7 +40,11 @@ def configure(config: Config) -> Celery:
         broker_connection_retry_on_startup=True,
         # below the visibility timeout, so a slow task is stopped before the broker hands it out again;
         # the soft limit raises inside the task, which then retries with the reason
-        task_annotations={kind: {"soft_time_limit": max(hard - max(hard // 10, 3), 1), "time_limit": hard}
+        task_annotations={kind: {"soft_time_limit": max(hard - max(hard // 10, 3), 1), "time_limit": hard,
+                                 # Celery's autoretry: exponential backoff with full jitter
+                                 "max_retries": config.retry.max_retries,
+                                 "retry_backoff": max(1, round(config.retry.backoff_seconds)),
+                                 "retry_backoff_max": max(1, round(config.retry.backoff_max_seconds))}
                           for kind in TASK_KINDS},
         beat_schedule={"catch-up": {"task": "lakefs_delta.catch_up",
                                     "schedule": float(config.catch_up_interval_seconds)}},

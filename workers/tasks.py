@@ -2,8 +2,9 @@
 
 State is honest: every (repository, ref, commit, table) has one status record that ends `done` or
 `failed` with a reason, and `done` is final. Transient errors (lakeFS or the object store down,
-Redis errors, a task over its soft time limit) are retried with Celery's exponential backoff and
-jitter; waiting for another delivery's lock is not a retry.
+Redis errors, a task over its soft time limit) raise `Transient`, which Celery retries
+(`autoretry_for`, `retry_backoff`, `retry_jitter`); when the retries run out, the task's
+`on_failure` records the end. Waiting for another delivery's lock is not a retry.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import time
 
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
-from celery.utils.time import get_exponential_backoff_interval
 
 from exporter.catch_up import catch_up as find_missing_exports
 from exporter.config import Config
@@ -36,10 +36,18 @@ def _services(config: Config) -> tuple[StatusStore, DiffCache]:
     return StatusStore(config.redis), DiffCache(config.redis, config.diff_cache_ttl_seconds)
 
 
-def _countdown(config: Config, retries: int) -> float:
-    return get_exponential_backoff_interval(factor=max(1, round(config.retry.backoff_seconds)), retries=retries,
-                                            maximum=round(config.retry.backoff_max_seconds), full_jitter=True) \
-        or config.retry.backoff_seconds / 2
+class Transient(Exception):
+    """A failure a retry may fix (its message is the reason): Celery retries it (`autoretry_for`)
+    with exponential backoff and full jitter, up to `retry.max_retries` (set by `configure`)."""
+
+
+class RetriedTask(app.Task):
+    """Defaults for a process whose app was finalized before `configure` set the annotations."""
+
+    autoretry_for = (Transient,)
+    retry_backoff = 2
+    retry_backoff_max = 60
+    retry_jitter = True
 
 
 def _transient_reason(exc: BaseException, config: Config) -> str | None:
@@ -59,7 +67,17 @@ def ping(word: str) -> str:
     return f"pong: {word}"
 
 
-@app.task(bind=True, name="lakefs_delta.export_commit")
+class ExportCommitTask(RetriedTask):
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+        """Retries ran out (or an unexpected error): the commit record ends `failed`, with the reason."""
+        repository, ref, commit_id = args[:3]
+        status, _ = _services(current_config())
+        _record(status, repository, ref, commit_id, COMMIT_RECORD, "failed",
+                reason=f"gave up after {self.request.retries} retries: {exc}", permanent=False)
+        status_count(status, "export_commit", "failed")
+
+
+@app.task(bind=True, base=ExportCommitTask, name="lakefs_delta.export_commit")
 def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: bool = False) -> list[str]:
     """Find the tables to export (those the commit changed, or all of them for a tag) and fan out
     one `export_table` per table."""
@@ -80,10 +98,10 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
                          tables=[t.name for t in tables], all_tables=all_tables)
     except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
         reason = _transient_reason(exc, config)
-        if reason is not None and self.request.retries < config.retry.max_retries:
+        if reason is not None:
             _record(status, repository, ref, commit_id, COMMIT_RECORD, "retrying", reason=reason)
             status_count(status, "export_commit", "retried")
-            raise self.retry(countdown=_countdown(config, self.request.retries), max_retries=config.retry.max_retries)
+            raise Transient(reason) from exc
         log.error("commit %s/%s (%s): cannot list tables: %s", repository, commit_id, ref, exc)
         _record(status, repository, ref, commit_id, COMMIT_RECORD, "failed", reason=reason or str(exc),
                 permanent=reason is None)
@@ -95,7 +113,21 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
     return [t.name for t in tables]
 
 
-@app.task(bind=True, name="lakefs_delta.export_table")
+class ExportTableTask(RetriedTask):
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+        """Retries ran out: remove what the export wrote, and its record ends `failed` with the reason."""
+        repository, ref, commit_id, table_name = args[:4]
+        config = current_config()
+        status, _ = _services(config)
+        _abandon(config, repository, ref, commit_id, table_name)
+        _record(status, repository, ref, commit_id, table_name, "failed", permanent=False,
+                reason=f"gave up after {self.request.retries} retries: {exc}")
+        status_count(status, "export_table", "failed")
+        log.error("export %s/%s/%s/%s outcome=failed reason=gave up after %d retries: %s", repository, ref,
+                  commit_id, table_name, self.request.retries, exc)
+
+
+@app.task(bind=True, base=ExportTableTask, name="lakefs_delta.export_table")
 def export_table(self, repository: str, ref: str, commit_id: str, table_name: str, table_path: str = "") -> dict:
     """`table_path` comes from the descriptor `export_commit` already read; without it the descriptor is read again."""
     config = current_config()
@@ -147,14 +179,11 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
         if outcome.table_path:
             precompute_diff.delay(repository, commit_id, outcome.table_path)
         return {"ok": True, **facts}
-    if not outcome.permanent:
-        if self.request.retries < config.retry.max_retries:
-            _record(status, repository, ref, commit_id, table_name, "retrying", reason=outcome.error)
-            status_count(status, "export_table", "retried")
-            log.warning("%s outcome=retrying reason=%s", line, outcome.error)
-            raise self.retry(countdown=_countdown(config, self.request.retries), max_retries=config.retry.max_retries)
-        _abandon(config, repository, ref, commit_id, table_name)
-        outcome.error = f"gave up after {self.request.retries} retries: {outcome.error}"
+    if not outcome.permanent:  # when this was the last retry, on_failure records the end
+        _record(status, repository, ref, commit_id, table_name, "retrying", reason=outcome.error)
+        status_count(status, "export_table", "retried")
+        log.warning("%s outcome=retrying reason=%s", line, outcome.error)
+        raise Transient(outcome.error)
     _record(status, repository, ref, commit_id, table_name, "failed", reason=outcome.error,
             permanent=outcome.permanent, **facts)
     status_count(status, "export_table", "failed")
@@ -207,7 +236,7 @@ def catch_up(repositories: list[str] | None = None) -> list[str]:
     return [f"{i.repository}:{i.ref}:{i.commit_id}" for i in plan.queued]
 
 
-@app.task(bind=True, name="lakefs_delta.precompute_diff")
+@app.task(bind=True, base=RetriedTask, name="lakefs_delta.precompute_diff")
 def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> bool:
     """Cache the table's diff of this commit against its first parent, so the API answers from Redis."""
     config = current_config()
@@ -218,10 +247,11 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
         parents = lakefs.commit(repository, commit_id).parents
         _, cached = cached_diff(config, lakefs, diffs, repository, parents[0] if parents else None, commit_id, table_path)
     except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
-        if _transient_reason(exc, config) is None or self.request.retries >= config.retry.max_retries:
+        reason = _transient_reason(exc, config)
+        if reason is None:
             log.warning("diff %s/%s %s outcome=failed reason=%s", repository, commit_id, table_path, exc)
             return False
-        raise self.retry(countdown=_countdown(config, self.request.retries), max_retries=config.retry.max_retries)
+        raise Transient(reason) from exc
     status.observe("lakefs_delta_diff_precompute_seconds", time.monotonic() - started)
     log.info("diff %s/%s %s outcome=%s seconds=%.2f", repository, commit_id, table_path,
              "cached" if cached else "computed", time.monotonic() - started)

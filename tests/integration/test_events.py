@@ -89,17 +89,8 @@ def test_serve_and_worker_use_the_redis_of_their_config_file(processes, lakefs, 
     env = {"LAKEFS_DELTA_REDIS_URL": None}  # not in the processes' environment: the file decides
     port = SERVICE_PORT + 11
     commit_id = tables_repository(lakefs, repository, ["one"], url=f"http://127.0.0.1:{port}/nowhere")
-    for name, args in (("service-db5", ["serve", "--config", str(config_file), "--port", str(port)]),
-                       ("worker-db5", ["worker", "--config", str(config_file), "--no-beat", "--name", "db5@%h"])):
-        processes.start(name, args, env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
+    processes.start("worker-db5", ["worker", "--config", str(config_file), "--no-beat", "--name", "db5@%h"], env)
+    url = processes.serve("service-db5", port, ["--config", str(config_file)], env)
 
     answer = post_event(commit_event(repository, commit_id), url=url + "/webhooks/lakefs")
 
@@ -195,15 +186,7 @@ def test_events_answered_before_a_redis_restart_are_all_exported(processes, lake
     port = SERVICE_PORT + 12
     names = [f"t{i}" for i in range(5)]
     commit_id = tables_repository(lakefs, repository, names, url="http://127.0.0.1:1/nowhere")
-    processes.start("service-db7", ["serve", "--port", str(port)], env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
+    url = processes.serve("service-db7", port, extra_env=env)
     events = [commit_event(repository, commit_id)] + [tag_event(repository, commit_id, f"r{i}") for i in range(4)]
     for i in range(4):
         lakefs.create_tag(repository, f"r{i}", commit_id)
@@ -308,23 +291,27 @@ def _exports_run(service: str) -> float:
 # ---------------------------------------------------------------- guard rails
 
 
-def test_an_export_that_kills_its_worker_is_failed_after_three_deliveries(service, processes, lakefs, repository):
+def test_an_export_that_kills_its_worker_is_failed_after_three_deliveries(processes, lakefs, repository, stack_env):
     import subprocess
 
+    from celery import Celery
+
+    from exporter.status import StatusStore
+
+    # a queue of its own: the export must start at once, not behind other tests' leftover tasks
+    redis_url = stack_env["LAKEFS_DELTA_REDIS_URL"].rsplit("/", 1)[0] + "/8"
     commit_id = tables_repository(lakefs, repository, ["events"], url="http://127.0.0.1:1/nowhere")
-    queue = configure(load_config())
+    processes.worker("poison", extra_env={"LAKEFS_DELTA_REDIS_URL": redis_url})
+    status = StatusStore(redis_url)
     minio = stack._running_pid(stack.STACK_DIR, "minio")
     os.kill(minio, signal.SIGSTOP)  # the export hangs mid-way, so its worker can be killed while it runs
     kills, last_start = 0, 0
     try:
-        queue.send_task("lakefs_delta.export_table", (repository, "main", commit_id, "events", "tables/events"))
+        Celery("test", broker=redis_url).send_task(
+            "lakefs_delta.export_table", (repository, "main", commit_id, "events", "tables/events"))
         deadline = time.monotonic() + 180
         while kills < 3 and time.monotonic() < deadline:
-            try:  # with no record yet the API looks in the (frozen) store
-                state = (export_status(service, token(), repository, commit_id, "main") or {}).get("tables", {}) \
-                    .get("events", {})
-            except httpx.HTTPError:
-                continue
+            state = status.record(repository, "main", commit_id, "events") or {}
             if state.get("state") == "running" and state.get("starts", 0) > last_start:
                 worker = processes.workers[state["worker"].split("@")[0]]
                 children = subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout
@@ -336,7 +323,10 @@ def test_an_export_that_kills_its_worker_is_failed_after_three_deliveries(servic
         os.kill(minio, signal.SIGCONT)
     assert kills == 3
 
-    failed = wait_for_exports(service, token(), repository, commit_id, "main", {"events"}, timeout=120)["events"]
+    deadline, state = time.monotonic() + 120, {}
+    while time.monotonic() < deadline and state.get("state") != "failed":
+        time.sleep(0.5)
+        state = status.record(repository, "main", commit_id, "events") or {}
 
-    assert failed["state"] == "failed" and failed["permanent"], failed
-    assert "died 3 times" in failed["reason"], failed
+    assert state.get("state") == "failed" and state["permanent"], state
+    assert "died 3 times" in state["reason"], state
