@@ -148,15 +148,15 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
                                         error=f"the worker running this export died {starts - 1} times (out of "
                                               f"memory or killed); not running it again")
             else:
-                status.set_table(repository, ref, commit_id, table_name, "running", worker=self.request.hostname,
-                                 starts=starts)
-                lakefs = LakeFS(config.lakefs)
-                table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml")
-                         if table_path else find_table(lakefs, repository, commit_id, table_name))
-                # refs with a finished export of this commit (a tag on an exported commit): copied, not redone
-                done_under = tuple(other for other, tables in status.tables(repository, commit_id).items()
-                                   if other != ref and tables.get(table_name, {}).get("state") == "done")
-                try:
+                try:  # whatever ends this attempt short of a dead worker, it is not counted as one
+                    status.set_table(repository, ref, commit_id, table_name, "running", worker=self.request.hostname,
+                                     starts=starts)
+                    lakefs = LakeFS(config.lakefs)
+                    table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml")
+                             if table_path else find_table(lakefs, repository, commit_id, table_name))
+                    # refs with a finished export of this commit (a tag on an exported commit): copied, not redone
+                    done_under = tuple(other for other, tables in status.tables(repository, commit_id).items()
+                                       if other != ref and tables.get(table_name, {}).get("state") == "done")
                     outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs,
                                                copy_from=done_under)
                 finally:
