@@ -59,7 +59,6 @@ def test_with_a_checkpoint_the_commits_go_first_in_order_and_the_checkpoint_last
 def test_a_multipart_checkpoint_is_complete_only_with_its_last_part():
     parts = [f"{4:020d}.checkpoint.{p:010d}.{3:010d}.parquet" for p in (1, 2, 3)]
     segment = segment_of(*(name(v) for v in range(4, 7)), *parts)
-    outputs = {n: b"x" for n in [name(4), name(5), name(6), *parts]}
     store = RecordingStore()
 
     write_log(segment, [], store.put)
@@ -71,7 +70,6 @@ def test_a_multipart_checkpoint_is_complete_only_with_its_last_part():
 def test_v2_sidecars_are_written_before_the_checkpoint_that_names_them():
     v2 = f"{2:020d}.checkpoint.0f7bd4c4-ee57-4c5b-98ce-e3c7a2a8e1e2.parquet"
     segment = segment_of(name(2), name(3), v2, "_sidecars/a.parquet")
-    outputs = {n: b"x" for n in [name(2), name(3), "_sidecars/a.parquet", v2]}
     store = RecordingStore()
 
     write_log(segment, ["_sidecars/a.parquet"], store.put)
