@@ -292,19 +292,24 @@ def _exports_run(service: str) -> float:
 
 
 def test_an_export_that_kills_its_worker_is_failed_after_three_deliveries(processes, lakefs, repository, stack_env):
+    import socket
     import subprocess
 
     from celery import Celery
 
     from exporter.status import StatusStore
 
-    # a queue of its own: the export must start at once, not behind other tests' leftover tasks
+    # A queue and an object store of its own: an endpoint that accepts connections and never
+    # answers hangs this worker's export (and no other worker's) long enough to kill it mid-way.
     redis_url = stack_env["LAKEFS_DELTA_REDIS_URL"].rsplit("/", 1)[0] + "/8"
+    black_hole = socket.socket()
+    black_hole.bind(("127.0.0.1", 0))
+    black_hole.listen(64)
     commit_id = tables_repository(lakefs, repository, ["events"], url="http://127.0.0.1:1/nowhere")
-    processes.worker("poison", extra_env={"LAKEFS_DELTA_REDIS_URL": redis_url})
+    processes.worker("poison", extra_env={"LAKEFS_DELTA_REDIS_URL": redis_url,
+                                          "LAKEFS_DELTA_OBJECT_STORE_ENDPOINT":
+                                              f"http://127.0.0.1:{black_hole.getsockname()[1]}"})
     status = StatusStore(redis_url)
-    minio = stack._running_pid(stack.STACK_DIR, "minio")
-    os.kill(minio, signal.SIGSTOP)  # the export hangs mid-way, so its worker can be killed while it runs
     kills, last_start = 0, 0
     try:
         Celery("test", broker=redis_url).send_task(
@@ -320,7 +325,7 @@ def test_an_export_that_kills_its_worker_is_failed_after_three_deliveries(proces
                 last_start, kills = state["starts"], kills + 1
             time.sleep(0.3)
     finally:
-        os.kill(minio, signal.SIGCONT)
+        black_hole.close()
     assert kills == 3
 
     deadline, state = time.monotonic() + 120, {}
