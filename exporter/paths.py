@@ -99,7 +99,7 @@ def _physical_uris(addresses: list[str | None]) -> list[str | None]:
     return uris
 
 
-def _is_absolute(log_path: str) -> bool:
+def is_absolute(log_path: str) -> bool:
     # A scheme-less `/x` is absolute too: readers never join it to the table root.
     # Testing for ":" first keeps the common relative path off the regex.
     return log_path.startswith("/") or (":" in log_path and is_absolute_uri(log_path))
@@ -155,7 +155,7 @@ class PathResolver:
         for index in [i for i, address in enumerate(addresses) if address is None] if None in addresses else []:
             log_path = log_paths[index]
             if ":" in log_path or log_path[:1] == "/":
-                if _is_absolute(log_path):
+                if is_absolute(log_path):
                     absolute.append(index)
                 else:  # a colon after the first segment, e.g. `t=10:00/part-1.parquet`
                     addresses[index] = get(log_path_to_key(log_path))

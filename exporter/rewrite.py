@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from exporter.deltalog import parse_action_line
 from exporter.errors import CorruptLog
 from exporter.parquet_splice import splice_leaves
-from exporter.paths import PathResolver, deletion_vector_relative_path, is_absolute_uri
+from exporter.paths import PathResolver, deletion_vector_relative_path, is_absolute
 
 FILE_ACTIONS = ("add", "remove", "cdc")
 # Only a missing `add` (or its deletion vector) breaks the snapshot; a vacuumed `remove`/`cdc` keeps its path.
@@ -110,7 +110,7 @@ def _sidecar_update(sidecar: dict[str, Any], sizes: dict[str, int]) -> dict[tupl
     replacements: dict[tuple[str, ...], Any] = {}
     if name in sizes and sidecar.get("sizeInBytes") != sizes[name]:
         replacements[("sidecar", "sizeInBytes")] = sizes[name]
-    if is_absolute_uri(path) or path.startswith("/"):
+    if is_absolute(path):
         replacements[("sidecar", "path")] = quote(name)
     return replacements
 
@@ -307,7 +307,7 @@ def _deletion_vector_rewrite(
 
 
 def _storage_type_of(path_or_inline_dv: str) -> str:
-    return _ABSOLUTE_DV if is_absolute_uri(path_or_inline_dv) or path_or_inline_dv.startswith("/") else _RELATIVE_DV
+    return _ABSOLUTE_DV if is_absolute(path_or_inline_dv) else _RELATIVE_DV
 
 
 def _rewrite_deletion_vectors(

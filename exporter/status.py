@@ -13,6 +13,7 @@ import redis
 
 PREFIX = "lakefs-delta"
 STATES = ("queued", "running", "retrying", "done", "failed")
+COMMIT_RECORD = "_commit"  # the commit-level record of a ref: which tables were queued, or why none
 RECORD_TTL_SECONDS = 30 * 24 * 3600
 # One atomic read-modify-write: facts merged into the record, retries counted, and a `done` record
 # never changed back (a late or duplicate delivery must not overwrite a finished export).

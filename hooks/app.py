@@ -32,7 +32,7 @@ from exporter.errors import ExporterError, NotFound
 from exporter.export import exports_in_store
 from exporter.history import paginate
 from exporter.lakefs import LakeFS
-from exporter.status import StatusStore
+from exporter.status import COMMIT_RECORD, StatusStore
 
 log = logging.getLogger("lakefs_delta.hooks")
 MAX_BODY = 1024 * 1024
@@ -159,7 +159,7 @@ def create_app(config: Config) -> Starlette:
                              "commit_id": commit_id}, status_code=202)
 
     def _publish(repository: str, ref: str, commit_id: str, tag: bool):
-        status.set_table(repository, ref, commit_id, "_commit", "queued")
+        status.set_table(repository, ref, commit_id, COMMIT_RECORD, "queued")
         # a tag exports every table of its commit: the release must be readable as a whole
         return queue.send_task("lakefs_delta.export_commit", (repository, ref, commit_id, tag), retry=True,
                                retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.5})
@@ -197,7 +197,7 @@ def create_app(config: Config) -> Starlette:
                 return error(503, f"status store and object store unavailable: {exc}")
         if not records:
             return error(404, f"no export known for commit {commit_id} in repository {repository}")
-        refs = {name: {"commit": tables.pop("_commit", None), "tables": tables} for name, tables in records.items()}
+        refs = {name: {"commit": tables.pop(COMMIT_RECORD, None), "tables": tables} for name, tables in records.items()}
         return JSONResponse({"repository": repository, "commit_id": commit_id, "refs": refs})
 
     async def healthz(request: Request) -> Response:

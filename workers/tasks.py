@@ -23,12 +23,11 @@ from exporter.errors import ExporterError
 from exporter.export import ExportOutcome, abandon_export, find_table
 from exporter.export import export_table as export_one_table
 from exporter.lakefs import LakeFS
-from exporter.status import StatusStore
+from exporter.status import COMMIT_RECORD, StatusStore
 from exporter.tables import DESCRIPTORS_PREFIX, TableDescriptor, changed_tables, discover_tables
 from workers.app import app, current_config
 
 log = logging.getLogger("lakefs_delta.worker")
-COMMIT_RECORD = "_commit"  # the commit-level record of a ref: which tables were queued, or why none
 
 
 @functools.cache
