@@ -50,6 +50,9 @@ class _StatAddresses:
             self.found[key] = self.lakefs.physical_address(self.repository, self.commit_id, self.prefix + key)
         return self.found[key]
 
+    def get_many(self, keys: list[str | None]) -> list[str | None]:
+        return [None if key is None else self.get(key) for key in keys]
+
 
 def copy_export(config: Config, store: ObjectStore, repository: str, ref: str, commit_id: str,
                 table: TableDescriptor, target: str, outcome: ExportOutcome, from_ref: str) -> None:

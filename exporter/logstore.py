@@ -11,11 +11,13 @@ import io
 import json
 import posixpath
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
+from exporter.addresses import AddressIndex, AddressIndexBuilder
 from exporter.deltalog import LogListing, LogSegment, parse_actions, select_segment
 from exporter.errors import CorruptLog, ExporterError, TableNotFound
 from exporter.lakefs import LakeFS
@@ -27,7 +29,7 @@ IO_THREADS = 16
 
 @dataclass
 class LoadedLog:
-    addresses: dict[str, str]  # table-relative object key -> physical address
+    addresses: AddressIndex  # table-relative object key -> physical address
     segment: LogSegment
     files: dict[str, bytes]  # name under _delta_log/ -> raw bytes: the segment's files and sidecars
     checkpoint_files: list[str]  # sidecars first, then the checkpoint's own files (write order)
@@ -44,7 +46,7 @@ class LoadedLog:
 class LogLayout:
     """A listing of `_delta_log/` (and, unless `log_only`, of the whole table) at a commit."""
 
-    addresses: dict[str, str]  # table-relative object key -> physical address
+    addresses: AddressIndex  # table-relative object key -> physical address
     listing: LogListing
     segment: LogSegment
     modification_times: dict[str, int]
@@ -54,24 +56,25 @@ class LogLayout:
 def list_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str,
              log_only: bool = False) -> LogLayout:
     prefix = table_path.strip("/") + "/"
-    addresses: dict[str, str] = {}
+    addresses = AddressIndexBuilder()
     log_entries: list[tuple[str, int]] = []
     modification_times: dict[str, int] = {}
     for entry in lakefs.list_objects(repository, commit_id, prefix + LOG_DIR if log_only else prefix):
         key = entry["path"][len(prefix):]
-        addresses[key] = entry["physical_address"]
+        addresses.add(key, entry["physical_address"])
         if key.startswith(LOG_DIR):
             log_entries.append((key[len(LOG_DIR):], entry.get("size_bytes", 0)))
             modification_times[key[len(LOG_DIR):]] = entry.get("mtime", 0)
     if not log_entries:
         raise TableNotFound(f"no Delta table at {repository}@{commit_id}/{table_path}: {prefix}{LOG_DIR} is empty")
     listing = LogListing.from_names(log_entries)
-    last_checkpoint = _last_checkpoint(store, addresses)
+    index = addresses.build()
+    last_checkpoint = _last_checkpoint(store, index)
     segment = select_segment(listing, last_checkpoint.get("version") if last_checkpoint else None)
-    return LogLayout(addresses, listing, segment, modification_times, last_checkpoint)
+    return LogLayout(index, listing, segment, modification_times, last_checkpoint)
 
 
-def read_log_files(store: ObjectStore, addresses: dict[str, str], names: list[str]) -> dict[str, bytes]:
+def read_log_files(store: ObjectStore, addresses: Mapping[str, str], names: list[str]) -> dict[str, bytes]:
     """`_delta_log/` files by name, read in parallel by physical address."""
     return _get_all(store, addresses, names)
 
@@ -96,7 +99,7 @@ def read_parquet(name: str, raw: bytes):
         raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
 
 
-def _last_checkpoint(store: ObjectStore, addresses: dict[str, str]) -> dict | None:
+def _last_checkpoint(store: ObjectStore, addresses: Mapping[str, str]) -> dict | None:
     address = addresses.get(LOG_DIR + "_last_checkpoint")
     if address is None:
         return None
@@ -108,7 +111,7 @@ def _last_checkpoint(store: ObjectStore, addresses: dict[str, str]) -> dict | No
         return None  # only a hint: the listing decides
 
 
-def _with_sidecars(store: ObjectStore, addresses: dict[str, str], segment: LogSegment, files: dict[str, bytes]) -> list[str]:
+def _with_sidecars(store: ObjectStore, addresses: Mapping[str, str], segment: LogSegment, files: dict[str, bytes]) -> list[str]:
     """The checkpoint's files, plus the sidecars it points at (read here)."""
     sidecars: list[str] = []
     for name in segment.checkpoint.files:  # V2 checkpoints, even classic-named ones, may point at sidecars
@@ -129,6 +132,6 @@ def _with_sidecars(store: ObjectStore, addresses: dict[str, str], segment: LogSe
     return sidecars + list(segment.checkpoint.files)
 
 
-def _get_all(store: ObjectStore, addresses: dict[str, str], names: list[str]) -> dict[str, bytes]:
+def _get_all(store: ObjectStore, addresses: Mapping[str, str], names: list[str]) -> dict[str, bytes]:
     with ThreadPoolExecutor(IO_THREADS) as pool:
         return dict(zip(names, pool.map(lambda n: store.get_uri(addresses[LOG_DIR + n]), names)))

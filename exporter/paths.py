@@ -7,6 +7,7 @@ exporter turns each one into the absolute URI of the object lakeFS stores it at.
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
@@ -108,6 +109,14 @@ def is_absolute(log_path: str) -> bool:
 _UNSEEN = object()  # memo marker: None is a real answer (the object is missing)
 
 
+class Addresses(Protocol):
+    """Table-relative object key -> physical address (`exporter.addresses.AddressIndex`)."""
+
+    def get(self, key: str) -> str | None: ...
+
+    def get_many(self, keys: Sequence[str | None]) -> list[str | None]: ...
+
+
 # Absolute paths that may lead back into lakeFS: given the distinct ones, answers which resolve to
 # which physical URI (None: the object is gone) and raises for those that cannot be pinned down.
 AbsolutePathResolver = Callable[[list[str]], dict[str, "str | None"]]
@@ -123,7 +132,11 @@ class PathResolver:
     that address lakeFS itself, see `exporter.lakefs_paths`).
     """
 
-    def __init__(self, physical_addresses: Mapping[str, str], absolute: AbsolutePathResolver | None = None):
+    def __init__(self, physical_addresses: Addresses | Mapping[str, str], absolute: AbsolutePathResolver | None = None):
+        if not hasattr(physical_addresses, "get_many"):
+            from exporter.addresses import AddressIndex
+
+            physical_addresses = AddressIndex.from_pairs(physical_addresses.items())
         self._physical_addresses = physical_addresses
         self._absolute = absolute
         self._absolute_uris: dict[str, str | None] = {}
@@ -144,21 +157,20 @@ class PathResolver:
 
         Not memoised: a memo entry per checkpoint row would cost as much as the lookup it saves.
         """
-        get = self._physical_addresses.get
         # Inline tests keep this loop free of calls: a path with neither `:` nor a leading `/` is
         # relative (RFC 3986: no scheme), and one without `%` is its own key.
-        addresses = [
-            None if ":" in log_path or log_path[:1] == "/" else get(log_path_to_key(log_path) if "%" in log_path else log_path)
+        keys = [
+            None if ":" in log_path or log_path[:1] == "/" else (log_path_to_key(log_path) if "%" in log_path else log_path)
             for log_path in log_paths
         ]
         absolute = []
-        for index in [i for i, address in enumerate(addresses) if address is None] if None in addresses else []:
+        for index in [i for i, key in enumerate(keys) if key is None] if None in keys else []:
             log_path = log_paths[index]
-            if ":" in log_path or log_path[:1] == "/":
-                if is_absolute(log_path):
-                    absolute.append(index)
-                else:  # a colon after the first segment, e.g. `t=10:00/part-1.parquet`
-                    addresses[index] = get(log_path_to_key(log_path))
+            if is_absolute(log_path):
+                absolute.append(index)
+            else:  # a colon after the first segment, e.g. `t=10:00/part-1.parquet`
+                keys[index] = log_path_to_key(log_path)
+        addresses = self._physical_addresses.get_many(keys)
         uris = _physical_uris(addresses)
         if absolute:
             mapped = self._resolve_absolute([log_paths[index] for index in absolute])
@@ -185,12 +197,14 @@ class PathResolver:
             return self.resolve(path_or_inline_dv)
         uri = self._deletion_vector_uris.get(path_or_inline_dv, _UNSEEN)
         if uri is _UNSEEN:
-            physical_address = self._physical_addresses.get(deletion_vector_relative_path(path_or_inline_dv))
-            if physical_address is None:
-                self.not_found += 1
-                uri = None
-            else:
-                self.resolved += 1
-                uri = physical_uri(physical_address)
+            uri = self.resolve_deletion_vectors([path_or_inline_dv])[0]
             self._deletion_vector_uris[path_or_inline_dv] = uri
         return uri
+
+    def resolve_deletion_vectors(self, relative_dvs: Sequence[str]) -> list[str | None]:
+        """`resolve_deletion_vector` of many `u` descriptors (distinct) in one lookup; not memoised."""
+        addresses = self._physical_addresses.get_many([deletion_vector_relative_path(v) for v in relative_dvs])
+        found = len(addresses) - addresses.count(None)
+        self.resolved += found
+        self.not_found += len(addresses) - found
+        return [None if address is None else physical_uri(address) for address in addresses]

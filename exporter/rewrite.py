@@ -302,8 +302,16 @@ def _deletion_vector_rewrite(
     visible = [_stored_deletion_vectors(chunk, dv_fields) for chunk in chunks]
     value_type = chunks[0].type.field(dv_fields[0]).type.field(dv_fields[2]).type if chunks else pa.string()
     # a `u` value is a Z85 id and a `p` value a URI: the value alone tells the storage type
-    return _value_rewrite(visible, value_type, lambda values: [
-        resolver.resolve_deletion_vector(_storage_type_of(v), v) for v in values])
+    return _value_rewrite(visible, value_type, lambda values: _resolve_deletion_vectors(values, resolver))
+
+
+def _resolve_deletion_vectors(values: list[str], resolver: PathResolver) -> list[str | None]:
+    """Each distinct stored descriptor's URI: the `u` ones in one lookup, `p` ones as paths."""
+    relative = [v for v in values if _storage_type_of(v) == _RELATIVE_DV]
+    uris = dict(zip(relative, resolver.resolve_deletion_vectors(relative)))
+    absolute = [v for v in values if v not in uris]
+    uris.update(zip(absolute, resolver.resolve_many(absolute)))
+    return [uris[v] for v in values]
 
 
 def _storage_type_of(path_or_inline_dv: str) -> str:

@@ -1,0 +1,148 @@
+"""Table-relative object key -> physical address, for tables of millions of objects.
+
+A listing of a million objects as a Python dict costs about 272 MiB; here it is Arrow arrays: the
+keys, sorted as lakeFS lists them, and each address split into a dictionary-encoded folder and a
+name (lakeFS writes many objects under one `data/<id>/` folder): about 100 MiB per million. A
+batch of paths (a checkpoint's row group) is looked up in one pass over the listing, with the batch
+as the hash table (`index_in`); a few paths (a JSON commit) by binary search.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# Below this many distinct keys, binary search (about 20 µs a key) beats one pass over the listing.
+_BINARY_SEARCH_LIMIT = 2000
+_PAGE = 100_000
+
+
+class AddressIndex(Mapping[str, str]):
+    """Object key -> physical address, built from listing pages; read-only once built."""
+
+    def __init__(self, keys: pa.Array, folders: pa.DictionaryArray, names: pa.Array):
+        self._keys, self._folders, self._names = keys, folders, names
+        self._sorted_view = _SortedKeys(keys)
+
+    @classmethod
+    def from_pairs(cls, pairs: Iterable[tuple[str, str]]) -> "AddressIndex":
+        builder = AddressIndexBuilder()
+        for key, address in pairs:
+            builder.add(key, address)
+        return builder.build()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self._keys), _PAGE):
+            yield from self._keys.slice(start, _PAGE).to_pylist()
+
+    def __getitem__(self, key: str) -> str:
+        address = self.get(key)
+        if address is None:
+            raise KeyError(key)
+        return address
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._row(key) is not None
+
+    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        row = self._row(key)
+        return default if row is None else self._address(row)
+
+    def get_many(self, keys: Sequence[str | None]) -> list[str | None]:
+        """The address of each key, None where there is no such object."""
+        if len(keys) <= _BINARY_SEARCH_LIMIT:
+            return [None if key is None else self.get(key) for key in keys]
+        return self.lookup(pa.array(keys, pa.string())).to_pylist()
+
+    def lookup(self, keys: pa.Array) -> pa.Array:
+        """`get_many` for an Arrow string array: a string array, null where there is no such object."""
+        rows = self.rows_of(keys)
+        folders = self._folders.dictionary.take(self._folders.indices.take(rows))
+        return pc.binary_join_element_wise(folders, self._names.take(rows), "")
+
+    def rows_of(self, keys: pa.Array) -> pa.Array:
+        """The listing row of each key (int64, null when absent)."""
+        if not len(keys) or not len(self._keys):
+            return pa.nulls(len(keys), pa.int64())
+        encoded = pc.dictionary_encode(keys.cast(pa.string()))
+        distinct = encoded.dictionary
+        if len(distinct) <= _BINARY_SEARCH_LIMIT:
+            rows = pa.array([self._row(key) for key in distinct.to_pylist()], pa.int64())
+        else:
+            # One pass over the listing, probing a hash table of the batch's distinct keys.
+            position_in_batch = pc.index_in(self._keys, value_set=distinct)
+            found = position_in_batch.is_valid().to_numpy(zero_copy_only=False)
+            rows_found = np.full(len(distinct), -1, dtype=np.int64)
+            rows_found[position_in_batch.drop_null().to_numpy()] = np.flatnonzero(found)
+            rows = pa.array(rows_found, mask=rows_found < 0)
+        return rows.take(encoded.indices)
+
+    def _row(self, key: str) -> int | None:
+        position = bisect.bisect_left(self._sorted_view, key)
+        return position if position < len(self._keys) and self._sorted_view[position] == key else None
+
+    def _address(self, row: int) -> str:
+        return self._folders[row].as_py() + self._names[row].as_py()
+
+    @property
+    def nbytes(self) -> int:
+        return self._keys.nbytes + self._folders.nbytes + self._names.nbytes
+
+
+class _SortedKeys(Sequence[str]):
+    """The keys as a sequence `bisect` can search without converting them all to Python."""
+
+    def __init__(self, keys: pa.Array):
+        self._keys = keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self._keys[index].as_py()
+
+
+class AddressIndexBuilder:
+    """Collects listing entries page by page as Arrow arrays: no Python object per entry outlives its page."""
+
+    def __init__(self) -> None:
+        self._keys: list[pa.Array] = []
+        self._folders: list[pa.DictionaryArray] = []
+        self._names: list[pa.Array] = []
+        self._page_keys: list[str] = []
+        self._page_addresses: list[str] = []
+
+    def add(self, key: str, address: str) -> None:
+        self._page_keys.append(key)
+        self._page_addresses.append(address)
+        if len(self._page_keys) >= _PAGE:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._page_keys:
+            addresses = pa.array(self._page_addresses, pa.string())
+            self._keys.append(pa.array(self._page_keys, pa.string()))
+            self._folders.append(pc.replace_substring_regex(addresses, r"[^/]*$", "").dictionary_encode())
+            self._names.append(pc.replace_substring_regex(addresses, r"^.*/", ""))
+            self._page_keys, self._page_addresses = [], []
+
+    def build(self) -> AddressIndex:
+        self._flush()
+        if not self._keys:
+            empty = pa.array([], pa.string())
+            return AddressIndex(empty, empty.dictionary_encode(), empty)
+        keys = pa.concat_arrays(self._keys)
+        folders = pa.chunked_array(self._folders).unify_dictionaries().combine_chunks()
+        names = pa.concat_arrays(self._names)
+        self._keys, self._folders, self._names = [], [], []
+        if len(keys) > 1 and pc.any(pc.less(keys[1:], keys[:-1])).as_py():  # lakeFS lists in order; others may not
+            order = pc.sort_indices(keys)
+            keys, folders, names = keys.take(order), folders.take(order), names.take(order)
+        return AddressIndex(keys, folders, names)

@@ -1,0 +1,40 @@
+"""The listing index answers exactly like a dict, in both of its lookup modes."""
+
+import random
+
+import pyarrow as pa
+import pytest
+
+from exporter.addresses import _BINARY_SEARCH_LIMIT, AddressIndex
+
+pytestmark = pytest.mark.unit
+
+
+def _pairs(count: int) -> dict[str, str]:
+    rng = random.Random(7)
+    names = [f"p={rng.choice(['a', 'b b', 'ünï', '50%'])}/part-{i:05d}-{rng.getrandbits(64):x}.parquet" for i in range(count)]
+    names += ["", "x", "x/", "deletion_vector_1.bin", "日本/ファイル"]
+    return {name: f"s3://bucket/ns/data/g{i % 7}/c{i:06d}" for i, name in enumerate(names)}
+
+
+@pytest.mark.parametrize("probes", [10, _BINARY_SEARCH_LIMIT * 3], ids=["binary search", "one pass over the listing"])
+def test_lookups_answer_like_a_dict(probes):
+    pairs = _pairs(5000)
+    shuffled = list(pairs.items())
+    random.Random(1).shuffle(shuffled)  # not in listing order: the index sorts
+    index = AddressIndex.from_pairs(shuffled)
+    rng = random.Random(2)
+    keys = [rng.choice(list(pairs)) for _ in range(probes)] + ["absent", "p=a/part", None, "x"]
+    keys += keys[:3]  # repeated keys
+    assert index.get_many(keys) == [None if k is None else pairs.get(k) for k in keys]
+    assert index.lookup(pa.array(keys, pa.string())).to_pylist() == [None if k is None else pairs.get(k) for k in keys]
+
+
+def test_mapping_protocol():
+    index = AddressIndex.from_pairs([("b", "s3://x/1"), ("a", "s3://y/z/2"), ("c", "no-folder")])
+    assert (index["a"], index.get("c"), index.get("d"), index.get("d", "default")) == ("s3://y/z/2", "no-folder", None, "default")
+    assert list(index) == ["a", "b", "c"] and len(index) == 3 and "b" in index and "d" not in index and 1 not in index
+    with pytest.raises(KeyError):
+        index["d"]
+    empty = AddressIndex.from_pairs([])
+    assert empty.get_many(["a"] * (_BINARY_SEARCH_LIMIT + 1)) == [None] * (_BINARY_SEARCH_LIMIT + 1) and len(empty) == 0
