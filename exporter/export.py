@@ -7,7 +7,6 @@ the file that starts the log segment, so no reader sees a table before all of it
 
 from __future__ import annotations
 
-import io
 import json
 import posixpath
 import re
@@ -17,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -28,10 +26,11 @@ from exporter.errors import CorruptLog, ExporterError, MissingDataFiles, NotFoun
 from exporter.history import deletion_vector_id
 from exporter.lakefs import LakeFS
 from exporter.lakefs_paths import LakeFSPaths
-from exporter.logstore import IO_THREADS, LOG_DIR, LoadedLog, load_log
-from exporter.objectstore import ObjectStore
+from exporter.logstore import IO_THREADS, LOG_DIR, LogLayout, checkpoint_files, list_log, read_log_files
+from exporter.objectstore import ObjectSource, ObjectStore, Upload
+from exporter.parquet_splice import BytesSource, ParquetSource, open_parquet
 from exporter.paths import PathResolver
-from exporter.rewrite import deletion_vector_file, rewrite_checkpoint_file, rewrite_commit
+from exporter.rewrite import deletion_vector_file, rewrite_checkpoint_to, rewrite_commit
 from exporter.spark_schema import spark_schema
 from exporter.tables import TableDescriptor, changed_tables, discover_tables
 
@@ -222,73 +221,110 @@ def _discard_after(store: ObjectStore, target: str, error: ExporterError) -> Non
 
 def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commit_id: str, table: TableDescriptor,
             target: str, outcome: ExportOutcome, started: float) -> None:
-    loaded = load_log(lakefs, store, repository, commit_id, table.path)
-    segment, log_files = loaded.segment, loaded.files
+    """A cold export. JSON files are rewritten in memory; parquet checkpoints, parts and sidecars
+    are streamed row group by row group from their physical addresses into uploads that appear
+    only when `write_log` completes them, so memory does not grow with the table."""
+    layout = list_log(lakefs, store, repository, commit_id, table.path)
+    segment, sizes = layout.segment, layout.listing.sizes
+
+    def source_of(name: str) -> ObjectSource:
+        return ObjectSource(store, layout.addresses[LOG_DIR + name], sizes[name])
+
+    commits = ([(segment.checkpoint.version, segment.checkpoint_commit)] if segment.checkpoint_commit else []) \
+        + segment.commits
+    json_names = [n for n in (segment.checkpoint.files if segment.checkpoint else []) if n.endswith(".json")]
+    log_files = read_log_files(store, layout.addresses, json_names + [name for _, name in commits])
+    ordered = checkpoint_files(layout.addresses, segment,
+                               lambda n: BytesSource(log_files[n]) if n in log_files else source_of(n)) \
+        if segment.checkpoint else []
+    log_files.update(read_log_files(store, layout.addresses,
+                                    [n for n in ordered if n.endswith(".json") and n not in log_files]))
     read = time.monotonic()
 
-    resolver = PathResolver(loaded.addresses, LakeFSPaths(lakefs, store.bucket))
-    outputs: dict[str, bytes] = {}  # name relative to _delta_log/ -> rewritten bytes
+    resolver = PathResolver(layout.addresses, LakeFSPaths(lakefs, store.bucket))
+    outputs: dict[str, bytes] = {}  # name relative to _delta_log/ -> rewritten bytes (JSON files)
+    uploads: dict[str, Upload] = {}  # name relative to _delta_log/ -> streamed parquet file, not yet visible
     missing: list[str] = []
     rewritten = 0
     checkpoint_rows = 0
     protocol_actions: list[dict] = []
     snapshot = Snapshot()
-    if segment.checkpoint is not None:
-        for name in loaded.checkpoint_files:  # sidecars first: the checkpoint records their new sizes
-            raw = log_files[name]
+    try:
+        for name in ordered:  # sidecars first: the checkpoint records their new sizes
             sidecar_sizes = None if name.startswith("_sidecars/") else \
-                {posixpath.basename(n): len(b) for n, b in outputs.items() if n.startswith("_sidecars/")}
+                {posixpath.basename(n): _written_size(n, outputs, uploads) for n in ordered if n.startswith("_sidecars/")}
             if name.endswith(".json"):
+                raw = log_files[name]
                 actions = parse_actions(name, raw)
                 protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
                 snapshot.apply(actions)
                 result = rewrite_commit(name, raw, resolver, sidecar_sizes)
                 checkpoint_rows += len(actions)
+                outputs[name] = result.content
             else:
-                protocol_actions += _protocol_rows(name, raw)
-                snapshot.apply_checkpoint(name, raw)
-                result = rewrite_checkpoint_file(name, raw, resolver, sidecar_sizes)
-                checkpoint_rows += _row_count(name, raw)
-            outputs[name] = result.content
+                source = source_of(name)
+                rows, protocol_rows = _checkpoint_summary(name, source)
+                protocol_actions += protocol_rows
+                checkpoint_rows += rows
+                snapshot.apply_checkpoint(name, source)
+                upload = uploads[name] = store.upload(target + LOG_DIR + name)
+                result = rewrite_checkpoint_to(name, source, resolver, upload, sidecar_sizes)
+                if result.changed:
+                    upload.finish_writing()
+                else:
+                    upload.copy_of(source.uri, source.size)
             rewritten += result.files_rewritten
             missing += result.missing
-    timestamps: dict[int, int] = {}  # version -> the source's commit timestamp (epoch ms)
-    commits = ([(segment.checkpoint.version, segment.checkpoint_commit)] if segment.checkpoint_commit else []) \
-        + segment.commits
-    for version, name in commits:
-        raw = log_files[name]
-        actions = parse_actions(name, raw)
-        protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
-        timestamps[version] = commit_timestamp(actions, loaded.modification_times.get(name, 0))
-        result = rewrite_commit(name, raw, resolver)
-        outputs[name] = result.content
-        rewritten += result.files_rewritten
-        if name != segment.checkpoint_commit:  # c.json's adds are already in the checkpoint
-            snapshot.apply(actions)
-            missing += result.missing
-    check_protocol(protocol_actions)
-    # Only files the head snapshot reads must exist: an add removed later may be vacuumed (its
-    # versions do not time-travel in the source either); it keeps its original path.
-    required = snapshot.required(missing)
-    if required:
-        raise MissingDataFiles(table.name, required)
-    rewritten_at = time.monotonic()
+        timestamps: dict[int, int] = {}  # version -> the source's commit timestamp (epoch ms)
+        for version, name in commits:
+            raw = log_files[name]
+            actions = parse_actions(name, raw)
+            protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
+            timestamps[version] = commit_timestamp(actions, layout.modification_times.get(name, 0))
+            result = rewrite_commit(name, raw, resolver)
+            outputs[name] = result.content
+            rewritten += result.files_rewritten
+            if name != segment.checkpoint_commit:  # c.json's adds are already in the checkpoint
+                snapshot.apply(actions)
+                missing += result.missing
+        check_protocol(protocol_actions)
+        # Only files the head snapshot reads must exist: an add removed later may be vacuumed (its
+        # versions do not time-travel in the source either); it keeps its original path.
+        required = snapshot.required(missing)
+        if required:
+            raise MissingDataFiles(table.name, required)
+        rewritten_at = time.monotonic()
 
-    outcome.checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
-    outcome.head_version = segment.head_version
-    outcome.versions = len(segment.commits) + (1 if segment.checkpoint else 0)
-    outcome.files_rewritten = rewritten
-    last_checkpoint = _last_checkpoint(loaded, checkpoint_rows, outputs) if segment.checkpoint else None
-    if last_checkpoint is not None:
-        outputs[LAST_CHECKPOINT] = last_checkpoint
-    write_log(segment, [n for n in outputs if n.startswith("_sidecars/")],
-              lambda name: store.put(target + LOG_DIR + name, outputs[name]))
+        outcome.checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
+        outcome.head_version = segment.head_version
+        outcome.versions = len(segment.commits) + (1 if segment.checkpoint else 0)
+        outcome.files_rewritten = rewritten
+        if segment.checkpoint:
+            written = {n: _written_size(n, outputs, uploads) for n in ordered}
+            outputs[LAST_CHECKPOINT] = _last_checkpoint(layout, checkpoint_rows, written,
+                                                        lambda: open_parquet(source_of(segment.checkpoint.files[0]),
+                                                                             segment.checkpoint.files[0]))
+
+        def write(name: str) -> None:
+            if name in uploads:
+                uploads[name].complete()
+            else:
+                store.put(target + LOG_DIR + name, outputs[name])
+
+        write_log(segment, [n for n in ordered if n.startswith("_sidecars/")], write)
+    finally:
+        for upload in uploads.values():
+            upload.abort()  # nothing when it completed
     manifest = manifest_document(repository, ref, commit_id, table, outcome, segment, timestamps,
-                                 log_files_written=len(outputs), lakefs_calls=lakefs.calls,
+                                 log_files_written=len(outputs) + len(uploads), lakefs_calls=lakefs.calls,
                                  timings={"list_and_read": round(read - started, 3),
                                           "rewrite": round(rewritten_at - read, 3),
                                           "write": round(time.monotonic() - rewritten_at, 3)})
     store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")  # last: marks done
+
+
+def _written_size(name: str, outputs: dict[str, bytes], uploads: dict[str, Upload]) -> int:
+    return uploads[name].size if name in uploads else len(outputs[name])
 
 
 def manifest_document(repository: str, ref: str, commit_id: str, table: TableDescriptor, outcome: ExportOutcome,
@@ -365,68 +401,74 @@ def commit_timestamp(actions: list[dict], modification_time_seconds: int) -> int
 
 
 class Snapshot:
-    """Which add paths (and deletion-vector files) the head reads. Replayed only when a file is missing."""
+    """Which of the missing add paths (and deletion-vector files) the head reads. Replayed only
+    when something is missing, tracking only the logical files that name a missing object."""
 
     def __init__(self) -> None:
-        self.checkpoints: list = []  # parquet checkpoint tables, in order
+        self.checkpoints: list[tuple[str, ParquetSource]] = []  # parquet checkpoint files, in order
         self.commits: list[list[dict]] = []  # actions of JSON checkpoints and commits, in log order
 
     def apply(self, actions: list[dict]) -> None:
         self.commits.append(actions)
 
-    def apply_checkpoint(self, name: str, raw: bytes) -> None:
-        self.checkpoints.append((name, raw))
+    def apply_checkpoint(self, name: str, source: ParquetSource) -> None:
+        self.checkpoints.append((name, source))
 
     def required(self, missing: list[str]) -> list[str]:
         if not missing:
             return []
+        lost = set(missing)
+
+        def names_lost(path: str | None, dv: dict | None) -> bool:
+            return path in lost or (bool(dv) and dv.get("storageType") in ("u", "p")
+                                    and deletion_vector_file(dv["storageType"], dv["pathOrInlineDv"]) in lost)
+
         # logical file = (path, deletion vector id), as readers reconcile (PROTOCOL.md#action-reconciliation)
         live: dict[tuple, dict | None] = {}
-        for name, raw in self.checkpoints:
-            checkpoint = _read_columns(name, raw, ["add"])
-            if "add" in checkpoint.column_names:
-                adds = checkpoint.column("add")
-                paths = pc.struct_field(adds, "path").to_pylist()
-                has_dv = "deletionVector" in {f.name for f in adds.type}
-                dvs = pc.struct_field(adds, "deletionVector").to_pylist() if has_dv else [None] * len(paths)
-                live.update(((p, deletion_vector_id(dv)), dv) for p, dv in zip(paths, dvs) if p is not None)
+        for name, source in self.checkpoints:
+            for paths, dvs in _checkpoint_adds(name, source):
+                live.update(((p, deletion_vector_id(dv)), dv) for p, dv in zip(paths, dvs) if names_lost(p, dv))
         for actions in self.commits:
             for action in actions:
                 for kind in ("add", "remove"):
                     file_action = action.get(kind)
                     if isinstance(file_action, dict):
                         key = (file_action.get("path"), deletion_vector_id(file_action.get("deletionVector")))
-                        if kind == "add":
-                            live[key] = file_action.get("deletionVector")
-                        else:
+                        if kind == "remove":
                             live.pop(key, None)
+                        elif names_lost(*key[:1], file_action.get("deletionVector")):
+                            live[key] = file_action.get("deletionVector")
         live_paths = {path for path, _ in live}
         live_dvs = {deletion_vector_file(dv["storageType"], dv["pathOrInlineDv"]) for dv in live.values()
                     if dv and dv.get("storageType") in ("u", "p")}
         return sorted({m for m in missing if m in live_paths or m in live_dvs})
 
 
+def _checkpoint_adds(name: str, source: ParquetSource):
+    """(paths, deletion vectors) of each row group's `add` column: one row group in memory at a time."""
+    parquet_file = open_parquet(source, name)
+    if "add" not in parquet_file.schema_arrow.names:
+        return
+    add_type = parquet_file.schema_arrow.field("add").type
+    has_dv = "deletionVector" in {f.name for f in add_type}
+    columns = ["add.path"] + (["add.deletionVector"] if has_dv else [])
+    for index in range(parquet_file.num_row_groups):
+        try:
+            adds = parquet_file.read_row_group(index, columns=columns).column("add")
+        except Exception as exc:
+            raise CorruptLog(f"_delta_log/{name}: row group {index} is not readable: {exc}") from None
+        paths = pc.struct_field(adds, "path").to_pylist()
+        yield paths, (pc.struct_field(adds, "deletionVector").to_pylist() if has_dv else [None] * len(paths))
 
-def _read_columns(name: str, raw: bytes, columns: list[str]) -> pa.Table:
-    """Only `columns` (those present) of a parquet checkpoint: other columns are never decoded."""
+
+def _checkpoint_summary(name: str, source: ParquetSource) -> tuple[int, list[dict]]:
+    """The checkpoint file's row count, and its protocol and metaData rows for the feature check."""
+    parquet_file = open_parquet(source, name)
+    present = [c for c in ("protocol", "metaData") if c in parquet_file.schema_arrow.names]
     try:
-        parquet_file = pq.ParquetFile(io.BytesIO(raw))
-        present = [c for c in columns if c in parquet_file.schema_arrow.names]
-        return parquet_file.read(columns=present)
-    except Exception as exc:  # pyarrow raises several types for a broken file
-        raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
-
-
-def _row_count(name: str, raw: bytes) -> int:
-    try:
-        return pq.ParquetFile(io.BytesIO(raw)).metadata.num_rows
+        checkpoint = parquet_file.read(columns=present)
     except Exception as exc:
         raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
-
-
-def _protocol_rows(name: str, raw: bytes) -> list[dict]:
-    """The checkpoint's protocol and metaData rows, for the feature check."""
-    checkpoint = _read_columns(name, raw, ["protocol", "metaData"])
     rows: list[dict] = []
     for column in checkpoint.column_names:
         rows += [{column: value} for value in checkpoint.column(column).to_pylist() if value is not None]
@@ -434,26 +476,27 @@ def _protocol_rows(name: str, raw: bytes) -> list[dict]:
         configuration = row.get("metaData", {}).get("configuration")
         if isinstance(configuration, list):  # parquet maps come back as key/value pairs
             row["metaData"]["configuration"] = dict(configuration)
-    return rows
+    return parquet_file.metadata.num_rows, rows
 
 
-def _last_checkpoint(loaded: LoadedLog, rows: int, written: dict[str, bytes]) -> bytes:
+def _last_checkpoint(layout: LogLayout, rows: int, written: dict[str, int],
+                     first_part: Callable[[], pq.ParquetFile]) -> bytes:
     """True for the export (PROTOCOL.md#last-checkpoint-file): every field of the source's that still
-    holds (`checkpointSchema`, `numOfAddFiles`, unknown fields), sizes of the rewritten files, no
-    `checksum`, no `v2Checkpoint` (its sizes and times are the source's files')."""
-    checkpoint = loaded.segment.checkpoint
-    source = loaded.last_checkpoint if loaded.last_checkpoint and loaded.last_checkpoint.get("version") == checkpoint.version \
+    holds (`checkpointSchema`, `numOfAddFiles`, unknown fields), sizes of the rewritten files
+    (`written`: name -> size), no `checksum`, no `v2Checkpoint` (its sizes and times are the source's files')."""
+    checkpoint = layout.segment.checkpoint
+    source = layout.last_checkpoint if layout.last_checkpoint and layout.last_checkpoint.get("version") == checkpoint.version \
         else {}
     document = {k: v for k, v in source.items() if k not in ("checksum", "v2Checkpoint")}
     sidecars = [n for n in written if n.startswith("_sidecars/")]
     # Writers differ on whether a V2 checkpoint's size counts its sidecars: do as the source did.
-    source_sizes = loaded.listing.sizes
+    source_sizes = layout.listing.sizes
     counted = list(checkpoint.files)
     if sidecars and source.get("sizeInBytes") == sum(source_sizes.get(n, 0) for n in counted + sidecars):
         counted += sidecars
-    document.update(version=checkpoint.version, size=rows, sizeInBytes=sum(len(written[n]) for n in counted))
+    document.update(version=checkpoint.version, size=rows, sizeInBytes=sum(written[n] for n in counted))
     if checkpoint.kind == "multipart":
         document["parts"] = len(checkpoint.files)
         if "checkpointSchema" not in document:  # without it, readers take the first part's schema
-            document["checkpointSchema"] = spark_schema(pq.ParquetFile(io.BytesIO(written[checkpoint.files[0]])))
+            document["checkpointSchema"] = spark_schema(first_part())  # the export's: the same schema
     return json.dumps(document).encode()

@@ -7,21 +7,19 @@ themselves are read straight from the object store, in parallel, so lakeFS sees 
 
 from __future__ import annotations
 
-import io
 import json
 import posixpath
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
-
-import pyarrow.parquet as pq
 
 from exporter.addresses import AddressIndex, AddressIndexBuilder
 from exporter.deltalog import LogListing, LogSegment, parse_actions, select_segment
 from exporter.errors import CorruptLog, ExporterError, TableNotFound
 from exporter.lakefs import LakeFS
 from exporter.objectstore import ObjectStore
+from exporter.parquet_splice import BytesSource, ParquetSource, read_columns
 
 LOG_DIR = "_delta_log/"
 IO_THREADS = 16
@@ -88,15 +86,16 @@ def load_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str
     names = list(segment.checkpoint.files if segment.checkpoint else [])
     names += [n for _, n in segment.commits] + ([segment.checkpoint_commit] if segment.checkpoint_commit else [])
     files = _get_all(store, addresses, names)
-    checkpoint_files = _with_sidecars(store, addresses, segment, files) if segment.checkpoint else []
-    return LoadedLog(addresses, segment, files, checkpoint_files, listing, modification_times, last_checkpoint)
+    if segment.checkpoint:
+        ordered = checkpoint_files(addresses, segment, lambda name: BytesSource(files[name]))
+        files.update(_get_all(store, addresses, [n for n in ordered if n not in files]))
+    else:
+        ordered = []
+    return LoadedLog(addresses, segment, files, ordered, listing, modification_times, last_checkpoint)
 
 
 def read_parquet(name: str, raw: bytes):
-    try:
-        return pq.read_table(io.BytesIO(raw))
-    except Exception as exc:  # pyarrow raises several types for a broken file
-        raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
+    return read_columns(BytesSource(raw), name)
 
 
 def _last_checkpoint(store: ObjectStore, addresses: Mapping[str, str]) -> dict | None:
@@ -111,24 +110,22 @@ def _last_checkpoint(store: ObjectStore, addresses: Mapping[str, str]) -> dict |
         return None  # only a hint: the listing decides
 
 
-def _with_sidecars(store: ObjectStore, addresses: Mapping[str, str], segment: LogSegment, files: dict[str, bytes]) -> list[str]:
-    """The checkpoint's files, plus the sidecars it points at (read here)."""
+def checkpoint_files(addresses: Mapping[str, str], segment: LogSegment, source_of: Callable[[str], ParquetSource]) -> list[str]:
+    """The checkpoint's files in write order: the sidecars its parts point at, then the parts.
+    `source_of(name)` reads a `_delta_log/` file (in memory, or by ranges from the object store)."""
     sidecars: list[str] = []
     for name in segment.checkpoint.files:  # V2 checkpoints, even classic-named ones, may point at sidecars
-        raw = files[name]
+        source = source_of(name)
         if name.endswith(".json"):
-            paths = [a["sidecar"]["path"] for a in parse_actions(name, raw) if "sidecar" in a]
-        elif "sidecar" in pq.read_schema(io.BytesIO(raw)).names:
-            column = pq.read_table(io.BytesIO(raw), columns=["sidecar"]).column("sidecar")
-            paths = [row["path"] for row in column.to_pylist() if row]
+            paths = [a["sidecar"]["path"] for a in parse_actions(name, source.read_range(0, source.size)) if "sidecar" in a]
         else:
-            paths = []
+            column = read_columns(source, name, ["sidecar"])
+            paths = [row["path"] for row in column.column("sidecar").to_pylist() if row] if column.num_columns else []
         # sidecars always live in the table's own _delta_log/_sidecars/ (PROTOCOL.md#sidecar-files)
         sidecars += ["_sidecars/" + posixpath.basename(unquote(p)) for p in paths]
     absent = [s for s in sidecars if LOG_DIR + s not in addresses]
     if absent:
         raise CorruptLog(f"V2 checkpoint {segment.checkpoint.files[0]} names sidecar(s) not in the log: {', '.join(absent)}")
-    files.update(_get_all(store, addresses, sidecars))
     return sidecars + list(segment.checkpoint.files)
 
 

@@ -61,6 +61,28 @@ class ObjectStore:
         bucket, key = split_uri(uri)
         return self._call("get", uri, lambda: self.client.get_object(Bucket=bucket, Key=key)["Body"].read())
 
+    def get_range(self, uri: str, start: int, end: int) -> bytes:
+        """Bytes `start` to `end` (exclusive) of the object at `uri`."""
+        if end <= start:
+            return b""
+        bucket, key = split_uri(uri)
+        return self._call("get", uri, lambda: self.client.get_object(
+            Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read())
+
+    def size_of(self, uri: str) -> int:
+        bucket, key = split_uri(uri)
+        return self._call("head", uri, lambda: self.client.head_object(Bucket=bucket, Key=key))["ContentLength"]
+
+    def copy_uri(self, source_uri: str, relative: str) -> None:
+        """A server-side copy of any object of this store (e.g. a physical address) into the namespace."""
+        bucket, key = split_uri(source_uri)
+        self._call("copy", source_uri, lambda: self.client.copy_object(
+            Bucket=self.bucket, Key=self.key(relative), CopySource={"Bucket": bucket, "Key": key}))
+
+    def upload(self, relative: str) -> "Upload":
+        """An object written piece by piece that nobody sees until `complete()`; see `Upload`."""
+        return Upload(self, relative)
+
     def exists(self, relative: str) -> bool:
         try:
             self._call("head", self.uri(relative), lambda: self.client.head_object(Bucket=self.bucket, Key=self.key(relative)))
@@ -107,3 +129,82 @@ class ObjectStore:
             raise ExporterError(f"object store refused {what} {location}: {code} {exc}") from None
         except (botocore.exceptions.BotoCoreError, OSError) as exc:
             raise ServiceUnavailable(f"object store unreachable during {what} {location}: {exc}") from None
+
+
+class ObjectSource:
+    """An object read by byte ranges (`parquet_splice.ParquetSource`): never held whole in memory."""
+
+    def __init__(self, store: ObjectStore, uri: str, size: int):
+        self.store, self.uri, self.size = store, uri, size
+
+    def read_range(self, start: int, end: int) -> bytes:
+        return self.store.get_range(self.uri, start, end)
+
+
+class Upload:
+    """An object written as a stream: parts of `PART_SIZE` go up while it is written (S3 multipart
+    upload), and it appears only at `complete()`; `abort()` leaves nothing. An object smaller than
+    one part is held here and put in one call at `complete()`. Memory: at most one part."""
+
+    PART_SIZE = 8 << 20  # S3's minimum is 5 MiB for every part but the last
+
+    def __init__(self, store: ObjectStore, relative: str):
+        self.store, self.relative = store, relative
+        self.size = 0
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict] = []
+        self._copy_source: str | None = None
+
+    def write(self, data: bytes) -> int:
+        self._buffer += data
+        self.size += len(data)
+        if len(self._buffer) >= self.PART_SIZE:
+            self._send_part()
+        return len(data)
+
+    def copy_of(self, source_uri: str, size: int) -> None:
+        """Make this upload a server-side copy of `source_uri` instead (what was written is dropped)."""
+        self.abort()
+        self._copy_source, self.size = source_uri, size
+
+    def finish_writing(self) -> None:
+        """Send what is buffered as the last part when parts went up already: nothing stays in memory."""
+        if self._upload_id is not None and self._buffer:
+            self._send_part()
+
+    def complete(self) -> None:
+        store, key = self.store, self.store.key(self.relative)
+        if self._copy_source is not None:
+            store.copy_uri(self._copy_source, self.relative)
+        elif self._upload_id is None:
+            store.put(self.relative, bytes(self._buffer))
+        else:
+            self.finish_writing()
+            upload_id, parts = self._upload_id, self._parts
+            store._call("complete upload", store.uri(self.relative), lambda: store.client.complete_multipart_upload(
+                Bucket=store.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}))
+            self._upload_id = None
+        self._buffer = bytearray()
+
+    def abort(self) -> None:
+        if self._upload_id is not None:
+            store, upload_id = self.store, self._upload_id
+            self._upload_id = None
+            try:
+                store._call("abort upload", store.uri(self.relative), lambda: store.client.abort_multipart_upload(
+                    Bucket=store.bucket, Key=store.key(self.relative), UploadId=upload_id))
+            except ExporterError:
+                pass  # an abandoned multipart upload is invisible to readers; bucket lifecycle rules expire it
+        self._buffer, self._parts = bytearray(), []
+
+    def _send_part(self) -> None:
+        store, key = self.store, self.store.key(self.relative)
+        if self._upload_id is None:
+            self._upload_id = store._call("start upload", store.uri(self.relative), lambda: store.client.create_multipart_upload(
+                Bucket=store.bucket, Key=key, ContentType="application/octet-stream"))["UploadId"]
+        number, body, upload_id = len(self._parts) + 1, bytes(self._buffer), self._upload_id
+        answer = store._call("upload part", store.uri(self.relative), lambda: store.client.upload_part(
+            Bucket=store.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body))
+        self._parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+        self._buffer = bytearray()

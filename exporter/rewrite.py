@@ -5,13 +5,14 @@ them (PROTOCOL.md#protocol-evolution). In JSON, only the replaced string values 
 the source's bytes; parquet checkpoints keep every column chunk but the rewritten ones.
 """
 
+import io
 import itertools
 import json
 import posixpath
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 
 from exporter.deltalog import parse_action_line
 from exporter.errors import CorruptLog
-from exporter.parquet_splice import splice_leaves
+from exporter.parquet_splice import BytesSource, ParquetSource, splice_leaves_to
 from exporter.paths import PathResolver, deletion_vector_relative_path, is_absolute
 
 FILE_ACTIONS = ("add", "remove", "cdc")
@@ -34,6 +35,7 @@ class RewriteResult:
     content: bytes
     files_rewritten: int  # data-file paths plus deletion-vector references replaced
     missing: list[str] = field(default_factory=list)  # add paths / deletion-vector files with no object
+    changed: bool = True  # False: nothing to rewrite, the source's bytes are the export's
 
 
 # ---------------------------------------------------------------- JSON commits, JSON checkpoints
@@ -350,10 +352,21 @@ _SIDECAR_LEAVES = ["sidecar.path", "sidecar.sizeInBytes"]
 
 def rewrite_checkpoint_file(file_name: str, raw: bytes, resolver: PathResolver,
                             sidecar_sizes: dict[str, int] | None = None) -> RewriteResult:
-    """Rewrite a parquet checkpoint, checkpoint part or sidecar, keeping its exact physical schema.
+    """`rewrite_checkpoint_to` in memory: a file with nothing to rewrite comes back byte-identical."""
+    sink = io.BytesIO()
+    result = rewrite_checkpoint_to(file_name, BytesSource(raw), resolver, sink, sidecar_sizes)
+    result.content = sink.getvalue() if result.changed else raw
+    return result
+
+
+def rewrite_checkpoint_to(file_name: str, source: ParquetSource, resolver: PathResolver, sink: BinaryIO,
+                          sidecar_sizes: dict[str, int] | None = None) -> RewriteResult:
+    """Rewrite a parquet checkpoint, checkpoint part or sidecar into `sink`, one row group at a
+    time, keeping its exact physical schema.
 
     Only the column chunks of the path leaves (and of a V2 checkpoint's `sidecar` sizes) are
-    re-encoded; see `parquet_splice`. A file with nothing to rewrite comes back byte-identical.
+    re-encoded; see `parquet_splice`. When `changed` is False nothing needed rewriting: the source
+    itself is the export's file (what `sink` received is not byte-identical to it).
     """
     files_rewritten = 0
     missing: list[str] = []
@@ -367,8 +380,8 @@ def rewrite_checkpoint_file(file_name: str, raw: bytes, resolver: PathResolver,
         return table if count or resized else None
 
     leaves = CHECKPOINT_LEAVES + (_SIDECAR_LEAVES if sidecar_sizes is not None else [])
-    content = splice_leaves(raw, file_name, leaves, rewrite_row_group)
-    return RewriteResult(content, files_rewritten, list(dict.fromkeys(missing)))
+    changed = splice_leaves_to(source, file_name, leaves, rewrite_row_group, sink)
+    return RewriteResult(b"", files_rewritten, list(dict.fromkeys(missing)), changed=changed)
 
 
 def _resize_sidecars(checkpoint: pa.Table, sizes: dict[str, int]) -> tuple[pa.Table, bool]:
