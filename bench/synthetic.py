@@ -39,12 +39,13 @@ def synthetic_checkpoint(names: list[str]) -> pa.Table:
     return pa.table({"protocol": protocol, "metaData": metadata, "add": add_column})
 
 
-def build_table(lakefs, gateway, repository: str, files: int, commits_after: int = 50) -> str:
-    """N tiny data objects through the gateway, a checkpoint of N adds at version 1, then 50 commits."""
+def build_table(lakefs, gateway, repository: str, files: int, commits_after: int = 50, partitions: int = 0) -> str:
+    """N tiny data objects (imported: see `import_objects`), a checkpoint of N adds at version 1,
+    then 50 commits of one add each; with `partitions`, the files spread over `p=<k>/` folders."""
     prefix = f"tables/t{files}/"
-    names = [f"part-{i:07d}-{uuid.uuid4().hex[:8]}.parquet" for i in range(files + commits_after)]
-    with ThreadPoolExecutor(32) as pool:
-        list(pool.map(lambda n: gateway.put_object(Bucket=repository, Key=f"main/{prefix}{n}", Body=b"x"), names))
+    folder = (lambda i: f"p={i % partitions:04d}/") if partitions else (lambda i: "")
+    names = [f"{folder(i)}part-{i:07d}-{uuid.uuid4().hex[:8]}.parquet" for i in range(files + commits_after)]
+    import_objects(lakefs, repository, "main", prefix, names)
     log = prefix + "_delta_log/"
     lakefs.upload_object(repository, "main", log + f"{0:020d}.json",
                          (json.dumps({"commitInfo": {"operation": "CREATE TABLE"}}) + "\n" + json.dumps(PROTOCOL) + "\n"
@@ -133,3 +134,51 @@ def gateway_client(state):
 
     return boto3.client("s3", endpoint_url=state.lakefs_endpoint, region_name="us-east-1",
                         aws_access_key_id=state.lakefs_access_key_id, aws_secret_access_key=state.lakefs_secret_access_key)
+
+
+def object_store_client():
+    """boto3 straight to the stack's MinIO."""
+    import os
+
+    import boto3
+
+    return boto3.client("s3", endpoint_url=os.environ["LAKEFS_DELTA_OBJECT_STORE_ENDPOINT"], region_name="us-east-1",
+                        aws_access_key_id=os.environ["LAKEFS_DELTA_OBJECT_STORE_ACCESS_KEY_ID"],
+                        aws_secret_access_key=os.environ["LAKEFS_DELTA_OBJECT_STORE_SECRET_ACCESS_KEY"])
+
+
+def import_objects(lakefs, repository: str, branch: str, destination: str, names: list[str], batch: int = 50_000) -> None:
+    """`names` (relative to `destination/`) as 1-byte objects on `branch`, uncommitted, fast: MinIO
+    extracts them from tar archives (its snowball auto-extract, about 1,500 objects a second here,
+    five times the rate of single PUTs), then lakeFS imports the prefix in one job (metadata only)."""
+    import tarfile
+    import time
+
+    import lakefs_sdk
+
+    from lakefs_delta import stack
+
+    s3 = object_store_client()
+    source = f"bulk-import/{uuid.uuid4().hex}/"
+    for start in range(0, len(names), batch):
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            for name in names[start:start + batch]:
+                info = tarfile.TarInfo(source + name)
+                info.size = 1
+                tar.addfile(info, io.BytesIO(b"x"))
+        s3.put_object(Bucket=stack.BUCKET, Key=f"{source}batch-{start}.tar", Body=archive.getvalue(),
+                      Metadata={"Snowball-Auto-Extract": "true"})
+    imports = lakefs_sdk.ImportApi(lakefs.client)
+    creation = lakefs_sdk.ImportCreation(
+        paths=[lakefs_sdk.ImportLocation(type="common_prefix", path=f"s3://{stack.BUCKET}/{source}",
+                                         destination=destination.rstrip("/") + "/")],
+        commit=lakefs_sdk.CommitCreation(message=f"import {len(names):,} objects"))
+    job = imports.import_start(repository, branch, creation).id
+    while True:
+        status = imports.import_status(repository, branch, job)
+        if status.completed:
+            return
+        if status.error:
+            raise RuntimeError(f"lakeFS import of {len(names):,} objects failed: {status.error.message}")
+        time.sleep(0.5)

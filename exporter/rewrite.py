@@ -348,6 +348,7 @@ def _with_children(struct: pa.StructArray, replaced: dict[int, pa.Array]) -> pa.
 CHECKPOINT_LEAVES = [f"{kind}.{leaf}" for kind in FILE_ACTIONS
                      for leaf in ("path", "deletionVector.storageType", "deletionVector.pathOrInlineDv")]
 _SIDECAR_LEAVES = ["sidecar.path", "sidecar.sizeInBytes"]
+_ROWS_PER_PASS = 65_536  # rows of a row group resolved at once
 
 
 def rewrite_checkpoint_file(file_name: str, raw: bytes, resolver: PathResolver,
@@ -373,9 +374,14 @@ def rewrite_checkpoint_to(file_name: str, source: ParquetSource, resolver: PathR
 
     def rewrite_row_group(group: pa.Table) -> pa.Table | None:
         nonlocal files_rewritten
-        table, count, lost = rewrite_checkpoint(group, resolver)
+        pieces, count = [], 0
+        for start in range(0, max(group.num_rows, 1), _ROWS_PER_PASS):  # bounds the Python strings of a pass
+            piece, piece_count, lost = rewrite_checkpoint(group.slice(start, _ROWS_PER_PASS), resolver)
+            pieces.append(piece)
+            count += piece_count
+            missing.extend(lost)
         files_rewritten += count
-        missing.extend(lost)
+        table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
         table, resized = _resize_sidecars(table, sidecar_sizes) if sidecar_sizes is not None else (table, False)
         return table if count or resized else None
 
