@@ -51,6 +51,47 @@ def bench_checkpoint_rewrite(actions: int) -> list[dict]:
     return rows
 
 
+def bench_streaming_checkpoint(actions: int, parts: int = 10) -> list[dict]:
+    """A multi-part checkpoint of N adds (parts of N/parts rows, row groups of 262,144) rewritten
+    streaming against a listing index of N objects, in its own process: seconds and peak RSS."""
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bench.synthetic import ADD_TYPE
+
+    if not actions:
+        return []
+    with tempfile.TemporaryDirectory() as scratch:
+        addresses_file = Path(scratch) / "addresses.parquet"
+        part_files = []
+        per_part = -(-actions // parts)
+        with pq.ParquetWriter(addresses_file, pa.schema([("key", pa.string()), ("address", pa.string())])) as listing:
+            for part in range(parts):
+                first, last = part * per_part, min(actions, (part + 1) * per_part)
+                names = [f"part-{i:08d}-{uuid.UUID(int=i).hex}.snappy.parquet" for i in range(first, last)]
+                listing.write_table(pa.table({"key": names, "address": [
+                    f"s3://bucket/ns/data/g{i // 1000:06d}/c{i:08d}" for i in range(first, last)]}))
+                count = len(names)
+                adds = pa.StructArray.from_arrays([
+                    pa.array(names, pa.string()),
+                    pa.MapArray.from_arrays(pa.array([0] * (count + 1), pa.int32()), pa.array([], pa.string()),
+                                            pa.array([], pa.string())),
+                    pa.array([100] * count, pa.int64()), pa.array([0] * count, pa.int64()),
+                    pa.array([False] * count), pa.array(['{"numRecords":10}'] * count)], fields=list(ADD_TYPE))
+                path = Path(scratch) / f"{10:020d}.checkpoint.{part + 1:010d}.{parts:010d}.parquet"
+                pq.write_table(pa.table({"add": adds}), path, row_group_size=262_144)
+                part_files.append(str(path))
+                del names, adds
+        measured = measure("stream", str(addresses_file), *part_files)
+    assert measured["files"] == actions, measured
+    return [{"benchmark": f"streaming rewrite of a {parts}-part checkpoint, {actions:,} adds "
+                          f"(listing index {measured['index_mib']:.0f} MiB, built in {measured['index_seconds']:.1f} s)",
+             "seconds": measured["seconds"], "files_per_s": actions / measured["seconds"], "lakefs_calls": 0,
+             "peak_rss_mib": measured["peak_rss_mib"]}]
+
+
 def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0) -> list[dict]:
     """Each export in its own process (its own peak RSS): cold, warm (a no-op: the manifest exists),
     and incremental after a commit that adds 10 files; lakeFS's Lua exporter beside the cold one."""
@@ -178,6 +219,8 @@ def lua_note(row: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("--actions", type=int, default=1_000_000, help="adds in the synthetic checkpoint")
+    parser.add_argument("--stream-actions", type=int, default=10_000_000,
+                        help="adds in the multi-part checkpoint rewritten streaming (0: skip)")
     parser.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000], help="table sizes to export")
     parser.add_argument("--diff-versions", type=int, nargs="*", default=[1_000], help="table histories to diff")
     parser.add_argument("--storm", type=int, default=200, help="commits arriving at once (0: skip)")
@@ -185,7 +228,8 @@ def main() -> None:
     parser.add_argument("--out", help="results file (default: bench/results/<date>.md, plot beside it)")
     parser.add_argument("--lua-timeout", type=float, default=600.0, help="seconds to wait for one Lua hook run")
     args = parser.parse_args()
-    rows = bench_checkpoint_rewrite(args.actions)
+    rows = bench_checkpoint_rewrite(args.actions) if args.actions else []
+    rows += bench_streaming_checkpoint(args.stream_actions)
     rows += bench_exports(args.sizes, not args.no_lua, args.lua_timeout) if args.sizes else []
     rows += bench_diffs(args.diff_versions) if args.diff_versions else []
     if args.storm:

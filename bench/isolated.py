@@ -4,6 +4,7 @@ report the largest so far).
 
     python -m bench.isolated export REPOSITORY REF COMMIT TABLE
     python -m bench.isolated rewrite CHECKPOINT_FILE ADDRESSES_FILE splice|whole
+    python -m bench.isolated stream ADDRESSES_PARQUET CHECKPOINT_PART...
 Each prints one JSON line: the measurement.
 """
 
@@ -60,6 +61,55 @@ def _rewrite(checkpoint_file: str, addresses_file: str, mode: str) -> dict:
     return {"seconds": time.perf_counter() - started, "files": count, "peak_rss_mib": peak_rss_mib()}
 
 
+class _FileSource:
+    """A local file read by ranges, as the exporter reads an object by ranged GETs."""
+
+    def __init__(self, path: str):
+        self.file = open(path, "rb")
+        self.size = Path(path).stat().st_size
+
+    def read_range(self, start: int, end: int) -> bytes:
+        self.file.seek(start)
+        return self.file.read(end - start)
+
+
+class _CountingSink:
+    """Where a streamed rewrite goes: counted, not kept (an upload holds one part at most)."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        return len(data)
+
+
+def _stream(addresses_file: str, *parts: str) -> dict:
+    """A multi-part checkpoint rewritten part by part, row group by row group, against a listing
+    index loaded batch by batch: what a cold export does with each parquet file."""
+    import pyarrow.parquet as pq
+
+    from exporter.addresses import AddressIndexBuilder
+    from exporter.paths import PathResolver
+    from exporter.rewrite import rewrite_checkpoint_to
+
+    started = time.perf_counter()
+    builder = AddressIndexBuilder()
+    for batch in pq.ParquetFile(addresses_file).iter_batches(batch_size=100_000):
+        builder.add_arrays(batch.column("key"), batch.column("address"))
+    index = builder.build()
+    indexed = time.perf_counter()
+    resolver = PathResolver(index)
+    count = written = 0
+    for part in parts:
+        sink = _CountingSink()
+        result = rewrite_checkpoint_to(Path(part).name, _FileSource(part), resolver, sink)
+        count += result.files_rewritten
+        written += sink.size
+    return {"seconds": time.perf_counter() - started, "index_seconds": indexed - started, "files": count,
+            "bytes_written": written, "index_mib": index.nbytes / 2**20, "peak_rss_mib": peak_rss_mib()}
+
+
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
-    print(json.dumps({"export": _export, "rewrite": _rewrite}[command](*arguments)))
+    print(json.dumps({"export": _export, "rewrite": _rewrite, "stream": _stream}[command](*arguments)))

@@ -125,12 +125,18 @@ class AddressIndexBuilder:
         if len(self._page_keys) >= _PAGE:
             self._flush()
 
-    def _flush(self) -> None:
-        if self._page_keys:
-            addresses = pa.array(self._page_addresses, pa.string())
-            self._keys.append(pa.array(self._page_keys, pa.string()))
+    def add_arrays(self, keys: pa.Array, addresses: pa.Array) -> None:
+        """Many entries at once (string arrays of equal length)."""
+        if len(keys):
+            addresses = addresses.cast(pa.string())
+            self._keys.append(keys.cast(pa.string()))
+            # `data/<id>/` is shared by many objects: each folder string is kept once
             self._folders.append(pc.replace_substring_regex(addresses, r"[^/]*$", "").dictionary_encode())
             self._names.append(pc.replace_substring_regex(addresses, r"^.*/", ""))
+
+    def _flush(self) -> None:
+        if self._page_keys:
+            self.add_arrays(pa.array(self._page_keys, pa.string()), pa.array(self._page_addresses, pa.string()))
             self._page_keys, self._page_addresses = [], []
 
     def build(self) -> AddressIndex:

@@ -181,6 +181,32 @@ class PathResolver:
         self.not_found += uris.count(None)
         return uris
 
+    def resolve_array(self, log_paths: pa.Array) -> pa.Array:
+        """`resolve_many` of a string array (e.g. a checkpoint's distinct paths), in Arrow kernels:
+        only absolute, percent-encoded and colon-holding paths, and addresses that need quoting,
+        become Python strings."""
+        lookup = getattr(self._physical_addresses, "lookup", None)
+        if lookup is None or len(log_paths) < _ARROW_BATCH:
+            return pa.array(self.resolve_many(log_paths.to_pylist()), pa.string())
+        log_paths = log_paths.cast(pa.string())
+        special = pc.fill_null(pc.match_substring_regex(log_paths, r"^/|[:%]"), False)
+        addresses = lookup(pc.if_else(special, pa.scalar(None, pa.string()), log_paths))
+        quoting = pc.fill_null(pc.match_substring_regex(addresses, _NEEDS_QUOTING.pattern), False)
+        fix = pc.or_(special, quoting)
+        uris = addresses
+        if pc.any(fix).as_py():
+            positions = pc.indices_nonzero(fix).to_pylist()
+            specials = [i for i in positions if special[i].as_py()]
+            answers = dict(zip(specials, self.resolve_many([log_paths[i].as_py() for i in specials])))
+            self.resolved -= len(specials) - list(answers.values()).count(None)  # counted again below
+            self.not_found -= list(answers.values()).count(None)
+            replacements = [answers[i] if i in answers else physical_uri(addresses[i].as_py()) for i in positions]
+            uris = pc.replace_with_mask(addresses, fix, pa.array(replacements, pa.string()))
+        found = len(uris) - uris.null_count
+        self.resolved += found
+        self.not_found += len(uris) - found - log_paths.null_count
+        return uris
+
     def _resolve_absolute(self, paths: list[str]) -> dict[str, str | None]:
         if self._absolute is None:
             return {path: path for path in paths}

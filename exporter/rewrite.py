@@ -217,21 +217,20 @@ class _ValueRewrite:
         return self.changed.take(self.indices[chunk_number]).fill_null(False)
 
 
-def _value_rewrite(
-    visible: list[pa.Array], value_type: pa.DataType, resolve_many: Callable[[list[str]], list[str | None]]
-) -> _ValueRewrite:
+def _value_rewrite(visible: list[pa.Array], value_type: pa.DataType,
+                   resolve: Callable[[pa.Array], pa.Array]) -> _ValueRewrite:
     """Resolve the distinct non-null values of `visible` (one array per chunk) once each."""
     # One dictionary over all chunks: each distinct path is resolved once, whatever chunk it is in.
     encoded = pc.dictionary_encode(pa.concat_arrays(visible) if visible else pa.array([], value_type))
-    sources = encoded.dictionary.to_pylist()
-    uris = resolve_many(sources)
-    targets = [source if uri is None else uri for source, uri in zip(sources, uris)]
+    sources = encoded.dictionary
+    uris = resolve(sources).cast(value_type)
+    targets = pc.coalesce(uris, sources)
     offsets = itertools.accumulate((len(chunk) for chunk in visible), initial=0)
     return _ValueRewrite(
         indices=[encoded.indices.slice(offset, len(chunk)) for offset, chunk in zip(offsets, visible)],
-        targets=pa.array(targets, type=value_type),
-        changed=pa.array([target != source for source, target in zip(sources, targets)], type=pa.bool_()),
-        missing=[source for source, uri in zip(sources, uris) if uri is None],
+        targets=targets,
+        changed=pc.fill_null(pc.not_equal(targets, sources), False),
+        missing=sources.filter(pc.and_(pc.is_null(uris), pc.is_valid(sources))).to_pylist(),
     )
 
 
@@ -275,7 +274,7 @@ def _path_rewrite(
 ) -> _ValueRewrite:
     # struct_field nulls the rows where the action itself is null: those are other actions' rows.
     visible = [pc.struct_field(chunk, [path_index]) for chunk in chunks]
-    return _value_rewrite(visible, action_type.field(path_index).type, resolver.resolve_many)
+    return _value_rewrite(visible, action_type.field(path_index).type, resolver.resolve_array)
 
 
 def _deletion_vector_fields(action_type: pa.StructType) -> tuple[int, int, int] | None:
@@ -304,7 +303,8 @@ def _deletion_vector_rewrite(
     visible = [_stored_deletion_vectors(chunk, dv_fields) for chunk in chunks]
     value_type = chunks[0].type.field(dv_fields[0]).type.field(dv_fields[2]).type if chunks else pa.string()
     # a `u` value is a Z85 id and a `p` value a URI: the value alone tells the storage type
-    return _value_rewrite(visible, value_type, lambda values: _resolve_deletion_vectors(values, resolver))
+    return _value_rewrite(visible, value_type, lambda values: pa.array(
+        _resolve_deletion_vectors(values.to_pylist(), resolver), pa.string()))
 
 
 def _resolve_deletion_vectors(values: list[str], resolver: PathResolver) -> list[str | None]:
@@ -348,7 +348,6 @@ def _with_children(struct: pa.StructArray, replaced: dict[int, pa.Array]) -> pa.
 CHECKPOINT_LEAVES = [f"{kind}.{leaf}" for kind in FILE_ACTIONS
                      for leaf in ("path", "deletionVector.storageType", "deletionVector.pathOrInlineDv")]
 _SIDECAR_LEAVES = ["sidecar.path", "sidecar.sizeInBytes"]
-_ROWS_PER_PASS = 65_536  # rows of a row group resolved at once
 
 
 def rewrite_checkpoint_file(file_name: str, raw: bytes, resolver: PathResolver,
@@ -374,14 +373,9 @@ def rewrite_checkpoint_to(file_name: str, source: ParquetSource, resolver: PathR
 
     def rewrite_row_group(group: pa.Table) -> pa.Table | None:
         nonlocal files_rewritten
-        pieces, count = [], 0
-        for start in range(0, max(group.num_rows, 1), _ROWS_PER_PASS):  # bounds the Python strings of a pass
-            piece, piece_count, lost = rewrite_checkpoint(group.slice(start, _ROWS_PER_PASS), resolver)
-            pieces.append(piece)
-            count += piece_count
-            missing.extend(lost)
+        table, count, lost = rewrite_checkpoint(group, resolver)
         files_rewritten += count
-        table = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
+        missing.extend(lost)
         table, resized = _resize_sidecars(table, sidecar_sizes) if sidecar_sizes is not None else (table, False)
         return table if count or resized else None
 
