@@ -21,8 +21,10 @@ METADATA = {"metaData": {"id": "bench", "format": {"provider": "parquet", "optio
 
 
 def synthetic_checkpoint(names: list[str]) -> pa.Table:
+    # stats as writers record them (per-file bounds), so a checkpoint has a realistic size per add
     adds = pa.array([{"path": n, "partitionValues": [], "size": 100, "modificationTime": 0, "dataChange": False,
-                      "stats": '{"numRecords":10}'} for n in names], type=ADD_TYPE)
+                      "stats": f'{{"numRecords":10,"minValues":{{"id":{i * 10}}},"maxValues":{{"id":{i * 10 + 9}}},'
+                               f'"nullCount":{{"id":0}}}}'} for i, n in enumerate(names)], type=ADD_TYPE)
     protocol_type = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
     metadata_type = pa.struct([("id", pa.string()), ("schemaString", pa.string()),
                                ("partitionColumns", pa.list_(pa.string())),
@@ -51,7 +53,8 @@ def build_table(lakefs, gateway, repository: str, files: int, commits_after: int
                          (json.dumps({"commitInfo": {"operation": "CREATE TABLE"}}) + "\n" + json.dumps(PROTOCOL) + "\n"
                           + json.dumps(METADATA) + "\n").encode())
     sink = io.BytesIO()
-    pq.write_table(synthetic_checkpoint(names[:files]), sink)
+    # row groups of 65,536 rows, about the 16 MiB Spark's checkpoints of such adds get
+    pq.write_table(synthetic_checkpoint(names[:files]), sink, row_group_size=65_536)
     lakefs.upload_object(repository, "main", log + f"{1:020d}.checkpoint.parquet", sink.getvalue())
     lakefs.upload_object(repository, "main", log + f"{1:020d}.json",
                          json.dumps({"commitInfo": {"operation": "WRITE"}}).encode() + b"\n")

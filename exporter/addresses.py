@@ -123,7 +123,7 @@ class AddressIndexBuilder:
         self._page_keys.append(key)
         self._page_addresses.append(address)
         if len(self._page_keys) >= _PAGE:
-            self._flush()
+            self.flush()
 
     def add_arrays(self, keys: pa.Array, addresses: pa.Array) -> None:
         """Many entries at once (string arrays of equal length)."""
@@ -134,19 +134,29 @@ class AddressIndexBuilder:
             self._folders.append(pc.replace_substring_regex(addresses, r"[^/]*$", "").dictionary_encode())
             self._names.append(pc.replace_substring_regex(addresses, r"^.*/", ""))
 
-    def _flush(self) -> None:
+    def extend(self, other: "AddressIndexBuilder") -> None:
+        """Append what `other` collected (a folder listed on another thread)."""
+        other.flush()
+        self.flush()
+        self._keys += other._keys
+        self._folders += other._folders
+        self._names += other._names
+
+    def flush(self) -> None:
         if self._page_keys:
             self.add_arrays(pa.array(self._page_keys, pa.string()), pa.array(self._page_addresses, pa.string()))
             self._page_keys, self._page_addresses = [], []
 
     def build(self) -> AddressIndex:
-        self._flush()
+        self.flush()
         if not self._keys:
             empty = pa.array([], pa.string())
             return AddressIndex(empty, empty.dictionary_encode(), empty)
-        keys = pa.concat_arrays(self._keys)
-        folders = pa.chunked_array(self._folders).unify_dictionaries().combine_chunks()
-        names = pa.concat_arrays(self._names)
+        # Folders listed apart come in any order: put the pages in key order, sorting only if they overlap.
+        order = sorted(range(len(self._keys)), key=lambda i: self._keys[i][0].as_py())
+        keys = pa.concat_arrays([self._keys[i] for i in order])
+        folders = pa.chunked_array([self._folders[i] for i in order]).unify_dictionaries().combine_chunks()
+        names = pa.concat_arrays([self._names[i] for i in order])
         self._keys, self._folders, self._names = [], [], []
         if len(keys) > 1 and pc.any(pc.less(keys[1:], keys[:-1])).as_py():  # lakeFS lists in order; others may not
             order = pc.sort_indices(keys)

@@ -23,6 +23,7 @@ from exporter.parquet_splice import BytesSource, ParquetSource, read_columns
 
 LOG_DIR = "_delta_log/"
 IO_THREADS = 16
+LIST_THREADS = 8  # folders of a table listed at once
 
 
 @dataclass
@@ -54,15 +55,17 @@ class LogLayout:
 def list_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str,
              log_only: bool = False) -> LogLayout:
     prefix = table_path.strip("/") + "/"
+    if log_only:
+        folders = [_list_folder(lakefs, repository, commit_id, prefix, prefix + LOG_DIR)]
+    else:
+        folders = _list_table(lakefs, repository, commit_id, prefix)
     addresses = AddressIndexBuilder()
     log_entries: list[tuple[str, int]] = []
     modification_times: dict[str, int] = {}
-    for entry in lakefs.list_objects(repository, commit_id, prefix + LOG_DIR if log_only else prefix):
-        key = entry["path"][len(prefix):]
-        addresses.add(key, entry["physical_address"])
-        if key.startswith(LOG_DIR):
-            log_entries.append((key[len(LOG_DIR):], entry.get("size_bytes", 0)))
-            modification_times[key[len(LOG_DIR):]] = entry.get("mtime", 0)
+    for folder in folders:
+        addresses.extend(folder.addresses)
+        log_entries += folder.log_entries
+        modification_times.update(folder.modification_times)
     if not log_entries:
         raise TableNotFound(f"no Delta table at {repository}@{commit_id}/{table_path}: {prefix}{LOG_DIR} is empty")
     listing = LogListing.from_names(log_entries)
@@ -70,6 +73,43 @@ def list_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str
     last_checkpoint = _last_checkpoint(store, index)
     segment = select_segment(listing, last_checkpoint.get("version") if last_checkpoint else None)
     return LogLayout(index, listing, segment, modification_times, last_checkpoint)
+
+
+@dataclass
+class _Folder:
+    """One folder's listing, compact: Arrow arrays, plus the `_delta_log/` entries' sizes and times."""
+
+    addresses: AddressIndexBuilder
+    log_entries: list[tuple[str, int]]
+    modification_times: dict[str, int]
+
+
+def _list_table(lakefs: LakeFS, repository: str, commit_id: str, prefix: str) -> list[_Folder]:
+    """Everything under the table, in key order: the top level with delimiter `/` (the files of an
+    unpartitioned table, and the folders), then each folder (partition, `_delta_log/`) on its own
+    thread, `LIST_THREADS` at a time, so a partitioned table is not one serial chain of pages."""
+    top = _Folder(AddressIndexBuilder(), [], {})
+    folders: list[str] = []
+    for entry in lakefs.list_objects(repository, commit_id, prefix, delimiter="/"):
+        if entry.get("path_type") == "common_prefix":
+            folders.append(entry["path"])
+        else:
+            top.addresses.add(entry["path"][len(prefix):], entry["physical_address"])
+    with ThreadPoolExecutor(LIST_THREADS) as pool:
+        listed = list(pool.map(lambda folder: _list_folder(lakefs, repository, commit_id, prefix, folder), folders))
+    return [top, *listed]
+
+
+def _list_folder(lakefs: LakeFS, repository: str, commit_id: str, table_prefix: str, folder: str) -> _Folder:
+    listed = _Folder(AddressIndexBuilder(), [], {})
+    for entry in lakefs.list_objects(repository, commit_id, folder):
+        key = entry["path"][len(table_prefix):]
+        listed.addresses.add(key, entry["physical_address"])
+        if key.startswith(LOG_DIR):
+            listed.log_entries.append((key[len(LOG_DIR):], entry.get("size_bytes", 0)))
+            listed.modification_times[key[len(LOG_DIR):]] = entry.get("mtime", 0)
+    listed.addresses.flush()
+    return listed
 
 
 def read_log_files(store: ObjectStore, addresses: Mapping[str, str], names: list[str]) -> dict[str, bytes]:

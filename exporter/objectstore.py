@@ -146,7 +146,7 @@ class Upload:
     upload), and it appears only at `complete()`; `abort()` leaves nothing. An object smaller than
     one part is held here and put in one call at `complete()`. Memory: at most one part."""
 
-    PART_SIZE = 8 << 20  # S3's minimum is 5 MiB for every part but the last
+    PART_SIZE = 5 << 20  # S3's minimum for every part but the last
 
     def __init__(self, store: ObjectStore, relative: str):
         self.store, self.relative = store, relative

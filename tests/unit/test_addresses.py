@@ -53,3 +53,21 @@ def test_a_checkpoints_paths_resolve_in_arrow_exactly_as_one_by_one():
     assert resolver.resolve_array(pa.array(paths, pa.string())).to_pylist() == one_by_one
     assert one_by_one[-6:-1] == ["s3://b/ns/data/g1/with%20space", "s3://b/ns/data/g2/y", "s3://elsewhere/z.parquet",
                                  "/abs/path.parquet", None]
+
+
+def test_folders_listed_apart_merge_into_one_index_in_any_order():
+    from exporter.addresses import AddressIndexBuilder
+
+    def folder(pairs):
+        builder = AddressIndexBuilder()
+        for key, address in pairs:
+            builder.add(key, address)
+        return builder
+
+    merged = AddressIndexBuilder()
+    for part in (folder([("z.parquet", "s3://b/3"), ("a.parquet", "s3://b/1")]),  # overlaps the others: sorted
+                 folder([("p=2/x", "s3://b/p2")]), folder([("_delta_log/0.json", "s3://b/log")])):
+        merged.extend(part)
+    index = merged.build()
+    assert list(index) == ["_delta_log/0.json", "a.parquet", "p=2/x", "z.parquet"]
+    assert index.get_many(["p=2/x", "a.parquet", "_delta_log/0.json", "z.parquet"]) == ["s3://b/p2", "s3://b/1", "s3://b/log", "s3://b/3"]
