@@ -89,6 +89,11 @@ class Config(BaseSettings):
     # worker_max_memory_per_child); an export whose worker died this many times is failed, not looped.
     worker_max_memory_per_child_mib: int = Field(2048, ge=64)
     max_deliveries: int = Field(3, ge=1)
+    # Tables whose newest checkpoint holds at least this many files are exported from their own
+    # queue, so a few big exports cannot hold every worker while small ones wait; run workers with
+    # `--queues` to give that queue its own (`lakefs-delta worker` consumes both by default).
+    large_table_files: int = Field(500_000, ge=1)
+    large_table_queue: str = "lakefs_delta.large"
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,

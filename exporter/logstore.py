@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 from exporter.addresses import AddressIndex, AddressIndexBuilder
 from exporter.deltalog import LogListing, LogSegment, parse_actions, select_segment
-from exporter.errors import CorruptLog, ExporterError, TableNotFound
+from exporter.errors import CorruptLog, ExporterError, NotFound, TableNotFound
 from exporter.lakefs import LakeFS
 from exporter.objectstore import ObjectStore
 from exporter.parquet_splice import BytesSource, ParquetSource, read_columns
@@ -110,6 +110,19 @@ def _list_folder(lakefs: LakeFS, repository: str, commit_id: str, table_prefix: 
             listed.modification_times[key[len(LOG_DIR):]] = entry.get("mtime", 0)
     listed.addresses.flush()
     return listed
+
+
+def checkpoint_files_hint(lakefs: LakeFS, repository: str, commit_id: str, table_path: str) -> int:
+    """How many files the table's newest checkpoint lists, from its `_last_checkpoint` (one call;
+    `numOfAddFiles`, else the checkpoint's action count); 0 when there is none or it is unreadable."""
+    try:
+        document = json.loads(lakefs.get_object(repository, commit_id, table_path.strip("/") + "/" + LOG_DIR
+                                                + "_last_checkpoint"))
+        return int(document.get("numOfAddFiles", document.get("size", 0)))
+    except NotFound:
+        return 0
+    except (ValueError, TypeError, AttributeError):
+        return 0  # only a hint: a broken one is the export's to report
 
 
 def read_log_files(store: ObjectStore, addresses: Mapping[str, str], names: list[str]) -> dict[str, bytes]:

@@ -91,6 +91,8 @@ def _worker(args: argparse.Namespace) -> int:
         argv += ["--beat", "--schedule", f"{tempfile.gettempdir()}/lakefs-delta-beat-{os.getpid()}"]
     if args.name:
         argv += ["-n", args.name]
+    # the default queue and the large tables' queue, unless told which
+    argv += ["--queues", args.queues or f"celery,{config.large_table_queue}"]
     configure(config).worker_main(argv)
     return 0
 
@@ -199,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     worker_cmd.add_argument("--no-beat", dest="beat", action="store_false",
                             help="do not run the periodic catch-up in this worker (it runs by default)")
     worker_cmd.add_argument("--name", help="Celery node name, e.g. w1@%%h")
+    worker_cmd.add_argument("--queues", help="comma-separated queues to consume (default: celery and the "
+                                             "large_table_queue), e.g. `lakefs_delta.large` for a worker of its own")
     worker_cmd.set_defaults(run=_worker)
 
     catch_up_cmd = commands.add_parser("catch-up", help="queue recent commits and tags whose export is incomplete")

@@ -23,6 +23,7 @@ from exporter.errors import ExporterError
 from exporter.export import ExportOutcome, abandon_export, find_table
 from exporter.export import export_table as export_one_table
 from exporter.lakefs import LakeFS
+from exporter.logstore import checkpoint_files_hint
 from exporter.status import COMMIT_RECORD, StatusStore
 from exporter.tables import DESCRIPTORS_PREFIX, TableDescriptor, changed_tables, discover_tables
 from workers.app import app, current_config
@@ -60,6 +61,11 @@ def _transient_reason(exc: BaseException, config: Config) -> str | None:
     return None
 
 
+def export_queue(config: Config, checkpoint_files: int) -> str | None:
+    """The queue of a table's export: its own for large tables, else the default (None)."""
+    return config.large_table_queue if checkpoint_files >= config.large_table_files else None
+
+
 @app.task(name="lakefs_delta.ping")
 def ping(word: str) -> str:
     """Proves a worker is consuming from the broker."""
@@ -91,8 +97,10 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
             status.set_table(repository, ref, commit_id, descriptor, "failed", reason=str(error), permanent=True)
             log.warning("commit %s/%s: %s", repository, commit_id, error)
         for table in tables:
-            status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path)
-            export_table.delay(repository, ref, commit_id, table.name, table.path)
+            queue = export_queue(config, checkpoint_files_hint(lakefs, repository, commit_id, table.path))
+            status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path,
+                             **({"queue": queue} if queue else {}))
+            export_table.apply_async((repository, ref, commit_id, table.name, table.path), queue=queue)
         status.set_table(repository, ref, commit_id, COMMIT_RECORD, "done", reason="",
                          tables=[t.name for t in tables], all_tables=all_tables)
     except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
@@ -137,7 +145,8 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
         with status.lock(f"{repository}:{ref}:{commit_id}:{table_name}", config.lock_ttl_seconds) as held:
             if not held:  # another delivery is exporting it: look again later, without spending a retry
                 export_table.apply_async((repository, ref, commit_id, table_name, table_path),
-                                         countdown=config.lock_ttl_seconds / 3, retries=self.request.retries)
+                                         countdown=config.lock_ttl_seconds / 3, retries=self.request.retries,
+                                         queue=(self.request.delivery_info or {}).get("routing_key"))
                 log.info("%s outcome=requeued reason=another delivery holds the lock", line)
                 return {"ok": None, "requeued": True}
             work = f"{repository}:{ref}:{commit_id}:{table_name}"

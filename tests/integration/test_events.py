@@ -203,6 +203,45 @@ def test_events_answered_before_a_redis_restart_are_all_exported(processes, lake
     assert len(manifests(s3, repository)) == 5 * 5
 
 
+# ---------------------------------------------------------------- large tables
+
+
+def test_a_large_table_waits_on_its_own_queue_while_small_ones_export(processes, lakefs, repository, stack_env):
+    """With `large_table_files` at 2, a table whose checkpoint lists 2 files goes to the large queue:
+    a worker of the default queue alone exports the small table and leaves the large one queued;
+    a worker of the large queue then exports it."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from bench.synthetic import synthetic_checkpoint
+
+    env = {"LAKEFS_DELTA_REDIS_URL": stack_env["LAKEFS_DELTA_REDIS_URL"].rsplit("/", 1)[0] + "/6",
+           "LAKEFS_DELTA_LARGE_TABLE_FILES": "2"}
+    port = SERVICE_PORT + 13
+    commit_id = tables_repository(lakefs, repository, ["small", "large"], url="http://127.0.0.1:1/nowhere")
+    add_delta_version(lakefs, repository, "main", "tables/large", 1)
+    sink = io.BytesIO()
+    pq.write_table(synthetic_checkpoint(["part-00000.parquet", "part-00001.parquet"]), sink)
+    lakefs.upload_object(repository, "main", f"tables/large/_delta_log/{1:020d}.checkpoint.parquet", sink.getvalue())
+    lakefs.upload_object(repository, "main", "tables/large/_delta_log/_last_checkpoint",
+                         b'{"version":1,"size":4,"numOfAddFiles":2}')
+    commit_id = lakefs.commit_branch(repository, "main", "a checkpoint of 2 files")
+    url = processes.serve("service-db6", port, extra_env=env)
+    processes.worker("db6-default", ["--queues", "celery"], extra_env=env)
+
+    assert post_event(commit_event(repository, commit_id), url=url + "/webhooks/lakefs").status_code == 202
+    small = wait_for_exports(url, token(), repository, commit_id, "main", {"small"}, timeout=120)
+    assert small["small"]["state"] == "done", small
+    time.sleep(3)  # the default queue's worker is idle now: nothing it could take is left
+    waiting = export_status(url, token(), repository, commit_id, "main")["tables"]["large"]
+    assert waiting["state"] == "queued" and waiting["queue"] == "lakefs_delta.large", waiting
+
+    processes.worker("db6-large", ["--queues", "lakefs_delta.large"], extra_env=env)
+    large = wait_for_exports(url, token(), repository, commit_id, "main", {"large"}, timeout=120)
+    assert large["large"]["state"] == "done", large
+
+
 # ---------------------------------------------------------------- catch-up
 
 

@@ -88,3 +88,12 @@ def test_sections_and_lists_come_from_the_environment(tmp_path):
     assert (config.object_store.endpoint, config.object_store.region) == ("http://env", "eu-west-1")
     assert config.catch_up_branches == ("main", "release-*")
     assert config.lakefs.timeout_seconds == 2.5
+
+
+def test_a_large_table_is_routed_to_its_own_queue():
+    from exporter.config import Config
+    from workers.tasks import export_queue
+
+    config = Config(redis_url="redis://localhost/0", large_table_files=1000)
+    assert export_queue(config, 999) is None  # the default queue
+    assert export_queue(config, 1000) == config.large_table_queue == "lakefs_delta.large"
