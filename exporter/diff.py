@@ -14,7 +14,8 @@ import redis
 from exporter.config import Config
 from exporter.deltalog import parse_actions
 from exporter.errors import NotFound, TableNotFound
-from exporter.history import NO_BASE, TableLog, TableState, diff_history, snapshot_state
+from exporter.history import NO_BASE, diff_history
+from exporter.snapshot import TableLog, TableState, snapshot_state
 from exporter.lakefs import LakeFS
 from exporter.logstore import LoadedLog, load_log, read_parquet
 from exporter.objectstore import ObjectStore

@@ -23,7 +23,7 @@ import exporter
 from exporter.config import Config
 from exporter.deltalog import LogSegment, check_protocol, parse_actions
 from exporter.errors import CorruptLog, ExporterError, MissingDataFiles, NotFound, TableNotFound
-from exporter.history import deletion_vector_id
+from exporter.snapshot import UNTRACKED, deletion_vector_id, reconcile
 from exporter.lakefs import LakeFS
 from exporter.lakefs_paths import LakeFSPaths
 from exporter.logstore import IO_THREADS, LOG_DIR, LogLayout, checkpoint_files, list_log, read_log_files
@@ -430,14 +430,8 @@ class Snapshot:
                 live.update(((p, deletion_vector_id(dv)), dv) for p, dv in zip(paths, dvs) if names_lost(p, dv))
         for actions in self.commits:
             for action in actions:
-                for kind in ("add", "remove"):
-                    file_action = action.get(kind)
-                    if isinstance(file_action, dict):
-                        key = (file_action.get("path"), deletion_vector_id(file_action.get("deletionVector")))
-                        if kind == "remove":
-                            live.pop(key, None)
-                        elif names_lost(*key[:1], file_action.get("deletionVector")):
-                            live[key] = file_action.get("deletionVector")
+                reconcile(live, action, lambda add: add.get("deletionVector")
+                          if names_lost(add.get("path"), add.get("deletionVector")) else UNTRACKED)
         live_paths = {path for path, _ in live}
         live_dvs = {deletion_vector_file(dv["storageType"], dv["pathOrInlineDv"]) for dv in live.values()
                     if dv and dv.get("storageType") in ("u", "p")}

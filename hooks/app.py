@@ -30,7 +30,7 @@ from exporter.datasets import list_datasets, resolve_dataset
 from exporter.diff import DiffCache, cached_diff
 from exporter.errors import ExporterError, NotFound
 from exporter.export import exports_in_store
-from exporter.history import paginate
+from hooks.paging import paginate
 from exporter.lakefs import LakeFS
 from exporter.status import COMMIT_RECORD, StatusStore
 

@@ -8,7 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from exporter.errors import CorruptLog
-from exporter.history import TableLog, TableState, diff_history, operation_type, paginate, snapshot_state
+from exporter.history import diff_history
+from exporter.operations import operation_type
+from exporter.snapshot import TableLog, TableState, snapshot_state
+from hooks.paging import paginate
 
 pytestmark = pytest.mark.unit
 
