@@ -95,43 +95,54 @@ def bench_streaming_checkpoint(actions: int, parts: int = 10) -> list[dict]:
 def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0) -> list[dict]:
     """Each export in its own process (its own peak RSS): cold, warm (a no-op: the manifest exists),
     and incremental after a commit that adds 10 files; lakeFS's Lua exporter beside the cold one."""
-    from bench.lua_exporter import bench_lua_export
-    from bench.synthetic import add_files
-
     state, config, lakefs = running_stack()
     gateway = gateway_client(state)
     rows = []
     for files in sizes:
         repository = new_repository(lakefs, f"bench-{files}")
         print(f"building a table of {files:,} files in {repository} ...", flush=True)
-        commit_id = build_table(lakefs, gateway, repository, files)
-        project_rows, location = [], None
-        for run in ("cold", "warm"):
-            measured = measure("export", repository, "main", commit_id, f"t{files}")
-            assert measured["ok"], measured["error"]
-            location = location or measured["location"]
-            project_rows.append({"benchmark": f"export {files:,}-file table + 50 commits ({run})",
-                                 "seconds": measured["seconds"], "files_per_s": (files + 50) / measured["seconds"],
-                                 "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]})
-        child = add_files(lakefs, gateway, repository, files, 10)
-        measured = measure("export", repository, "main", child, f"t{files}")
-        assert measured["ok"] and measured["incremental"], measured
-        rows += project_rows + [{"benchmark": f"export {files:,}-file table after a 10-file commit (incremental)",
-                                 "seconds": measured["seconds"], "files_per_s": 10 / measured["seconds"],
-                                 "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]}]
-        if not lua:
-            continue
-        print(f"running lakeFS's Lua Delta exporter on {repository} ...", flush=True)
-        lua_row = bench_lua_export(lakefs, state, repository, files, commit_id, location, lua_timeout)
-        if not lua_row.get("failed"):
-            lua_row["vs_lua"] = 1.0
-            for row in project_rows:  # a timeout makes the ratio an upper bound
-                row["vs_lua"], row["vs_lua_bound"] = row["seconds"] / lua_row["seconds"], bool(lua_row.get("timeout"))
-        rows.append(lua_row)
-        if lua_row.get("timeout"):
+        commit_id = build_table(lakefs, gateway, repository, files, partitions=100 if files >= 100_000 else 0)
+        table_rows = bench_table_exports(state, lakefs, gateway, repository, files, commit_id, lua, lua_timeout)
+        rows += table_rows
+        if any(row.get("timeout") for row in table_rows):
             print("the Lua hook is still running inside lakeFS: no further Lua runs", flush=True)
             lua = False
     return rows
+
+
+def bench_table_exports(state, lakefs, gateway, repository: str, files: int, commit_id: str, lua: bool = True,
+                        lua_timeout: float = 600.0, ref: str = "main", new_version: int = 52) -> list[dict]:
+    """The rows of `bench_exports` for one table `build_table` made (`t<files>` at `commit_id`),
+    exported under `ref`; the 10-file commit writes `new_version`."""
+    from bench.lua_exporter import bench_lua_export
+    from bench.synthetic import add_files
+
+    project_rows, location = [], None
+    for run in ("cold", "warm"):
+        measured = measure("export", repository, ref, commit_id, f"t{files}")
+        assert measured["ok"], measured["error"]
+        location = location or measured["location"]
+        project_rows.append({"benchmark": f"export {files:,}-file table + 50 commits ({run})",
+                             "seconds": measured["seconds"], "files_per_s": (files + 50) / measured["seconds"],
+                             "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]})
+        print(project_rows[-1], flush=True)
+    child = add_files(lakefs, gateway, repository, files, 10, version=new_version)
+    measured = measure("export", repository, ref, child, f"t{files}")
+    assert measured["ok"] and measured["incremental"], measured
+    rows = project_rows + [{"benchmark": f"export {files:,}-file table after a 10-file commit (incremental)",
+                            "seconds": measured["seconds"], "files_per_s": 10 / measured["seconds"],
+                            "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]}]
+    print(rows[-1], flush=True)
+    if not lua:
+        return rows
+    print(f"running lakeFS's Lua Delta exporter on {repository} ...", flush=True)
+    # on the branch head (the 10-file commit): the Lua hook's trigger commit must sit on what it exports
+    lua_row = bench_lua_export(lakefs, state, repository, files, child, measured["location"], lua_timeout)
+    if not lua_row.get("failed"):
+        lua_row["vs_lua"] = 1.0
+        for row in project_rows:  # a timeout makes the ratio an upper bound
+            row["vs_lua"], row["vs_lua_bound"] = row["seconds"] / lua_row["seconds"], bool(lua_row.get("timeout"))
+    return rows + [lua_row]
 
 
 def bench_diffs(versions_list: list[int]) -> list[dict]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 # Below this many distinct keys, binary search (about 20 µs a key) beats one pass over the listing.
 _BINARY_SEARCH_LIMIT = 2000
-_PAGE = 100_000
+_PAGE = 16_384  # entries collected as Python strings before they become Arrow arrays
 
 
 class AddressIndex(Mapping[str, str]):

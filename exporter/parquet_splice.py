@@ -115,6 +115,8 @@ def splice_leaves_to(source: ParquetSource, name: str, leaves: list[str], rewrit
             written += len(body)
             chunks.append(moved)
         row_groups.append(_row_group(group, chunks))
+        del span, rewritten, replacement
+        pa.default_memory_pool().release_unused()  # give the row group's buffers back before the next
     footer.set(_FILE_ROW_GROUPS, LIST, ThriftList(STRUCT, row_groups))
     encoded = encode_struct(footer)
     sink.write(encoded + len(encoded).to_bytes(4, "little") + MAGIC)

@@ -348,6 +348,7 @@ def _with_children(struct: pa.StructArray, replaced: dict[int, pa.Array]) -> pa.
 CHECKPOINT_LEAVES = [f"{kind}.{leaf}" for kind in FILE_ACTIONS
                      for leaf in ("path", "deletionVector.storageType", "deletionVector.pathOrInlineDv")]
 _SIDECAR_LEAVES = ["sidecar.path", "sidecar.sizeInBytes"]
+_ROWS_PER_PASS = 262_144
 
 
 def rewrite_checkpoint_file(file_name: str, raw: bytes, resolver: PathResolver,
@@ -373,9 +374,14 @@ def rewrite_checkpoint_to(file_name: str, source: ParquetSource, resolver: PathR
 
     def rewrite_row_group(group: pa.Table) -> pa.Table | None:
         nonlocal files_rewritten
-        table, count, lost = rewrite_checkpoint(group, resolver)
+        # A big row group is resolved in slices: what one resolution holds (its hash table, the
+        # addresses) stays bounded; each slice costs one pass over the listing.
+        pieces = [rewrite_checkpoint(group.slice(start, _ROWS_PER_PASS), resolver)
+                  for start in range(0, max(group.num_rows, 1), _ROWS_PER_PASS)]
+        table = pa.concat_tables([piece for piece, _, _ in pieces]) if len(pieces) > 1 else pieces[0][0]
+        count = sum(piece_count for _, piece_count, _ in pieces)
         files_rewritten += count
-        missing.extend(lost)
+        missing.extend(path for _, _, lost in pieces for path in lost)
         table, resized = _resize_sidecars(table, sidecar_sizes) if sidecar_sizes is not None else (table, False)
         return table if count or resized else None
 
