@@ -24,7 +24,7 @@ _PAGE = 16_384  # entries collected as Python strings before they become Arrow a
 class AddressIndex(Mapping[str, str]):
     """Object key -> physical address, built from listing pages; read-only once built."""
 
-    def __init__(self, keys: pa.Array, folders: pa.DictionaryArray, names: pa.Array):
+    def __init__(self, keys: pa.ChunkedArray, folders: pa.ChunkedArray, names: pa.ChunkedArray):
         self._keys, self._folders, self._names = keys, folders, names
         self._sorted_view = _SortedKeys(keys)
 
@@ -64,8 +64,8 @@ class AddressIndex(Mapping[str, str]):
     def lookup(self, keys: pa.Array) -> pa.Array:
         """`get_many` for an Arrow string array: a string array, null where there is no such object."""
         rows = self.rows_of(keys)
-        folders = self._folders.dictionary.take(self._folders.indices.take(rows))
-        return pc.binary_join_element_wise(folders, self._names.take(rows), "")
+        folders = self._folders.take(rows).cast(pa.string())
+        return pc.binary_join_element_wise(folders, self._names.take(rows), "").combine_chunks()
 
     def rows_of(self, keys: pa.Array) -> pa.Array:
         """The listing row of each key (int64, null when absent)."""
@@ -78,7 +78,7 @@ class AddressIndex(Mapping[str, str]):
         else:
             # One pass over the listing, probing a hash table of the batch's distinct keys.
             position_in_batch = pc.index_in(self._keys, value_set=distinct)
-            found = position_in_batch.is_valid().to_numpy(zero_copy_only=False)
+            found = position_in_batch.is_valid().to_numpy()
             rows_found = np.full(len(distinct), -1, dtype=np.int64)
             rows_found[position_in_batch.drop_null().to_numpy()] = np.flatnonzero(found)
             rows = pa.array(rows_found, mask=rows_found < 0)
@@ -99,7 +99,7 @@ class AddressIndex(Mapping[str, str]):
 class _SortedKeys(Sequence[str]):
     """The keys as a sequence `bisect` can search without converting them all to Python."""
 
-    def __init__(self, keys: pa.Array):
+    def __init__(self, keys: pa.ChunkedArray):
         self._keys = keys
 
     def __len__(self) -> int:
@@ -150,13 +150,14 @@ class AddressIndexBuilder:
     def build(self) -> AddressIndex:
         self.flush()
         if not self._keys:
-            empty = pa.array([], pa.string())
-            return AddressIndex(empty, empty.dictionary_encode(), empty)
-        # Folders listed apart come in any order: put the pages in key order, sorting only if they overlap.
+            empty = pa.chunked_array([], pa.string())
+            return AddressIndex(empty, pa.chunked_array([], pa.dictionary(pa.int32(), pa.string())), empty)
+        # Folders listed apart come in any order: put the pages in key order, sorting only if they
+        # overlap. The pages stay chunks (no copy into one array: that would double the peak).
         order = sorted(range(len(self._keys)), key=lambda i: self._keys[i][0].as_py())
-        keys = pa.concat_arrays([self._keys[i] for i in order])
-        folders = pa.chunked_array([self._folders[i] for i in order]).unify_dictionaries().combine_chunks()
-        names = pa.concat_arrays([self._names[i] for i in order])
+        keys = pa.chunked_array([self._keys[i] for i in order], pa.string())
+        folders = pa.chunked_array([self._folders[i] for i in order]).unify_dictionaries()
+        names = pa.chunked_array([self._names[i] for i in order], pa.string())
         self._keys, self._folders, self._names = [], [], []
         if len(keys) > 1 and pc.any(pc.less(keys[1:], keys[:-1])).as_py():  # lakeFS lists in order; others may not
             order = pc.sort_indices(keys)
