@@ -7,17 +7,18 @@ themselves are read straight from the object store, in parallel, so lakeFS sees 
 
 from __future__ import annotations
 
+import itertools
 import json
 import posixpath
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 from exporter.addresses import AddressIndex, AddressIndexBuilder
 from exporter.deltalog import LogListing, LogSegment, parse_actions, select_segment
 from exporter.errors import CorruptLog, ExporterError, NotFound, TableNotFound
-from exporter.lakefs import LakeFS
+from exporter.lakefs import PAGE_SIZE, LakeFS
 from exporter.objectstore import ObjectStore
 from exporter.parquet_splice import BytesSource, ParquetSource, read_columns
 
@@ -85,9 +86,13 @@ class _Folder:
 
 
 def _list_table(lakefs: LakeFS, repository: str, commit_id: str, prefix: str) -> list[_Folder]:
-    """Everything under the table, in key order: the top level with delimiter `/` (the files of an
-    unpartitioned table, and the folders), then each folder (partition, `_delta_log/`) on its own
-    thread, `LIST_THREADS` at a time, so a partitioned table is not one serial chain of pages."""
+    """Everything under the table, in key order. A table that fits one page is that one call.
+    A bigger one (that page is discarded: one call in a thousand) is listed at the top level with delimiter `/` (the files of an unpartitioned
+    table, and the folders), then each folder (partition, `_delta_log/`) on its own thread,
+    `LIST_THREADS` at a time, so a partitioned table is not one serial chain of pages."""
+    first_page = list(itertools.islice(lakefs.list_objects(repository, commit_id, prefix), PAGE_SIZE))
+    if len(first_page) < PAGE_SIZE:
+        return [_folder_of(first_page, prefix)]
     top = _Folder(AddressIndexBuilder(), [], {})
     folders: list[str] = []
     for entry in lakefs.list_objects(repository, commit_id, prefix, delimiter="/"):
@@ -101,8 +106,12 @@ def _list_table(lakefs: LakeFS, repository: str, commit_id: str, prefix: str) ->
 
 
 def _list_folder(lakefs: LakeFS, repository: str, commit_id: str, table_prefix: str, folder: str) -> _Folder:
+    return _folder_of(lakefs.list_objects(repository, commit_id, folder), table_prefix)
+
+
+def _folder_of(entries: Iterable[dict], table_prefix: str) -> _Folder:
     listed = _Folder(AddressIndexBuilder(), [], {})
-    for entry in lakefs.list_objects(repository, commit_id, folder):
+    for entry in entries:
         key = entry["path"][len(table_prefix):]
         listed.addresses.add(key, entry["physical_address"])
         if key.startswith(LOG_DIR):
