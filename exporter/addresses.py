@@ -76,11 +76,16 @@ class AddressIndex(Mapping[str, str]):
         if len(distinct) <= _BINARY_SEARCH_LIMIT:
             rows = pa.array([self._row(key) for key in distinct.to_pylist()], pa.int64())
         else:
-            # One pass over the listing, probing a hash table of the batch's distinct keys.
-            position_in_batch = pc.index_in(self._keys, value_set=distinct)
+            # One pass over the part of the listing between the batch's least and greatest key (all
+            # of it for paths in random order; a slice for a checkpoint written in path order),
+            # probing a hash table of the batch's distinct keys.
+            bounds = pc.min_max(distinct)
+            low = bisect.bisect_left(self._sorted_view, bounds["min"].as_py())
+            high = bisect.bisect_right(self._sorted_view, bounds["max"].as_py())
+            position_in_batch = pc.index_in(self._keys.slice(low, high - low), value_set=distinct)
             found = position_in_batch.is_valid().to_numpy()
             rows_found = np.full(len(distinct), -1, dtype=np.int64)
-            rows_found[position_in_batch.drop_null().to_numpy()] = np.flatnonzero(found)
+            rows_found[position_in_batch.drop_null().to_numpy()] = np.flatnonzero(found) + low
             rows = pa.array(rows_found, mask=rows_found < 0)
         return rows.take(encoded.indices)
 

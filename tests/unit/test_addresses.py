@@ -71,3 +71,12 @@ def test_folders_listed_apart_merge_into_one_index_in_any_order():
     index = merged.build()
     assert list(index) == ["_delta_log/0.json", "a.parquet", "p=2/x", "z.parquet"]
     assert index.get_many(["p=2/x", "a.parquet", "_delta_log/0.json", "z.parquet"]) == ["s3://b/p2", "s3://b/1", "s3://b/log", "s3://b/3"]
+
+
+def test_a_batch_in_key_order_is_looked_up_in_its_slice_of_the_listing():
+    pairs = {f"part-{i:06d}.parquet": f"s3://b/ns/data/g/c{i}" for i in range(0, 20000, 2)}
+    index = AddressIndex.from_pairs(pairs.items())
+    keys = [f"part-{i:06d}.parquet" for i in range(5001, 12001)]  # half of them absent, first and last too
+    assert index.get_many(keys) == [pairs.get(k) for k in keys]
+    edges = ["part-000000.parquet", "part-019998.parquet", "a", "z"] + keys[:_BINARY_SEARCH_LIMIT]
+    assert index.get_many(edges) == [pairs.get(k) for k in edges]
