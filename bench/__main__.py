@@ -51,9 +51,13 @@ def bench_checkpoint_rewrite(actions: int) -> list[dict]:
     return rows
 
 
-def bench_streaming_checkpoint(actions: int, parts: int = 10) -> list[dict]:
+def bench_streaming_checkpoint(actions: int, parts: int = 10, path_order: bool = True) -> list[dict]:
     """A multi-part checkpoint of N adds (parts of N/parts rows, row groups of 262,144) rewritten
-    streaming against a listing index of N objects, in its own process: seconds and peak RSS."""
+    streaming against a listing index of N objects, in its own process: seconds and peak RSS.
+    In path order each row group is probed against its slice of the listing; in random order
+    (`path_order=False`) against all of it."""
+    import random
+
     import tempfile
 
     import pyarrow as pa
@@ -73,6 +77,8 @@ def bench_streaming_checkpoint(actions: int, parts: int = 10) -> list[dict]:
                 names = [f"part-{i:08d}-{uuid.UUID(int=i).hex}.snappy.parquet" for i in range(first, last)]
                 listing.write_table(pa.table({"key": names, "address": [
                     f"s3://bucket/ns/data/g{i // 1000:06d}/c{i:08d}" for i in range(first, last)]}))
+                if not path_order:  # the part's rows in random order, so every row group spans the part
+                    random.Random(part).shuffle(names)
                 count = len(names)
                 adds = pa.StructArray.from_arrays([
                     pa.array(names, pa.string()),
@@ -86,7 +92,8 @@ def bench_streaming_checkpoint(actions: int, parts: int = 10) -> list[dict]:
                 del names, adds
         measured = measure("stream", str(addresses_file), *part_files)
     assert measured["files"] == actions, measured
-    return [{"benchmark": f"streaming rewrite of a {parts}-part checkpoint, {actions:,} adds "
+    order = "in path order" if path_order else "each part in random order"
+    return [{"benchmark": f"streaming rewrite of a {parts}-part checkpoint, {actions:,} adds {order} "
                           f"(listing index {measured['index_mib']:.0f} MiB, built in {measured['index_seconds']:.1f} s)",
              "seconds": measured["seconds"], "files_per_s": actions / measured["seconds"], "lakefs_calls": 0,
              "peak_rss_mib": measured["peak_rss_mib"]}]
@@ -241,6 +248,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = bench_checkpoint_rewrite(args.actions) if args.actions else []
     rows += bench_streaming_checkpoint(args.stream_actions)
+    rows += bench_streaming_checkpoint(args.stream_actions, path_order=False)
     rows += bench_exports(args.sizes, not args.no_lua, args.lua_timeout) if args.sizes else []
     rows += bench_diffs(args.diff_versions) if args.diff_versions else []
     if args.storm:
