@@ -220,7 +220,8 @@ def test_a_large_table_waits_on_its_own_queue_while_small_ones_export(processes,
            "LAKEFS_DELTA_LARGE_TABLE_FILES": "2"}
     port = SERVICE_PORT + 13
     commit_id = tables_repository(lakefs, repository, ["small", "large"], url="http://127.0.0.1:1/nowhere")
-    add_delta_version(lakefs, repository, "main", "tables/large", 1)
+    for name in ("small", "large"):  # the commit changes both tables
+        add_delta_version(lakefs, repository, "main", f"tables/{name}", 1)
     sink = io.BytesIO()
     pq.write_table(synthetic_checkpoint(["part-00000.parquet", "part-00001.parquet"]), sink)
     lakefs.upload_object(repository, "main", f"tables/large/_delta_log/{1:020d}.checkpoint.parquet", sink.getvalue())
