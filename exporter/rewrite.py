@@ -247,7 +247,7 @@ def _rewrite_action_column(
     missing = []
     if kind == _REQUIRED_ACTION:
         missing += paths.missing if paths else []
-        missing += [deletion_vector_file(_storage_type_of(value), value) for value in dvs.missing] if dvs else []
+        missing += [deletion_vector_file(*_typed(value)) for value in dvs.missing] if dvs else []
     paths = paths if paths and paths.changes_anything else None
     dvs = dvs if dvs and dvs.changes_anything else None
     if not paths and not dvs:
@@ -288,36 +288,46 @@ def _deletion_vector_fields(action_type: pa.StructType) -> tuple[int, int, int] 
     return (dv_index, storage_index, path_index) if storage_index >= 0 and path_index >= 0 else None
 
 
+# Joins a stored deletion vector's storageType and pathOrInlineDv into one value to resolve: the
+# value alone cannot tell them apart (Z85 has `/` and `:`, so a `u` id can look like a URI).
+_TYPE_SEPARATOR = "\x1f"
+
+
 def _stored_deletion_vectors(chunk: pa.StructArray, dv_fields: tuple[int, int, int]) -> pa.Array:
-    """pathOrInlineDv of visible deletion vectors stored in files (`u`, `p`); null on every other row."""
+    """`<storageType>\x1f<pathOrInlineDv>` of visible deletion vectors stored in files (`u`, `p`);
+    null on every other row."""
     dv_index, storage_index, path_index = dv_fields
     storage_type = pc.struct_field(chunk, [dv_index, storage_index])
     path_or_inline_dv = pc.struct_field(chunk, [dv_index, path_index])
     stored = pc.is_in(storage_type, pa.array([_RELATIVE_DV, _ABSOLUTE_DV], storage_type.type))
-    return pc.if_else(stored, path_or_inline_dv, pa.scalar(None, path_or_inline_dv.type))
+    typed = pc.binary_join_element_wise(storage_type.cast(pa.string()), path_or_inline_dv.cast(pa.string()),
+                                        _TYPE_SEPARATOR)
+    return pc.if_else(stored, typed, pa.scalar(None, pa.string()))
 
 
 def _deletion_vector_rewrite(
     chunks: list[pa.StructArray], dv_fields: tuple[int, int, int], resolver: PathResolver
 ) -> _ValueRewrite:
     visible = [_stored_deletion_vectors(chunk, dv_fields) for chunk in chunks]
-    value_type = chunks[0].type.field(dv_fields[0]).type.field(dv_fields[2]).type if chunks else pa.string()
-    # a `u` value is a Z85 id and a `p` value a URI: the value alone tells the storage type
-    return _value_rewrite(visible, value_type, lambda values: pa.array(
+    return _value_rewrite(visible, pa.string(), lambda values: pa.array(
         _resolve_deletion_vectors(values.to_pylist(), resolver), pa.string()))
+
+
+def _typed(value: str) -> tuple[str, str]:
+    """(storageType, pathOrInlineDv) of a `_stored_deletion_vectors` value."""
+    storage_type, _, path_or_inline_dv = value.partition(_TYPE_SEPARATOR)
+    return storage_type, path_or_inline_dv
 
 
 def _resolve_deletion_vectors(values: list[str], resolver: PathResolver) -> list[str | None]:
     """Each distinct stored descriptor's URI: the `u` ones in one lookup, `p` ones as paths."""
-    relative = [v for v in values if _storage_type_of(v) == _RELATIVE_DV]
-    uris = dict(zip(relative, resolver.resolve_deletion_vectors(relative)))
-    absolute = [v for v in values if v not in uris]
-    uris.update(zip(absolute, resolver.resolve_many(absolute)))
-    return [uris[v] for v in values]
-
-
-def _storage_type_of(path_or_inline_dv: str) -> str:
-    return _ABSOLUTE_DV if is_absolute(path_or_inline_dv) else _RELATIVE_DV
+    typed = [_typed(v) for v in values]
+    relative = [dv for storage_type, dv in typed if storage_type == _RELATIVE_DV]
+    absolute = [dv for storage_type, dv in typed if storage_type == _ABSOLUTE_DV]
+    uris = {(_RELATIVE_DV, dv): uri for dv, uri in zip(relative, resolver.resolve_deletion_vectors(relative))}
+    uris.update({(_ABSOLUTE_DV, dv): uri for dv, uri in zip(absolute, resolver.resolve_many(absolute))})
+    # an absolute path that stays as it is answers with the value itself: unchanged, not rewritten
+    return [value if uris[key] == key[1] else uris[key] for value, key in zip(values, typed)]
 
 
 def _rewrite_deletion_vectors(
@@ -330,7 +340,8 @@ def _rewrite_deletion_vectors(
     storage_type = deletion_vectors.field(storage_index)
     replaced = {
         storage_index: pc.if_else(rewritten, pa.scalar(_ABSOLUTE_DV, storage_type.type), storage_type),
-        path_index: pc.if_else(rewritten, dvs.targets_of(chunk_number), deletion_vectors.field(path_index)),
+        path_index: pc.if_else(rewritten, dvs.targets_of(chunk_number).cast(deletion_vectors.field(path_index).type),
+                               deletion_vectors.field(path_index)),
     }
     return _with_children(deletion_vectors, replaced), rewritten.true_count
 

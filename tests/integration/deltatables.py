@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
-import time
-from urllib.parse import unquote
 
 from exporter.export import MANIFEST, ExportOutcome, export_commit
 
@@ -21,47 +18,7 @@ def add_descriptor(lakefs, repository: str, name: str, path: str, branch: str = 
 
 def rows(frame) -> list[tuple]:
     """Rows in a stable order, for comparing two reads of the same table."""
-    return sorted((tuple(row) for row in _collect(frame)), key=repr)
-
-
-_FILE_NOT_EXIST = re.compile(r"FAILED_READ_FILE\.FILE_NOT_EXIST\] Encountered error while reading file (s3a?://\S+?)\. ")
-
-
-def _collect(frame, attempts: int = 3) -> list:
-    """`frame.collect()`, read again when Spark reports a file missing that MinIO holds.
-
-    Twice in about ten suite runs Spark's S3A reported a data file of an export as absent
-    (FAILED_READ_FILE.FILE_NOT_EXIST) that MinIO served the moment after. A file that is really
-    absent fails at once, naming it; a transient miss is retried and printed.
-    """
-    from py4j.protocol import Py4JJavaError
-
-    for attempt in range(1, attempts + 1):
-        try:
-            return frame.collect()
-        except Py4JJavaError as error:
-            match = _FILE_NOT_EXIST.search(str(error.java_exception))
-            if match is None or attempt == attempts or not _object_exists(match.group(1)):
-                raise
-            print(f"Spark read {match.group(1)} as absent although the object store holds it; reading again "
-                  f"(attempt {attempt + 1} of {attempts})")
-            time.sleep(1)
-    raise AssertionError("unreachable")
-
-
-def _object_exists(uri: str) -> bool:
-    import boto3
-    import botocore.exceptions
-
-    bucket, _, key = uri.split("://", 1)[1].partition("/")
-    client = boto3.client("s3", endpoint_url=os.environ["LAKEFS_DELTA_OBJECT_STORE_ENDPOINT"], region_name="us-east-1",
-                          aws_access_key_id=os.environ["LAKEFS_DELTA_OBJECT_STORE_ACCESS_KEY_ID"],
-                          aws_secret_access_key=os.environ["LAKEFS_DELTA_OBJECT_STORE_SECRET_ACCESS_KEY"])
-    try:
-        client.head_object(Bucket=bucket, Key=unquote(key))
-        return True
-    except botocore.exceptions.ClientError:
-        return False
+    return sorted((tuple(row) for row in frame.collect()), key=repr)
 
 
 def read_version(spark, location: str, version: int | None = None):

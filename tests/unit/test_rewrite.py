@@ -358,3 +358,46 @@ def test_a_real_delta_rs_table_gets_only_absolute_add_paths(tmp_path: Path) -> N
     all_adds = checkpoint_adds + commit_adds
     assert all(is_absolute_uri(path) and path.startswith("s3://bucket/phys/data/") for path in all_adds)
     assert set(checkpoint_adds + commit_adds) == set(addresses.values())
+
+
+def _z85(data: bytes) -> str:
+    alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+    out = ""
+    for start in range(0, len(data), 4):
+        word = int.from_bytes(data[start:start + 4], "big")
+        out += "".join(alphabet[word // 85 ** k % 85] for k in range(4, -1, -1))
+    return out
+
+
+@pytest.mark.parametrize("first_word", [69 * 85 ** 4 + 5, 10 * 85 ** 4 + 64 * 85 ** 3],
+                         ids=["id starting with /", "id looking like a scheme (a:...)"])
+def test_a_relative_deletion_vector_whose_id_looks_absolute_is_rewritten_in_a_checkpoint(first_word):
+    """Z85 has `/` and `:`: a `u` id can look like a URI; the storageType column decides, not the value."""
+    import io
+    import uuid as uuid_module
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from exporter.paths import PathResolver, deletion_vector_relative_path
+    from exporter.rewrite import rewrite_checkpoint_file
+
+    dv_id = _z85(first_word.to_bytes(4, "big") + bytes(12))
+    assert dv_id[0] == "/" or dv_id[1] == ":", dv_id
+    file_name = deletion_vector_relative_path(dv_id)
+    assert file_name == f"deletion_vector_{uuid_module.UUID(bytes=first_word.to_bytes(4, 'big') + bytes(12))}.bin"
+    dv_type = pa.struct([("storageType", pa.string()), ("pathOrInlineDv", pa.string()), ("offset", pa.int32()),
+                         ("sizeInBytes", pa.int32()), ("cardinality", pa.int64())])
+    add_type = pa.struct([("path", pa.string()), ("deletionVector", dv_type)])
+    adds = pa.array([{"path": "part-0.parquet", "deletionVector": {"storageType": "u", "pathOrInlineDv": dv_id,
+                                                                   "offset": 1, "sizeInBytes": 34, "cardinality": 2}}],
+                    type=add_type)
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"add": adds}), sink)
+    resolver = PathResolver({"part-0.parquet": "s3://b/ns/data/g/c0", file_name: "s3://b/ns/data/g/c1"})
+
+    result = rewrite_checkpoint_file("1.checkpoint.parquet", sink.getvalue(), resolver)
+
+    dv = pq.read_table(io.BytesIO(result.content)).column("add")[0].as_py()["deletionVector"]
+    assert (dv["storageType"], dv["pathOrInlineDv"]) == ("p", "s3://b/ns/data/g/c1"), dv
+    assert result.files_rewritten == 2 and result.missing == []
