@@ -7,6 +7,7 @@ the file that starts the log segment, so no reader sees a table before all of it
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import re
@@ -22,13 +23,13 @@ import pyarrow.parquet as pq
 import exporter
 from exporter.config import Config
 from exporter.deltalog import LogSegment, check_protocol, parse_actions
-from exporter.errors import CorruptLog, ExporterError, MissingDataFiles, NotFound, TableNotFound
+from exporter.errors import ExporterError, MissingDataFiles, NotFound, TableNotFound
 from exporter.snapshot import UNTRACKED, deletion_vector_id, reconcile
 from exporter.lakefs import LakeFS
 from exporter.lakefs_paths import LakeFSPaths
 from exporter.logstore import IO_THREADS, LOG_DIR, LogLayout, checkpoint_files, list_log, read_log_files
 from exporter.objectstore import ObjectSource, ObjectStore, Upload
-from exporter.parquet_splice import BytesSource, ParquetSource, open_parquet
+from exporter.parquet_splice import BytesSource, ParquetSource, open_parquet, read_present_columns, read_row_group
 from exporter.paths import PathResolver
 from exporter.rewrite import deletion_vector_file, rewrite_checkpoint_to, rewrite_commit
 from exporter.spark_schema import spark_schema
@@ -227,7 +228,8 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
     layout = list_log(lakefs, store, repository, commit_id, table.path)
     segment, sizes = layout.segment, layout.listing.sizes
 
-    def source_of(name: str) -> ObjectSource:
+    @functools.cache
+    def source_of(name: str) -> ObjectSource:  # one per file: it keeps the footer it read
         return ObjectSource(store, layout.addresses[LOG_DIR + name], sizes[name])
 
     commits = ([(segment.checkpoint.version, segment.checkpoint_commit)] if segment.checkpoint_commit else []) \
@@ -420,8 +422,7 @@ class Snapshot:
         lost = set(missing)
 
         def names_lost(path: str | None, dv: dict | None) -> bool:
-            return path in lost or (bool(dv) and dv.get("storageType") in ("u", "p")
-                                    and deletion_vector_file(dv["storageType"], dv["pathOrInlineDv"]) in lost)
+            return path in lost or _stored_file(dv) in lost
 
         # logical file = (path, deletion vector id), as readers reconcile (PROTOCOL.md#action-reconciliation)
         live: dict[tuple, dict | None] = {}
@@ -433,9 +434,15 @@ class Snapshot:
                 reconcile(live, action, lambda add: add.get("deletionVector")
                           if names_lost(add.get("path"), add.get("deletionVector")) else UNTRACKED)
         live_paths = {path for path, _ in live}
-        live_dvs = {deletion_vector_file(dv["storageType"], dv["pathOrInlineDv"]) for dv in live.values()
-                    if dv and dv.get("storageType") in ("u", "p")}
+        live_dvs = {_stored_file(dv) for dv in live.values()}
         return sorted({m for m in missing if m in live_paths or m in live_dvs})
+
+
+def _stored_file(deletion_vector: dict | None) -> str | None:
+    """The file a deletion vector stored in one (`u`, `p`) lives in; None for inline or none."""
+    if deletion_vector and deletion_vector.get("storageType") in ("u", "p"):
+        return deletion_vector_file(deletion_vector["storageType"], deletion_vector["pathOrInlineDv"])
+    return None
 
 
 def _checkpoint_adds(name: str, source: ParquetSource):
@@ -447,10 +454,7 @@ def _checkpoint_adds(name: str, source: ParquetSource):
     has_dv = "deletionVector" in {f.name for f in add_type}
     columns = ["add.path"] + (["add.deletionVector"] if has_dv else [])
     for index in range(parquet_file.num_row_groups):
-        try:
-            adds = parquet_file.read_row_group(index, columns=columns).column("add")
-        except Exception as exc:
-            raise CorruptLog(f"_delta_log/{name}: row group {index} is not readable: {exc}") from None
+        adds = read_row_group(parquet_file, index, columns, name).column("add")
         paths = pc.struct_field(adds, "path").to_pylist()
         yield paths, (pc.struct_field(adds, "deletionVector").to_pylist() if has_dv else [None] * len(paths))
 
@@ -458,11 +462,7 @@ def _checkpoint_adds(name: str, source: ParquetSource):
 def _checkpoint_summary(name: str, source: ParquetSource) -> tuple[int, list[dict]]:
     """The checkpoint file's row count, and its protocol and metaData rows for the feature check."""
     parquet_file = open_parquet(source, name)
-    present = [c for c in ("protocol", "metaData") if c in parquet_file.schema_arrow.names]
-    try:
-        checkpoint = parquet_file.read(columns=present)
-    except Exception as exc:
-        raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
+    checkpoint = read_present_columns(parquet_file, name, ["protocol", "metaData"])
     rows: list[dict] = []
     for column in checkpoint.column_names:
         rows += [{column: value} for value in checkpoint.column(column).to_pylist() if value is not None]

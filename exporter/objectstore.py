@@ -69,10 +69,6 @@ class ObjectStore:
         return self._call("get", uri, lambda: self.client.get_object(
             Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")["Body"].read())
 
-    def size_of(self, uri: str) -> int:
-        bucket, key = split_uri(uri)
-        return self._call("head", uri, lambda: self.client.head_object(Bucket=bucket, Key=key))["ContentLength"]
-
     def copy_uri(self, source_uri: str, relative: str) -> None:
         """A server-side copy of any object of this store (e.g. a physical address) into the namespace."""
         bucket, key = split_uri(source_uri)
@@ -132,13 +128,23 @@ class ObjectStore:
 
 
 class ObjectSource:
-    """An object read by byte ranges (`parquet_splice.ParquetSource`): never held whole in memory."""
+    """An object read by byte ranges (`parquet_splice.ParquetSource`): never held whole in memory.
+
+    The small reads at either end (a parquet file's magic and its footer) are kept: the export
+    opens each checkpoint file several times (sidecars, summary, rewrite), each a read of them."""
+
+    _EDGE = 64 << 10
 
     def __init__(self, store: ObjectStore, uri: str, size: int):
         self.store, self.uri, self.size = store, uri, size
+        self._edges: dict[tuple[int, int], bytes] = {}
 
     def read_range(self, start: int, end: int) -> bytes:
-        return self.store.get_range(self.uri, start, end)
+        if end - start > self._EDGE or (start != 0 and end != self.size):
+            return self.store.get_range(self.uri, start, end)
+        if (start, end) not in self._edges:
+            self._edges[(start, end)] = self.store.get_range(self.uri, start, end)
+        return self._edges[(start, end)]
 
 
 class Upload:

@@ -87,7 +87,7 @@ def splice_leaves_to(source: ParquetSource, name: str, leaves: list[str], rewrit
         ranges = [_chunk_range(chunk, footer_start, name) for chunk in source_chunks]
         span_start = min((start for start, _ in ranges), default=footer_start)
         span = file.window(span_start, max((end for _, end in ranges), default=footer_start))
-        rewritten = rewrite(_read_row_group(parquet_file, index, present, name))
+        rewritten = rewrite(read_row_group(parquet_file, index, present, name))
         new_chunks: list[ThriftStruct] = []
         replacement = replacement_limit = None
         if rewritten is not None:
@@ -215,7 +215,11 @@ def _open(source, name: str) -> pq.ParquetFile:
 
 def read_columns(source: ParquetSource, name: str, columns: list[str] | None = None) -> pa.Table:
     """The named columns (those present; all when None) of a parquet log file, or CorruptLog."""
-    parquet_file = open_parquet(source, name)
+    return read_present_columns(open_parquet(source, name), name, columns)
+
+
+def read_present_columns(parquet_file: pq.ParquetFile, name: str, columns: list[str] | None = None) -> pa.Table:
+    """`read_columns` of a file already open."""
     present = None if columns is None else [c for c in columns if c in parquet_file.schema_arrow.names]
     try:
         return parquet_file.read(columns=present)
@@ -223,7 +227,7 @@ def read_columns(source: ParquetSource, name: str, columns: list[str] | None = N
         raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
 
 
-def _read_row_group(parquet_file: pq.ParquetFile, index: int, columns: list[str], name: str) -> pa.Table:
+def read_row_group(parquet_file: pq.ParquetFile, index: int, columns: list[str], name: str) -> pa.Table:
     try:
         return parquet_file.read_row_group(index, columns=columns)
     except Exception as exc:

@@ -157,6 +157,13 @@ class PathResolver:
 
         Not memoised: a memo entry per checkpoint row would cost as much as the lookup it saves.
         """
+        uris, found = self._uncounted(log_paths)
+        self.resolved += found
+        self.not_found += uris.count(None)
+        return uris
+
+    def _uncounted(self, log_paths: Sequence[str]) -> tuple[list[str | None], int]:
+        """`resolve_many` without counting: the URIs, and how many relative paths found an object."""
         # Inline tests keep this loop free of calls: a path with neither `:` nor a leading `/` is
         # relative (RFC 3986: no scheme), and one without `%` is its own key.
         keys = [
@@ -176,10 +183,7 @@ class PathResolver:
             mapped = self._resolve_absolute([log_paths[index] for index in absolute])
             for index in absolute:
                 uris[index] = mapped[log_paths[index]]
-        found = len(addresses) - addresses.count(None)
-        self.resolved += found
-        self.not_found += uris.count(None)
-        return uris
+        return uris, len(addresses) - addresses.count(None)
 
     def resolve_array(self, log_paths: pa.Array) -> pa.Array:
         """`resolve_many` of a string array (e.g. a checkpoint's distinct paths), in Arrow kernels:
@@ -191,20 +195,20 @@ class PathResolver:
         log_paths = log_paths.cast(pa.string())
         special = pc.fill_null(pc.match_substring_regex(log_paths, r"^/|[:%]"), False)
         addresses = lookup(pc.if_else(special, pa.scalar(None, pa.string()), log_paths))
+        found = len(addresses) - addresses.null_count
         quoting = pc.fill_null(pc.match_substring_regex(addresses, _NEEDS_QUOTING.pattern), False)
         fix = pc.or_(special, quoting)
         uris = addresses
         if pc.any(fix).as_py():
             positions = pc.indices_nonzero(fix).to_pylist()
             specials = [i for i in positions if special[i].as_py()]
-            answers = dict(zip(specials, self.resolve_many([log_paths[i].as_py() for i in specials])))
-            self.resolved -= len(specials) - list(answers.values()).count(None)  # counted again below
-            self.not_found -= list(answers.values()).count(None)
+            special_uris, special_found = self._uncounted([log_paths[i].as_py() for i in specials])
+            found += special_found
+            answers = dict(zip(specials, special_uris))
             replacements = [answers[i] if i in answers else physical_uri(addresses[i].as_py()) for i in positions]
             uris = pc.replace_with_mask(addresses, fix, pa.array(replacements, pa.string()))
-        found = len(uris) - uris.null_count
         self.resolved += found
-        self.not_found += len(uris) - found - log_paths.null_count
+        self.not_found += uris.null_count - log_paths.null_count
         return uris
 
     def _resolve_absolute(self, paths: list[str]) -> dict[str, str | None]:

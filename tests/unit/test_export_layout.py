@@ -240,3 +240,26 @@ def test_other_absolute_paths_stay_as_they_are():
 def test_a_p_deletion_vector_into_lakefs_is_pinned_too():
     resolver = PathResolver({}, LakeFSPaths(FakeLakeFS(), "data"))
     assert resolver.resolve_deletion_vector("p", f"s3://repo/{COMMIT}/tables/src/dv/x.bin") == "s3://data/repo/data/x.bin"
+
+
+def test_a_checkpoint_opened_again_reads_its_footer_once():
+    """The export opens each parquet checkpoint file several times (sidecars, summary, rewrite)."""
+    from exporter.objectstore import ObjectSource
+    from exporter.parquet_splice import open_parquet
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"add": pa.array([{"path": "a"}], pa.struct([("path", pa.string())]))}), sink)
+    raw = sink.getvalue()
+
+    class CountingStore:
+        reads: list[tuple[int, int]] = []
+
+        def get_range(self, uri, start, end):
+            self.reads.append((start, end))
+            return raw[start:end]
+
+    store = CountingStore()
+    source = ObjectSource(store, "s3://b/k", len(raw))
+    for _ in range(3):
+        assert open_parquet(source, "1.checkpoint.parquet").metadata.num_rows == 1
+    assert len(store.reads) == 2, store.reads  # the magic and the tail, once each
