@@ -55,6 +55,13 @@ def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: s
     """`left_commit=None` compares against nothing (a repository's first commit)."""
     store = ObjectStore(config, lakefs.storage_namespace(repository))
     started = time.monotonic()
+    loaded: dict[str, LoadedLog | None] = {}  # the base is often the left side itself (a parent)
+
+    def load(commit_id: str) -> LoadedLog | None:
+        if commit_id not in loaded:
+            loaded[commit_id] = load_table(lakefs, store, repository, commit_id, table_path)
+        return loaded[commit_id]
+
     base_commit = None
     base = NO_BASE
     if left_commit:
@@ -63,12 +70,11 @@ def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: s
         except NotFound:
             base_commit = None  # no common ancestor: compare by content alone
         if base_commit:
-            base = table_state(store, load_table(lakefs, store, repository, base_commit, table_path))
+            base = table_state(store, load(base_commit))
     # history is needed back to where the two sides share a version: the base's head, if known
     history_after = base.version if isinstance(base, TableState) else -1
-    right = table_state(store, load_table(lakefs, store, repository, right_commit, table_path), history_after)
-    left = (table_state(store, load_table(lakefs, store, repository, left_commit, table_path), history_after)
-            if left_commit else None)
+    right = table_state(store, load(right_commit), history_after)
+    left = table_state(store, load(left_commit), history_after) if left_commit else None
     result = diff_history(left, right, base)
     result.update(table_path=table_path, left_commit=left_commit, right_commit=right_commit, base_commit=base_commit,
                   computed_seconds=round(time.monotonic() - started, 4))

@@ -128,7 +128,8 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
         raise MissingDataFiles(table.name, required)
     rewritten_at = time.monotonic()
 
-    sidecars = [key[len(source + LOG_DIR):] for key in store.list_keys(source + LOG_DIR + "_sidecars/")]
+    sidecars = [key[len(source + LOG_DIR):] for key in store.list_keys(source + LOG_DIR + "_sidecars/")] \
+        if checkpoint_version is not None else []  # only a checkpoint has sidecars
     log = target + LOG_DIR
 
     def write(name: str) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import itertools
 import json
 import posixpath
+import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -192,5 +194,47 @@ def checkpoint_files(addresses: Mapping[str, str], segment: LogSegment, source_o
 
 
 def _get_all(store: ObjectStore, addresses: Mapping[str, str], names: list[str]) -> dict[str, bytes]:
-    with ThreadPoolExecutor(IO_THREADS) as pool:
-        return dict(zip(names, pool.map(lambda n: store.get_uri(addresses[LOG_DIR + n]), names)))
+    """Read by physical address; small files come from `_RECENT` when this process read them lately."""
+    wanted = {name: addresses[LOG_DIR + name] for name in names}
+    found = {name: _RECENT.get(address) for name, address in wanted.items()}
+    missing = [name for name, raw in found.items() if raw is None]
+    if len(missing) == 1:
+        found[missing[0]] = store.get_uri(wanted[missing[0]])
+    elif missing:
+        with ThreadPoolExecutor(min(IO_THREADS, len(missing))) as pool:
+            found.update(zip(missing, pool.map(lambda n: store.get_uri(wanted[n]), missing)))
+    for name in missing:
+        _RECENT.put(wanted[name], found[name])
+    return found
+
+
+class _RecentFiles:
+    """Log files this process read lately, by physical address: a lakeFS physical address is
+    written once, so its bytes never change. Exports of a branch's consecutive commits, and the
+    diffs against their parents, read mostly the same JSON commits. Bounded in bytes."""
+
+    def __init__(self, budget: int = 64 << 20, largest: int = 1 << 20):
+        self.budget, self.largest, self.size = budget, largest, 0
+        self.files: OrderedDict[str, bytes] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, address: str) -> bytes | None:
+        with self.lock:
+            raw = self.files.get(address)
+            if raw is not None:
+                self.files.move_to_end(address)
+            return raw
+
+    def put(self, address: str, raw: bytes) -> None:
+        if len(raw) > self.largest:
+            return
+        with self.lock:
+            if address in self.files:
+                return
+            self.files[address] = raw
+            self.size += len(raw)
+            while self.size > self.budget:
+                self.size -= len(self.files.popitem(last=False)[1])
+
+
+_RECENT = _RecentFiles()

@@ -35,6 +35,7 @@ def configure(config: Config) -> Celery:
         broker_transport_options={"visibility_timeout": config.visibility_timeout_seconds},
         result_backend_transport_options={"visibility_timeout": config.visibility_timeout_seconds},
         result_expires=24 * 3600,
+        task_ignore_result=True,  # outcomes live in the status records; `ping` keeps its result
         worker_concurrency=config.worker_concurrency,
         worker_max_memory_per_child=config.worker_max_memory_per_child_mib * 1024,  # KiB
         broker_connection_retry_on_startup=True,

@@ -36,6 +36,12 @@ def _services(config: Config) -> tuple[StatusStore, DiffCache]:
     return StatusStore(config.redis), DiffCache(config.redis, config.diff_cache_ttl_seconds)
 
 
+@functools.cache
+def _lakefs(config: Config) -> LakeFS:
+    """One lakeFS client per worker process: its connections stay open from task to task."""
+    return LakeFS(config.lakefs)
+
+
 class Transient(Exception):
     """A failure a retry may fix (its message is the reason): Celery retries it (`autoretry_for`)
     with exponential backoff and full jitter, up to `retry.max_retries` (set by `configure`)."""
@@ -66,7 +72,7 @@ def export_queue(config: Config, checkpoint_files: int) -> str | None:
     return config.large_table_queue if checkpoint_files >= config.large_table_files else None
 
 
-@app.task(name="lakefs_delta.ping")
+@app.task(name="lakefs_delta.ping", ignore_result=False)
 def ping(word: str) -> str:
     """Proves a worker is consuming from the broker."""
     return f"pong: {word}"
@@ -89,7 +95,7 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
     config = current_config()
     status, _ = _services(config)
     try:
-        lakefs = LakeFS(config.lakefs)
+        lakefs = _lakefs(config)
         discovery = discover_tables(lakefs, repository, commit_id)
         tables = discovery.tables if all_tables else changed_tables(lakefs, repository, commit_id, discovery.tables)
         for error in discovery.errors:
@@ -159,7 +165,7 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
                 try:  # whatever ends this attempt short of a dead worker, it is not counted as one
                     status.set_table(repository, ref, commit_id, table_name, "running", worker=self.request.hostname,
                                      starts=starts)
-                    lakefs = LakeFS(config.lakefs)
+                    lakefs = _lakefs(config)
                     table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml")
                              if table_path else find_table(lakefs, repository, commit_id, table_name))
                     # refs with a finished export of this commit (a tag on an exported commit): copied, not redone
@@ -236,7 +242,7 @@ def catch_up(repositories: list[str] | None = None) -> list[str]:
     with status.lock("catch-up", config.task_time_limit_seconds) as held:
         if not held:  # another worker's beat is running it
             return []
-        plan = find_missing_exports(config, LakeFS(config.lakefs), status, repositories)
+        plan = find_missing_exports(config, _lakefs(config), status, repositories)
         for item in plan.queued:
             export_commit.delay(item.repository, item.ref, item.commit_id, item.all_tables)
     status_count(status, "catch_up", "succeeded")
@@ -249,7 +255,7 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
     """Cache the table's diff of this commit against its first parent, so the API answers from Redis."""
     config = current_config()
     status, diffs = _services(config)
-    lakefs = LakeFS(config.lakefs)
+    lakefs = _lakefs(config)
     started = time.monotonic()
     try:
         parents = lakefs.commit(repository, commit_id).parents
