@@ -17,7 +17,7 @@ from exporter.errors import NotFound, TableNotFound
 from exporter.history import NO_BASE, diff_history
 from exporter.snapshot import TableLog, TableState, snapshot_state
 from exporter.lakefs import LakeFS
-from exporter.logstore import LoadedLog, load_log, read_parquet
+from exporter.logstore import LoadedLog, load_log
 from exporter.objectstore import ObjectStore
 from exporter.status import PREFIX
 
@@ -40,7 +40,7 @@ def table_state(store: ObjectStore, loaded: LoadedLog | None, history_after: int
     if checkpoint_version is not None and history_after is not None:
         older = [(v, n) for v, n in sorted(loaded.listing.commits.items()) if history_after < v < checkpoint_version]
         loaded.read_more(store, [n for _, n in older])
-    checkpoint = [read_parquet(n, loaded.files[n]) for n in loaded.checkpoint_files if n.endswith(".parquet")]
+    checkpoint = [(n, loaded.source(store, n)) for n in loaded.checkpoint_files if n.endswith(".parquet")]
     checkpoint_actions = [a for n in loaded.checkpoint_files if n.endswith(".json")
                           for a in parse_actions(n, loaded.files[n])]
     commits = [(v, parse_actions(n, loaded.files[n])) for v, n in older]

@@ -24,12 +24,12 @@ import exporter
 from exporter.config import Config
 from exporter.deltalog import LogSegment, check_protocol, parse_actions
 from exporter.errors import ExporterError, MissingDataFiles, NotFound, TableNotFound
-from exporter.snapshot import UNTRACKED, deletion_vector_id, reconcile
+from exporter.snapshot import UNTRACKED, checkpoint_row_groups, deletion_vector_id, reconcile
 from exporter.lakefs import LakeFS
 from exporter.lakefs_paths import LakeFSPaths
 from exporter.logstore import IO_THREADS, LOG_DIR, LogLayout, checkpoint_files, list_log, read_log_files
 from exporter.objectstore import ObjectSource, ObjectStore, Upload
-from exporter.parquet_splice import BytesSource, ParquetSource, open_parquet, read_present_columns, read_row_group
+from exporter.parquet_splice import BytesSource, ParquetSource, open_parquet, read_present_columns
 from exporter.paths import PathResolver
 from exporter.rewrite import deletion_vector_file, rewrite_checkpoint_to, rewrite_commit
 from exporter.spark_schema import spark_schema
@@ -448,15 +448,10 @@ def _stored_file(deletion_vector: dict | None) -> str | None:
 
 def _checkpoint_adds(name: str, source: ParquetSource):
     """(paths, deletion vectors) of each row group's `add` column: one row group in memory at a time."""
-    parquet_file = open_parquet(source, name)
-    if "add" not in parquet_file.schema_arrow.names:
-        return
-    add_type = parquet_file.schema_arrow.field("add").type
-    has_dv = "deletionVector" in {f.name for f in add_type}
-    columns = ["add.path"] + (["add.deletionVector"] if has_dv else [])
-    for index in range(parquet_file.num_row_groups):
-        adds = read_row_group(parquet_file, index, columns, name).column("add")
+    for row_group in checkpoint_row_groups(name, source, ["add"]):
+        adds = row_group.column("add")
         paths = pc.struct_field(adds, "path").to_pylist()
+        has_dv = "deletionVector" in {f.name for f in adds.type}
         yield paths, (pc.struct_field(adds, "deletionVector").to_pylist() if has_dv else [None] * len(paths))
 
 

@@ -21,7 +21,7 @@ from exporter.addresses import AddressIndex, AddressIndexBuilder
 from exporter.deltalog import LogListing, LogSegment, parse_actions, select_segment
 from exporter.errors import CorruptLog, ExporterError, NotFound, TableNotFound
 from exporter.lakefs import PAGE_SIZE, LakeFS
-from exporter.objectstore import ObjectStore
+from exporter.objectstore import ObjectSource, ObjectStore
 from exporter.parquet_splice import BytesSource, ParquetSource, read_columns
 
 LOG_DIR = "_delta_log/"
@@ -33,7 +33,7 @@ LIST_THREADS = 8  # folders of a table listed at once
 class LoadedLog:
     addresses: AddressIndex  # table-relative object key -> physical address
     segment: LogSegment
-    files: dict[str, bytes]  # name under _delta_log/ -> raw bytes: the segment's files and sidecars
+    files: dict[str, bytes]  # name under _delta_log/ -> raw bytes: the segment's JSON files
     checkpoint_files: list[str]  # sidecars first, then the checkpoint's own files (write order)
     listing: LogListing  # everything `_delta_log/` holds, e.g. JSON commits older than the checkpoint
     modification_times: dict[str, int]  # name under _delta_log/ -> the source object's mtime (epoch seconds)
@@ -42,6 +42,10 @@ class LoadedLog:
     def read_more(self, store: ObjectStore, names: list[str]) -> None:
         """Read more `_delta_log/` files (e.g. older commits, for history) into `files`."""
         self.files.update(_get_all(store, self.addresses, [n for n in names if n not in self.files]))
+
+    def source(self, store: ObjectStore, name: str) -> ParquetSource:
+        """A parquet log file, read by byte ranges from its physical address (never whole)."""
+        return ObjectSource(store, self.addresses[LOG_DIR + name], self.listing.sizes[name])
 
 
 @dataclass
@@ -147,19 +151,15 @@ def load_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str
     layout = list_log(lakefs, store, repository, commit_id, table_path, log_only)
     addresses, listing, segment = layout.addresses, layout.listing, layout.segment
     modification_times, last_checkpoint = layout.modification_times, layout.last_checkpoint
-    names = list(segment.checkpoint.files if segment.checkpoint else [])
+    names = [n for n in (segment.checkpoint.files if segment.checkpoint else []) if n.endswith(".json")]
     names += [n for _, n in segment.commits] + ([segment.checkpoint_commit] if segment.checkpoint_commit else [])
     files = _get_all(store, addresses, names)
+    loaded = LoadedLog(addresses, segment, files, [], listing, modification_times, last_checkpoint)
     if segment.checkpoint:
-        ordered = checkpoint_files(addresses, segment, lambda name: BytesSource(files[name]))
-        files.update(_get_all(store, addresses, [n for n in ordered if n not in files]))
-    else:
-        ordered = []
-    return LoadedLog(addresses, segment, files, ordered, listing, modification_times, last_checkpoint)
-
-
-def read_parquet(name: str, raw: bytes):
-    return read_columns(BytesSource(raw), name)
+        loaded.checkpoint_files = checkpoint_files(addresses, segment, lambda name: BytesSource(files[name])
+                                                   if name in files else loaded.source(store, name))
+        loaded.read_more(store, [n for n in loaded.checkpoint_files if n.endswith(".json")])
+    return loaded
 
 
 def _last_checkpoint(store: ObjectStore, addresses: Mapping[str, str]) -> dict | None:

@@ -5,6 +5,10 @@ file is (path, deletion vector unique id); an add makes it live, a remove with t
 it. The history diff replays with it (`snapshot_state`); the exporter uses it to tell which
 missing objects the head still reads. Row counts come from `add.stats` numRecords minus
 deletion-vector cardinality, and are unknown (None) rather than guessed.
+
+Checkpoints stream: they are read one row group at a time from their sources, and only the files
+that later commits name are kept one by one; every other checkpoint add is summed as it passes,
+so memory follows the row group and the change since the checkpoint, not the table.
 """
 
 import hashlib
@@ -17,11 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.errors import CorruptLog
+from exporter.parquet_splice import ParquetSource, open_parquet, read_row_group
 
 @dataclass
 class TableLog:
     checkpoint_version: int | None  # version of the checkpoint the log starts from, None if read from version 0
-    checkpoint: list[pa.Table]  # parquet checkpoint parts / sidecars as read by pyarrow (may be empty)
+    checkpoint: list[tuple[str, ParquetSource]]  # parquet checkpoint parts / sidecars: (name, source)
     checkpoint_actions: list[dict]  # actions from JSON (V2) checkpoints, if any
     commits: list[tuple[int, list[dict]]]  # (version, actions) for every JSON commit available, ascending
 
@@ -59,14 +64,30 @@ def snapshot_state(log: TableLog) -> TableState:
         raise CorruptLog("the table log has no checkpoint and no commit")
     replayed = _replayed_versions(commits, log.checkpoint_version, head)
 
-    live = _checkpoint_files(log.checkpoint)
-    metadata = _checkpoint_action(log.checkpoint, "metaData")
-    protocol = _checkpoint_action(log.checkpoint, "protocol")
+    # the logical files the log names after the checkpoint's parquet files: followed one by one
+    named_later = {file_key(action[kind], kind) for actions in [log.checkpoint_actions, *map(commits.get, replayed)]
+                   for action in actions for kind in ("add", "remove") if isinstance(action.get(kind), Mapping)}
+    live: dict[tuple[str, str], _LiveFile] = {}
+    summed = _Sum()  # every other file the checkpoint holds
+    metadata = protocol = None
+    for name, source in log.checkpoint:
+        for row_group in checkpoint_row_groups(name, source, ["add", "metaData", "protocol"]):
+            metadata = metadata or _first_valid(row_group, "metaData")
+            protocol = protocol or _first_valid(row_group, "protocol")
+            if "add" in row_group.column_names:
+                adds = row_group.column("add").filter(row_group.column("add").is_valid())
+                for key, live_file in _add_columns(adds) if len(adds) else ():
+                    if key in named_later:
+                        live[key] = live_file
+                    else:
+                        summed.add(live_file)
     for action in log.checkpoint_actions:
         metadata, protocol = _apply(action, live, metadata, protocol)
     for version in replayed:
         for action in commits[version]:
             metadata, protocol = _apply(action, live, metadata, protocol)
+    for live_file in live.values():
+        summed.add(live_file)
 
     if metadata is None:
         raise CorruptLog(f"no metaData action in the log up to version {head}")
@@ -81,9 +102,9 @@ def snapshot_state(log: TableLog) -> TableState:
         partition_columns=list(metadata.get("partitionColumns") or []),
         properties=_configuration(metadata.get("configuration")),
         protocol=_protocol(protocol),
-        num_files=len(live),
-        size_bytes=sum(live_file[0] for live_file in live.values()),
-        num_rows=_num_rows(live.values()),
+        num_files=summed.files,
+        size_bytes=summed.size,
+        num_rows=summed.rows,
         commit_digests={version: _digest(commits[version]) for version, info in history.items() if info is None},
     )
 
@@ -162,17 +183,28 @@ def deletion_vector_id(deletion_vector: Mapping[str, Any] | None) -> str:
     return f"{deletion_vector.get('storageType', '')}{deletion_vector.get('pathOrInlineDv', '')}{suffix}"
 
 
-def _checkpoint_files(tables: Iterable[pa.Table]) -> dict[tuple[str, str], _LiveFile]:
-    """The checkpoint's adds (already reconciled), read column by column."""
-    live: dict[tuple[str, str], _LiveFile] = {}
-    for table in tables:
-        if "add" not in table.column_names:
-            continue
-        adds = table.column("add")
-        adds = adds.filter(adds.is_valid())
-        if len(adds):
-            live.update(_add_columns(adds))
-    return live
+def checkpoint_row_groups(name: str, source: ParquetSource, columns: list[str]) -> Iterable[pa.Table]:
+    """A parquet checkpoint file's columns (those it has), one row group in memory at a time."""
+    parquet_file = open_parquet(source, name)
+    present = [column for column in columns if column in parquet_file.schema_arrow.names]
+    if not present:
+        return
+    for index in range(parquet_file.num_row_groups):
+        yield read_row_group(parquet_file, index, present, name)
+
+
+class _Sum:
+    """Files, bytes and rows of live files; rows become unknown (None) at the first file without them."""
+
+    def __init__(self) -> None:
+        self.files, self.size, self.rows = 0, 0, 0
+
+    def add(self, live_file: _LiveFile) -> None:
+        size, stats, cardinality = live_file
+        self.files += 1
+        self.size += size
+        records = _num_records(stats)
+        self.rows = None if records is None or self.rows is None else self.rows + records - cardinality
 
 
 def _add_columns(adds: pa.ChunkedArray) -> Iterable[tuple[tuple[str, str], _LiveFile]]:
@@ -220,14 +252,12 @@ def _deletion_vector_ids(deletion_vectors: pa.ChunkedArray) -> list[str]:
     return pc.fill_null(pc.binary_join_element_wise(storage, location, suffix, ""), "").to_pylist()
 
 
-def _checkpoint_action(tables: Iterable[pa.Table], column: str) -> dict | None:
-    for table in tables:
-        if column in table.column_names:
-            values = table.column(column)
-            values = values.filter(values.is_valid())
-            if len(values):
-                return values[0].as_py()
-    return None
+def _first_valid(table: pa.Table, column: str) -> dict | None:
+    if column not in table.column_names:
+        return None
+    values = table.column(column)
+    values = values.filter(values.is_valid())
+    return values[0].as_py() if len(values) else None
 
 
 def _commit_info(actions: Iterable[Mapping[str, Any]]) -> dict | None:
@@ -269,16 +299,6 @@ def _protocol(protocol: Mapping[str, Any]) -> dict:
         "readerFeatures": features("readerFeatures"),
         "writerFeatures": features("writerFeatures"),
     }
-
-
-def _num_rows(live_files: Iterable[_LiveFile]) -> int | None:
-    total = 0
-    for _, stats, cardinality in live_files:
-        records = _num_records(stats)
-        if records is None:
-            return None
-        total += records - cardinality
-    return total
 
 
 def _num_records(stats: str | int | None) -> int | None:

@@ -10,6 +10,7 @@ import pytest
 from exporter.errors import CorruptLog
 from exporter.history import diff_history
 from exporter.operations import operation_type
+from exporter.parquet_splice import BytesSource
 from exporter.snapshot import TableLog, TableState, snapshot_state
 from hooks.paging import paginate
 
@@ -146,11 +147,11 @@ def state(*commits: list[dict], first: int = 0) -> TableState:
     return snapshot_state(TableLog(None, [], [], [(first + index, actions) for index, actions in enumerate(commits)]))
 
 
-def checkpoint_table(rows: list[dict]) -> pa.Table:
-    """A classic checkpoint as pyarrow reads it back from parquet (maps as (key, value) lists)."""
+def checkpoint_table(rows: list[dict], row_group_size: int = 2) -> tuple[str, BytesSource]:
+    """A classic checkpoint file, as the replay reads it: parquet bytes, in row groups of two rows."""
     buffer = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(rows, schema=CHECKPOINT_SCHEMA), buffer)
-    return pq.read_table(io.BytesIO(buffer.getvalue()))
+    pq.write_table(pa.Table.from_pylist(rows, schema=CHECKPOINT_SCHEMA), buffer, row_group_size=row_group_size)
+    return "00000000000000000002.checkpoint.parquet", BytesSource(buffer.getvalue())
 
 
 def checkpoint_add(path: str, size: int, records: int | None, dv: dict | None = None, leading: bool = True) -> dict:
