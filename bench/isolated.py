@@ -5,6 +5,7 @@ report the largest so far).
     python -m bench.isolated export REPOSITORY REF COMMIT TABLE
     python -m bench.isolated rewrite CHECKPOINT_FILE ADDRESSES_FILE splice|whole
     python -m bench.isolated stream ADDRESSES_PARQUET CHECKPOINT_PART...
+    python -m bench.isolated diff REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH
 Each prints one JSON line: the measurement.
 """
 
@@ -110,6 +111,21 @@ def _stream(addresses_file: str, *parts: str) -> dict:
             "bytes_written": written, "index_mib": index.nbytes / 2**20, "peak_rss_mib": peak_rss_mib()}
 
 
+def _diff(repository: str, left: str, right: str, table_path: str) -> dict:
+    """A history diff computed cold (no cache): both sides' logs replayed, checkpoints included."""
+    from exporter.config import load_config
+    from exporter.diff import compute_diff
+    from exporter.lakefs import LakeFS
+
+    config = load_config()
+    lakefs = LakeFS(config.lakefs)
+    started = time.perf_counter()
+    diff = compute_diff(config, lakefs, repository, left, right, table_path)
+    return {"seconds": time.perf_counter() - started, "lakefs_calls": lakefs.calls,
+            "files": diff["files"]["right"]["count"] if diff["files"]["right"] else None,
+            "rows": diff["row_count"]["right"], "peak_rss_mib": peak_rss_mib()}
+
+
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
-    print(json.dumps({"export": _export, "rewrite": _rewrite, "stream": _stream}[command](*arguments)))
+    print(json.dumps({"export": _export, "rewrite": _rewrite, "stream": _stream, "diff": _diff}[command](*arguments)))

@@ -71,16 +71,13 @@ def snapshot_state(log: TableLog) -> TableState:
     summed = _Sum()  # every other file the checkpoint holds
     metadata = protocol = None
     for name, source in log.checkpoint:
-        for row_group in checkpoint_row_groups(name, source, ["add", "metaData", "protocol"]):
+        for row_group in checkpoint_row_groups(name, source, _REPLAYED_COLUMNS):
             metadata = metadata or _first_valid(row_group, "metaData")
             protocol = protocol or _first_valid(row_group, "protocol")
             if "add" in row_group.column_names:
-                adds = row_group.column("add").filter(row_group.column("add").is_valid())
-                for key, live_file in _add_columns(adds) if len(adds) else ():
-                    if key in named_later:
-                        live[key] = live_file
-                    else:
-                        summed.add(live_file)
+                adds = row_group.column("add")
+                for start in range(0, len(adds), _SLICE):
+                    _split_adds(adds.slice(start, _SLICE), named_later, live, summed)
     for action in log.checkpoint_actions:
         metadata, protocol = _apply(action, live, metadata, protocol)
     for version in replayed:
@@ -184,13 +181,50 @@ def deletion_vector_id(deletion_vector: Mapping[str, Any] | None) -> str:
 
 
 def checkpoint_row_groups(name: str, source: ParquetSource, columns: list[str]) -> Iterable[pa.Table]:
-    """A parquet checkpoint file's columns (those it has), one row group in memory at a time."""
+    """A parquet checkpoint file's columns (those it has; `add.path` names a nested one), one row
+    group in memory at a time."""
     parquet_file = open_parquet(source, name)
-    present = [column for column in columns if column in parquet_file.schema_arrow.names]
+    present = [column for column in columns if _has_column(parquet_file.schema_arrow, column)]
     if not present:
         return
     for index in range(parquet_file.num_row_groups):
         yield read_row_group(parquet_file, index, present, name)
+
+
+def _has_column(schema: pa.Schema, column: str) -> bool:
+    names = column.split(".")
+    if names[0] not in schema.names:
+        return False
+    data_type = schema.field(names[0]).type
+    for name in names[1:]:
+        if not pa.types.is_struct(data_type) or data_type.get_field_index(name) < 0:
+            return False
+        data_type = data_type.field(name).type
+    return True
+
+
+# what the replay reads of a checkpoint: the add columns it counts, not partition values or tags
+_REPLAYED_COLUMNS = ["add.path", "add.size", "add.stats", "add.stats_parsed.numRecords",
+                     *(f"add.deletionVector.{name}" for name in ("storageType", "pathOrInlineDv", "offset", "cardinality")),
+                     "metaData", "protocol"]
+_SLICE = 65_536  # rows of a row group computed on at once
+
+
+def _split_adds(adds: pa.ChunkedArray, named_later: set[tuple[str, str]], live: dict, summed: "_Sum") -> None:
+    """A row group's checkpoint adds: those whose path the later log names are kept one by one
+    (by logical file), all others summed column-wise, never as Python objects one per file."""
+    adds = adds.filter(adds.is_valid())
+    if not len(adds):
+        return
+    paths = pc.struct_field(adds, "path")
+    named = pc.is_in(paths, value_set=pa.array(sorted({path for path, _ in named_later}), paths.type))
+    named = pc.fill_null(named, False)
+    for key, live_file in _add_columns(adds.filter(named)) if pc.any(named).as_py() else ():
+        if key in named_later:
+            live[key] = live_file
+        else:
+            summed.add(live_file)
+    summed.add_columns(adds.filter(pc.invert(named)))
 
 
 class _Sum:
@@ -205,6 +239,43 @@ class _Sum:
         self.size += size
         records = _num_records(stats)
         self.rows = None if records is None or self.rows is None else self.rows + records - cardinality
+
+    def add_columns(self, adds: pa.ChunkedArray) -> None:
+        """`add` for every file of a column of checkpoint adds, column-wise."""
+        if not len(adds):
+            return
+        fields = {add_field.name for add_field in adds.type}
+        self.files += len(adds)
+        self.size += pc.sum(pc.fill_null(pc.struct_field(adds, "size"), 0)).as_py() or 0
+        cardinality = 0
+        if "deletionVector" in fields:
+            cardinalities = pc.struct_field(pc.struct_field(adds, "deletionVector"), "cardinality")
+            cardinality = pc.sum(pc.fill_null(cardinalities, 0)).as_py() or 0
+        records = None if self.rows is None else _records_of_columns(adds, fields)
+        self.rows = None if records is None or self.rows is None else self.rows + records - cardinality
+
+
+def _records_of_columns(adds: pa.ChunkedArray, fields: set[str]) -> int | None:
+    """Sum of numRecords over checkpoint adds, as `_num_records` reads each: the leading
+    `numRecords` of the stats JSON without parsing it, else the parsed JSON, else `stats_parsed`
+    where there is no JSON; None when any file has none."""
+    count = len(adds)
+    stats = pc.struct_field(adds, "stats") if "stats" in fields else pa.nulls(count, pa.string())
+    leading = pc.cast(pc.struct_field(pc.extract_regex(stats, _LEADING_NUM_RECORDS), "records"), pa.int64())
+    parsed = pa.nulls(count, pa.int64())
+    if "stats_parsed" in fields and "numRecords" in {f.name for f in pc.struct_field(adds, "stats_parsed").type}:
+        parsed = pc.cast(pc.struct_field(pc.struct_field(adds, "stats_parsed"), "numRecords"), pa.int64())
+    known = pc.coalesce(leading, pc.if_else(pc.is_null(stats), parsed, pa.scalar(None, pa.int64())))
+    total = pc.sum(known).as_py() or 0
+    unknown = pc.is_null(known)
+    if not pc.any(unknown).as_py():
+        return total
+    for json_stats in pc.filter(stats, unknown).to_pylist():  # stats JSON with numRecords not first
+        records = _num_records(json_stats)
+        if records is None:
+            return None
+        total += records
+    return total
 
 
 def _add_columns(adds: pa.ChunkedArray) -> Iterable[tuple[tuple[str, str], _LiveFile]]:

@@ -48,3 +48,56 @@ def test_untracked_adds_stay_out():
     for action in (add("a"), add("b")):
         reconcile(live, action, lambda a: a["path"] if a["path"] == "b" else UNTRACKED)
     assert live == {("b", ""): "b"}
+
+
+def checkpoint_file(adds: list[dict], row_group_size: int) -> tuple[str, "BytesSource"]:
+    """A parquet checkpoint holding the protocol, metaData and `adds` (with or without `stats_parsed`)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from exporter.parquet_splice import BytesSource
+
+    dv = pa.struct([("storageType", pa.string()), ("pathOrInlineDv", pa.string()), ("offset", pa.int32()),
+                    ("sizeInBytes", pa.int32()), ("cardinality", pa.int64())])
+    schema = pa.schema([
+        ("add", pa.struct([("path", pa.string()), ("size", pa.int64()), ("stats", pa.string()),
+                           ("stats_parsed", pa.struct([("numRecords", pa.int64())])), ("deletionVector", dv)])),
+        ("protocol", pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])),
+        ("metaData", pa.struct([("id", pa.string()), ("schemaString", pa.string()),
+                                ("partitionColumns", pa.list_(pa.string()))])),
+    ])
+    rows = [PROTOCOL, {"metaData": {k: v for k, v in METADATA["metaData"].items() if k != "configuration"}}, *adds]
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), buffer, row_group_size=row_group_size)
+    return "00000000000000000009.checkpoint.parquet", BytesSource(buffer.getvalue())
+
+
+def test_checkpoint_adds_summed_column_wise_count_as_the_same_adds_replayed_one_by_one():
+    def kinds(i: int) -> dict:
+        action = add(f"f{i}", dv=f"dv{i}" if i % 3 == 0 else None, rows=i)["add"]
+        if i % 4 == 1:  # numRecords not the first key: the JSON is parsed
+            action["stats"] = f'{{"minValues":{{"numRecords":-1}},"numRecords":{i}}}'
+        if i % 4 == 2:  # stats only as a struct (delta.checkpoint.writeStatsAsJson=false)
+            action["stats"], action["stats_parsed"] = None, {"numRecords": i}
+        return {"add": action}
+
+    adds = [kinds(i) for i in range(1, 40)]
+    later = [(10, [remove("f5"), remove("f6", "dv6"), add("g", rows=7)])]  # f6's DV: f6 leaves; f5 leaves
+
+    from_checkpoint = snapshot_state(TableLog(9, [checkpoint_file(adds, row_group_size=7)], [], later))
+    as_json = [{"add": {**a["add"], "stats": a["add"]["stats"] or f'{{"numRecords":{a["add"]["stats_parsed"]["numRecords"]}}}'}}
+               for a in adds]  # a JSON commit has no stats_parsed
+    one_by_one = snapshot_state(TableLog(None, [], [], [(v, [PROTOCOL, METADATA, *as_json] if v == 9 else [])
+                                                        for v in range(10)] + later))
+
+    assert (from_checkpoint.num_files, from_checkpoint.size_bytes, from_checkpoint.num_rows) == \
+        (one_by_one.num_files, one_by_one.size_bytes, one_by_one.num_rows) == \
+        (39 - 2 + 1, 100 * 38, sum(range(1, 40)) - 5 - 6 + 7 - 2 * (len(range(3, 40, 3)) - 1))
+
+
+def test_a_checkpoint_add_without_any_record_count_makes_the_rows_unknown():
+    adds = [add("a", rows=3), {"add": {"path": "b", "size": 1, "stats": '{"minValues":{}}'}}]
+    state = snapshot_state(TableLog(9, [checkpoint_file(adds, row_group_size=1)], [], []))
+    assert (state.num_files, state.num_rows) == (2, None)
