@@ -140,6 +140,11 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
                             "seconds": measured["seconds"], "files_per_s": 10 / measured["seconds"],
                             "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]}]
     print(rows[-1], flush=True)
+    measured = measure("diff", repository, commit_id, child, f"tables/t{files}")
+    rows.append({"benchmark": f"history diff of the 10-file commit against its parent, {files:,}-file table (cold)",
+                 "seconds": measured["seconds"], "files_per_s": measured["files"] / measured["seconds"],
+                 "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]})
+    print(rows[-1], flush=True)
     if not lua:
         return rows
     print(f"running lakeFS's Lua Delta exporter on {repository} ...", flush=True)
@@ -247,8 +252,9 @@ def main() -> None:
     parser.add_argument("--lua-timeout", type=float, default=600.0, help="seconds to wait for one Lua hook run")
     args = parser.parse_args()
     rows = bench_checkpoint_rewrite(args.actions) if args.actions else []
-    rows += bench_streaming_checkpoint(args.stream_actions)
-    rows += bench_streaming_checkpoint(args.stream_actions, path_order=False)
+    if args.stream_actions:
+        rows += bench_streaming_checkpoint(args.stream_actions)
+        rows += bench_streaming_checkpoint(args.stream_actions, path_order=False)
     rows += bench_exports(args.sizes, not args.no_lua, args.lua_timeout) if args.sizes else []
     rows += bench_diffs(args.diff_versions) if args.diff_versions else []
     if args.storm:
