@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, get_origin
+from typing import Any, Literal, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -62,6 +62,28 @@ class RetryConfig(_Section):
     backoff_max_seconds: float = Field(60.0, gt=0)
 
 
+class ApiToken(_Section):
+    """A service token for automation, and the repositories it may read (`*`: every repository).
+    In the environment (or as a YAML string): `TOKEN=repo1+repo2`, or `TOKEN=*`."""
+
+    token: SecretStr
+    repositories: tuple[str, ...] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            token, separator, repositories = value.rpartition("=")
+            if not separator or not token:
+                raise ValueError("an API token names the repositories it may read: TOKEN=repo1+repo2, or TOKEN=* "
+                                 "for every repository")
+            return {"token": token, "repositories": [r for r in repositories.split("+") if r]}
+        return value
+
+    def allows(self, repository: str) -> bool:
+        return "*" in self.repositories or repository in self.repositories
+
+
 class Config(BaseSettings):
     model_config = SettingsConfigDict(extra="forbid", frozen=True)
 
@@ -70,7 +92,13 @@ class Config(BaseSettings):
     extra_object_stores: tuple[ObjectStoreConfig, ...] = ()
     redis_url: SecretStr = SecretStr("redis://127.0.0.1:16379/0")  # may hold a password
     webhook_tokens: tuple[SecretStr, ...] = ()
-    api_tokens: tuple[SecretStr, ...] = ()
+    # Who may call the API: "lakefs" (callers sign in with their own lakeFS identity, and lakeFS
+    # decides which repositories they read; `api_tokens` for automation), or "none" (anyone: only
+    # behind a gateway that authenticates; the service warns at start and in /readyz).
+    api_auth: Literal["lakefs", "none"] = "lakefs"
+    api_tokens: tuple[ApiToken, ...] = ()
+    auth_cache_seconds: int = Field(30, ge=0)  # how long lakeFS's answer "may X read repository R" is reused
+    sign_in_link_seconds: int = Field(900, ge=30)  # a one-time sign-in link for the diff page expires after this
     export_prefix: str = "_lakefs/exported"
     events: tuple[str, ...] = KNOWN_EVENTS
     worker_concurrency: int = Field(2, ge=1)

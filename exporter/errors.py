@@ -43,6 +43,10 @@ class ServiceUnavailable(ExporterError):
     permanent = False
 
 
+class BadRequest(ExporterError):
+    """lakeFS refused a request as malformed (HTTP 400): an invalid repository or ref name, say."""
+
+
 class NotFound(ExporterError):
     """A repository, ref or object does not exist in lakeFS."""
 

@@ -16,7 +16,7 @@ import urllib3
 from lakefs_sdk.exceptions import ApiException
 
 from exporter.config import LakeFSConfig
-from exporter.errors import ExporterError, NotFound, ServiceUnavailable
+from exporter.errors import BadRequest, ExporterError, NotFound, ServiceUnavailable
 
 PAGE_SIZE = 1000  # lakeFS caps `amount` at 1000
 
@@ -65,6 +65,8 @@ class LakeFS:
             message = _error_message(exc)
             if exc.status == 404:
                 raise NotFound(f"lakeFS: {what}: {message}") from None
+            if exc.status == 400:
+                raise BadRequest(f"lakeFS answered 400 to {what}: {message}") from None
             if exc.status in (429,) or (exc.status or 0) >= 500:
                 raise ServiceUnavailable(f"lakeFS answered {exc.status} to {what}: {message}") from None
             raise ExporterError(f"lakeFS answered {exc.status} to {what}: {message}") from None

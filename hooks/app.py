@@ -11,14 +11,17 @@ import hmac
 import json
 import logging
 import re
+import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import prometheus_client
 from pydantic import SecretStr
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -28,8 +31,10 @@ from starlette.schemas import SchemaGenerator
 from exporter.config import Config
 from exporter.datasets import list_datasets, resolve_dataset
 from exporter.diff import DiffCache, cached_diff
-from exporter.errors import ExporterError, NotFound
+from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.export import exports_in_store
+from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, RepositoryAccess,
+                        SignInRefused, Unauthenticated, caller_of, code_key, lakefs_login, lakefs_token_of)
 from hooks.paging import paginate
 from exporter.lakefs import LakeFS
 from exporter.status import COMMIT_RECORD, StatusStore
@@ -38,6 +43,9 @@ log = logging.getLogger("lakefs_delta.hooks")
 MAX_BODY = 1024 * 1024
 COMMIT_ID = re.compile(r"[0-9A-Za-z]{1,128}")  # lakeFS commit ids are hex; ASCII letters and digits only
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+# the page runs only its own script and style, is never framed, and sends no referrer (its URL may hold a sign-in code)
+PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; base-uri 'none'",
+                "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 QUEUED_EVENTS = {"post-commit", "post-merge", "post-create-tag"}
 REF_FIELD = {"post-commit": "branch_id", "post-merge": "branch_id", "post-create-tag": "tag_id"}
 schemas = SchemaGenerator({"openapi": "3.0.0", "info": {"title": "lakefs-delta-exporter", "version": "0.1.0"}})
@@ -51,6 +59,10 @@ class BadEvent(Exception):
 
 def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
+
+
+def unauthenticated(message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=401, headers={"WWW-Authenticate": 'Basic realm="lakeFS"'})
 
 
 def token_matches(offered: str | None, tokens: tuple[SecretStr, ...]) -> bool:
@@ -164,24 +176,41 @@ def create_app(config: Config) -> Starlette:
         return queue.send_task("lakefs_delta.export_commit", (repository, ref, commit_id, tag), retry=True,
                                retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.5})
 
-    def authorized(request: Request) -> bool:
-        if not config.api_tokens:
-            return True
-        header = request.headers.get("authorization", "")
-        offered = header[7:] if header.lower().startswith("bearer ") else request.cookies.get("lakefs_delta_token")
-        return token_matches(offered, config.api_tokens)
+    access = RepositoryAccess(config)
+    if config.api_auth == "none":
+        log.warning("api_auth is none: the API answers anyone who reaches it")
+
+    async def refused(request: Request, repository: str) -> Response | None:
+        """None when the caller may read `repository` (lakeFS decides); else the answer to give."""
+        if config.api_auth == "none":
+            return None
+        try:
+            caller = caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
+        except Unauthenticated as exc:
+            return unauthenticated(str(exc))
+        decision = await access.check(caller, repository)
+        if decision == ALLOWED:
+            return None
+        if decision == UNAUTHENTICATED:
+            return unauthenticated("lakeFS does not accept these credentials")
+        if decision == FORBIDDEN:
+            return error(403, f"this identity may not read repository {repository!r}")
+        if decision == NO_REPOSITORY:
+            return error(404, f"no repository {repository!r}")
+        return error(503, "lakeFS, which decides who may read a repository, cannot be reached")
 
     async def export_status(request: Request) -> Response:
         """
         summary: Export status of one commit, per ref and table (queued, running, retrying, done, failed).
         responses:
           200: {description: "refs: {ref: {commit: record, tables: {table: record}}}"}
-          401: {description: missing or wrong bearer token}
+          401: {description: no credentials, or lakeFS does not accept them}
+          403: {description: the caller's lakeFS identity (or service token) may not read the repository}
           404: {description: nothing known about this commit}
         """
-        if not authorized(request):
-            return error(401, "missing or wrong bearer token")
         repository, commit_id = request.path_params["repository"], request.path_params["commit"]
+        if answer := await refused(request, repository):
+            return answer
         ref = request.query_params.get("ref")
         try:
             records = await run_in_threadpool(status.tables, repository, commit_id, ref)
@@ -193,6 +222,8 @@ def create_app(config: Config) -> Starlette:
                 records = await run_in_threadpool(exports_in_store, config, repository, commit_id, ref)
             except NotFound as exc:
                 return error(404, str(exc))
+            except BadRequest as exc:
+                return error(400, str(exc))
             except ExporterError as exc:
                 return error(503, f"status store and object store unavailable: {exc}")
         if not records:
@@ -222,7 +253,8 @@ def create_app(config: Config) -> Starlette:
                 return False
 
         checks = {"redis": await probe(status.ping), "lakefs": await probe(LakeFS(config.lakefs).healthy)}
-        return JSONResponse({"ready": all(checks.values()), "checks": checks},
+        warnings = ["api_auth is none: the API answers anyone who reaches it"] if config.api_auth == "none" else []
+        return JSONResponse({"ready": all(checks.values()), "checks": checks, "warnings": warnings},
                             status_code=200 if all(checks.values()) else 503)
 
     async def metrics(request: Request) -> Response:
@@ -253,11 +285,13 @@ def create_app(config: Config) -> Starlette:
         responses:
           200: {description: "diff_type, results (operations newest first), schema_changes, row_count, files, history_truncated, pagination"}
           400: {description: missing table_path, unsupported type, bad paging}
-          401: {description: missing or wrong bearer token}
+          401: {description: no credentials, or lakeFS does not accept them}
+          403: {description: the caller's lakeFS identity (or service token) may not read the repository}
           404: {description: unknown repository, ref or table path}
         """
-        if not authorized(request):
-            return error(401, "missing or wrong bearer token")
+        repository, left, right = (request.path_params[k] for k in ("repository", "left_ref", "right_ref"))
+        if answer := await refused(request, repository):
+            return answer
         params = request.query_params
         table_path = params.get("table_path", "").strip("/")
         if not table_path:
@@ -270,13 +304,14 @@ def create_app(config: Config) -> Starlette:
                 raise ValueError
         except ValueError:
             return error(400, "amount must be an integer from 1 to 1000")
-        repository, left, right = (request.path_params[k] for k in ("repository", "left_ref", "right_ref"))
         started = time.monotonic()
         try:
             diff, cached = await run_in_threadpool(cached_diff, config, LakeFS(config.lakefs), diffs, repository,
                                                    left, right, table_path)
         except NotFound as exc:
             return error(404, str(exc))
+        except BadRequest as exc:
+            return error(400, str(exc))
         except ExporterError as exc:
             return error(503 if not exc.permanent else 422, str(exc))
         if diff["versions"]["left"] is None and diff["versions"]["right"] is None:
@@ -295,15 +330,17 @@ def create_app(config: Config) -> Starlette:
           200: {description: datasets with name, path, source (descriptor or detected) and latest_version}
           404: {description: unknown repository or ref}
         """
-        if not authorized(request):
-            return error(401, "missing or wrong bearer token")
         repository, ref = request.path_params["repository"], request.path_params["ref"]
+        if answer := await refused(request, repository):
+            return answer
         try:
             found = await run_in_threadpool(list_datasets, LakeFS(config.lakefs), repository, ref)
         except NotFound as exc:
             return error(404, str(exc))
+        except BadRequest as exc:
+            return error(400, str(exc))
         except ExporterError as exc:
-            return error(503, str(exc))
+            return error(503 if not exc.permanent else 422, str(exc))
         if request.url.path.endswith("/resolve"):
             path = request.query_params.get("path", "")
             if not path:
@@ -312,8 +349,104 @@ def create_app(config: Config) -> Starlette:
             return JSONResponse(dataset) if dataset else error(404, f"no dataset contains {path!r}")
         return JSONResponse({"repository": repository, "ref": ref, "results": found})
 
+    async def sign_in(request: Request) -> Response:
+        """
+        summary: Sign the diff page in with lakeFS keys; the answer sets the session cookie (a lakeFS token, never the secret).
+        responses:
+          200: {description: signed in; the session cookie is set}
+          400: {description: body is not a JSON object with access_key_id and secret_access_key}
+          401: {description: lakeFS does not accept the keys}
+          503: {description: lakeFS cannot be reached}
+        """
+        try:
+            body = json.loads(await read_body(request))
+            key_id, secret = body["access_key_id"], body["secret_access_key"]
+            if not (isinstance(key_id, str) and isinstance(secret, str) and key_id and secret):
+                raise TypeError
+        except (BadEvent, ValueError, KeyError, TypeError):
+            return error(400, "send a JSON object with access_key_id and secret_access_key")
+        try:
+            token, expires = await lakefs_login(config, access.client, key_id, secret)
+        except SignInRefused as exc:
+            return error(401, str(exc))
+        except httpx.HTTPError:
+            return error(503, "lakeFS cannot be reached to sign in")
+        return signed_in(request, token, expires)
+
+    async def sign_in_link(request: Request) -> Response:
+        """
+        summary: A one-time sign-in code for the diff page, for the lakeFS identity that asks (basic auth or a lakeFS token).
+        responses:
+          200: {description: "code and expires_in: open /diff?code=<code>&... once, before it expires"}
+          401: {description: no lakeFS identity, or lakeFS does not accept it}
+          503: {description: lakeFS or Redis cannot be reached}
+        """
+        try:
+            caller = caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
+            token, expires = await lakefs_token_of(caller, config, access.client)
+        except (Unauthenticated, SignInRefused) as exc:
+            return unauthenticated(str(exc))
+        except httpx.HTTPError:
+            return error(503, "lakeFS cannot be reached to sign in")
+        code = secrets.token_urlsafe(24)
+        lifetime = min(config.sign_in_link_seconds, expires - int(time.time()))
+        if lifetime <= 0:
+            return unauthenticated("the lakeFS token has expired")
+        try:
+            await run_in_threadpool(status.redis.set, code_key(code), f"{expires} {token}", ex=lifetime)
+        except Exception as exc:
+            return error(503, f"Redis cannot be reached: {type(exc).__name__}")
+        return JSONResponse({"code": code, "expires_in": lifetime})
+
+    async def sign_in_with_code(request: Request) -> Response:
+        """
+        summary: Trade a one-time sign-in code for the session cookie (the diff page does it when opened from a link).
+        responses:
+          200: {description: signed in; the session cookie is set}
+          400: {description: body is not a JSON object with code}
+          401: {description: the code is unknown, used or expired}
+          503: {description: Redis cannot be reached}
+        """
+        try:
+            code = json.loads(await read_body(request))["code"]
+            if not isinstance(code, str) or not code:
+                raise TypeError
+        except (BadEvent, ValueError, KeyError, TypeError):
+            return error(400, "send a JSON object with the code")
+        try:
+            found = await run_in_threadpool(status.redis.getdel, code_key(code))  # one use only
+        except Exception as exc:
+            return error(503, f"Redis cannot be reached: {type(exc).__name__}")
+        if not found:
+            return error(401, "this sign-in link is unknown, used or expired: ask for a new one")
+        expires, _, token = found.decode().partition(" ")
+        return signed_in(request, token, int(expires))
+
+    async def sign_out(request: Request) -> Response:
+        """
+        summary: Drop the session cookie.
+        responses:
+          200: {description: signed out}
+        """
+        response = JSONResponse({"signed_in": False})
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+        return response
+
+    def signed_in(request: Request, token: str, expires: int) -> Response:
+        response = JSONResponse({"signed_in": True, "expires_at": expires})
+        response.set_cookie(SESSION_COOKIE, token, max_age=max(0, expires - int(time.time())), path="/",
+                            httponly=True, samesite="strict", secure=request.url.scheme == "https")
+        return response
+
     async def diff_page(request: Request) -> Response:
-        return HTMLResponse((TEMPLATES / "diff.html").read_text())
+        return HTMLResponse((TEMPLATES / "diff.html").read_text(), headers=PAGE_HEADERS)
+
+    async def page_asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        media = {"diff.js": "text/javascript", "diff.css": "text/css"}
+        if name not in media:
+            return error(404, f"no asset {name!r}")
+        return Response((TEMPLATES / name).read_text(), media_type=media[name], headers=PAGE_HEADERS)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(schemas.get_schema(routes=request.app.routes))
@@ -327,7 +460,28 @@ def create_app(config: Config) -> Starlette:
         Route("/repositories/{repository}/otf/refs/{left_ref}/diff/{right_ref}", table_diff, methods=["GET"]),
         Route("/repositories/{repository}/refs/{ref}/datasets", datasets, methods=["GET"]),
         Route("/repositories/{repository}/refs/{ref}/datasets/resolve", datasets, methods=["GET"]),
+        Route("/session", sign_in, methods=["POST"]),
+        Route("/session", sign_out, methods=["DELETE"]),
+        Route("/session/links", sign_in_link, methods=["POST"]),
+        Route("/session/code", sign_in_with_code, methods=["POST"]),
         Route("/diff", diff_page, methods=["GET"], include_in_schema=False),
+        Route("/assets/{name}", page_asset, methods=["GET"], include_in_schema=False),
         Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=[Middleware(NoStore)])
+
+
+class NoStore:
+    """`Cache-Control: no-store` on every answer: status and diffs are per caller and change."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        async def send_no_store(message):
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"cache-control", b"no-store")]
+            await send(message)
+
+        await (self.app(scope, receive, send_no_store) if scope["type"] == "http" else self.app(scope, receive, send))

@@ -150,6 +150,18 @@ def _diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sign_in_link(args: argparse.Namespace) -> int:
+    from exporter.config import load_config
+    from lakefs_delta.client import sign_in_link
+
+    config = load_config(args.config)
+    page = {key: value for key, value in (("repository", args.repo), ("left", args.left), ("right", args.right),
+                                          ("table_path", args.table)) if value}
+    print(sign_in_link(args.url.rstrip("/"), config.lakefs.access_key_id,
+                       config.lakefs.secret_access_key.get_secret_value(), page))
+    return 0
+
+
 def render_diff(diff: dict, left: str, right: str) -> str:
     """The diff as a human reads it: type, row count, schema changes, operations."""
     rows = diff["row_count"]
@@ -225,6 +237,15 @@ def main(argv: list[str] | None = None) -> int:
     diff_cmd.add_argument("--table", required=True, help="table path from the repository root")
     diff_cmd.add_argument("--json", action="store_true")
     diff_cmd.set_defaults(run=_diff)
+
+    link_cmd = commands.add_parser("sign-in-link", help="a one-time link to the diff page, signed in as the "
+                                                        "config's lakeFS identity")
+    link_cmd.add_argument("--url", default="http://127.0.0.1:18080", help="the service's URL")
+    link_cmd.add_argument("--repo")
+    link_cmd.add_argument("--left", default="main")
+    link_cmd.add_argument("--right")
+    link_cmd.add_argument("--table", help="table path from the repository root")
+    link_cmd.set_defaults(run=_sign_in_link)
 
     for command in commands.choices.values():
         command.add_argument("--config", default=argparse.SUPPRESS, help="YAML config file")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from urllib.parse import urlencode
 
 import httpx
 
@@ -36,3 +37,12 @@ def wait_for_exports(url: str, token: str, repository: str, commit_id: str, ref:
                 return records
         time.sleep(0.5)
     raise AssertionError(f"exports of {repository}/{ref}/{commit_id} not finished after {timeout}s: {found}")
+
+
+def sign_in_link(url: str, access_key_id: str, secret_access_key: str, page: dict[str, str]) -> str:
+    """A one-time link that opens the diff page signed in as this lakeFS identity, on `page`'s
+    query (repository, left, right, table_path). The code in it works once, for a short time."""
+    answer = httpx.post(f"{url}/session/links", auth=(access_key_id, secret_access_key), timeout=30)
+    if answer.status_code != 200:
+        raise RuntimeError(f"the service refused a sign-in link ({answer.status_code}): {answer.text[:300]}")
+    return f"{url}/diff?{urlencode({**page, 'code': answer.json()['code']})}"

@@ -60,7 +60,7 @@ def run_demo() -> dict:
     from exporter.config import load_config
     from exporter.lakefs import LakeFS
     from lakefs_delta.cli import render_diff
-    from lakefs_delta.client import wait_for_exports
+    from lakefs_delta.client import sign_in_link, wait_for_exports
     from lakefs_delta.spark import stack_spark_session
 
     say("1/6 starting lakeFS, MinIO and Redis (first run builds them: several minutes)")
@@ -100,8 +100,11 @@ def run_demo() -> dict:
     answer.raise_for_status()
     facts["diff"] = answer.json()
     say("\n" + render_diff(facts["diff"], "main", "exp1"))
-    facts["page"] = f"{url}/diff?repository={repository}&left=main&right=exp1&table_path=tables/transactions"
-    say(f"\nDiff page: {facts['page']}  (API token: run `lakefs-delta stack env` and use LAKEFS_DELTA_API_TOKENS)")
+    facts["page"] = sign_in_link(url, state.lakefs_access_key_id, state.lakefs_secret_access_key,
+                                 {"repository": repository, "left": "main", "right": "exp1",
+                                  "table_path": "tables/transactions"})
+    say(f"\nDiff page (a one-time sign-in link as the stack's lakeFS admin, valid 15 minutes; "
+        f"`lakefs-delta sign-in-link` makes another):\n{facts['page']}")
     say("The service keeps running for the page. Stop everything with: .venv/bin/lakefs-delta stack down")
     return facts
 

@@ -39,6 +39,7 @@ class StackError(RuntimeError):
 @dataclass
 class StackState:
     lakefs_port: int
+    acl_port: int
     minio_port: int
     minio_console_port: int
     redis_port: int
@@ -52,6 +53,10 @@ class StackState:
     @property
     def lakefs_endpoint(self) -> str:
         return f"http://{HOST}:{self.lakefs_port}"
+
+    @property
+    def acl_endpoint(self) -> str:
+        return f"http://{HOST}:{self.acl_port}"
 
     @property
     def minio_endpoint(self) -> str:
@@ -73,7 +78,7 @@ class StackState:
             "LAKEFS_DELTA_OBJECT_STORE_SECRET_ACCESS_KEY": self.minio_password,
             "LAKEFS_DELTA_REDIS_URL": self.redis_url,
             "LAKEFS_DELTA_WEBHOOK_TOKENS": self.webhook_token,
-            "LAKEFS_DELTA_API_TOKENS": self.webhook_token,
+            "LAKEFS_DELTA_API_TOKENS": f"{self.webhook_token}=*",  # a service token for every repository
             "LAKEFS_DELTA_STACK_BUCKET": BUCKET,
         }
 
@@ -96,6 +101,7 @@ def load_state(stack_dir: Path = STACK_DIR) -> StackState:
     saved = json.loads(state_file.read_text()) if state_file.exists() else {}
     state = StackState(
         lakefs_port=_port("LAKEFS", 18000),
+        acl_port=_port("ACL", 18001),
         minio_port=_port("MINIO", 19000),
         minio_console_port=_port("MINIO_CONSOLE", 19001),
         redis_port=_port("REDIS", 16379),
@@ -146,26 +152,37 @@ def build_minio() -> Path:
 
 
 def build_lakefs() -> Path:
-    binary = CACHE_DIR / "bin" / f"lakefs-{LAKEFS_VERSION}"
+    return _build_from_lakefs_module("lakefs", "github.com/treeverse/lakefs/cmd/lakefs")
+
+
+def build_acl_server() -> Path:
+    """lakeFS's own ACL server (contrib/auth/acl): users, groups and per-repository permissions
+    for lakeFS's "simplified" authorization, so the stack has real users who read some repositories
+    and not others."""
+    return _build_from_lakefs_module("acl", "github.com/treeverse/lakefs/contrib/auth/acl/cmd/acl")
+
+
+def _build_from_lakefs_module(name: str, package: str) -> Path:
+    binary = CACHE_DIR / "bin" / f"{name}-{LAKEFS_VERSION}"
     if binary.exists():
         return binary
     if shutil.which("go") is None:
-        raise StackError("building lakeFS needs Go on PATH; install Go >= 1.26")
-    _say(f"building lakeFS {LAKEFS_VERSION} from its Go module (first time only, several minutes)")
+        raise StackError(f"building {name} needs Go on PATH; install Go >= 1.26")
+    _say(f"building {name} from lakeFS {LAKEFS_VERSION}'s Go module (first time only, several minutes)")
     binary.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as wrapper:
         cwd = Path(wrapper)
         env = {**os.environ, "CGO_ENABLED": "0"}
-        _go(["mod", "init", "example.invalid/lakefsbuild"], cwd, env, "lakefs")
-        _go(["mod", "edit", f"-replace=github.com/csimplestring/delta-go={LAKEFS_DELTA_GO_REPLACE}"], cwd, env, "lakefs")
+        _go(["mod", "init", "example.invalid/lakefsbuild"], cwd, env, name)
+        _go(["mod", "edit", f"-replace=github.com/csimplestring/delta-go={LAKEFS_DELTA_GO_REPLACE}"], cwd, env, name)
         # The checksum database has no entry for some of lakeFS's pseudo-versioned dependencies;
         # lakeFS's own go.sum has them, so the wrapper verifies against that.
-        _go(["mod", "download", f"github.com/treeverse/lakefs@{LAKEFS_VERSION}"], cwd, env, "lakefs")
+        _go(["mod", "download", f"github.com/treeverse/lakefs@{LAKEFS_VERSION}"], cwd, env, name)
         modcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, env=env).stdout.strip()
         shutil.copy(Path(modcache) / f"github.com/treeverse/lakefs@{LAKEFS_VERSION}" / "go.sum", cwd / "go.sum")
         (cwd / "go.sum").chmod(0o644)
-        _go(["get", f"github.com/treeverse/lakefs/cmd/lakefs@{LAKEFS_VERSION}"], cwd, env, "lakefs")
-        _go(["build", "-o", str(binary) + ".tmp", "github.com/treeverse/lakefs/cmd/lakefs"], cwd, env, "lakefs")
+        _go(["get", f"{package}@{LAKEFS_VERSION}"], cwd, env, name)
+        _go(["build", "-o", str(binary) + ".tmp", package], cwd, env, name)
     Path(str(binary) + ".tmp").rename(binary)
     return binary
 
@@ -259,6 +276,7 @@ def _redis_ok(port: int) -> bool:
 
 HEALTH = {
     "minio": lambda s: _http_ok(f"{s.minio_endpoint}/minio/health/live"),
+    "acl": lambda s: _http_ok(f"{s.acl_endpoint}/api/v1/healthcheck"),
     "lakefs": lambda s: _http_ok(f"{s.lakefs_endpoint}/_health"),
     "redis": lambda s: _redis_ok(s.redis_port),
 }
@@ -268,8 +286,11 @@ def _lakefs_config(state: StackState, stack_dir: Path) -> Path:
     config = {
         "listen_address": f"{HOST}:{state.lakefs_port}",
         "logging": {"level": "WARN"},
-        "database": {"type": "local", "local": {"path": str(stack_dir / "lakefs" / "metadata")}},
-        "auth": {"encrypt": {"secret_key": state.lakefs_encrypt_secret}},
+        # metadata-acl: a stack made before the ACL server kept its single user in lakeFS's own store
+        "database": {"type": "local", "local": {"path": str(stack_dir / "lakefs" / "metadata-acl")}},
+        # users, groups and per-repository ACLs live in the ACL server next to it
+        "auth": {"encrypt": {"secret_key": state.lakefs_encrypt_secret}, "ui_config": {"rbac": "simplified"},
+                 "api": {"endpoint": f"{state.acl_endpoint}/api/v1"}},
         "blockstore": {
             "type": "s3",
             "s3": {
@@ -294,6 +315,18 @@ def _lakefs_config(state: StackState, stack_dir: Path) -> Path:
     return path
 
 
+def _acl_config(state: StackState, stack_dir: Path) -> Path:
+    config = {
+        "listen_address": f"{HOST}:{state.acl_port}",
+        "database": {"type": "local", "local": {"path": str(stack_dir / "acl" / "metadata")}},
+        "encrypt": {"secret_key": state.lakefs_encrypt_secret},
+    }
+    path = stack_dir / "acl.yaml"
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
+    return path
+
+
 def _ensure_bucket(state: StackState) -> None:
     import boto3
 
@@ -306,7 +339,7 @@ def _ensure_bucket(state: StackState) -> None:
 
 def up(stack_dir: Path = STACK_DIR) -> StackState:
     state = load_state(stack_dir)
-    minio, lakefs, redis = build_minio(), build_lakefs(), redis_server()
+    minio, acl, lakefs, redis = build_minio(), build_acl_server(), build_lakefs(), redis_server()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LAKEFS_"))}
 
     if _running_pid(stack_dir, "minio") is None:
@@ -320,6 +353,11 @@ def up(stack_dir: Path = STACK_DIR) -> StackState:
                env, [state.minio_port, state.minio_console_port])
     _wait_healthy(stack_dir, "minio", lambda: HEALTH["minio"](state))
     _ensure_bucket(state)
+
+    if _running_pid(stack_dir, "acl") is None:
+        _say(f"starting lakeFS's ACL server on {state.acl_endpoint}")
+        _start(stack_dir, "acl", [str(acl), "run", "-c", str(_acl_config(state, stack_dir))], base_env, [state.acl_port])
+    _wait_healthy(stack_dir, "acl", lambda: HEALTH["acl"](state))
 
     if _running_pid(stack_dir, "lakefs") is None:
         _say(f"starting lakeFS {LAKEFS_VERSION} on {state.lakefs_endpoint}")
@@ -342,7 +380,7 @@ def up(stack_dir: Path = STACK_DIR) -> StackState:
 def down(stack_dir: Path = STACK_DIR) -> None:
     """Stops every process `up` (or the demo) recorded, the service and worker first."""
     recorded = sorted(p.stem for p in stack_dir.glob("*.pid"))
-    order = [s for s in recorded if s not in ("lakefs", "redis", "minio")] + ["lakefs", "redis", "minio"]
+    order = [s for s in recorded if s not in ("lakefs", "acl", "redis", "minio")] + ["lakefs", "acl", "redis", "minio"]
     for service in order:
         pid = _running_pid(stack_dir, service)
         if pid is not None:

@@ -28,4 +28,11 @@ def test_demo_exports_every_commit_reads_outside_lakefs_and_diffs(service, stack
     assert diff["row_count"] == {"left": 160, "right": 240, "difference": 80}
     assert [op["operation"] for op in diff["results"]] == ["WRITE", "WRITE", "DELETE", "SET TBLPROPERTIES"]
     assert "removed" in result.stdout and "rows   160 -> 240  (+80)" in result.stdout
-    assert "/diff?repository=" in result.stdout and "stack down" in result.stdout
+    assert facts["page"] in result.stdout and "stack down" in result.stdout
+
+    # the exact link printed opens the diff, signed in, with no further input
+    from tests.integration.browser import open_diff_page
+
+    seen = open_diff_page(facts["page"], "demo-diff-page.png")
+    assert seen.removed_columns == ["description", "merchant"] and seen.row_difference == "(+80)"
+    assert "code=" not in seen.url

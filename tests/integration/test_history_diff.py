@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 
+import httpx
 import pytest
 
 from exporter.diff import DiffCache, cached_diff
@@ -144,25 +145,24 @@ def test_diff_api_errors(service, config, lakefs, story):
     assert resolved.json()["path"] == "tables/transactions"
 
 
-def test_diff_page_shows_removed_columns_and_row_change(service, story):
-    from playwright.sync_api import sync_playwright
+def test_diff_page_opens_signed_in_from_a_one_time_link(service, story, config):
+    from lakefs_delta.client import sign_in_link
+    from tests.integration.browser import open_diff_page
 
-    from tests.integration.test_webhooks import token
+    page = {"repository": story, "left": "main", "right": "exp1", "table_path": "tables/transactions"}
+    secret = config.lakefs.secret_access_key.get_secret_value()
+    link = sign_in_link(service, config.lakefs.access_key_id, secret, page)
 
-    os.makedirs(ARTIFACTS, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        page = browser.new_page()
-        page.goto(f"{service}/diff?repository={story}&left=main&right=exp1&table_path=tables/transactions&token={token()}")
-        page.wait_for_selector("#result:not([hidden])", timeout=60_000)
-        removed = page.locator("#schema tr.removed td:nth-child(2)").all_inner_texts()
-        difference = page.locator("#row-difference").inner_text()
-        page.screenshot(path=os.path.join(ARTIFACTS, "diff-page.png"), full_page=True)
-        browser.close()
-    assert sorted(removed) == ["account", "description"]
-    assert difference.startswith("(-")  # 100 -> 85 rows
+    seen = open_diff_page(link, "diff-page.png")
+
+    assert seen.removed_columns == ["account", "description"]
+    assert seen.row_difference.startswith("(-")  # 100 -> 85 rows
+    assert "code=" not in seen.url and "table_path=tables%2Ftransactions" in seen.url  # the code left the address bar
+    [session] = [c for c in seen.cookies if c["name"] == "lakefs_delta_session"]
+    assert session["httpOnly"] and session["sameSite"] == "Strict" and secret not in session["value"]
+    # the link worked once: opened again, the page asks to sign in
+    code = link.rsplit("code=", 1)[1]
+    assert httpx.post(service + "/session/code", json={"code": code}, timeout=10).status_code == 401
 
 
 def test_history_reaches_past_the_checkpoint_and_says_when_it_is_gone(config, lakefs, repository):

@@ -59,10 +59,10 @@ def test_object_store_is_chosen_by_longest_prefix(tmp_path):
 
 def test_a_password_in_redis_url_is_masked_everywhere():
     config = load_config(None, {"LAKEFS_DELTA_REDIS_URL": "redis://:hunter2@redis:6379/3",
-                                "LAKEFS_DELTA_API_TOKENS": "api-secret"})
+                                "LAKEFS_DELTA_API_TOKENS": "api-secret=*"})
     assert config.redis == "redis://:hunter2@redis:6379/3"
     assert config.masked()["redis_url"] == "redis://:***@redis:6379/3"
-    assert config.masked()["api_tokens"] == ["***"]
+    assert config.masked()["api_tokens"] == [{"token": "***", "repositories": ["*"]}]
     assert "hunter2" not in repr(config) and "api-secret" not in repr(config)
 
 

@@ -1,6 +1,10 @@
 """Reading log files by physical address: what a process read lately is not read again."""
 
+import pytest
+
 from exporter.logstore import _get_all, _RecentFiles
+
+pytestmark = pytest.mark.unit
 
 
 class CountingStore:

@@ -1,7 +1,12 @@
 """The one reconciliation rule (PROTOCOL.md#action-reconciliation): a logical file is (path, dvId)."""
 
+import io
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from exporter.parquet_splice import BytesSource
 from exporter.snapshot import UNTRACKED, TableLog, reconcile, snapshot_state
 
 pytestmark = pytest.mark.unit
@@ -50,15 +55,8 @@ def test_untracked_adds_stay_out():
     assert live == {("b", ""): "b"}
 
 
-def checkpoint_file(adds: list[dict], row_group_size: int) -> tuple[str, "BytesSource"]:
+def checkpoint_file(adds: list[dict], row_group_size: int) -> tuple[str, BytesSource]:
     """A parquet checkpoint holding the protocol, metaData and `adds` (with or without `stats_parsed`)."""
-    import io
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from exporter.parquet_splice import BytesSource
-
     dv = pa.struct([("storageType", pa.string()), ("pathOrInlineDv", pa.string()), ("offset", pa.int32()),
                     ("sizeInBytes", pa.int32()), ("cardinality", pa.int64())])
     schema = pa.schema([

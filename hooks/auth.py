@@ -1,0 +1,170 @@
+"""Who may read which repository through the API: lakeFS decides.
+
+A caller is one of
+- a lakeFS identity: HTTP basic auth with a lakeFS access key id and secret, or `Authorization:
+  Bearer <lakeFS token>` (from lakeFS's login API). For each repository the service asks lakeFS,
+  with the caller's own credentials, for that repository: lakeFS's answer (200, 401, 403, 404) is
+  the decision, reused for `auth_cache_seconds`. The service's own lakeFS user never decides.
+- a service token from `api_tokens` (`Authorization: Bearer <token>`), for automation: it reads
+  the repositories its entry names, and no others.
+No credentials: 401. Credentials that do not open the repository: 403.
+
+The diff page signs in with lakeFS keys once: lakeFS's login API exchanges them for a lakeFS token,
+which the service keeps in an HttpOnly, SameSite=Strict session cookie (`SESSION_COOKIE`); the
+secret is never stored. A sign-in link (`lakefs-delta sign-in-link`, `make demo`) carries a
+one-time code instead: the page trades it for the same cookie and drops it from the address bar.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import time
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import httpx
+
+from exporter.config import ApiToken, Config
+
+ALLOWED, UNAUTHENTICATED, FORBIDDEN, NO_REPOSITORY, LAKEFS_DOWN = 200, 401, 403, 404, 503
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking: their credentials as lakeFS takes them (`authorization`), or the service
+    token they matched. `key` names them in the decision cache without holding a secret."""
+
+    key: str
+    authorization: str = ""
+    service_token: ApiToken | None = None
+
+
+class Unauthenticated(Exception):
+    """The request carries no usable credentials; the message says what is expected."""
+
+
+SESSION_COOKIE = "lakefs_delta_session"
+SIGN_IN_CODES = "lakefs-delta:sign-in:"  # Redis key prefix: sha256 of a one-time code -> a lakeFS token
+
+
+def caller_of(authorization: str, config: Config, session: str | None = None) -> Caller:
+    """The caller an `Authorization` header (or else the session cookie's lakeFS token) names,
+    or Unauthenticated."""
+    if not authorization.strip() and session:
+        return Caller(key=_digest(session), authorization=f"Bearer {session}")
+    scheme, _, credentials = authorization.strip().partition(" ")
+    credentials = credentials.strip()
+    if scheme.lower() == "basic" and credentials:
+        try:
+            key_id, separator, secret = base64.b64decode(credentials, validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise Unauthenticated("the basic credentials are not base64 of ACCESS_KEY_ID:SECRET") from None
+        if not separator or not key_id or not secret:
+            raise Unauthenticated("basic auth takes a lakeFS access key id and its secret")
+        return Caller(key=_digest(authorization), authorization=f"Basic {credentials}")
+    if scheme.lower() == "bearer" and credentials:
+        matched = [entry for entry in config.api_tokens
+                   if hmac.compare_digest(credentials.encode(), entry.token.get_secret_value().encode())]
+        if matched:
+            return Caller(key=_digest(credentials), service_token=matched[0])
+        return Caller(key=_digest(authorization), authorization=f"Bearer {credentials}")  # a lakeFS token
+    raise Unauthenticated("sign in with your lakeFS identity: HTTP basic auth with a lakeFS access key id and "
+                          "secret, or `Authorization: Bearer` with a lakeFS token (or a service API token)")
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class RepositoryAccess:
+    """lakeFS's answer to "may this caller read this repository?", cached briefly per caller."""
+
+    def __init__(self, config: Config, client: httpx.AsyncClient | None = None):
+        self.endpoint = config.lakefs.endpoint.rstrip("/") + "/api/v1"
+        self.ttl = config.auth_cache_seconds
+        self.client = client or httpx.AsyncClient(timeout=min(10.0, config.lakefs.timeout_seconds))
+        self.decisions: dict[tuple[str, str], tuple[int, float]] = {}
+
+    async def check(self, caller: Caller, repository: str) -> int:
+        """ALLOWED, UNAUTHENTICATED (lakeFS does not know the credentials), FORBIDDEN,
+        NO_REPOSITORY (the caller may read it, but it does not exist) or LAKEFS_DOWN."""
+        if caller.service_token is not None:
+            return ALLOWED if caller.service_token.allows(repository) else FORBIDDEN
+        now = time.monotonic()
+        cached = self.decisions.get((caller.key, repository))
+        if cached and cached[1] > now:
+            return cached[0]
+        decision = await self._ask_lakefs(caller, repository)
+        if decision != LAKEFS_DOWN:
+            if len(self.decisions) > 10_000:  # expired entries go first; a full cache starts over
+                self.decisions = {k: v for k, v in self.decisions.items() if v[1] > now} if self.ttl else {}
+            self.decisions[(caller.key, repository)] = (decision, now + self.ttl)
+        return decision
+
+    async def _ask_lakefs(self, caller: Caller, repository: str) -> int:
+        try:
+            answer = await self.client.get(f"{self.endpoint}/repositories/{quote(repository, safe='')}",
+                                           headers={"Authorization": caller.authorization})
+        except httpx.HTTPError:
+            return LAKEFS_DOWN
+        if answer.status_code == 200:
+            return ALLOWED
+        if answer.status_code == 401:
+            return UNAUTHENTICATED
+        if answer.status_code == 403:
+            return FORBIDDEN
+        if answer.status_code in (400, 404):
+            return NO_REPOSITORY
+        return LAKEFS_DOWN
+
+
+class SignInRefused(Exception):
+    """lakeFS did not accept the keys (or the code is unknown, used or expired)."""
+
+
+async def lakefs_login(config: Config, client: httpx.AsyncClient, access_key_id: str,
+                       secret_access_key: str) -> tuple[str, int]:
+    """lakeFS's login API: keys -> (a lakeFS token, its expiry in epoch seconds). SignInRefused
+    when lakeFS refuses the keys; httpx.HTTPError when it cannot be reached."""
+    answer = await client.post(config.lakefs.endpoint.rstrip("/") + "/api/v1/auth/login",
+                               json={"access_key_id": access_key_id, "secret_access_key": secret_access_key})
+    if answer.status_code == 401:
+        raise SignInRefused("lakeFS does not accept this access key id and secret")
+    answer.raise_for_status()
+    document = answer.json()
+    return document["token"], int(document.get("token_expiration") or time.time() + 3600)
+
+
+def code_key(code: str) -> str:
+    return SIGN_IN_CODES + _digest(code)
+
+
+async def lakefs_token_of(caller: Caller, config: Config, client: httpx.AsyncClient) -> tuple[str, int]:
+    """A lakeFS token for the caller's own identity, and its expiry: basic keys are exchanged
+    through lakeFS's login API; a lakeFS token is checked with lakeFS and returned. SignInRefused
+    for a service token (no lakeFS identity) or credentials lakeFS refuses."""
+    scheme, _, credentials = caller.authorization.partition(" ")
+    if caller.service_token is not None or not credentials:
+        raise SignInRefused("a service API token has no lakeFS identity to sign in as")
+    if scheme == "Basic":
+        key_id, _, secret = base64.b64decode(credentials).decode().partition(":")
+        return await lakefs_login(config, client, key_id, secret)
+    answer = await client.get(config.lakefs.endpoint.rstrip("/") + "/api/v1/user",
+                              headers={"Authorization": caller.authorization})
+    if answer.status_code == 401:
+        raise SignInRefused("lakeFS does not accept this token")
+    answer.raise_for_status()
+    return credentials, _expiry(credentials)
+
+
+def _expiry(token: str) -> int:
+    """A lakeFS token (a JWT)'s `exp` claim; an hour from now when it has none readable."""
+    try:
+        payload = token.split(".")[1]
+        return int(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["exp"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        return int(time.time()) + 3600

@@ -1,0 +1,108 @@
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+for (const key of ["repository", "left", "right"]) if (params.get(key)) $(key).value = params.get(key);
+if (params.get("table_path")) $("table").add(new Option(params.get("table_path"), params.get("table_path"), true, true));
+
+// the session is an HttpOnly cookie (a lakeFS token): this script never sees a credential
+async function post(path, body) {
+  const answer = await fetch(path, { method: "POST", credentials: "same-origin",
+    headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  const found = await answer.json().catch(() => ({ error: answer.statusText }));
+  if (!answer.ok) throw new Error(found.error || ("HTTP " + answer.status));
+  return found;
+}
+
+async function api(path) {
+  const answer = await fetch(path, { credentials: "same-origin" });
+  const body = await answer.json().catch(() => ({ error: answer.statusText }));
+  if (answer.status === 401) show("sign-in", true);
+  if (!answer.ok) throw new Error(body.error || ("HTTP " + answer.status));
+  return body;
+}
+
+async function signInWithCode() {  // a sign-in link: trade its one-time code, then drop it from the address bar
+  const code = params.get("code");
+  if (!code) return;
+  params.delete("code");
+  history.replaceState(null, "", location.pathname + (params.toString() ? "?" + params : ""));
+  await post("/session/code", { code });
+}
+function show(id, on) { $(id).hidden = !on; }
+function text(value) { return value === null || value === undefined ? "unknown" : String(value); }
+function cell(row, value, cls) { const td = row.insertCell(); td.textContent = value; if (cls) td.className = cls; return td; }
+
+async function loadTables() {
+  show("error", false);
+  const found = await api(`/repositories/${encodeURIComponent($("repository").value)}/refs/${encodeURIComponent($("right").value || $("left").value)}/datasets`);
+  const select = $("table"); select.innerHTML = "";
+  for (const d of found.results) {
+    const option = new Option(`${d.name} (${d.path}${d.source === "detected" ? ", detected" : ""})`, d.path);
+    select.add(option);
+  }
+  if (params.get("table_path")) select.value = params.get("table_path");
+}
+
+async function compare() {
+  show("error", false); show("result", false); show("loading", true);
+  try {
+    const repo = encodeURIComponent($("repository").value);
+    const path = `/repositories/${repo}/otf/refs/${encodeURIComponent($("left").value)}/diff/${encodeURIComponent($("right").value)}` +
+      `?type=delta&amount=1000&table_path=${encodeURIComponent($("table").value)}`;
+    render(await api(path));
+  } catch (e) {
+    $("error").textContent = "Error: " + e.message; show("error", true);
+  } finally { show("loading", false); }
+}
+
+function render(diff) {
+  $("diff-type").textContent = diff.diff_type;
+  show("truncated", diff.history_truncated);
+  const rc = diff.row_count;
+  const sign = rc.difference > 0 ? "+" : "";
+  $("row-count").innerHTML = "";
+  $("row-count").append(`${text(rc.left)} → ${text(rc.right)} `);
+  const change = document.createElement("span");
+  change.id = "row-difference";
+  change.className = rc.difference > 0 ? "delta-up" : "delta-down";
+  change.textContent = rc.difference === null ? "(difference unknown: some files have no stats)" : `(${sign}${rc.difference})`;
+  $("row-count").append(change);
+  const f = diff.files;
+  const side = (s) => s ? `${s.count} files, ${s.bytes} bytes` : "absent";
+  $("files").textContent = `${side(f.left)} → ${side(f.right)}`;
+  const schema = $("schema").tBodies[0]; schema.innerHTML = "";
+  for (const c of diff.schema_changes) {
+    const row = schema.insertRow(); row.className = c.change === "removed" ? "removed" : (c.change === "added" ? "added" : "");
+    cell(row, c.change); cell(row, c.column); cell(row, c.left ?? "—"); cell(row, c.right ?? "—");
+  }
+  show("no-schema-changes", diff.schema_changes.length === 0);
+  const ops = $("operations").tBodies[0]; ops.innerHTML = "";
+  for (const op of diff.results) {
+    const row = ops.insertRow();
+    cell(row, op.id); cell(row, op.timestamp ? new Date(op.timestamp).toISOString() : "unknown");
+    cell(row, op.operation); cell(row, op.operation_type);
+    const details = document.createElement("details");
+    details.innerHTML = "<summary>parameters and metrics</summary>";
+    const pre = document.createElement("pre"); pre.textContent = JSON.stringify(op.operation_content, null, 2);
+    details.append(pre); row.insertCell().append(details);
+  }
+  show("no-operations", diff.results.length === 0);
+  show("result", true);
+}
+
+function fail(e) { $("error").textContent = "Error: " + e.message; show("error", true); }
+
+$("load-tables").addEventListener("click", () => loadTables().catch(fail));
+$("pick").addEventListener("submit", (e) => { e.preventDefault(); compare(); });
+$("sign-in").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  try {
+    await post("/session", { access_key_id: $("access-key-id").value, secret_access_key: $("secret-access-key").value });
+    $("secret-access-key").value = ""; show("sign-in", false); show("error", false);
+    if ($("repository").value && $("right").value && $("table").value) compare();
+  } catch (err) { fail(err); }
+});
+// everything the URL names is used: with a table path the diff shows at once; the table list fills in beside it
+signInWithCode().catch(fail).finally(() => {
+  if (params.get("repository") && params.get("right") && params.get("table_path")) compare();
+  if (params.get("repository") && (params.get("right") || params.get("left"))) loadTables().catch(() => {});
+});

@@ -1,0 +1,36 @@
+"""The diff page in Debian's Chromium, driven by Playwright: what a person sees after opening a link."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tests.conftest import ARTIFACTS
+
+
+@dataclass
+class SeenPage:
+    url: str  # the address bar once the page settled
+    removed_columns: list[str]
+    row_difference: str
+    cookies: list[dict]
+
+
+def open_diff_page(link: str, screenshot: str) -> SeenPage:
+    """Open `link` as printed and wait for the diff; the screenshot goes to the test artifacts."""
+    from playwright.sync_api import sync_playwright
+
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(link)
+        page.wait_for_selector("#result:not([hidden])", timeout=60_000)
+        seen = SeenPage(url=page.url, removed_columns=sorted(page.locator("#schema tr.removed td:nth-child(2)").all_inner_texts()),
+                        row_difference=page.locator("#row-difference").inner_text(), cookies=context.cookies())
+        page.screenshot(path=os.path.join(ARTIFACTS, screenshot), full_page=True)
+        browser.close()
+    return seen

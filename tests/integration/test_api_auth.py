@@ -1,0 +1,94 @@
+"""lakeFS decides who reads what through the API: real lakeFS users (made through lakeFS's auth API,
+kept by lakeFS's ACL server), the real service asking the real lakeFS with the caller's credentials."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+
+import httpx
+import lakefs_sdk
+import pytest
+
+from tests.conftest import SERVICE_PORT
+
+pytestmark = pytest.mark.integration
+BOUND_PORT = SERVICE_PORT + 21  # a service whose one API token reads one repository
+
+
+def basic(key: str, secret: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{key}:{secret}".encode()).decode()}
+
+
+def new_user(lakefs, reads: bool) -> tuple[str, str]:
+    """A lakeFS user with an access key; `reads`: in a group whose ACL reads repositories."""
+    auth = lakefs_sdk.AuthApi(lakefs.client)
+    name = f"user-{uuid.uuid4().hex[:8]}"
+    auth.create_user(lakefs_sdk.UserCreation(id=name))
+    if reads:
+        group = f"readers-{uuid.uuid4().hex[:8]}"
+        auth.create_group(lakefs_sdk.GroupCreation(id=group))
+        auth.set_group_acl(group, lakefs_sdk.ACL(permission="Read"))
+        auth.add_group_membership(group, name)
+    credentials = auth.create_credentials(name)
+    return credentials.access_key_id, credentials.secret_access_key
+
+
+def a_table(lakefs, repository: str) -> str:
+    """A one-version Delta table committed on main; the commit id."""
+    protocol = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
+    metadata = {"metaData": {"id": "t", "format": {"provider": "parquet"}, "partitionColumns": [],
+                             "schemaString": '{"type":"struct","fields":[]}', "configuration": {}}}
+    log = "\n".join(json.dumps(a) for a in ({"commitInfo": {"operation": "CREATE TABLE"}}, protocol, metadata))
+    lakefs.upload_object(repository, "main", "tables/t/_delta_log/" + f"{0:020d}.json", (log + "\n").encode())
+    return lakefs.commit_branch(repository, "main", "a table")
+
+
+def diff_path(repository: str) -> str:
+    return f"/repositories/{repository}/otf/refs/main/diff/main?table_path=tables/t"
+
+
+def test_lakefs_identities_read_what_lakefs_lets_them_read(service, lakefs, repository):
+    a_table(lakefs, repository)
+    reader, stranger = new_user(lakefs, reads=True), new_user(lakefs, reads=False)
+
+    allowed = httpx.get(service + diff_path(repository), headers=basic(*reader), timeout=30)
+    refused = httpx.get(service + diff_path(repository), headers=basic(*stranger), timeout=30)
+    anonymous = httpx.get(service + diff_path(repository), timeout=30)
+    wrong_secret = httpx.get(service + diff_path(repository), headers=basic(reader[0], "not-the-secret"), timeout=30)
+    datasets = httpx.get(f"{service}/repositories/{repository}/refs/main/datasets", headers=basic(*stranger),
+                         timeout=30)
+
+    assert allowed.status_code == 200, allowed.text
+    assert allowed.json()["diff_type"] == "none" and allowed.headers["cache-control"] == "no-store"
+    assert refused.status_code == 403 and repository in refused.json()["error"]
+    assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"].startswith("Basic")
+    assert wrong_secret.status_code == 401
+    assert datasets.status_code == 403
+    # the stranger reads nothing, whatever the repository, existing or not: no existence oracle
+    assert httpx.get(service + diff_path("no-such-repo-x"), headers=basic(*stranger), timeout=30).status_code == 403
+
+
+def test_a_service_token_reads_only_the_repositories_it_names(processes, lakefs, repository, stack_env):
+    other = f"{repository[:40]}-y"
+    lakefs.create_repository(other, f"s3://{stack_env['LAKEFS_DELTA_STACK_BUCKET']}/{other}")
+    a_table(lakefs, repository)
+    a_table(lakefs, other)
+    token = uuid.uuid4().hex
+    bound = processes.serve("service-bound-token", BOUND_PORT, extra_env={"LAKEFS_DELTA_API_TOKENS": f"{token}={repository}"})
+    bearer = {"Authorization": f"Bearer {token}"}
+
+    assert httpx.get(bound + diff_path(repository), headers=bearer, timeout=30).status_code == 200
+    assert httpx.get(bound + diff_path(other), headers=bearer, timeout=30).status_code == 403
+    # not a service token: taken for a lakeFS token, which lakeFS refuses
+    assert httpx.get(bound + diff_path(repository), headers={"Authorization": "Bearer x"}, timeout=30).status_code == 401
+
+
+def test_a_ref_lakefs_rejects_is_a_client_error_not_an_outage(service, lakefs, repository):
+    reader = new_user(lakefs, reads=True)
+    answers = [httpx.get(service + path, headers=basic(*reader), timeout=30) for path in (
+        f"/repositories/{repository}/refs/bad..ref/datasets",
+        f"/repositories/{repository}/otf/refs/bad..ref/diff/main?table_path=tables/t",
+        f"/repositories/{repository}/refs/bad..ref/datasets/resolve?path=x")]
+    assert [a.status_code for a in answers] == [400, 400, 400], [a.text for a in answers]

@@ -1,0 +1,81 @@
+"""Who may read a repository through the API: parsing credentials, service tokens, lakeFS's answer
+cached per caller (lakeFS itself is a fake transport here; the integration tests ask a real one)."""
+
+import asyncio
+import base64
+
+import httpx
+import pytest
+
+from exporter.config import load_config
+from exporter.errors import ConfigError
+from hooks.auth import (ALLOWED, FORBIDDEN, LAKEFS_DOWN, NO_REPOSITORY, UNAUTHENTICATED, RepositoryAccess,
+                        Unauthenticated, caller_of)
+
+pytestmark = pytest.mark.unit
+
+
+def config(**environ):
+    return load_config(None, {"LAKEFS_DELTA_LAKEFS_ENDPOINT": "http://lakefs.invalid", **environ})
+
+
+def basic(key: str, secret: str) -> str:
+    return "Basic " + base64.b64encode(f"{key}:{secret}".encode()).decode()
+
+
+def test_api_tokens_name_their_repositories_or_the_config_is_refused():
+    tokens = config(LAKEFS_DELTA_API_TOKENS="t1=sales+ops,t2=*").api_tokens
+    assert [(t.token.get_secret_value(), t.repositories) for t in tokens] == [("t1", ("sales", "ops")), ("t2", ("*",))]
+    assert tokens[0].allows("sales") and not tokens[0].allows("hr") and tokens[1].allows("hr")
+    with pytest.raises(ConfigError, match="TOKEN=repo1"):
+        config(LAKEFS_DELTA_API_TOKENS="bare-token")
+    with pytest.raises(ConfigError, match="api_auth"):
+        config(LAKEFS_DELTA_API_AUTH="open")
+
+
+def test_credentials_are_parsed_or_refused_with_what_is_expected():
+    settings = config(LAKEFS_DELTA_API_TOKENS="svc=sales")
+    assert caller_of(basic("AKIA1", "s3cret"), settings).authorization == basic("AKIA1", "s3cret")
+    assert caller_of("Bearer svc", settings).service_token.repositories == ("sales",)
+    lakefs_token = caller_of("Bearer eyJhbGciOi.x.y", settings)
+    assert lakefs_token.service_token is None and lakefs_token.authorization == "Bearer eyJhbGciOi.x.y"
+    for header in ("", "Bearer ", "Basic !!!", basic("AKIA1", ""), "Token abc"):
+        with pytest.raises(Unauthenticated):
+            caller_of(header, settings)
+    assert "s3cret" not in caller_of(basic("AKIA1", "s3cret"), settings).key  # the cache key holds no secret
+
+
+def test_lakefs_decides_once_per_caller_and_repository_within_the_cache_time():
+    asked = []
+
+    def lakefs(request: httpx.Request) -> httpx.Response:
+        asked.append((request.headers["authorization"], request.url.path))
+        repository = request.url.path.rsplit("/", 1)[1]
+        return httpx.Response({"x": 200, "y": 403, "gone": 404, "broken": 500}[repository])
+
+    settings = config(LAKEFS_DELTA_AUTH_CACHE_SECONDS="60")
+    access = RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs)))
+    alice = caller_of(basic("AKIA1", "a"), settings)
+
+    async def decisions():
+        return [await access.check(alice, repository) for repository in ("x", "x", "y", "gone", "broken", "broken")]
+
+    assert asyncio.run(decisions()) == [ALLOWED, ALLOWED, FORBIDDEN, NO_REPOSITORY, LAKEFS_DOWN, LAKEFS_DOWN]
+    # x once (cached), y and gone once, and a lakeFS error is never cached
+    assert [path for _, path in asked] == ["/api/v1/repositories/x", "/api/v1/repositories/y",
+                                           "/api/v1/repositories/gone", "/api/v1/repositories/broken",
+                                           "/api/v1/repositories/broken"]
+    assert all(header == basic("AKIA1", "a") for header, _ in asked)  # the caller's own credentials
+
+
+def test_lakefs_refusing_the_credentials_is_unauthenticated_and_a_service_token_never_asks_lakefs():
+    settings = config(LAKEFS_DELTA_API_TOKENS="svc=x")
+    transport = httpx.MockTransport(lambda request: httpx.Response(401))
+    access = RepositoryAccess(settings, httpx.AsyncClient(transport=transport))
+
+    async def decisions():
+        service = caller_of("Bearer svc", settings)
+        return [await access.check(caller_of(basic("AKIA1", "wrong"), settings), "x"),
+                await access.check(service, "x"), await access.check(service, "y")]
+
+    assert asyncio.run(decisions()) == [UNAUTHENTICATED, ALLOWED, FORBIDDEN]
