@@ -1,7 +1,10 @@
-"""The HTTP service: lakeFS webhook receiver, export status, health, metrics.
+"""The HTTP service (FastAPI): lakeFS webhook receiver, export status, history diff, datasets,
+the diff page and its sign-in, health, metrics. Request and answer models are in `hooks.models`;
+the OpenAPI document at /openapi.json is made from them.
 
 The receiver only validates and queues; the work happens in the workers. A 202 means the event is
 in Redis; a 503 means it is not, so lakeFS records the hook run as failed (and catch-up finds it).
+Who may read a repository is lakeFS's decision (`hooks.auth`).
 """
 
 from __future__ import annotations
@@ -15,19 +18,19 @@ import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import prometheus_client
 from pydantic import SecretStr
-from starlette.applications import Starlette
-from starlette.middleware import Middleware
+from fastapi import FastAPI, Header, Query
+from fastapi.exceptions import RequestValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
-from starlette.schemas import SchemaGenerator
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
+import exporter
 from exporter.config import Config
 from exporter.datasets import list_datasets, resolve_dataset
 from exporter.diff import DiffCache, cached_diff
@@ -35,7 +38,10 @@ from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.export import exports_in_store
 from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, RepositoryAccess,
                         SignInRefused, Unauthenticated, caller_of, code_key, lakefs_login, lakefs_token_of)
-from hooks.paging import paginate
+from hooks.metrics import WorkerMetrics
+from hooks.models import (Dataset, Datasets, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
+                          Readiness, Session, SignInCode, SignInLink, TableDiff)
+from hooks.paging import MAX_PER_PAGE, paginate
 from exporter.lakefs import LakeFS
 from exporter.status import COMMIT_RECORD, StatusStore
 
@@ -48,7 +54,6 @@ PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; frame-ancestors 
                 "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 QUEUED_EVENTS = {"post-commit", "post-merge", "post-create-tag"}
 REF_FIELD = {"post-commit": "branch_id", "post-merge": "branch_id", "post-create-tag": "tag_id"}
-schemas = SchemaGenerator({"openapi": "3.0.0", "info": {"title": "lakefs-delta-exporter", "version": "0.1.0"}})
 
 
 class BadEvent(Exception):
@@ -57,15 +62,35 @@ class BadEvent(Exception):
         self.status = status
 
 
-def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+class Refusal(Exception):
+    """An answer other than success: its status and message (and headers), as a `Problem`."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.headers = status, headers or {}
 
 
-def unauthenticated(message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=401, headers={"WWW-Authenticate": 'Basic realm="lakeFS"'})
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
-def token_matches(offered: str | None, tokens: tuple[SecretStr, ...]) -> bool:
+def unauthenticated(message: str) -> Refusal:
+    return Refusal(401, message, {"WWW-Authenticate": 'Basic realm="lakeFS"'})
+
+
+def problems(*statuses: int) -> dict:
+    """OpenAPI `responses` entries for error answers."""
+    return {status: {"model": Problem, "description": _MEANING[status]} for status in statuses}
+
+
+_MEANING = {400: "bad input (the message says which)", 401: "no credentials, or lakeFS does not accept them",
+            403: "the caller may not read this repository (lakeFS's decision, or the service token's list)",
+            404: "no such repository, ref, table or path", 413: "body over 1 MiB", 415: "not application/json",
+            422: "a required field is missing or invalid, or the table cannot be read",
+            503: "a service this one needs (lakeFS, Redis, the object store) cannot be reached"}
+
+
+def token_matches(offered: str | None, tokens: tuple[SecretStr, ...]) -> bool:  # webhook tokens
     if not offered:
         return False
     # compare against every token, in constant time, so timing tells nothing about which matched
@@ -108,36 +133,89 @@ def parse_event(body: bytes) -> dict[str, Any]:
     return event
 
 
-def create_app(config: Config) -> Starlette:
+def create_app(config: Config) -> FastAPI:
     status = StatusStore(config.redis)
     registry = prometheus_client.CollectorRegistry()
     events_total = prometheus_client.Counter("lakefs_delta_events_total", "Webhook events received",
                                              ["event_type", "outcome"], registry=registry)
     answer_seconds = prometheus_client.Histogram("lakefs_delta_webhook_answer_seconds", "Time to answer a webhook",
                                                  registry=registry)
+    diff_seconds = prometheus_client.Histogram("lakefs_delta_diff_seconds", "Time to answer a diff request",
+                                               ["cached"], registry=registry)
+    registry.register(WorkerMetrics(status.metrics))  # the workers' counters, kept in Redis
     from workers.app import configure  # the receiver only publishes, by task name; it never runs tasks
 
     queue = configure(config)
+    diffs = DiffCache(config.redis, config.diff_cache_ttl_seconds)
     # /readyz probes run on their own threads with a deadline: a hung dependency never takes the
     # threads that webhook publishing needs
     probes = ThreadPoolExecutor(2, thread_name_prefix="readyz")
+    access = RepositoryAccess(config)
+    if config.api_auth == "none":
+        log.warning("api_auth is none: the API answers anyone who reaches it")
 
-    async def receive_event(request: Request) -> Response:
-        """
-        summary: Receive a lakeFS action event (post-commit, post-merge, post-create-tag) and queue its export.
-        responses:
-          202: {description: queued; body has the task id}
-          200: {description: event type ignored}
-          400: {description: malformed body}
-          401: {description: missing or wrong token}
-          413: {description: body over 1 MiB}
-          415: {description: not application/json}
-          422: {description: a required field is missing or invalid}
-          503: {description: the queue cannot be reached; lakeFS records the hook as failed}
-        """
+    app = FastAPI(title="lakefs-delta-exporter", version=exporter.__version__, docs_url=None, redoc_url=None,
+                  description="Exports Delta tables in lakeFS for engines outside lakeFS, and diffs them.")
+    app.add_middleware(NoStore)
+
+    @app.exception_handler(Refusal)
+    async def _refusal(request: Request, exc: Refusal) -> Response:
+        return error(exc.status, str(exc), exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(part) for part in first["loc"] if part not in ("query", "path", "body"))
+        return error(400, f"{where}: {first['msg']}" if where else first["msg"])
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> Response:
+        return error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    async def require_reader(request: Request, repository: str) -> None:
+        """Returns when the caller may read `repository` (lakeFS decides); else raises the refusal."""
+        if config.api_auth == "none":
+            return
+        try:
+            caller = caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
+        except Unauthenticated as exc:
+            raise unauthenticated(str(exc)) from None
+        decision = await access.check(caller, repository)
+        if decision == UNAUTHENTICATED:
+            raise unauthenticated("lakeFS does not accept these credentials")
+        if decision == FORBIDDEN:
+            raise Refusal(403, f"this identity may not read repository {repository!r}")
+        if decision == NO_REPOSITORY:
+            raise Refusal(404, f"no repository {repository!r}")
+        if decision != ALLOWED:
+            raise Refusal(503, "lakeFS, which decides who may read a repository, cannot be reached")
+
+    async def from_lakefs(function, *args):
+        """Run a library call on the threadpool; its errors as answers (lakeFS's 400 is the caller's)."""
+        try:
+            return await run_in_threadpool(function, *args)
+        except NotFound as exc:
+            raise Refusal(404, str(exc)) from None
+        except BadRequest as exc:
+            raise Refusal(400, str(exc)) from None
+        except ExporterError as exc:
+            raise Refusal(422 if exc.permanent else 503, str(exc)) from None
+
+    # ------------------------------------------------------------ lakeFS's webhook
+
+    @app.post("/webhooks/lakefs", status_code=202, response_model=EventQueued,
+              summary="Receive a lakeFS action event and queue its export",
+              responses={200: {"model": EventIgnored, "description": "an event type that is not exported"},
+                         **problems(400, 401, 413, 415, 422, 503)},
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": LakeFSEvent.model_json_schema()}}}})
+    async def receive_event(request: Request, x_webhook_token: str | None = Header(None),
+                            token: str | None = Query(None, description="the webhook token, when no header carries it")):
+        """post-commit, post-merge and post-create-tag are queued (202); the token is compared in
+        constant time. 503 means the event is not in the queue, so lakeFS records the hook as failed."""
         started = time.monotonic()
         try:
-            response = await _receive(request)
+            response = await _receive(request, x_webhook_token or token)
         except BadEvent as exc:
             events_total.labels("unknown", f"rejected_{exc.status}").inc()
             log.warning("event rejected status=%d reason=%s", exc.status, exc)
@@ -145,8 +223,7 @@ def create_app(config: Config) -> Starlette:
         answer_seconds.observe(time.monotonic() - started)
         return response
 
-    async def _receive(request: Request) -> Response:
-        offered = request.headers.get("x-webhook-token") or request.query_params.get("token")
+    async def _receive(request: Request, offered: str | None) -> Response:
         if not token_matches(offered, config.webhook_tokens):
             raise BadEvent(401, "missing or wrong webhook token (header X-Webhook-Token or query parameter token)")
         content_type = request.headers.get("content-type", "")
@@ -176,74 +253,157 @@ def create_app(config: Config) -> Starlette:
         return queue.send_task("lakefs_delta.export_commit", (repository, ref, commit_id, tag), retry=True,
                                retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.5})
 
-    access = RepositoryAccess(config)
-    if config.api_auth == "none":
-        log.warning("api_auth is none: the API answers anyone who reaches it")
+    # ------------------------------------------------------------ reading (lakeFS decides who)
 
-    async def refused(request: Request, repository: str) -> Response | None:
-        """None when the caller may read `repository` (lakeFS decides); else the answer to give."""
-        if config.api_auth == "none":
-            return None
+    @app.get("/exports/{repository}/{commit}", response_model=ExportStatus, summary="Export status of one commit",
+             responses=problems(400, 401, 403, 404, 503))
+    async def export_status(request: Request, repository: str, commit: str,
+                            ref: str | None = Query(None, description="only this ref's exports")):
+        """Per ref and table: queued, running, retrying, done (with its location) or failed (with
+        the reason). Without a Redis record, answered from the manifests in the object store."""
+        await require_reader(request, repository)
         try:
-            caller = caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
-        except Unauthenticated as exc:
-            return unauthenticated(str(exc))
-        decision = await access.check(caller, repository)
-        if decision == ALLOWED:
-            return None
-        if decision == UNAUTHENTICATED:
-            return unauthenticated("lakeFS does not accept these credentials")
-        if decision == FORBIDDEN:
-            return error(403, f"this identity may not read repository {repository!r}")
-        if decision == NO_REPOSITORY:
-            return error(404, f"no repository {repository!r}")
-        return error(503, "lakeFS, which decides who may read a repository, cannot be reached")
-
-    async def export_status(request: Request) -> Response:
-        """
-        summary: Export status of one commit, per ref and table (queued, running, retrying, done, failed).
-        responses:
-          200: {description: "refs: {ref: {commit: record, tables: {table: record}}}"}
-          401: {description: no credentials, or lakeFS does not accept them}
-          403: {description: the caller's lakeFS identity (or service token) may not read the repository}
-          404: {description: nothing known about this commit}
-        """
-        repository, commit_id = request.path_params["repository"], request.path_params["commit"]
-        if answer := await refused(request, repository):
-            return answer
-        ref = request.query_params.get("ref")
-        try:
-            records = await run_in_threadpool(status.tables, repository, commit_id, ref)
+            records = await run_in_threadpool(status.tables, repository, commit, ref)
         except Exception as exc:
             records = {}
             log.warning("status store unavailable, answering from the manifests: %s", type(exc).__name__)
         if not records:  # Redis lost or never had it: the manifests in the store are the truth
             try:
-                records = await run_in_threadpool(exports_in_store, config, repository, commit_id, ref)
-            except NotFound as exc:
-                return error(404, str(exc))
-            except BadRequest as exc:
-                return error(400, str(exc))
-            except ExporterError as exc:
-                return error(503, f"status store and object store unavailable: {exc}")
+                records = await from_lakefs(exports_in_store, config, repository, commit, ref)
+            except Refusal as exc:
+                if exc.status in (422, 503):
+                    raise Refusal(503, f"status store and object store unavailable: {exc}") from None
+                raise
         if not records:
-            return error(404, f"no export known for commit {commit_id} in repository {repository}")
+            raise Refusal(404, f"no export known for commit {commit} in repository {repository}")
         refs = {name: {"commit": tables.pop(COMMIT_RECORD, None), "tables": tables} for name, tables in records.items()}
-        return JSONResponse({"repository": repository, "commit_id": commit_id, "refs": refs})
+        return {"repository": repository, "commit_id": commit, "refs": refs}
 
-    async def healthz(request: Request) -> Response:
-        """
-        summary: The process is up.
-        """
-        return JSONResponse({"status": "ok"})
+    @app.get("/repositories/{repository}/otf/refs/{left_ref}/diff/{right_ref}", response_model=TableDiff,
+             summary="How a Delta table changed from left_ref to right_ref", responses=problems(400, 401, 403, 404, 422, 503))
+    async def table_diff(request: Request, repository: str, left_ref: str, right_ref: str,
+                         table_path: str = Query(min_length=1, description="the table's path from the repository root"),
+                         type: Literal["delta"] = Query("delta"),
+                         after: str | None = Query(None, description="a result id: the page starts after it"),
+                         amount: int = Query(100, ge=1, le=MAX_PER_PAGE)):
+        """lakeFS's former OTF diff, extended: operations on the right not on the left (newest
+        first, paged), schema changes, row count, files, properties and protocol changes."""
+        await require_reader(request, repository)
+        table_path = table_path.strip("/")
+        if not table_path:
+            raise Refusal(400, "table_path: names no table")
+        started = time.monotonic()
+        diff, cached = await from_lakefs(cached_diff, config, LakeFS(config.lakefs), diffs, repository, left_ref,
+                                         right_ref, table_path)
+        if diff["versions"]["left"] is None and diff["versions"]["right"] is None:
+            raise Refusal(404, f"no Delta table at {table_path!r} on {left_ref} or {right_ref}")
+        try:
+            page, pagination = paginate(diff["results"], after, amount)
+        except ValueError as exc:
+            raise Refusal(400, str(exc)) from None
+        diff_seconds.labels(str(cached).lower()).observe(time.monotonic() - started)
+        return {**diff, "results": page, "pagination": pagination, "cached": cached}
 
-    async def readyz(request: Request) -> Response:
-        """
-        summary: Redis and lakeFS are reachable.
-        responses:
-          200: {description: ready}
-          503: {description: a dependency is unreachable}
-        """
+    @app.get("/repositories/{repository}/refs/{ref}/datasets", response_model=Datasets,
+             summary="The Delta tables at a ref", responses=problems(400, 401, 403, 404, 422, 503))
+    async def datasets(request: Request, repository: str, ref: str):
+        """From descriptors under `_lakefs_tables/`, and detected by their `_delta_log/`."""
+        await require_reader(request, repository)
+        found = await from_lakefs(list_datasets, LakeFS(config.lakefs), repository, ref)
+        return {"repository": repository, "ref": ref, "results": found}
+
+    @app.get("/repositories/{repository}/refs/{ref}/datasets/resolve", response_model=Dataset,
+             summary="The most specific table a path belongs to", responses=problems(400, 401, 403, 404, 422, 503))
+    async def resolve(request: Request, repository: str, ref: str,
+                      path: str = Query(min_length=1, description="a path from the repository root")):
+        await require_reader(request, repository)
+        found = await from_lakefs(list_datasets, LakeFS(config.lakefs), repository, ref)
+        dataset = resolve_dataset(found, path)
+        if dataset is None:
+            raise Refusal(404, f"no dataset contains {path!r}")
+        return dataset
+
+    # ------------------------------------------------------------ the page's sign-in
+
+    @app.post("/session", response_model=Session, summary="Sign the diff page in with lakeFS keys",
+              responses=problems(400, 401, 503))
+    async def sign_in(request: Request, keys: Keys):
+        """lakeFS's login API exchanges the keys for a lakeFS token, which the answer sets as an
+        HttpOnly, SameSite=Strict cookie; the secret is never stored."""
+        try:
+            token, expires = await lakefs_login(config, access.client, keys.access_key_id, keys.secret_access_key)
+        except SignInRefused as exc:
+            raise Refusal(401, str(exc)) from None
+        except httpx.HTTPError:
+            raise Refusal(503, "lakeFS cannot be reached to sign in") from None
+        return signed_in(request, token, expires)
+
+    @app.delete("/session", response_model=Session, summary="Drop the session cookie")
+    async def sign_out():
+        response = JSONResponse({"signed_in": False})
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+        return response
+
+    @app.post("/session/links", response_model=SignInLink, summary="A one-time sign-in code for the diff page",
+              responses=problems(401, 503))
+    async def sign_in_link(request: Request):
+        """For the lakeFS identity that asks (basic auth with lakeFS keys, or a lakeFS token): open
+        `/diff?code=<code>&...` once, before it expires."""
+        try:
+            caller = caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
+            token, expires = await lakefs_token_of(caller, config, access.client)
+        except (Unauthenticated, SignInRefused) as exc:
+            raise unauthenticated(str(exc)) from None
+        except httpx.HTTPError:
+            raise Refusal(503, "lakeFS cannot be reached to sign in") from None
+        code = secrets.token_urlsafe(24)
+        lifetime = min(config.sign_in_link_seconds, expires - int(time.time()))
+        if lifetime <= 0:
+            raise unauthenticated("the lakeFS token has expired")
+        try:
+            await run_in_threadpool(status.redis.set, code_key(code), f"{expires} {token}", ex=lifetime)
+        except Exception as exc:
+            raise Refusal(503, f"Redis cannot be reached: {type(exc).__name__}") from None
+        return {"code": code, "expires_in": lifetime}
+
+    @app.post("/session/code", response_model=Session, summary="Trade a one-time sign-in code for the session cookie",
+              responses=problems(400, 401, 503))
+    async def sign_in_with_code(request: Request, body: SignInCode):
+        try:
+            found = await run_in_threadpool(status.redis.getdel, code_key(body.code))  # one use only
+        except Exception as exc:
+            raise Refusal(503, f"Redis cannot be reached: {type(exc).__name__}") from None
+        if not found:
+            raise Refusal(401, "this sign-in link is unknown, used or expired: ask for a new one")
+        expires, _, token = found.decode().partition(" ")
+        return signed_in(request, token, int(expires))
+
+    def signed_in(request: Request, token: str, expires: int) -> Response:
+        response = JSONResponse({"signed_in": True, "expires_at": expires})
+        response.set_cookie(SESSION_COOKIE, token, max_age=max(0, expires - int(time.time())), path="/",
+                            httponly=True, samesite="strict", secure=request.url.scheme == "https")
+        return response
+
+    @app.get("/diff", include_in_schema=False)
+    async def diff_page():
+        return HTMLResponse((TEMPLATES / "diff.html").read_text(), headers=PAGE_HEADERS)
+
+    @app.get("/assets/{name}", include_in_schema=False)
+    async def page_asset(name: str):
+        media = {"diff.js": "text/javascript", "diff.css": "text/css"}
+        if name not in media:
+            raise Refusal(404, f"no asset {name!r}")
+        return Response((TEMPLATES / name).read_text(), media_type=media[name], headers=PAGE_HEADERS)
+
+    # ------------------------------------------------------------ operations
+
+    @app.get("/healthz", response_model=Health, summary="The process is up")
+    async def healthz():
+        return {"status": "ok"}
+
+    @app.get("/readyz", response_model=Readiness, summary="Redis and lakeFS are reachable",
+             responses={503: {"model": Readiness, "description": "a dependency is unreachable"}})
+    async def readyz():
         loop = asyncio.get_running_loop()
 
         async def probe(check) -> bool:
@@ -257,218 +417,14 @@ def create_app(config: Config) -> Starlette:
         return JSONResponse({"ready": all(checks.values()), "checks": checks, "warnings": warnings},
                             status_code=200 if all(checks.values()) else 503)
 
-    async def metrics(request: Request) -> Response:
-        """
-        summary: Prometheus metrics (this process's, plus the workers' counters kept in Redis).
-        """
-        text = prometheus_client.generate_latest(registry).decode()
-        try:
-            shared = await run_in_threadpool(status.metrics)
-        except Exception:
-            shared = {}
-        for series, value in sorted(shared.items()):
-            text += f"{series} {value}\n"
+    @app.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics",
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+    async def metrics():
+        """This process's, plus the workers' counters kept in Redis."""
+        text = await run_in_threadpool(prometheus_client.generate_latest, registry)  # reads Redis
         return Response(text, media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
-    diffs = DiffCache(config.redis, config.diff_cache_ttl_seconds)
-    diff_seconds = prometheus_client.Histogram("lakefs_delta_diff_seconds", "Time to answer a diff request",
-                                               ["cached"], registry=registry)
-
-    async def table_diff(request: Request) -> Response:
-        """
-        summary: How a Delta table changed from left_ref to right_ref (lakeFS's former OTF diff, extended).
-        parameters:
-          - {name: table_path, in: query, required: true, schema: {type: string}}
-          - {name: type, in: query, schema: {type: string, enum: [delta]}}
-          - {name: after, in: query, schema: {type: string}}
-          - {name: amount, in: query, schema: {type: integer, maximum: 1000}}
-        responses:
-          200: {description: "diff_type, results (operations newest first), schema_changes, row_count, files, history_truncated, pagination"}
-          400: {description: missing table_path, unsupported type, bad paging}
-          401: {description: no credentials, or lakeFS does not accept them}
-          403: {description: the caller's lakeFS identity (or service token) may not read the repository}
-          404: {description: unknown repository, ref or table path}
-        """
-        repository, left, right = (request.path_params[k] for k in ("repository", "left_ref", "right_ref"))
-        if answer := await refused(request, repository):
-            return answer
-        params = request.query_params
-        table_path = params.get("table_path", "").strip("/")
-        if not table_path:
-            return error(400, "query parameter table_path is required")
-        if params.get("type", "delta") != "delta":
-            return error(400, f"unsupported table type {params.get('type')!r}; only delta")
-        try:
-            amount = int(params.get("amount", "100"))
-            if not 1 <= amount <= 1000:
-                raise ValueError
-        except ValueError:
-            return error(400, "amount must be an integer from 1 to 1000")
-        started = time.monotonic()
-        try:
-            diff, cached = await run_in_threadpool(cached_diff, config, LakeFS(config.lakefs), diffs, repository,
-                                                   left, right, table_path)
-        except NotFound as exc:
-            return error(404, str(exc))
-        except BadRequest as exc:
-            return error(400, str(exc))
-        except ExporterError as exc:
-            return error(503 if not exc.permanent else 422, str(exc))
-        if diff["versions"]["left"] is None and diff["versions"]["right"] is None:
-            return error(404, f"no Delta table at {table_path!r} on {left} or {right}")
-        try:
-            page, pagination = paginate(diff["results"], params.get("after"), amount)
-        except ValueError as exc:
-            return error(400, str(exc))
-        diff_seconds.labels(str(cached).lower()).observe(time.monotonic() - started)
-        return JSONResponse({**diff, "results": page, "pagination": pagination, "cached": cached})
-
-    async def datasets(request: Request) -> Response:
-        """
-        summary: The Delta tables at a ref, from descriptors and detected by their _delta_log.
-        responses:
-          200: {description: datasets with name, path, source (descriptor or detected) and latest_version}
-          404: {description: unknown repository or ref}
-        """
-        repository, ref = request.path_params["repository"], request.path_params["ref"]
-        if answer := await refused(request, repository):
-            return answer
-        try:
-            found = await run_in_threadpool(list_datasets, LakeFS(config.lakefs), repository, ref)
-        except NotFound as exc:
-            return error(404, str(exc))
-        except BadRequest as exc:
-            return error(400, str(exc))
-        except ExporterError as exc:
-            return error(503 if not exc.permanent else 422, str(exc))
-        if request.url.path.endswith("/resolve"):
-            path = request.query_params.get("path", "")
-            if not path:
-                return error(400, "query parameter path is required")
-            dataset = resolve_dataset(found, path)
-            return JSONResponse(dataset) if dataset else error(404, f"no dataset contains {path!r}")
-        return JSONResponse({"repository": repository, "ref": ref, "results": found})
-
-    async def sign_in(request: Request) -> Response:
-        """
-        summary: Sign the diff page in with lakeFS keys; the answer sets the session cookie (a lakeFS token, never the secret).
-        responses:
-          200: {description: signed in; the session cookie is set}
-          400: {description: body is not a JSON object with access_key_id and secret_access_key}
-          401: {description: lakeFS does not accept the keys}
-          503: {description: lakeFS cannot be reached}
-        """
-        try:
-            body = json.loads(await read_body(request))
-            key_id, secret = body["access_key_id"], body["secret_access_key"]
-            if not (isinstance(key_id, str) and isinstance(secret, str) and key_id and secret):
-                raise TypeError
-        except (BadEvent, ValueError, KeyError, TypeError):
-            return error(400, "send a JSON object with access_key_id and secret_access_key")
-        try:
-            token, expires = await lakefs_login(config, access.client, key_id, secret)
-        except SignInRefused as exc:
-            return error(401, str(exc))
-        except httpx.HTTPError:
-            return error(503, "lakeFS cannot be reached to sign in")
-        return signed_in(request, token, expires)
-
-    async def sign_in_link(request: Request) -> Response:
-        """
-        summary: A one-time sign-in code for the diff page, for the lakeFS identity that asks (basic auth or a lakeFS token).
-        responses:
-          200: {description: "code and expires_in: open /diff?code=<code>&... once, before it expires"}
-          401: {description: no lakeFS identity, or lakeFS does not accept it}
-          503: {description: lakeFS or Redis cannot be reached}
-        """
-        try:
-            caller = caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
-            token, expires = await lakefs_token_of(caller, config, access.client)
-        except (Unauthenticated, SignInRefused) as exc:
-            return unauthenticated(str(exc))
-        except httpx.HTTPError:
-            return error(503, "lakeFS cannot be reached to sign in")
-        code = secrets.token_urlsafe(24)
-        lifetime = min(config.sign_in_link_seconds, expires - int(time.time()))
-        if lifetime <= 0:
-            return unauthenticated("the lakeFS token has expired")
-        try:
-            await run_in_threadpool(status.redis.set, code_key(code), f"{expires} {token}", ex=lifetime)
-        except Exception as exc:
-            return error(503, f"Redis cannot be reached: {type(exc).__name__}")
-        return JSONResponse({"code": code, "expires_in": lifetime})
-
-    async def sign_in_with_code(request: Request) -> Response:
-        """
-        summary: Trade a one-time sign-in code for the session cookie (the diff page does it when opened from a link).
-        responses:
-          200: {description: signed in; the session cookie is set}
-          400: {description: body is not a JSON object with code}
-          401: {description: the code is unknown, used or expired}
-          503: {description: Redis cannot be reached}
-        """
-        try:
-            code = json.loads(await read_body(request))["code"]
-            if not isinstance(code, str) or not code:
-                raise TypeError
-        except (BadEvent, ValueError, KeyError, TypeError):
-            return error(400, "send a JSON object with the code")
-        try:
-            found = await run_in_threadpool(status.redis.getdel, code_key(code))  # one use only
-        except Exception as exc:
-            return error(503, f"Redis cannot be reached: {type(exc).__name__}")
-        if not found:
-            return error(401, "this sign-in link is unknown, used or expired: ask for a new one")
-        expires, _, token = found.decode().partition(" ")
-        return signed_in(request, token, int(expires))
-
-    async def sign_out(request: Request) -> Response:
-        """
-        summary: Drop the session cookie.
-        responses:
-          200: {description: signed out}
-        """
-        response = JSONResponse({"signed_in": False})
-        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
-        return response
-
-    def signed_in(request: Request, token: str, expires: int) -> Response:
-        response = JSONResponse({"signed_in": True, "expires_at": expires})
-        response.set_cookie(SESSION_COOKIE, token, max_age=max(0, expires - int(time.time())), path="/",
-                            httponly=True, samesite="strict", secure=request.url.scheme == "https")
-        return response
-
-    async def diff_page(request: Request) -> Response:
-        return HTMLResponse((TEMPLATES / "diff.html").read_text(), headers=PAGE_HEADERS)
-
-    async def page_asset(request: Request) -> Response:
-        name = request.path_params["name"]
-        media = {"diff.js": "text/javascript", "diff.css": "text/css"}
-        if name not in media:
-            return error(404, f"no asset {name!r}")
-        return Response((TEMPLATES / name).read_text(), media_type=media[name], headers=PAGE_HEADERS)
-
-    async def openapi(request: Request) -> Response:
-        return JSONResponse(schemas.get_schema(routes=request.app.routes))
-
-    routes = [
-        Route("/webhooks/lakefs", receive_event, methods=["POST"]),
-        Route("/exports/{repository}/{commit}", export_status, methods=["GET"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/repositories/{repository}/otf/refs/{left_ref}/diff/{right_ref}", table_diff, methods=["GET"]),
-        Route("/repositories/{repository}/refs/{ref}/datasets", datasets, methods=["GET"]),
-        Route("/repositories/{repository}/refs/{ref}/datasets/resolve", datasets, methods=["GET"]),
-        Route("/session", sign_in, methods=["POST"]),
-        Route("/session", sign_out, methods=["DELETE"]),
-        Route("/session/links", sign_in_link, methods=["POST"]),
-        Route("/session/code", sign_in_with_code, methods=["POST"]),
-        Route("/diff", diff_page, methods=["GET"], include_in_schema=False),
-        Route("/assets/{name}", page_asset, methods=["GET"], include_in_schema=False),
-        Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),
-    ]
-    return Starlette(routes=routes, middleware=[Middleware(NoStore)])
+    return app
 
 
 class NoStore:

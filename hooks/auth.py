@@ -129,12 +129,13 @@ class SignInRefused(Exception):
 async def lakefs_login(config: Config, client: httpx.AsyncClient, access_key_id: str,
                        secret_access_key: str) -> tuple[str, int]:
     """lakeFS's login API: keys -> (a lakeFS token, its expiry in epoch seconds). SignInRefused
-    when lakeFS refuses the keys; httpx.HTTPError when it cannot be reached."""
+    when lakeFS refuses the keys; httpx.HTTPError when it cannot be reached or fails (5xx)."""
     answer = await client.post(config.lakefs.endpoint.rstrip("/") + "/api/v1/auth/login",
                                json={"access_key_id": access_key_id, "secret_access_key": secret_access_key})
-    if answer.status_code == 401:
+    if answer.status_code >= 500:
+        answer.raise_for_status()
+    if answer.status_code != 200:
         raise SignInRefused("lakeFS does not accept this access key id and secret")
-    answer.raise_for_status()
     document = answer.json()
     return document["token"], int(document.get("token_expiration") or time.time() + 3600)
 
@@ -155,9 +156,10 @@ async def lakefs_token_of(caller: Caller, config: Config, client: httpx.AsyncCli
         return await lakefs_login(config, client, key_id, secret)
     answer = await client.get(config.lakefs.endpoint.rstrip("/") + "/api/v1/user",
                               headers={"Authorization": caller.authorization})
-    if answer.status_code == 401:
+    if answer.status_code >= 500:
+        answer.raise_for_status()
+    if answer.status_code != 200:
         raise SignInRefused("lakeFS does not accept this token")
-    answer.raise_for_status()
     return credentials, _expiry(credentials)
 
 

@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="YAML config file (default: $LAKEFS_DELTA_CONFIG)")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    stack_cmd = commands.add_parser("stack", help="local lakeFS + MinIO + Redis on 127.0.0.1")
+    stack_cmd = commands.add_parser("stack", help="local lakeFS (+ its ACL server) + MinIO + Redis on 127.0.0.1")
     stack_cmd.add_argument("action", choices=["up", "down", "status", "env", "build"])
     stack_cmd.set_defaults(run=_stack)
 

@@ -1,0 +1,59 @@
+"""The workers' figures, kept in a Redis hash by `StatusStore.count`/`observe`, as Prometheus
+metric families with HELP and TYPE: counters (`*_total`) and summaries (`*_sum` + `*_count`)."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.registry import Collector
+
+HELP = {
+    "lakefs_delta_tasks": "Celery tasks run by the workers, by task and outcome",
+    "lakefs_delta_versions_read": "Delta versions read by completed exports",
+    "lakefs_delta_files_rewritten": "Paths rewritten to physical addresses by completed exports",
+    "lakefs_delta_export_seconds": "Seconds a completed table export took",
+    "lakefs_delta_diff_precompute_seconds": "Seconds a diff precomputation took",
+}
+_SERIES = re.compile(r'(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?$')
+_LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>[^"]*)"')
+
+
+class WorkerMetrics(Collector):
+    """Collects from `read()` (series name -> value, e.g. `StatusStore.metrics`) on each scrape;
+    nothing when it fails (Redis down: the scrape still answers this process's own metrics)."""
+
+    def __init__(self, read: Callable[[], dict[str, float]]):
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            series = self.read()
+        except Exception:
+            return
+        counters: dict[str, list[tuple[dict, float]]] = defaultdict(list)
+        summaries: dict[str, dict[tuple, dict]] = defaultdict(dict)
+        for key, value in sorted(series.items()):
+            parsed = _SERIES.match(key)
+            if not parsed:
+                continue
+            name, labels = parsed["name"], dict(_LABEL.findall(parsed["labels"] or ""))
+            for suffix in ("_sum", "_count"):
+                if name.endswith(suffix):
+                    summaries[name[: -len(suffix)]].setdefault(tuple(sorted(labels.items())), {})[suffix] = value
+                    break
+            else:
+                counters[name.removesuffix("_total")].append((labels, value))
+        for name, samples in counters.items():
+            family = CounterMetricFamily(name, HELP.get(name, name), labels=sorted(samples[0][0]))
+            for labels, value in samples:
+                family.add_metric([labels[k] for k in sorted(labels)], value)
+            yield family
+        for name, by_labels in summaries.items():
+            label_names = [k for k, _ in next(iter(by_labels))]
+            family = SummaryMetricFamily(name, HELP.get(name, name), labels=label_names)
+            for labels, parts in by_labels.items():
+                family.add_metric([v for _, v in labels], count_value=parts.get("_count", 0), sum_value=parts.get("_sum", 0))
+            yield family

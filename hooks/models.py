@@ -1,0 +1,186 @@
+"""What the HTTP API takes and answers, as pydantic models: the OpenAPI document is made from them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+State = Literal["queued", "running", "retrying", "done", "failed"]
+
+
+class Problem(BaseModel):
+    """Every error answer: what is wrong, and where it can, what to do."""
+
+    error: str
+
+
+class LakeFSEvent(BaseModel):
+    """lakeFS's action event (the webhook body); other fields lakeFS sends are kept and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    event_type: str = Field(examples=["post-commit"])
+    repository_id: str
+    branch_id: str | None = None
+    tag_id: str | None = None
+    commit_id: str | None = None
+    source_ref: str | None = None
+
+
+class EventQueued(BaseModel):
+    status: Literal["queued"]
+    task_id: str
+    repository: str
+    ref: str
+    commit_id: str
+
+
+class EventIgnored(BaseModel):
+    status: Literal["ignored"]
+    event_type: str
+
+
+class ExportRecord(BaseModel):
+    """One (ref, commit, table)'s export, or the commit-level record of a ref."""
+
+    model_config = ConfigDict(extra="allow")
+    state: State
+    ref: str
+    table: str
+    updated_at: float | None = None
+    reason: str | None = None
+    location: str | None = None
+    checkpoint_version: int | None = None
+    head_version: int | None = None
+    files_rewritten: int | None = None
+    retries: int | None = None
+    permanent: bool | None = None
+
+
+class RefExports(BaseModel):
+    commit: ExportRecord | None
+    tables: dict[str, ExportRecord]
+
+
+class ExportStatus(BaseModel):
+    repository: str
+    commit_id: str
+    refs: dict[str, RefExports]
+
+
+class Operation(BaseModel):
+    """A Delta version on the right that is not on the left."""
+
+    id: str
+    timestamp: int | None
+    operation: str
+    operation_content: dict[str, Any]
+    operation_type: Literal["create", "update", "delete", "unknown"]
+
+
+class SchemaChange(BaseModel):
+    change: str
+    column: str
+    left: str | bool | None
+    right: str | bool | None
+
+
+class Pair(BaseModel):
+    left: Any
+    right: Any
+
+
+class RowCount(BaseModel):
+    left: int | None
+    right: int | None
+    difference: int | None
+
+
+class FileCount(BaseModel):
+    count: int
+    bytes: int
+
+
+class Files(BaseModel):
+    left: FileCount | None
+    right: FileCount | None
+
+
+class Versions(BaseModel):
+    left: int | None
+    right: int | None
+    base: int | None
+
+
+class Pagination(BaseModel):
+    has_more: bool
+    next_offset: str
+    max_per_page: int
+    results: int
+
+
+class TableDiff(BaseModel):
+    """How a Delta table changed from the left ref to the right one."""
+
+    diff_type: Literal["created", "dropped", "changed", "none"]
+    results: list[Operation]
+    history_truncated: bool
+    schema_changes: list[SchemaChange]
+    partition_columns: Pair | None
+    properties_changed: dict[str, Pair]
+    protocol_changed: Pair | None
+    row_count: RowCount
+    files: Files
+    versions: Versions
+    table_path: str
+    left_commit: str | None
+    right_commit: str
+    base_commit: str | None
+    computed_seconds: float
+    pagination: Pagination
+    cached: bool
+
+
+class Dataset(BaseModel):
+    name: str
+    type: Literal["delta"]
+    path: str
+    source: Literal["descriptor", "detected"]
+    latest_version: int | None = None
+
+
+class Datasets(BaseModel):
+    repository: str
+    ref: str
+    results: list[Dataset]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    ready: bool
+    checks: dict[str, bool]
+    warnings: list[str]
+
+
+class Keys(BaseModel):
+    """lakeFS credentials, exchanged through lakeFS's login API; never stored."""
+
+    access_key_id: str = Field(min_length=1)
+    secret_access_key: str = Field(min_length=1)
+
+
+class SignInCode(BaseModel):
+    code: str = Field(min_length=1)
+
+
+class Session(BaseModel):
+    signed_in: bool
+    expires_at: int | None = None
+
+
+class SignInLink(BaseModel):
+    code: str
+    expires_in: int
