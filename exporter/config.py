@@ -104,6 +104,9 @@ class Config(BaseSettings):
     worker_concurrency: int = Field(2, ge=1)
     retry: RetryConfig = RetryConfig()
     diff_cache_ttl_seconds: int = 7 * 24 * 3600
+    # A diff not in the cache is computed by a worker; the API waits this long for it, then answers
+    # 202 (ask again) so the web process never replays table logs itself.
+    diff_wait_seconds: float = Field(15.0, ge=0)
     # Catch-up (lakeFS never retries a post-hook): on by default, in every worker started with beat.
     catch_up_repositories: tuple[str, ...] = ()  # empty: every repository the service's lakeFS user can read
     catch_up_branches: tuple[str, ...] = ()  # branch patterns; empty: those the installed action names

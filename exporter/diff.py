@@ -99,12 +99,39 @@ class DiffCache:
     def put(self, repository: str, left_commit: str | None, right_commit: str, table_path: str, diff: dict) -> None:
         self.redis.set(self.key(repository, left_commit, right_commit, table_path), json.dumps(diff), ex=self.ttl_seconds)
 
+    # A diff asked for over HTTP is computed by a worker: the web process queues it once (`pending`),
+    # then finds the diff, or why it cannot be computed (`failure`, kept briefly), here.
+    FAILURE_TTL_SECONDS = 300
+
+    def put_failure(self, repository: str, left_commit: str | None, right_commit: str, table_path: str,
+                    status: int, message: str) -> None:
+        key = self.key(repository, left_commit, right_commit, table_path)
+        self.redis.set(key + ":failure", json.dumps({"status": status, "error": message}), ex=self.FAILURE_TTL_SECONDS)
+        self.redis.delete(key + ":pending")
+
+    def failure(self, repository: str, left_commit: str | None, right_commit: str, table_path: str) -> dict | None:
+        raw = self.redis.get(self.key(repository, left_commit, right_commit, table_path) + ":failure")
+        return json.loads(raw) if raw else None
+
+    def claim(self, repository: str, left_commit: str | None, right_commit: str, table_path: str,
+              seconds: int) -> bool:
+        """True for the one caller that should queue the computation (others wait for it)."""
+        key = self.key(repository, left_commit, right_commit, table_path) + ":pending"
+        return bool(self.redis.set(key, "1", nx=True, ex=seconds))
+
+    def release(self, repository: str, left_commit: str | None, right_commit: str, table_path: str) -> None:
+        self.redis.delete(self.key(repository, left_commit, right_commit, table_path) + ":pending")
+
+
+def diff_commits(lakefs: LakeFS, repository: str, left_ref: str | None, right_ref: str) -> tuple[str | None, str]:
+    """The commit ids a diff between two refs is keyed by."""
+    return (_commit_id(lakefs, repository, left_ref) if left_ref else None), _commit_id(lakefs, repository, right_ref)
+
 
 def cached_diff(config: Config, lakefs: LakeFS, cache: DiffCache, repository: str, left_ref: str | None,
                 right_ref: str, table_path: str) -> tuple[dict, bool]:
     """The diff between two refs, from the cache when present. Returns (diff, came from cache)."""
-    left_commit = _commit_id(lakefs, repository, left_ref) if left_ref else None
-    right_commit = _commit_id(lakefs, repository, right_ref)
+    left_commit, right_commit = diff_commits(lakefs, repository, left_ref, right_ref)
     found = cache.get(repository, left_commit, right_commit, table_path)
     if found is not None:
         return found, True

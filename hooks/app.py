@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import httpx
 import prometheus_client
+import redis
 from pydantic import SecretStr
 from fastapi import FastAPI, Header, Query
 from fastapi.exceptions import RequestValidationError
@@ -32,14 +33,14 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 
 import exporter
 from exporter.config import Config
-from exporter.datasets import list_datasets, resolve_dataset
-from exporter.diff import DiffCache, cached_diff
+from exporter.datasets import cached_datasets, resolve_dataset
+from exporter.diff import DiffCache, diff_commits
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.export import exports_in_store
 from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, RepositoryAccess,
                         SignInRefused, Unauthenticated, caller_of, code_key, lakefs_login, lakefs_token_of)
 from hooks.metrics import WorkerMetrics
-from hooks.models import (Dataset, Datasets, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
+from hooks.models import (Dataset, Datasets, DiffComputing, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
                           Readiness, Session, SignInCode, SignInLink, TableDiff)
 from hooks.paging import MAX_PER_PAGE, paginate
 from exporter.lakefs import LakeFS
@@ -200,6 +201,8 @@ def create_app(config: Config) -> FastAPI:
             raise Refusal(400, str(exc)) from None
         except ExporterError as exc:
             raise Refusal(422 if exc.permanent else 503, str(exc)) from None
+        except redis.RedisError as exc:
+            raise Refusal(503, f"Redis cannot be reached: {type(exc).__name__}") from None
 
     # ------------------------------------------------------------ lakeFS's webhook
 
@@ -280,21 +283,32 @@ def create_app(config: Config) -> FastAPI:
         return {"repository": repository, "commit_id": commit, "refs": refs}
 
     @app.get("/repositories/{repository}/otf/refs/{left_ref}/diff/{right_ref}", response_model=TableDiff,
-             summary="How a Delta table changed from left_ref to right_ref", responses=problems(400, 401, 403, 404, 422, 503))
+             summary="How a Delta table changed from left_ref to right_ref",
+             responses={202: {"model": DiffComputing, "description": "not computed yet: ask again after Retry-After"},
+                        **problems(400, 401, 403, 404, 422, 503)})
     async def table_diff(request: Request, repository: str, left_ref: str, right_ref: str,
                          table_path: str = Query(min_length=1, description="the table's path from the repository root"),
                          type: Literal["delta"] = Query("delta"),
                          after: str | None = Query(None, description="a result id: the page starts after it"),
                          amount: int = Query(100, ge=1, le=MAX_PER_PAGE)):
         """lakeFS's former OTF diff, extended: operations on the right not on the left (newest
-        first, paged), schema changes, row count, files, properties and protocol changes."""
+        first, paged), schema changes, row count, files, properties and protocol changes. Answered
+        from the cache; a diff not there yet is computed by a worker, waited for up to
+        `diff_wait_seconds`, else 202."""
         await require_reader(request, repository)
         table_path = table_path.strip("/")
         if not table_path:
             raise Refusal(400, "table_path: names no table")
         started = time.monotonic()
-        diff, cached = await from_lakefs(cached_diff, config, LakeFS(config.lakefs), diffs, repository, left_ref,
-                                         right_ref, table_path)
+        left_commit, right_commit = await from_lakefs(diff_commits, LakeFS(config.lakefs), repository, left_ref, right_ref)
+        key = (repository, left_commit, right_commit, table_path)
+        diff = await run_in_threadpool(diffs.get, *key)
+        cached = diff is not None
+        if diff is None:  # computed by a worker, never here: wait a little, then "ask again"
+            diff = await computed_diff(key)
+        if diff is None:
+            return JSONResponse({"status": "computing", "retry_after_seconds": 2, "left_commit": left_commit,
+                                 "right_commit": right_commit}, status_code=202, headers={"Retry-After": "2"})
         if diff["versions"]["left"] is None and diff["versions"]["right"] is None:
             raise Refusal(404, f"no Delta table at {table_path!r} on {left_ref} or {right_ref}")
         try:
@@ -304,12 +318,30 @@ def create_app(config: Config) -> FastAPI:
         diff_seconds.labels(str(cached).lower()).observe(time.monotonic() - started)
         return {**diff, "results": page, "pagination": pagination, "cached": cached}
 
+    async def computed_diff(key: tuple) -> dict | None:
+        """Queue the diff on the workers (once, however many ask) and wait up to `diff_wait_seconds`
+        for it; None when it is not there yet. A failure the worker recorded is the answer."""
+        if await run_in_threadpool(diffs.claim, *key, config.task_time_limit_seconds):
+            await run_in_threadpool(lambda: queue.send_task("lakefs_delta.compute_diff", key))
+        deadline = time.monotonic() + config.diff_wait_seconds
+        while True:
+            diff = await run_in_threadpool(diffs.get, *key)
+            if diff is not None:
+                return diff
+            failure = await run_in_threadpool(diffs.failure, *key)
+            if failure is not None:
+                raise Refusal(failure["status"], failure["error"])
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(0.25)
+
     @app.get("/repositories/{repository}/refs/{ref}/datasets", response_model=Datasets,
              summary="The Delta tables at a ref", responses=problems(400, 401, 403, 404, 422, 503))
     async def datasets(request: Request, repository: str, ref: str):
         """From descriptors under `_lakefs_tables/`, and detected by their `_delta_log/`."""
         await require_reader(request, repository)
-        found = await from_lakefs(list_datasets, LakeFS(config.lakefs), repository, ref)
+        found = await from_lakefs(cached_datasets, LakeFS(config.lakefs), status.redis, repository, ref,
+                                  config.diff_cache_ttl_seconds)
         return {"repository": repository, "ref": ref, "results": found}
 
     @app.get("/repositories/{repository}/refs/{ref}/datasets/resolve", response_model=Dataset,
@@ -317,7 +349,8 @@ def create_app(config: Config) -> FastAPI:
     async def resolve(request: Request, repository: str, ref: str,
                       path: str = Query(min_length=1, description="a path from the repository root")):
         await require_reader(request, repository)
-        found = await from_lakefs(list_datasets, LakeFS(config.lakefs), repository, ref)
+        found = await from_lakefs(cached_datasets, LakeFS(config.lakefs), status.redis, repository, ref,
+                                  config.diff_cache_ttl_seconds)
         dataset = resolve_dataset(found, path)
         if dataset is None:
             raise Refusal(404, f"no dataset contains {path!r}")

@@ -141,6 +141,15 @@ class TableDiff(BaseModel):
     cached: bool
 
 
+class DiffComputing(BaseModel):
+    """A diff a worker is computing: ask again (the `Retry-After` header says when)."""
+
+    status: Literal["computing"]
+    retry_after_seconds: int
+    left_commit: str | None
+    right_commit: str
+
+
 class Dataset(BaseModel):
     name: str
     type: Literal["delta"]

@@ -46,3 +46,18 @@ def sign_in_link(url: str, access_key_id: str, secret_access_key: str, page: dic
     if answer.status_code != 200:
         raise RuntimeError(f"the service refused a sign-in link ({answer.status_code}): {answer.text[:300]}")
     return f"{url}/diff?{urlencode({**page, 'code': answer.json()['code']})}"
+
+
+def table_diff(url: str, headers: dict[str, str], repository: str, left: str, right: str, table_path: str,
+               timeout: float = 300) -> dict:
+    """The history diff from the API, asking again while a worker computes it (202)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = httpx.get(f"{url}/repositories/{repository}/otf/refs/{left}/diff/{right}",
+                           params={"table_path": table_path, "type": "delta"}, headers=headers, timeout=60)
+        answer.raise_for_status()
+        if answer.status_code == 200:
+            return answer.json()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"diff {left}..{right} of {table_path} still computing after {timeout}s")
+        time.sleep(float(answer.headers.get("Retry-After", "2")))

@@ -13,7 +13,6 @@ import time
 from datetime import date
 from pathlib import Path
 
-import httpx
 
 from lakefs_delta import stack
 
@@ -60,7 +59,7 @@ def run_demo() -> dict:
     from exporter.config import load_config
     from exporter.lakefs import LakeFS
     from lakefs_delta.cli import render_diff
-    from lakefs_delta.client import sign_in_link, wait_for_exports
+    from lakefs_delta.client import sign_in_link, table_diff, wait_for_exports
     from lakefs_delta.spark import stack_spark_session
 
     say("1/6 starting lakeFS, MinIO and Redis (first run builds them: several minutes)")
@@ -94,11 +93,8 @@ def run_demo() -> dict:
     facts["external_count"] = external_count(exp1_export["location"])
     say(f"\nexp1 transactions: {facts['external_count']} rows read by a separate Spark session from "
         f"{exp1_export['location']} (no lakeFS), {facts['lakefs_count']} rows through lakeFS")
-    answer = httpx.get(f"{url}/repositories/{repository}/otf/refs/main/diff/exp1",
-                       params={"table_path": "tables/transactions", "type": "delta"},
-                       headers={"Authorization": f"Bearer {state.webhook_token}"}, timeout=60)
-    answer.raise_for_status()
-    facts["diff"] = answer.json()
+    facts["diff"] = table_diff(url, {"Authorization": f"Bearer {state.webhook_token}"}, repository, "main", "exp1",
+                               "tables/transactions")
     say("\n" + render_diff(facts["diff"], "main", "exp1"))
     facts["page"] = sign_in_link(url, state.lakefs_access_key_id, state.lakefs_secret_access_key,
                                  {"repository": repository, "left": "main", "right": "exp1",

@@ -19,7 +19,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from exporter.catch_up import catch_up as find_missing_exports
 from exporter.config import Config
 from exporter.diff import DiffCache, cached_diff
-from exporter.errors import ExporterError
+from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.export import ExportOutcome, abandon_export, find_table
 from exporter.export import export_table as export_one_table
 from exporter.lakefs import LakeFS
@@ -269,4 +269,29 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
     status.observe("lakefs_delta_diff_precompute_seconds", time.monotonic() - started)
     log.info("diff %s/%s %s outcome=%s seconds=%.2f", repository, commit_id, table_path,
              "cached" if cached else "computed", time.monotonic() - started)
+    return True
+
+
+@app.task(bind=True, base=RetriedTask, name="lakefs_delta.compute_diff")
+def compute_diff(self, repository: str, left_commit: str | None, right_commit: str, table_path: str) -> bool:
+    """A diff the API was asked for and did not have: computed here, never in the web process. The
+    API finds the diff in the cache, or why it cannot be made (kept briefly); transient errors retry."""
+    config = current_config()
+    _, diffs = _services(config)
+    started = time.monotonic()
+    try:
+        cached_diff(config, _lakefs(config), diffs, repository, left_commit, right_commit, table_path)
+        diffs.release(repository, left_commit, right_commit, table_path)
+    except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
+        reason = _transient_reason(exc, config)
+        if reason is not None and self.request.retries < self.max_retries:
+            raise Transient(reason) from exc
+        status_code = 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, BadRequest) else \
+            422 if reason is None else 503
+        diffs.put_failure(repository, left_commit, right_commit, table_path, status_code, reason or str(exc))
+        log.warning("diff %s %s..%s %s outcome=failed reason=%s", repository, left_commit, right_commit, table_path,
+                    reason or exc)
+        return False
+    log.info("diff %s %s..%s %s outcome=computed seconds=%.2f", repository, left_commit, right_commit, table_path,
+             time.monotonic() - started)
     return True

@@ -13,7 +13,11 @@ async function post(path, body) {
 }
 
 async function api(path) {
-  const answer = await fetch(path, { credentials: "same-origin" });
+  let answer = await fetch(path, { credentials: "same-origin" });
+  for (let tries = 0; answer.status === 202 && tries < 150; tries++) {  // a worker is computing it: ask again
+    await new Promise((done) => setTimeout(done, 1000 * Number(answer.headers.get("Retry-After") || 2)));
+    answer = await fetch(path, { credentials: "same-origin" });
+  }
   const body = await answer.json().catch(() => ({ error: answer.statusText }));
   if (answer.status === 401) show("sign-in", true);
   if (!answer.ok) throw new Error(body.error || ("HTTP " + answer.status));

@@ -92,3 +92,31 @@ def test_a_ref_lakefs_rejects_is_a_client_error_not_an_outage(service, lakefs, r
         f"/repositories/{repository}/otf/refs/bad..ref/diff/main?table_path=tables/t",
         f"/repositories/{repository}/refs/bad..ref/datasets/resolve?path=x")]
     assert [a.status_code for a in answers] == [400, 400, 400], [a.text for a in answers]
+
+
+def test_a_diff_not_cached_is_computed_by_a_worker_and_the_api_says_ask_again(processes, service, lakefs,
+                                                                               repository, config):
+    """With no wait at all, the first ask is 202 (queued on the workers); the diff then comes from
+    the cache. A table whose log cannot be read comes back as the worker's 422, not as 202 forever."""
+    import time
+
+    a_table(lakefs, repository)
+    lakefs.upload_object(repository, "main", "tables/broken/_delta_log/" + f"{0:020d}.json", b"{not json\n")
+    lakefs.commit_branch(repository, "main", "a broken table")
+    impatient = processes.serve("service-no-wait", BOUND_PORT + 1, extra_env={"LAKEFS_DELTA_DIFF_WAIT_SECONDS": "0"})
+    admin = basic(config.lakefs.access_key_id, config.lakefs.secret_access_key.get_secret_value())
+
+    first = httpx.get(impatient + diff_path(repository), headers=admin, timeout=30)
+    assert first.status_code == 202 and first.headers["retry-after"] == "2" and first.json()["status"] == "computing"
+    answers = [first]
+    while answers[-1].status_code == 202 and len(answers) < 60:
+        time.sleep(1)
+        answers.append(httpx.get(impatient + diff_path(repository), headers=admin, timeout=30))
+    assert answers[-1].status_code == 200 and answers[-1].json()["cached"] is True
+
+    broken = f"/repositories/{repository}/otf/refs/main/diff/main?table_path=tables/broken"
+    answers = [httpx.get(impatient + broken, headers=admin, timeout=30)]
+    while answers[-1].status_code == 202 and len(answers) < 60:
+        time.sleep(1)
+        answers.append(httpx.get(impatient + broken, headers=admin, timeout=30))
+    assert answers[-1].status_code == 422 and "00000000000000000000.json" in answers[-1].json()["error"]
