@@ -13,7 +13,7 @@ bench: setup
 	.venv/bin/python -m bench
 
 stack-up: setup
-	.venv/bin/lakefs-delta stack up
+	.venv/bin/python -m devtools.stack up
 
 stack-down:
-	.venv/bin/lakefs-delta stack down
+	.venv/bin/python -m devtools.stack down

@@ -12,7 +12,7 @@ How lakeFS v1.86.0 runs it (read from its sources, `pkg/actions/lua/...` and
 - `aws.s3_client(key, secret, region, endpoint)` writes the log: the fourth argument is the endpoint.
   There is no path-style switch, but aws-sdk-go-v2's endpoint rules address an IP-literal endpoint
   path style (`http://127.0.0.1:19000/<bucket>/<key>`), so the stack's MinIO is reachable with no
-  lakeFS configuration beyond what `lakefs_delta.stack` already writes (`localhost` would not be:
+  lakeFS configuration beyond what `devtools.stack` already writes (`localhost` would not be:
   it becomes `<bucket>.localhost`). `aws` and `formats` are always loaded; `net_http_enabled` is
   not needed;
 - output: `<namespace>/_lakefs/exported/<branch>/<first 6 of commit>/<table name>/_delta_log/`,
@@ -123,7 +123,7 @@ def calls_between(before: dict[str, float], after: dict[str, float]) -> tuple[di
 
 def lakefs_rss_mib() -> float | None:
     """The lakeFS process's resident memory (the Lua VM runs inside it), None when not ours to see."""
-    from lakefs_delta import stack
+    from devtools import stack
 
     pid = stack._running_pid(stack.STACK_DIR, "lakefs")
     if pid is None:

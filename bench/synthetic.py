@@ -114,7 +114,7 @@ def running_stack():
 
     from exporter.config import load_config
     from exporter.lakefs import LakeFS
-    from lakefs_delta import stack
+    from devtools import stack
 
     state = stack.up()
     os.environ.update(state.environment())
@@ -123,7 +123,7 @@ def running_stack():
 
 
 def new_repository(lakefs, name_prefix: str) -> str:
-    from lakefs_delta import stack
+    from devtools import stack
 
     repository = f"{name_prefix}-{uuid.uuid4().hex[:6]}"
     lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
@@ -158,7 +158,7 @@ def import_objects(lakefs, repository: str, branch: str, destination: str, names
 
     import lakefs_sdk
 
-    from lakefs_delta import stack
+    from devtools import stack
 
     s3 = object_store_client()
     source = f"bulk-import/{uuid.uuid4().hex}/"

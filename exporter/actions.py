@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
+from importlib import resources
 
 from exporter.errors import ExporterError, NotFound
 from exporter.lakefs import LakeFS
 from exporter.tables import DESCRIPTORS_PREFIX, parse_descriptor
 
-# the repository's actions/ folder (the image sets LAKEFS_DELTA_ACTIONS_DIR)
-TEMPLATES = Path(os.environ.get("LAKEFS_DELTA_ACTIONS_DIR", Path(__file__).resolve().parent.parent / "actions"))
+TEMPLATES = resources.files("exporter") / "templates"  # package data: there in a wheel install too
 ACTION_PATH = "_lakefs_actions/delta-export.yaml"
 
 

@@ -5,38 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
-
-
-def _stack(args: argparse.Namespace) -> int:
-    from lakefs_delta import stack
-
-    try:
-        if args.action == "up":
-            state = stack.up()
-            print(f"lakeFS  {state.lakefs_endpoint}  (access key {state.lakefs_access_key_id})")
-            print(f"MinIO   {state.minio_endpoint}  (bucket {stack.BUCKET})")
-            print(f"Redis   {state.redis_url}")
-            print("Run `eval \"$(lakefs-delta stack env)\"` to point this shell at the stack.")
-        elif args.action == "down":
-            stack.down()
-        elif args.action == "status":
-            report = stack.status()
-            for service, facts in report.items():
-                state = "healthy" if facts["healthy"] else ("running, not healthy" if facts["pid"] else "stopped")
-                print(f"{service:7} {state}" + (f" (pid {facts['pid']})" if facts["pid"] else ""))
-            return 0 if all(facts["healthy"] for facts in report.values()) else 1
-        elif args.action == "env":
-            for name, value in stack.load_state().environment().items():
-                print(f"export {name}={shlex.quote(value)}")
-        elif args.action == "build":
-            print(stack.build_minio())
-            print(stack.build_lakefs())
-    except stack.StackError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
 
 
 def _config(args: argparse.Namespace) -> int:
@@ -94,6 +63,40 @@ def _worker(args: argparse.Namespace) -> int:
     # the default queue and the large tables' queue, unless told which
     argv += ["--queues", args.queues or f"celery,{config.large_table_queue}"]
     configure(config).worker_main(argv)
+    return 0
+
+
+def _healthcheck(args: argparse.Namespace) -> int:
+    """The health of this container's process, by its role: `serve` answers GET /healthz, a
+    `worker` answers a Celery ping addressed to its own node name. The role (and `--port`,
+    `--name`) are read from the command PID 1 runs unless `--role` says."""
+    import socket
+    import urllib.request
+    from pathlib import Path
+
+    command = [part.decode() for part in Path(args.cmdline).read_bytes().split(b"\0") if part]
+    role = args.role or ("worker" if "worker" in command else "serve")
+
+    def option(name: str, default: str) -> str:
+        return command[command.index(name) + 1] if name in command[:-1] else default
+
+    if role == "serve":
+        url = f"http://127.0.0.1:{option('--port', '18080')}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=3) as answer:
+                healthy = answer.status == 200
+        except OSError as exc:
+            print(f"unhealthy: {url}: {exc}", file=sys.stderr)
+            return 1
+        return 0 if healthy else 1
+    from exporter.config import load_config
+    from workers.app import configure
+
+    node = option("--name", "celery@%h").replace("%h", socket.gethostname())
+    replies = configure(load_config(args.config)).control.ping(destination=[node], timeout=5)
+    if not replies:
+        print(f"unhealthy: worker {node} did not answer a ping", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -187,9 +190,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="YAML config file (default: $LAKEFS_DELTA_CONFIG)")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    stack_cmd = commands.add_parser("stack", help="local lakeFS (+ its ACL server) + MinIO + Redis on 127.0.0.1")
-    stack_cmd.add_argument("action", choices=["up", "down", "status", "env", "build"])
-    stack_cmd.set_defaults(run=_stack)
 
     config_cmd = commands.add_parser("config", help="show the effective configuration, secrets masked")
     config_cmd.add_argument("action", choices=["show"])
@@ -237,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     diff_cmd.add_argument("--table", required=True, help="table path from the repository root")
     diff_cmd.add_argument("--json", action="store_true")
     diff_cmd.set_defaults(run=_diff)
+
+    health_cmd = commands.add_parser("healthcheck", help="exit 0 when this container's serve or worker is healthy")
+    health_cmd.add_argument("--role", choices=["serve", "worker"], help="default: from the command PID 1 runs")
+    health_cmd.add_argument("--cmdline", default="/proc/1/cmdline", help=argparse.SUPPRESS)
+    health_cmd.set_defaults(run=_healthcheck)
 
     link_cmd = commands.add_parser("sign-in-link", help="a one-time link to the diff page, signed in as the "
                                                         "config's lakeFS identity")

@@ -31,5 +31,5 @@ if [[ ! -e $stamp ]]; then
 fi
 
 say "building lakeFS and MinIO if not cached (first time: ~10 minutes)"
-.venv/bin/lakefs-delta stack build >/dev/null
+.venv/bin/python -m devtools.stack build >/dev/null
 say "ready"

@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 mkdir -p tests/artifacts
-.venv/bin/lakefs-delta stack up >/dev/null
-eval "$(.venv/bin/lakefs-delta stack env)"
+.venv/bin/python -m devtools.stack up >/dev/null
+eval "$(.venv/bin/python -m devtools.stack env)"
 
 .venv/bin/pytest -m unit -q --junitxml=tests/artifacts/unit.xml "$@"
 .venv/bin/pytest -m integration -v --junitxml=tests/artifacts/integration.xml "$@"

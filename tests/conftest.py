@@ -22,7 +22,7 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 
 @pytest.fixture(scope="session")
 def stack_env() -> dict[str, str]:
-    from lakefs_delta import stack
+    from devtools import stack
 
     state = stack.up()
     env = state.environment()
@@ -65,7 +65,7 @@ def s3(stack_env):
 
 @pytest.fixture(scope="session")
 def spark(stack_env):
-    from lakefs_delta.spark import stack_spark_session
+    from devtools.spark import stack_spark_session
 
     session = stack_spark_session(stack_env, app_name="tests")
     yield session

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_demo_exports_every_commit_reads_outside_lakefs_and_diffs(service, stack_env):
-    result = subprocess.run([sys.executable, "-m", "lakefs_delta.demo", "--json"], cwd=ROOT, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "devtools.demo", "--json"], cwd=ROOT, capture_output=True,
                             text=True, timeout=1200, env={**os.environ, **stack_env})
     assert result.returncode == 0, result.stderr[-4000:]
     facts = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("DEMO-FACTS "))[11:])

@@ -19,7 +19,7 @@ import redis
 from exporter.actions import install_actions
 from exporter.config import load_config
 from exporter.export import MANIFEST
-from lakefs_delta import stack
+from devtools import stack
 from lakefs_delta.client import export_status, wait_for_exports
 from tests.conftest import SERVICE_PORT
 from workers.app import configure

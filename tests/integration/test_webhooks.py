@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from exporter.config import load_config
-from lakefs_delta import stack
+from devtools import stack
 from workers.app import configure
 from lakefs_delta.client import export_status, wait_for_exports
 from tests.conftest import SERVICE_PORT

@@ -26,7 +26,7 @@ def test_final_stage_runs_as_non_root_with_a_healthcheck_and_no_build_tools():
     steps = instructions()
     final = steps[max(i for i, (op, _) in enumerate(steps) if op == "FROM"):]
     ops = {op for op, _ in final}
-    assert "HEALTHCHECK" in ops and "/healthz" in dict(final)["HEALTHCHECK"]
+    assert "HEALTHCHECK" in ops and '["lakefs-delta", "healthcheck"]' in dict(final)["HEALTHCHECK"]
     users = [arg for op, arg in final if op == "USER"]
     assert users and users[-1] not in ("root", "0")
     assert not any(op == "RUN" and ("pip install" in arg or "apt-get" in arg) for op, arg in final)

@@ -1,6 +1,6 @@
 """The demo: a PySpark pipeline on lakeFS, exported and diffed automatically.
 
-`make demo` runs `python -m lakefs_delta.demo`; the integration test runs `run_demo()` itself.
+`make demo` runs `python -m devtools.demo`; the integration test runs `run_demo()` itself.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from datetime import date
 from pathlib import Path
 
 
-from lakefs_delta import stack
+from devtools import stack
 
 SERVICE_PORT = 18080
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def start_service(state: stack.StackState) -> str:
 
 def external_count(location: str) -> int:
     """Count rows with a separate Spark session (its own JVM) that has no lakeFS endpoint at all."""
-    code = ("import sys; from lakefs_delta.spark import stack_spark_session as s; "
+    code = ("import sys; from devtools.spark import stack_spark_session as s; "
             "spark = s(through_lakefs=False, app_name='external-reader'); "
             "print('COUNT', spark.read.format('delta').load(sys.argv[1]).count())")
     result = subprocess.run([sys.executable, "-c", code, location], capture_output=True, text=True, cwd=ROOT,
@@ -60,7 +60,7 @@ def run_demo() -> dict:
     from exporter.lakefs import LakeFS
     from lakefs_delta.cli import render_diff
     from lakefs_delta.client import sign_in_link, table_diff, wait_for_exports
-    from lakefs_delta.spark import stack_spark_session
+    from devtools.spark import stack_spark_session
 
     say("1/6 starting lakeFS, MinIO and Redis (first run builds them: several minutes)")
     state = stack.up()
@@ -101,7 +101,7 @@ def run_demo() -> dict:
                                   "table_path": "tables/transactions"})
     say(f"\nDiff page (a one-time sign-in link as the stack's lakeFS admin, valid 15 minutes; "
         f"`lakefs-delta sign-in-link` makes another):\n{facts['page']}")
-    say("The service keeps running for the page. Stop everything with: .venv/bin/lakefs-delta stack down")
+    say("The service keeps running for the page. Stop everything with: .venv/bin/python -m devtools.stack down")
     return facts
 
 

@@ -89,7 +89,7 @@ def spark_session(gateway: S3Endpoint | None, buckets: dict[str, S3Endpoint] | N
 
 
 def stack_spark_session(environ: dict[str, str] | None = None, through_lakefs: bool = True, app_name: str = "lakefs-delta"):
-    """A session for the local stack, from the variables `lakefs-delta stack env` prints."""
+    """A session for the local stack, from the variables `python -m devtools.stack env` prints."""
     env = os.environ if environ is None else environ
     lakefs = S3Endpoint(env["LAKEFS_DELTA_LAKEFS_ENDPOINT"], env["LAKEFS_DELTA_LAKEFS_ACCESS_KEY_ID"],
                         env["LAKEFS_DELTA_LAKEFS_SECRET_ACCESS_KEY"])

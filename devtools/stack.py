@@ -6,9 +6,11 @@ generated keys) lives in the stack directory. `down` stops exactly the processes
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -411,3 +413,40 @@ def status(stack_dir: Path = STACK_DIR) -> dict[str, dict]:
         pid = _running_pid(stack_dir, service)
         report[service] = {"pid": pid, "healthy": bool(pid) and check(state)}
     return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m devtools.stack up|down|status|env|build`."""
+    parser = argparse.ArgumentParser(prog="python -m devtools.stack", description=__doc__)
+    parser.add_argument("action", choices=["up", "down", "status", "env", "build"])
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "up":
+            state = up()
+            print(f"lakeFS  {state.lakefs_endpoint}  (access key {state.lakefs_access_key_id})")
+            print(f"MinIO   {state.minio_endpoint}  (bucket {BUCKET})")
+            print(f"Redis   {state.redis_url}")
+            print("Run `eval \"$(.venv/bin/python -m devtools.stack env)\"` to point this shell at the stack.")
+        elif args.action == "down":
+            down()
+        elif args.action == "status":
+            report = status()
+            for service, facts in report.items():
+                state = "healthy" if facts["healthy"] else ("running, not healthy" if facts["pid"] else "stopped")
+                print(f"{service:7} {state}" + (f" (pid {facts['pid']})" if facts["pid"] else ""))
+            return 0 if all(facts["healthy"] for facts in report.values()) else 1
+        elif args.action == "env":
+            for name, value in load_state().environment().items():
+                print(f"export {name}={shlex.quote(value)}")
+        elif args.action == "build":
+            print(build_minio())
+            print(build_acl_server())
+            print(build_lakefs())
+    except StackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
