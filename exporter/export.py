@@ -360,15 +360,14 @@ def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], N
     read fails (latest, time travel, CDF); once it exists every version is there. Commits go in
     version order, so their modification times (the commit timestamps of readers without in-commit
     timestamps) increase; without a checkpoint, `0.json` is written last and so the later commits
-    are written once more after it, with identical bytes, to keep the times in order (the first
-    writes of those go in parallel: their times are overwritten).
+    are written once more after it, with identical bytes, to keep the times in order.
     `write(name)` writes one file (name under `_delta_log/`): a put of new bytes, or a copy.
     """
     commits = [n for _, n in segment.commits]
     if segment.checkpoint is None:
         start, later = commits[0], commits[1:]
-        with ThreadPoolExecutor(IO_THREADS) as pool:
-            list(pool.map(write, later))
+        for name in later:
+            write(name)
         write(start)  # the table exists from here on
         for name in later:
             write(name)
