@@ -65,8 +65,9 @@ class LakeFS:
             message = _error_message(exc)
             if exc.status == 404:
                 raise NotFound(f"lakeFS: {what}: {message}") from None
-            if exc.status == 400:
-                raise BadRequest(f"lakeFS answered 400 to {what}: {message}") from None
+            # lakeFS answers 500 to some refs it cannot parse (`main~x`): that is bad input, not an outage
+            if exc.status == 400 or (exc.status == 500 and message.endswith("validation error")):
+                raise BadRequest(f"lakeFS answered {exc.status} to {what}: {message}") from None
             if exc.status in (429,) or (exc.status or 0) >= 500:
                 raise ServiceUnavailable(f"lakeFS answered {exc.status} to {what}: {message}") from None
             raise ExporterError(f"lakeFS answered {exc.status} to {what}: {message}") from None

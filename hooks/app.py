@@ -161,7 +161,10 @@ def create_app(config: Config) -> FastAPI:
 
     @app.exception_handler(Refusal)
     async def _refusal(request: Request, exc: Refusal) -> Response:
-        return error(exc.status, str(exc), exc.headers)
+        headers = exc.headers
+        if request.headers.get("x-requested-with"):  # the page: its own sign-in form, not the browser's dialog
+            headers = {k: v for k, v in headers.items() if k.lower() != "www-authenticate"}
+        return error(exc.status, str(exc), headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:

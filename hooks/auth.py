@@ -113,13 +113,21 @@ class RepositoryAccess:
             return LAKEFS_DOWN
         if answer.status_code == 200:
             return ALLOWED
-        if answer.status_code == 401:
-            return UNAUTHENTICATED
+        if answer.status_code == 401:  # lakeFS answers 401 both to unknown credentials and to "not allowed"
+            return await self._known_identity(caller)
         if answer.status_code == 403:
             return FORBIDDEN
         if answer.status_code in (400, 404):
             return NO_REPOSITORY
         return LAKEFS_DOWN
+
+    async def _known_identity(self, caller: Caller) -> int:
+        """FORBIDDEN when lakeFS knows the caller (it just may not read), else UNAUTHENTICATED."""
+        try:
+            answer = await self.client.get(f"{self.endpoint}/user", headers={"Authorization": caller.authorization})
+        except httpx.HTTPError:
+            return LAKEFS_DOWN
+        return FORBIDDEN if answer.status_code == 200 else UNAUTHENTICATED if answer.status_code == 401 else LAKEFS_DOWN
 
 
 class SignInRefused(Exception):

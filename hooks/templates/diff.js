@@ -6,17 +6,20 @@ if (params.get("table_path")) $("table").add(new Option(params.get("table_path")
 // the session is an HttpOnly cookie (a lakeFS token): this script never sees a credential
 async function post(path, body) {
   const answer = await fetch(path, { method: "POST", credentials: "same-origin",
-    headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    headers: { "Content-Type": "application/json", "X-Requested-With": "fetch" }, body: JSON.stringify(body) });
   const found = await answer.json().catch(() => ({ error: answer.statusText }));
   if (!answer.ok) throw new Error(found.error || ("HTTP " + answer.status));
   return found;
 }
 
+// X-Requested-With: a 401 then comes without WWW-Authenticate, so the browser shows no dialog of its own
+const FROM_PAGE = { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } };
+
 async function api(path) {
-  let answer = await fetch(path, { credentials: "same-origin" });
+  let answer = await fetch(path, FROM_PAGE);
   for (let tries = 0; answer.status === 202 && tries < 150; tries++) {  // a worker is computing it: ask again
     await new Promise((done) => setTimeout(done, 1000 * Number(answer.headers.get("Retry-After") || 2)));
-    answer = await fetch(path, { credentials: "same-origin" });
+    answer = await fetch(path, FROM_PAGE);
   }
   const body = await answer.json().catch(() => ({ error: answer.statusText }));
   if (answer.status === 401) show("sign-in", true);
@@ -103,6 +106,7 @@ $("sign-in").addEventListener("submit", async (e) => {
     await post("/session", { access_key_id: $("access-key-id").value, secret_access_key: $("secret-access-key").value });
     $("secret-access-key").value = ""; show("sign-in", false); show("error", false);
     if ($("repository").value && $("right").value && $("table").value) compare();
+    if ($("repository").value) loadTables().catch(() => {});
   } catch (err) { fail(err); }
 });
 // everything the URL names is used: with a table path the diff shows at once; the table list fills in beside it

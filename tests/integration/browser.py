@@ -14,10 +14,12 @@ class SeenPage:
     removed_columns: list[str]
     row_difference: str
     cookies: list[dict]
+    sign_in_shown: bool  # the sign-in form is on screen
 
 
-def open_diff_page(link: str, screenshot: str) -> SeenPage:
-    """Open `link` as printed and wait for the diff; the screenshot goes to the test artifacts."""
+def open_diff_page(link: str, screenshot: str, keys: tuple[str, str] | None = None) -> SeenPage:
+    """Open `link` as printed and wait for the diff; with `keys`, first sign in on the page's form
+    with that lakeFS access key id and secret. The screenshot goes to the test artifacts."""
     from playwright.sync_api import sync_playwright
 
     os.makedirs(ARTIFACTS, exist_ok=True)
@@ -28,9 +30,15 @@ def open_diff_page(link: str, screenshot: str) -> SeenPage:
         context = browser.new_context()
         page = context.new_page()
         page.goto(link)
+        if keys:
+            page.wait_for_selector("#sign-in:not([hidden])", timeout=60_000)
+            page.fill("#access-key-id", keys[0])
+            page.fill("#secret-access-key", keys[1])
+            page.click("#sign-in button")
         page.wait_for_selector("#result:not([hidden])", timeout=60_000)
         seen = SeenPage(url=page.url, removed_columns=sorted(page.locator("#schema tr.removed td:nth-child(2)").all_inner_texts()),
-                        row_difference=page.locator("#row-difference").inner_text(), cookies=context.cookies())
+                        row_difference=page.locator("#row-difference").inner_text(), cookies=context.cookies(),
+                        sign_in_shown=page.locator("#sign-in").is_visible())
         page.screenshot(path=os.path.join(ARTIFACTS, screenshot), full_page=True)
         browser.close()
     return seen

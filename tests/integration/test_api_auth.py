@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import uuid
 
 import httpx
@@ -85,13 +86,19 @@ def test_a_service_token_reads_only_the_repositories_it_names(processes, lakefs,
     assert httpx.get(bound + diff_path(repository), headers={"Authorization": "Bearer x"}, timeout=30).status_code == 401
 
 
-def test_a_ref_lakefs_rejects_is_a_client_error_not_an_outage(service, lakefs, repository):
+def test_a_name_lakefs_rejects_is_a_client_error_not_an_outage(service, lakefs, repository):
+    """`main~x` is no valid ref, `0` no valid repository: lakeFS answers 400, and so does the API."""
     reader = new_user(lakefs, reads=True)
     answers = [httpx.get(service + path, headers=basic(*reader), timeout=30) for path in (
-        f"/repositories/{repository}/refs/bad..ref/datasets",
-        f"/repositories/{repository}/otf/refs/bad..ref/diff/main?table_path=tables/t",
-        f"/repositories/{repository}/refs/bad..ref/datasets/resolve?path=x")]
-    assert [a.status_code for a in answers] == [400, 400, 400], [a.text for a in answers]
+        f"/repositories/{repository}/refs/main~x/datasets",
+        f"/repositories/{repository}/otf/refs/main~x/diff/main?table_path=tables/t",
+        f"/repositories/{repository}/refs/main~x/datasets/resolve?path=x",
+        f"/exports/{repository}/main~x")]
+    assert [a.status_code for a in answers] == [400, 400, 400, 404], [a.text for a in answers]
+    # an invalid repository name: no such repository, for a lakeFS identity and a service token alike
+    for headers in (basic(*reader), {"Authorization": f"Bearer {os.environ['LAKEFS_DELTA_WEBHOOK_TOKENS'].split(',')[0]}"}):
+        answer = httpx.get(f"{service}/repositories/0/refs/0/datasets", headers=headers, timeout=30)
+        assert answer.status_code in (400, 404), answer.text
 
 
 def test_a_diff_not_cached_is_computed_by_a_worker_and_the_api_says_ask_again(processes, service, lakefs,

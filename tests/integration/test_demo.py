@@ -35,4 +35,4 @@ def test_demo_exports_every_commit_reads_outside_lakefs_and_diffs(service, stack
 
     seen = open_diff_page(facts["page"], "demo-diff-page.png")
     assert seen.removed_columns == ["description", "merchant"] and seen.row_difference == "(+80)"
-    assert "code=" not in seen.url
+    assert "code=" not in seen.url and not seen.sign_in_shown

@@ -158,11 +158,25 @@ def test_diff_page_opens_signed_in_from_a_one_time_link(service, story, config):
     assert seen.removed_columns == ["account", "description"]
     assert seen.row_difference.startswith("(-")  # 100 -> 85 rows
     assert "code=" not in seen.url and "table_path=tables%2Ftransactions" in seen.url  # the code left the address bar
+    assert not seen.sign_in_shown
     [session] = [c for c in seen.cookies if c["name"] == "lakefs_delta_session"]
     assert session["httpOnly"] and session["sameSite"] == "Strict" and secret not in session["value"]
     # the link worked once: opened again, the page asks to sign in
     code = link.rsplit("code=", 1)[1]
     assert httpx.post(service + "/session/code", json={"code": code}, timeout=10).status_code == 401
+
+
+def test_diff_page_signs_in_with_lakefs_keys_and_keeps_no_secret(service, story, config):
+    from tests.integration.browser import open_diff_page
+
+    secret = config.lakefs.secret_access_key.get_secret_value()
+    link = f"{service}/diff?repository={story}&left=main&right=exp1&table_path=tables/transactions"
+
+    seen = open_diff_page(link, "diff-page-sign-in.png", keys=(config.lakefs.access_key_id, secret))
+
+    assert seen.removed_columns == ["account", "description"] and not seen.sign_in_shown
+    [session] = [c for c in seen.cookies if c["name"] == "lakefs_delta_session"]
+    assert session["httpOnly"] and secret not in session["value"] and config.lakefs.access_key_id not in session["value"]
 
 
 def test_history_reaches_past_the_checkpoint_and_says_when_it_is_gone(config, lakefs, repository):

@@ -70,7 +70,7 @@ def test_lakefs_decides_once_per_caller_and_repository_within_the_cache_time():
 
 def test_lakefs_refusing_the_credentials_is_unauthenticated_and_a_service_token_never_asks_lakefs():
     settings = config(LAKEFS_DELTA_API_TOKENS="svc=x")
-    transport = httpx.MockTransport(lambda request: httpx.Response(401))
+    transport = httpx.MockTransport(lambda request: httpx.Response(401))  # /user too: unknown credentials
     access = RepositoryAccess(settings, httpx.AsyncClient(transport=transport))
 
     async def decisions():
@@ -79,3 +79,12 @@ def test_lakefs_refusing_the_credentials_is_unauthenticated_and_a_service_token_
                 await access.check(service, "x"), await access.check(service, "y")]
 
     assert asyncio.run(decisions()) == [UNAUTHENTICATED, ALLOWED, FORBIDDEN]
+
+
+def test_lakefs_saying_401_to_a_caller_it_knows_is_forbidden_not_unauthenticated():
+    def lakefs(request: httpx.Request) -> httpx.Response:  # lakeFS answers "not allowed" with a 401
+        return httpx.Response(200 if request.url.path.endswith("/user") else 401)
+
+    settings = config()
+    access = RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs)))
+    assert asyncio.run(access.check(caller_of(basic("AKIA1", "a"), settings), "x")) == FORBIDDEN
