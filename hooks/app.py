@@ -424,9 +424,14 @@ def create_app(config: Config) -> FastAPI:
     async def diff_page():
         return HTMLResponse((TEMPLATES / "diff.html").read_text(), headers=PAGE_HEADERS)
 
+    @app.get("/docs", include_in_schema=False)
+    async def docs_page():
+        """The API reference, rendered from /openapi.json by the service's own script (no CDN)."""
+        return HTMLResponse((TEMPLATES / "docs.html").read_text(), headers=PAGE_HEADERS)
+
     @app.get("/assets/{name}", include_in_schema=False)
     async def page_asset(name: str):
-        media = {"diff.js": "text/javascript", "diff.css": "text/css"}
+        media = {"diff.js": "text/javascript", "diff.css": "text/css", "docs.js": "text/javascript"}
         if name not in media:
             raise Refusal(404, f"no asset {name!r}")
         return Response((TEMPLATES / name).read_text(), media_type=media[name], headers=PAGE_HEADERS)

@@ -17,6 +17,10 @@ class SeenPage:
     sign_in_shown: bool  # the sign-in form is on screen
 
 
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
 def open_diff_page(link: str, screenshot: str, keys: tuple[str, str] | None = None) -> SeenPage:
     """Open `link` as printed and wait for the diff; with `keys`, first sign in on the page's form
     with that lakeFS access key id and secret. The screenshot goes to the test artifacts."""
@@ -24,9 +28,7 @@ def open_diff_page(link: str, screenshot: str, keys: tuple[str, str] | None = No
 
     os.makedirs(ARTIFACTS, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         context = browser.new_context()
         page = context.new_page()
         page.goto(link)

@@ -197,3 +197,20 @@ def test_history_reaches_past_the_checkpoint_and_says_when_it_is_gone(config, la
     cleaned = diff(config, lakefs, repository, "main", "topic", "tables/history")
     assert [int(op["id"]) for op in cleaned["results"]] == list(range(25, 14, -1))
     assert cleaned["history_truncated"]
+
+
+def test_the_api_reference_page_lists_every_operation(service):
+    from playwright.sync_api import sync_playwright
+
+    from tests.integration.browser import CHROMIUM_ARGS
+
+    operations = httpx.get(service + "/openapi.json", timeout=10).json()["paths"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.goto(service + "/docs")
+        page.wait_for_selector("#operations section", timeout=30_000)
+        shown = page.locator("#operations h2").all_inner_texts()
+        page.screenshot(path=os.path.join(ARTIFACTS, "api-docs.png"), full_page=True)
+        browser.close()
+    assert sorted(shown) == sorted(f"{method.upper()} {path}" for path, ops in operations.items() for method in ops)
