@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
-import redis
-
 from exporter.deltalog import LogListing
 from exporter.lakefs import LakeFS
-from exporter.status import PREFIX
+from exporter.results import ResultCache
 from exporter.tables import discover_tables
 
 MAX_DEPTH = 6  # folders below the root searched for undeclared tables
@@ -62,14 +58,8 @@ def resolve_dataset(datasets: list[dict], path: str) -> dict | None:
     return max(matches, key=lambda d: len(d["path"]), default=None)
 
 
-def cached_datasets(lakefs: LakeFS, cache: redis.Redis, repository: str, ref: str, ttl_seconds: int) -> list[dict]:
-    """`list_datasets` of the ref's commit, from Redis when that commit was listed before: a commit
-    never changes, so the entry never goes stale (one lakeFS call resolves the ref)."""
-    commit_id = lakefs.commit(repository, ref).id
-    key = f"{PREFIX}:datasets:{repository}:{commit_id}"
-    found = cache.get(key)
-    if found is not None:
-        return json.loads(found)
-    datasets = list_datasets(lakefs, repository, commit_id)
-    cache.set(key, json.dumps(datasets), ex=ttl_seconds)
-    return datasets
+class DatasetsCache(ResultCache):
+    """The datasets of a commit, keyed by (repository, commit id)."""
+
+    def __init__(self, redis_url: str, ttl_seconds: int):
+        super().__init__(redis_url, ttl_seconds, "datasets")

@@ -6,10 +6,8 @@ the same two commits always have the same diff.
 
 from __future__ import annotations
 
-import json
 import time
 
-import redis
 
 from exporter.config import Config
 from exporter.deltalog import parse_actions
@@ -19,7 +17,7 @@ from exporter.snapshot import TableLog, TableState, snapshot_state
 from exporter.lakefs import LakeFS
 from exporter.logstore import LoadedLog, load_log
 from exporter.objectstore import ObjectStore
-from exporter.status import PREFIX
+from exporter.results import ResultCache
 
 
 def load_table(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str) -> LoadedLog | None:
@@ -81,46 +79,11 @@ def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: s
     return result
 
 
-class DiffCache:
+class DiffCache(ResultCache):
     """Diffs keyed by (repository, left commit, right commit, table path), bounded by a TTL."""
 
     def __init__(self, redis_url: str, ttl_seconds: int):
-        self.redis = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
-        self.ttl_seconds = ttl_seconds
-
-    @staticmethod
-    def key(repository: str, left_commit: str | None, right_commit: str, table_path: str) -> str:
-        return f"{PREFIX}:diff:{repository}:{left_commit or '-'}:{right_commit}:{table_path.strip('/')}"
-
-    def get(self, repository: str, left_commit: str | None, right_commit: str, table_path: str) -> dict | None:
-        raw = self.redis.get(self.key(repository, left_commit, right_commit, table_path))
-        return json.loads(raw) if raw else None
-
-    def put(self, repository: str, left_commit: str | None, right_commit: str, table_path: str, diff: dict) -> None:
-        self.redis.set(self.key(repository, left_commit, right_commit, table_path), json.dumps(diff), ex=self.ttl_seconds)
-
-    # A diff asked for over HTTP is computed by a worker: the web process queues it once (`pending`),
-    # then finds the diff, or why it cannot be computed (`failure`, kept briefly), here.
-    FAILURE_TTL_SECONDS = 300
-
-    def put_failure(self, repository: str, left_commit: str | None, right_commit: str, table_path: str,
-                    status: int, message: str) -> None:
-        key = self.key(repository, left_commit, right_commit, table_path)
-        self.redis.set(key + ":failure", json.dumps({"status": status, "error": message}), ex=self.FAILURE_TTL_SECONDS)
-        self.redis.delete(key + ":pending")
-
-    def failure(self, repository: str, left_commit: str | None, right_commit: str, table_path: str) -> dict | None:
-        raw = self.redis.get(self.key(repository, left_commit, right_commit, table_path) + ":failure")
-        return json.loads(raw) if raw else None
-
-    def claim(self, repository: str, left_commit: str | None, right_commit: str, table_path: str,
-              seconds: int) -> bool:
-        """True for the one caller that should queue the computation (others wait for it)."""
-        key = self.key(repository, left_commit, right_commit, table_path) + ":pending"
-        return bool(self.redis.set(key, "1", nx=True, ex=seconds))
-
-    def release(self, repository: str, left_commit: str | None, right_commit: str, table_path: str) -> None:
-        self.redis.delete(self.key(repository, left_commit, right_commit, table_path) + ":pending")
+        super().__init__(redis_url, ttl_seconds, "diff")
 
 
 def diff_commits(lakefs: LakeFS, repository: str, left_ref: str | None, right_ref: str) -> tuple[str | None, str]:
@@ -136,7 +99,7 @@ def cached_diff(config: Config, lakefs: LakeFS, cache: DiffCache, repository: st
     if found is not None:
         return found, True
     diff = compute_diff(config, lakefs, repository, left_commit, right_commit, table_path)
-    cache.put(repository, left_commit, right_commit, table_path, diff)
+    cache.put(diff, repository, left_commit, right_commit, table_path)
     return diff, False
 
 

@@ -33,17 +33,18 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 
 import exporter
 from exporter.config import Config
-from exporter.datasets import cached_datasets, resolve_dataset
+from exporter.datasets import DatasetsCache, resolve_dataset
 from exporter.diff import DiffCache, diff_commits
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.export import exports_in_store
 from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, RepositoryAccess,
                         SignInRefused, Unauthenticated, caller_of, code_key, lakefs_login, lakefs_token_of)
 from hooks.metrics import WorkerMetrics
-from hooks.models import (Dataset, Datasets, DiffComputing, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
+from hooks.models import (Dataset, Datasets, Computing, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
                           Readiness, Session, SignInCode, SignInLink, TableDiff)
 from hooks.paging import MAX_PER_PAGE, paginate
 from exporter.lakefs import LakeFS
+from exporter.results import ResultCache
 from exporter.status import COMMIT_RECORD, StatusStore
 
 log = logging.getLogger("lakefs_delta.hooks")
@@ -148,6 +149,7 @@ def create_app(config: Config) -> FastAPI:
 
     queue = configure(config)
     diffs = DiffCache(config.redis, config.diff_cache_ttl_seconds)
+    datasets_cache = DatasetsCache(config.redis, config.diff_cache_ttl_seconds)
     # /readyz probes run on their own threads with a deadline: a hung dependency never takes the
     # threads that webhook publishing needs
     probes = ThreadPoolExecutor(2, thread_name_prefix="readyz")
@@ -285,10 +287,11 @@ def create_app(config: Config) -> FastAPI:
         refs = {name: {"commit": tables.pop(COMMIT_RECORD, None), "tables": tables} for name, tables in records.items()}
         return {"repository": repository, "commit_id": commit, "refs": refs}
 
+    computing = {202: {"model": Computing, "description": "not computed yet: ask again after Retry-After"}}
+
     @app.get("/repositories/{repository}/otf/refs/{left_ref}/diff/{right_ref}", response_model=TableDiff,
              summary="How a Delta table changed from left_ref to right_ref",
-             responses={202: {"model": DiffComputing, "description": "not computed yet: ask again after Retry-After"},
-                        **problems(400, 401, 403, 404, 422, 503)})
+             responses={**computing, **problems(400, 401, 403, 404, 422, 503)})
     async def table_diff(request: Request, repository: str, left_ref: str, right_ref: str,
                          table_path: str = Query(min_length=1, description="the table's path from the repository root"),
                          type: Literal["delta"] = Query("delta"),
@@ -304,14 +307,10 @@ def create_app(config: Config) -> FastAPI:
             raise Refusal(400, "table_path: names no table")
         started = time.monotonic()
         left_commit, right_commit = await from_lakefs(diff_commits, LakeFS(config.lakefs), repository, left_ref, right_ref)
-        key = (repository, left_commit, right_commit, table_path)
-        diff = await run_in_threadpool(diffs.get, *key)
-        cached = diff is not None
-        if diff is None:  # computed by a worker, never here: wait a little, then "ask again"
-            diff = await computed_diff(key)
+        cached, diff = await from_workers(diffs, "lakefs_delta.compute_diff",
+                                          (repository, left_commit, right_commit, table_path))
         if diff is None:
-            return JSONResponse({"status": "computing", "retry_after_seconds": 2, "left_commit": left_commit,
-                                 "right_commit": right_commit}, status_code=202, headers={"Retry-After": "2"})
+            return still_computing()
         if diff["versions"]["left"] is None and diff["versions"]["right"] is None:
             raise Refusal(404, f"no Delta table at {table_path!r} on {left_ref} or {right_ref}")
         try:
@@ -321,39 +320,58 @@ def create_app(config: Config) -> FastAPI:
         diff_seconds.labels(str(cached).lower()).observe(time.monotonic() - started)
         return {**diff, "results": page, "pagination": pagination, "cached": cached}
 
-    async def computed_diff(key: tuple) -> dict | None:
-        """Queue the diff on the workers (once, however many ask) and wait up to `diff_wait_seconds`
-        for it; None when it is not there yet. A failure the worker recorded is the answer."""
-        if await run_in_threadpool(diffs.claim, *key, config.task_time_limit_seconds):
-            await run_in_threadpool(lambda: queue.send_task("lakefs_delta.compute_diff", key))
-        deadline = time.monotonic() + config.diff_wait_seconds
-        while True:
-            diff = await run_in_threadpool(diffs.get, *key)
-            if diff is not None:
-                return diff
-            failure = await run_in_threadpool(diffs.failure, *key)
-            if failure is not None:
-                raise Refusal(failure["status"], failure["error"])
-            if time.monotonic() >= deadline:
-                return None
-            await asyncio.sleep(0.25)
+    async def from_workers(cache: ResultCache, task: str, parts: tuple) -> tuple[bool, Any]:
+        """(was it cached, the result): from the cache, else queued on the workers (once, however
+        many ask) and waited for up to `diff_wait_seconds`; the result is None when it is not there
+        yet. A failure the worker recorded is the answer. Heavy work never runs in this process."""
+        try:
+            found = await run_in_threadpool(cache.get, *parts)
+            if found is not None:
+                return True, found
+            if await run_in_threadpool(cache.claim, config.task_time_limit_seconds, *parts):
+                await run_in_threadpool(lambda: queue.send_task(task, parts))
+            deadline = time.monotonic() + config.diff_wait_seconds
+            while True:
+                found = await run_in_threadpool(cache.get, *parts)
+                if found is not None:
+                    return False, found
+                failure = await run_in_threadpool(cache.failure, *parts)
+                if failure is not None:
+                    raise Refusal(failure["status"], failure["error"])
+                if time.monotonic() >= deadline:
+                    return False, None
+                await asyncio.sleep(0.25)
+        except redis.RedisError as exc:
+            raise Refusal(503, f"Redis cannot be reached: {type(exc).__name__}") from None
+
+    def still_computing() -> Response:
+        return JSONResponse({"status": "computing", "retry_after_seconds": 2}, status_code=202,
+                            headers={"Retry-After": "2"})
+
+    async def datasets_at(repository: str, ref: str) -> list[dict] | None:
+        commit_id = (await from_lakefs(LakeFS(config.lakefs).commit, repository, ref)).id
+        return (await from_workers(datasets_cache, "lakefs_delta.list_datasets", (repository, commit_id)))[1]
 
     @app.get("/repositories/{repository}/refs/{ref}/datasets", response_model=Datasets,
-             summary="The Delta tables at a ref", responses=problems(400, 401, 403, 404, 422, 503))
+             summary="The Delta tables at a ref", responses={**computing, **problems(400, 401, 403, 404, 422, 503)})
     async def datasets(request: Request, repository: str, ref: str):
-        """From descriptors under `_lakefs_tables/`, and detected by their `_delta_log/`."""
+        """From descriptors under `_lakefs_tables/`, and detected by their `_delta_log/`; listed by a
+        worker once per commit and cached, like diffs."""
         await require_reader(request, repository)
-        found = await from_lakefs(cached_datasets, LakeFS(config.lakefs), status.redis, repository, ref,
-                                  config.diff_cache_ttl_seconds)
+        found = await datasets_at(repository, ref)
+        if found is None:
+            return still_computing()
         return {"repository": repository, "ref": ref, "results": found}
 
     @app.get("/repositories/{repository}/refs/{ref}/datasets/resolve", response_model=Dataset,
-             summary="The most specific table a path belongs to", responses=problems(400, 401, 403, 404, 422, 503))
+             summary="The most specific table a path belongs to",
+             responses={**computing, **problems(400, 401, 403, 404, 422, 503)})
     async def resolve(request: Request, repository: str, ref: str,
                       path: str = Query(min_length=1, description="a path from the repository root")):
         await require_reader(request, repository)
-        found = await from_lakefs(cached_datasets, LakeFS(config.lakefs), status.redis, repository, ref,
-                                  config.diff_cache_ttl_seconds)
+        found = await datasets_at(repository, ref)
+        if found is None:
+            return still_computing()
         dataset = resolve_dataset(found, path)
         if dataset is None:
             raise Refusal(404, f"no dataset contains {path!r}")

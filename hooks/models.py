@@ -141,13 +141,11 @@ class TableDiff(BaseModel):
     cached: bool
 
 
-class DiffComputing(BaseModel):
-    """A diff a worker is computing: ask again (the `Retry-After` header says when)."""
+class Computing(BaseModel):
+    """A result a worker is computing: ask again (the `Retry-After` header says when)."""
 
     status: Literal["computing"]
     retry_after_seconds: int
-    left_commit: str | None
-    right_commit: str
 
 
 class Dataset(BaseModel):

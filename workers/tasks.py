@@ -18,11 +18,14 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from exporter.catch_up import catch_up as find_missing_exports
 from exporter.config import Config
+from exporter.datasets import DatasetsCache
+from exporter.datasets import list_datasets as find_datasets
 from exporter.diff import DiffCache, cached_diff
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.export import ExportOutcome, abandon_export, find_table
 from exporter.export import export_table as export_one_table
 from exporter.lakefs import LakeFS
+from exporter.results import ResultCache
 from exporter.logstore import checkpoint_files_hint
 from exporter.status import COMMIT_RECORD, StatusStore
 from exporter.tables import DESCRIPTORS_PREFIX, TableDescriptor, changed_tables, discover_tables
@@ -274,24 +277,43 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
 
 @app.task(bind=True, base=RetriedTask, name="lakefs_delta.compute_diff")
 def compute_diff(self, repository: str, left_commit: str | None, right_commit: str, table_path: str) -> bool:
-    """A diff the API was asked for and did not have: computed here, never in the web process. The
-    API finds the diff in the cache, or why it cannot be made (kept briefly); transient errors retry."""
+    """A diff the API was asked for and did not have: computed here, never in the web process."""
     config = current_config()
     _, diffs = _services(config)
+    return _compute_for_api(self, diffs, (repository, left_commit, right_commit, table_path),
+                            lambda: cached_diff(config, _lakefs(config), diffs, repository, left_commit, right_commit,
+                                                table_path)[0])
+
+
+@app.task(bind=True, base=RetriedTask, name="lakefs_delta.list_datasets")
+def list_datasets(self, repository: str, commit_id: str) -> bool:
+    """The datasets of a commit the API was asked for: the walk over folders runs here."""
+    config = current_config()
+    return _compute_for_api(self, _datasets_cache(config), (repository, commit_id),
+                            lambda: find_datasets(_lakefs(config), repository, commit_id))
+
+
+@functools.cache
+def _datasets_cache(config: Config) -> DatasetsCache:
+    return DatasetsCache(config.redis, config.diff_cache_ttl_seconds)
+
+
+def _compute_for_api(task, cache: ResultCache, parts: tuple, compute) -> bool:
+    """Put `compute()` in the cache under `parts`, or why it cannot be had (the API answers with
+    that status); transient errors retry while retries last."""
+    config = current_config()
     started = time.monotonic()
     try:
-        cached_diff(config, _lakefs(config), diffs, repository, left_commit, right_commit, table_path)
-        diffs.release(repository, left_commit, right_commit, table_path)
+        cache.put(compute(), *parts)
+        cache.release(*parts)
     except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
         reason = _transient_reason(exc, config)
-        if reason is not None and self.request.retries < self.max_retries:
+        if reason is not None and task.request.retries < task.max_retries:
             raise Transient(reason) from exc
         status_code = 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, BadRequest) else \
             422 if reason is None else 503
-        diffs.put_failure(repository, left_commit, right_commit, table_path, status_code, reason or str(exc))
-        log.warning("diff %s %s..%s %s outcome=failed reason=%s", repository, left_commit, right_commit, table_path,
-                    reason or exc)
+        cache.put_failure(status_code, reason or str(exc), *parts)
+        log.warning("%s %s outcome=failed reason=%s", cache.kind, " ".join(map(str, parts)), reason or exc)
         return False
-    log.info("diff %s %s..%s %s outcome=computed seconds=%.2f", repository, left_commit, right_commit, table_path,
-             time.monotonic() - started)
+    log.info("%s %s outcome=computed seconds=%.2f", cache.kind, " ".join(map(str, parts)), time.monotonic() - started)
     return True

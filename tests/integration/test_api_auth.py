@@ -101,10 +101,11 @@ def test_a_name_lakefs_rejects_is_a_client_error_not_an_outage(service, lakefs, 
         assert answer.status_code in (400, 404), answer.text
 
 
-def test_a_diff_not_cached_is_computed_by_a_worker_and_the_api_says_ask_again(processes, service, lakefs,
+def test_what_is_not_cached_is_computed_by_a_worker_and_the_api_says_ask_again(processes, service, lakefs,
                                                                                repository, config):
     """With no wait at all, the first ask is 202 (queued on the workers); the diff then comes from
-    the cache. A table whose log cannot be read comes back as the worker's 422, not as 202 forever."""
+    the cache. A table whose log cannot be read comes back as the worker's 422, not as 202 forever.
+    Datasets likewise."""
     import time
 
     a_table(lakefs, repository)
@@ -127,3 +128,12 @@ def test_a_diff_not_cached_is_computed_by_a_worker_and_the_api_says_ask_again(pr
         time.sleep(1)
         answers.append(httpx.get(impatient + broken, headers=admin, timeout=30))
     assert answers[-1].status_code == 422 and "00000000000000000000.json" in answers[-1].json()["error"]
+
+    # datasets too: listed by a worker once per commit
+    datasets = f"/repositories/{repository}/refs/main/datasets"
+    answers = [httpx.get(impatient + datasets, headers=admin, timeout=30)]
+    while answers[-1].status_code == 202 and len(answers) < 60:
+        time.sleep(1)
+        answers.append(httpx.get(impatient + datasets, headers=admin, timeout=30))
+    assert answers[0].status_code == 202 and answers[-1].status_code == 200
+    assert {d["path"] for d in answers[-1].json()["results"]} == {"tables/t", "tables/broken"}

@@ -4,6 +4,7 @@ no demo), and works from a fresh environment; the image's health check fits each
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -21,7 +22,13 @@ def installed_wheel(tmp_path_factory) -> Path:
     """A fresh environment with only the wheel installed; its dependencies come from the test
     environment's site-packages, whose editable install of this repository stays inactive."""
     work = tmp_path_factory.mktemp("wheel")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(ROOT)],
+    source = work / "src"  # a copy: setuptools leaves build/ in the tree it builds from
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for package in ("exporter", "hooks", "workers", "lakefs_delta", "devtools"):  # devtools: must stay out of the wheel
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(source)],
                            capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     [wheel] = (work / "dist").glob("lakefs_delta_exporter-*.whl")
