@@ -10,7 +10,6 @@ Who may read a repository is lakeFS's decision (`hooks.auth`).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import re
@@ -23,7 +22,6 @@ from typing import Any, Literal
 import httpx
 import prometheus_client
 import redis
-from pydantic import SecretStr
 from fastapi import FastAPI, Header, Query
 from fastapi.exceptions import RequestValidationError
 from starlette.concurrency import run_in_threadpool
@@ -38,7 +36,7 @@ from exporter.diff import DiffCache, diff_commits
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.export import exports_in_store
 from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, RepositoryAccess,
-                        SignInRefused, Unauthenticated, caller_of, code_key, lakefs_login, lakefs_token_of)
+                        SignInRefused, Unauthenticated, caller_of, code_key, matching_token)
 from hooks.metrics import WorkerMetrics
 from hooks.models import (Dataset, Datasets, Computing, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
                           Readiness, Session, SignInCode, SignInLink, TableDiff)
@@ -56,12 +54,6 @@ PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; frame-ancestors 
                 "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 QUEUED_EVENTS = {"post-commit", "post-merge", "post-create-tag"}
 REF_FIELD = {"post-commit": "branch_id", "post-merge": "branch_id", "post-create-tag": "tag_id"}
-
-
-class BadEvent(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
 
 
 class Refusal(Exception):
@@ -92,22 +84,15 @@ _MEANING = {400: "bad input (the message says which)", 401: "no credentials, or 
             503: "a service this one needs (lakeFS, Redis, the object store) cannot be reached"}
 
 
-def token_matches(offered: str | None, tokens: tuple[SecretStr, ...]) -> bool:  # webhook tokens
-    if not offered:
-        return False
-    # compare against every token, in constant time, so timing tells nothing about which matched
-    return any([hmac.compare_digest(offered.encode(), token.get_secret_value().encode()) for token in tokens])
-
-
 async def read_body(request: Request) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
-        raise BadEvent(413, f"body larger than {MAX_BODY} bytes")
+        raise Refusal(413, f"body larger than {MAX_BODY} bytes")
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_BODY:
-            raise BadEvent(413, f"body larger than {MAX_BODY} bytes")
+            raise Refusal(413, f"body larger than {MAX_BODY} bytes")
     return bytes(body)
 
 
@@ -116,22 +101,22 @@ def parse_event(body: bytes) -> dict[str, Any]:
     try:
         event = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadEvent(400, f"body is not valid JSON: {exc}") from None
+        raise Refusal(400, f"body is not valid JSON: {exc}") from None
     if not isinstance(event, dict):
-        raise BadEvent(400, "body must be a JSON object")
+        raise Refusal(400, "body must be a JSON object")
     for field in ("event_type", "repository_id"):
         if not isinstance(event.get(field), str) or not event[field].strip():
-            raise BadEvent(422, f"`{field}` is required and must be a non-empty string")
+            raise Refusal(422, f"`{field}` is required and must be a non-empty string")
     if event["event_type"] in QUEUED_EVENTS:
         for field in (REF_FIELD[event["event_type"]], "commit_id"):
             if not isinstance(event.get(field), str) or not event[field].strip():
-                raise BadEvent(422, f"`{field}` is required for {event['event_type']} events")
+                raise Refusal(422, f"`{field}` is required for {event['event_type']} events")
         commit_id = event["commit_id"]
         if not COMMIT_ID.fullmatch(commit_id):
-            raise BadEvent(422, "`commit_id` must be a lakeFS commit id")
+            raise Refusal(422, "`commit_id` must be a lakeFS commit id")
         for field in ("repository_id", REF_FIELD[event["event_type"]]):
             if "/" in event[field] or len(event[field]) > 256:
-                raise BadEvent(422, f"`{field}` is not a valid lakeFS name")
+                raise Refusal(422, f"`{field}` is not a valid lakeFS name")
     return event
 
 
@@ -224,7 +209,7 @@ def create_app(config: Config) -> FastAPI:
         started = time.monotonic()
         try:
             response = await _receive(request, x_webhook_token or token)
-        except BadEvent as exc:
+        except Refusal as exc:
             events_total.labels("unknown", f"rejected_{exc.status}").inc()
             log.warning("event rejected status=%d reason=%s", exc.status, exc)
             response = error(exc.status, str(exc))
@@ -232,11 +217,11 @@ def create_app(config: Config) -> FastAPI:
         return response
 
     async def _receive(request: Request, offered: str | None) -> Response:
-        if not token_matches(offered, config.webhook_tokens):
-            raise BadEvent(401, "missing or wrong webhook token (header X-Webhook-Token or query parameter token)")
+        if matching_token(offered, config.webhook_tokens) is None:
+            raise Refusal(401, "missing or wrong webhook token (header X-Webhook-Token or query parameter token)")
         content_type = request.headers.get("content-type", "")
         if content_type.split(";")[0].strip().lower() != "application/json":
-            raise BadEvent(415, f"content type must be application/json, not {content_type or 'missing'!r}")
+            raise Refusal(415, f"content type must be application/json, not {content_type or 'missing'!r}")
         event = parse_event(await read_body(request))
         event_type = event["event_type"]
         if event_type not in QUEUED_EVENTS or event_type not in config.events:
@@ -385,7 +370,7 @@ def create_app(config: Config) -> FastAPI:
         """lakeFS's login API exchanges the keys for a lakeFS token, which the answer sets as an
         HttpOnly, SameSite=Strict cookie; the secret is never stored."""
         try:
-            token, expires = await lakefs_login(config, access.client, keys.access_key_id, keys.secret_access_key)
+            token, expires = await access.login(keys.access_key_id, keys.secret_access_key)
         except SignInRefused as exc:
             raise Refusal(401, str(exc)) from None
         except httpx.HTTPError:
@@ -405,7 +390,7 @@ def create_app(config: Config) -> FastAPI:
         `/diff?code=<code>&...` once, before it expires."""
         try:
             caller = caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
-            token, expires = await lakefs_token_of(caller, config, access.client)
+            token, expires = await access.token_of(caller)
         except (Unauthenticated, SignInRefused) as exc:
             raise unauthenticated(str(exc)) from None
         except httpx.HTTPError:

@@ -23,10 +23,12 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
 import httpx
+from pydantic import SecretStr
 
 from exporter.config import ApiToken, Config
 
@@ -67,13 +69,21 @@ def caller_of(authorization: str, config: Config, session: str | None = None) ->
             raise Unauthenticated("basic auth takes a lakeFS access key id and its secret")
         return Caller(key=_digest(authorization), authorization=f"Basic {credentials}")
     if scheme.lower() == "bearer" and credentials:
-        matched = [entry for entry in config.api_tokens
-                   if hmac.compare_digest(credentials.encode(), entry.token.get_secret_value().encode())]
-        if matched:
-            return Caller(key=_digest(credentials), service_token=matched[0])
+        matched = matching_token(credentials, [entry.token for entry in config.api_tokens])
+        if matched is not None:
+            return Caller(key=_digest(credentials), service_token=config.api_tokens[matched])
         return Caller(key=_digest(authorization), authorization=f"Bearer {credentials}")  # a lakeFS token
     raise Unauthenticated("sign in with your lakeFS identity: HTTP basic auth with a lakeFS access key id and "
                           "secret, or `Authorization: Bearer` with a lakeFS token (or a service API token)")
+
+
+def matching_token(offered: str | None, tokens: Sequence[SecretStr]) -> int | None:
+    """The index of the token `offered` equals, or None. Every token is compared, in constant time,
+    so timing tells nothing about which matched (webhook tokens and service API tokens alike)."""
+    if not offered:
+        return None
+    matches = [hmac.compare_digest(offered.encode(), token.get_secret_value().encode()) for token in tokens]
+    return matches.index(True) if any(matches) else None
 
 
 def _digest(secret: str) -> str:
@@ -81,7 +91,8 @@ def _digest(secret: str) -> str:
 
 
 class RepositoryAccess:
-    """lakeFS's answer to "may this caller read this repository?", cached briefly per caller."""
+    """lakeFS's answers about a caller: "may it read this repository?" (cached briefly per
+    caller), and, for the page's sign-in, who it is (a lakeFS token for its identity)."""
 
     def __init__(self, config: Config, client: httpx.AsyncClient | None = None):
         self.endpoint = config.lakefs.endpoint.rstrip("/") + "/api/v1"
@@ -124,51 +135,51 @@ class RepositoryAccess:
     async def _known_identity(self, caller: Caller) -> int:
         """FORBIDDEN when lakeFS knows the caller (it just may not read), else UNAUTHENTICATED."""
         try:
-            answer = await self.client.get(f"{self.endpoint}/user", headers={"Authorization": caller.authorization})
+            status = await self._whoami(caller)
         except httpx.HTTPError:
             return LAKEFS_DOWN
-        return FORBIDDEN if answer.status_code == 200 else UNAUTHENTICATED if answer.status_code == 401 else LAKEFS_DOWN
+        return FORBIDDEN if status == 200 else UNAUTHENTICATED if status == 401 else LAKEFS_DOWN
+
+    async def _whoami(self, caller: Caller) -> int:
+        """lakeFS's status for GET /user with the caller's credentials: 200 when it knows them."""
+        return (await self.client.get(f"{self.endpoint}/user", headers={"Authorization": caller.authorization})).status_code
+
+    async def login(self, access_key_id: str, secret_access_key: str) -> tuple[str, int]:
+        """lakeFS's login API: keys -> (a lakeFS token, its expiry in epoch seconds). SignInRefused
+        when lakeFS refuses the keys; httpx.HTTPError when it cannot be reached or fails (5xx)."""
+        answer = await self.client.post(f"{self.endpoint}/auth/login",
+                                        json={"access_key_id": access_key_id, "secret_access_key": secret_access_key})
+        if answer.status_code >= 500:
+            answer.raise_for_status()
+        if answer.status_code != 200:
+            raise SignInRefused("lakeFS does not accept this access key id and secret")
+        document = answer.json()
+        return document["token"], int(document.get("token_expiration") or time.time() + 3600)
+
+    async def token_of(self, caller: Caller) -> tuple[str, int]:
+        """A lakeFS token for the caller's own identity, and its expiry: basic keys are exchanged
+        through lakeFS's login API; a lakeFS token is checked with lakeFS and returned. SignInRefused
+        for a service token (no lakeFS identity) or credentials lakeFS refuses."""
+        scheme, _, credentials = caller.authorization.partition(" ")
+        if caller.service_token is not None or not credentials:
+            raise SignInRefused("a service API token has no lakeFS identity to sign in as")
+        if scheme == "Basic":
+            key_id, _, secret = base64.b64decode(credentials).decode().partition(":")
+            return await self.login(key_id, secret)
+        status = await self._whoami(caller)
+        if status >= 500:
+            raise httpx.HTTPError(f"lakeFS answered {status} to GET /user")
+        if status != 200:
+            raise SignInRefused("lakeFS does not accept this token")
+        return credentials, _expiry(credentials)
 
 
 class SignInRefused(Exception):
     """lakeFS did not accept the keys (or the code is unknown, used or expired)."""
 
 
-async def lakefs_login(config: Config, client: httpx.AsyncClient, access_key_id: str,
-                       secret_access_key: str) -> tuple[str, int]:
-    """lakeFS's login API: keys -> (a lakeFS token, its expiry in epoch seconds). SignInRefused
-    when lakeFS refuses the keys; httpx.HTTPError when it cannot be reached or fails (5xx)."""
-    answer = await client.post(config.lakefs.endpoint.rstrip("/") + "/api/v1/auth/login",
-                               json={"access_key_id": access_key_id, "secret_access_key": secret_access_key})
-    if answer.status_code >= 500:
-        answer.raise_for_status()
-    if answer.status_code != 200:
-        raise SignInRefused("lakeFS does not accept this access key id and secret")
-    document = answer.json()
-    return document["token"], int(document.get("token_expiration") or time.time() + 3600)
-
-
 def code_key(code: str) -> str:
     return SIGN_IN_CODES + _digest(code)
-
-
-async def lakefs_token_of(caller: Caller, config: Config, client: httpx.AsyncClient) -> tuple[str, int]:
-    """A lakeFS token for the caller's own identity, and its expiry: basic keys are exchanged
-    through lakeFS's login API; a lakeFS token is checked with lakeFS and returned. SignInRefused
-    for a service token (no lakeFS identity) or credentials lakeFS refuses."""
-    scheme, _, credentials = caller.authorization.partition(" ")
-    if caller.service_token is not None or not credentials:
-        raise SignInRefused("a service API token has no lakeFS identity to sign in as")
-    if scheme == "Basic":
-        key_id, _, secret = base64.b64decode(credentials).decode().partition(":")
-        return await lakefs_login(config, client, key_id, secret)
-    answer = await client.get(config.lakefs.endpoint.rstrip("/") + "/api/v1/user",
-                              headers={"Authorization": caller.authorization})
-    if answer.status_code >= 500:
-        answer.raise_for_status()
-    if answer.status_code != 200:
-        raise SignInRefused("lakeFS does not accept this token")
-    return credentials, _expiry(credentials)
 
 
 def _expiry(token: str) -> int:

@@ -21,6 +21,7 @@ from exporter.config import Config
 from exporter.datasets import DatasetsCache
 from exporter.datasets import list_datasets as find_datasets
 from exporter.diff import DiffCache, cached_diff
+from exporter.diff import compute_diff as diff_of
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.export import ExportOutcome, abandon_export, find_table
 from exporter.export import export_table as export_one_table
@@ -281,8 +282,7 @@ def compute_diff(self, repository: str, left_commit: str | None, right_commit: s
     config = current_config()
     _, diffs = _services(config)
     return _compute_for_api(self, diffs, (repository, left_commit, right_commit, table_path),
-                            lambda: cached_diff(config, _lakefs(config), diffs, repository, left_commit, right_commit,
-                                                table_path)[0])
+                            lambda: diff_of(config, _lakefs(config), repository, left_commit, right_commit, table_path))
 
 
 @app.task(bind=True, base=RetriedTask, name="lakefs_delta.list_datasets")
@@ -304,7 +304,8 @@ def _compute_for_api(task, cache: ResultCache, parts: tuple, compute) -> bool:
     config = current_config()
     started = time.monotonic()
     try:
-        cache.put(compute(), *parts)
+        if cache.get(*parts) is None:  # another task (the precompute after an export) may have made it since
+            cache.put(compute(), *parts)
         cache.release(*parts)
     except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
         reason = _transient_reason(exc, config)
