@@ -13,9 +13,22 @@ TEMPLATES = resources.files("exporter") / "templates"  # package data: there in 
 ACTION_PATH = "_lakefs_actions/delta-export.yaml"
 
 
-def render_action(url: str, branches: list[str]) -> bytes:
+def render_action(url: str, branches: list[str], branch_tables: list[str] = ()) -> bytes:
     template = (TEMPLATES / "delta-export.yaml").read_text()
-    return template.replace("{{URL}}", url).replace("{{BRANCHES}}", json.dumps(branches)).encode()
+    if any("," in pattern or '"' in pattern for pattern in branch_tables):
+        raise ExporterError(f"branch table patterns cannot hold ',' or '\"': {branch_tables}")
+    return (template.replace("{{URL}}", url).replace("{{BRANCHES}}", json.dumps(branches))
+            .replace("{{BRANCH_TABLES}}", ",".join(branch_tables)).encode())
+
+
+def branch_table_patterns(action: dict) -> list[str]:
+    """The branch patterns an installed action asks branch tables for (its webhook's query)."""
+    patterns: list[str] = []
+    for hook in action.get("hooks") or []:
+        query = ((hook or {}).get("properties") or {}).get("query_params") or {}
+        value = query.get("branch_tables") or ""
+        patterns += [p.strip() for p in (value if isinstance(value, list) else str(value).split(",")) if p.strip()]
+    return patterns
 
 
 def render_descriptor(name: str, path: str) -> bytes:
@@ -25,12 +38,12 @@ def render_descriptor(name: str, path: str) -> bytes:
 
 
 def install_actions(lakefs: LakeFS, repository: str, branch: str, url: str, branches: list[str],
-                    tables: dict[str, str], force: bool = False) -> str | None:
+                    tables: dict[str, str], force: bool = False, branch_tables: list[str] = ()) -> str | None:
     """Upload the action and descriptors, then commit. Returns the commit id, or None if all was in place.
 
     A different file already at one of the paths is an error unless `force`.
     """
-    wanted = {ACTION_PATH: render_action(url, branches)}
+    wanted = {ACTION_PATH: render_action(url, branches, branch_tables)}
     wanted.update({f"{DESCRIPTORS_PREFIX}{name}.yaml": render_descriptor(name, path) for name, path in tables.items()})
     changes = {}
     for path, content in wanted.items():

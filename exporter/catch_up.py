@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from exporter.actions import ACTION_PATH
+from exporter.actions import ACTION_PATH, branch_table_patterns
+from exporter.branch_table import follows
 from exporter.config import Config
 from exporter.errors import ExporterError, NotFound
 from exporter.export import missing_exports
@@ -31,6 +32,7 @@ class MissingExport:
     commit_id: str
     all_tables: bool  # a tag exports every table
     tables: tuple[str, ...]
+    branch_table: bool = False  # the branch keeps branch tables: the exports append to them
 
 
 @dataclass
@@ -45,17 +47,21 @@ class CatchUpPlan:
                 + (", more left for the next run" if self.truncated else ""))
 
 
-def followed_branches(lakefs: LakeFS, repository: str, config: Config) -> list[str] | None:
+def installed_action(lakefs: LakeFS, repository: str) -> dict | None:
+    """The action `install-actions` committed to the default branch; None when absent or unreadable."""
+    try:
+        action = yaml.safe_load(lakefs.get_object(repository, lakefs.default_branch(repository), ACTION_PATH))
+    except (NotFound, yaml.YAMLError):
+        return None
+    return action if isinstance(action, dict) else {}
+
+
+def followed_branches(lakefs: LakeFS, repository: str, config: Config, action: dict | None) -> list[str] | None:
     """Branches whose commits are exported: the configured patterns, else those the installed action
     names for commits and merges; None when the repository has no action installed."""
     patterns = list(config.catch_up_branches)
     if not patterns:
-        default_branch = lakefs.default_branch(repository)
-        try:
-            action = yaml.safe_load(lakefs.get_object(repository, default_branch, ACTION_PATH)) or {}
-        except NotFound:
-            return None
-        except yaml.YAMLError:
+        if action is None:
             return None
         events = action.get("on", action.get(True)) or {}  # YAML 1.1 reads a bare `on` key as true
         for event in _BRANCH_EVENTS:
@@ -75,7 +81,9 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
     plan = CatchUpPlan()
     for repository in repositories or list(config.catch_up_repositories) or lakefs.list_repositories():
         try:
-            branches = followed_branches(lakefs, repository, config)
+            action = installed_action(lakefs, repository)
+            branches = followed_branches(lakefs, repository, config, action)
+            keeps_tables = [*config.branch_tables, *branch_table_patterns(action or {})]
         except ExporterError as exc:
             plan.skipped_repositories.append(f"{repository}: {exc}")
             continue
@@ -95,5 +103,6 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
             if len(plan.queued) >= config.catch_up_max_per_run:
                 plan.truncated = True
                 return plan
-            plan.queued.append(MissingExport(repository, ref, commit_id, all_tables, retry))
+            plan.queued.append(MissingExport(repository, ref, commit_id, all_tables, retry,
+                                             branch_table=not all_tables and follows(ref, keeps_tables)))
     return plan

@@ -100,6 +100,10 @@ class Config(BaseSettings):
     auth_cache_seconds: int = Field(30, ge=0)  # how long lakeFS's answer "may X read repository R" is reused
     sign_in_link_seconds: int = Field(900, ge=30)  # a one-time sign-in link for the diff page expires after this
     export_prefix: str = "_lakefs/exported"
+    # Branches (patterns) that keep a branch table: one Delta table per (branch, table) at
+    # `<export_prefix>/<branch>/latest/<table>/` that follows the branch's commits.
+    # `install-actions --branch-tables` puts patterns in the action instead; both apply.
+    branch_tables: tuple[str, ...] = ()
     events: tuple[str, ...] = KNOWN_EVENTS
     worker_concurrency: int = Field(2, ge=1)
     retry: RetryConfig = RetryConfig()

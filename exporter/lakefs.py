@@ -200,6 +200,12 @@ class LakeFS:
         return self._call(f"merge {repository} {source} into {destination}", self.refs.merge_into_branch,
                           repository, source, destination, merge=lakefs_sdk.Merge(message=message)).reference
 
+    def revert(self, repository: str, branch: str, commit_id: str) -> str:
+        """Revert one commit on the branch (a new commit undoing it); the new head's id."""
+        self._call(f"revert {repository}/{branch} {commit_id}", self.branches.revert_branch, repository, branch,
+                   lakefs_sdk.RevertCreation(ref=commit_id, parent_number=0))
+        return self.commit(repository, branch).id
+
     def healthy(self) -> bool:
         try:
             self._call("health check", lakefs_sdk.HealthCheckApi(self.client).health_check, _request_timeout=(1, 2))

@@ -101,11 +101,15 @@ class ObjectStore:
 
     def list_keys(self, relative: str) -> list[str]:
         """Every object under `relative`, as names relative to the namespace."""
+        return list(self.list_sizes(relative))
+
+    def list_sizes(self, relative: str) -> dict[str, int]:
+        """Every object under `relative` and its size, by name relative to the namespace."""
         paginator = self.client.get_paginator("list_objects_v2")
         pages = self._call("list", self.uri(relative),
                            lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=self.key(relative))))
         root = self.key("")
-        return [item["Key"][len(root):] for page in pages for item in page.get("Contents", [])]
+        return {item["Key"][len(root):]: item["Size"] for page in pages for item in page.get("Contents", [])}
 
     def list_folders(self, relative: str) -> list[str]:
         """The names of the "folders" directly under `relative` (a listing with delimiter `/`)."""

@@ -139,6 +139,17 @@ def splice_json(line: bytes, replacements: dict[tuple[str, ...], Any]) -> bytes:
     return text.encode("utf-8")
 
 
+def add_member(line: bytes, key_path: tuple[str, ...], name: str, value: Any) -> bytes:
+    """`line` with `"name": value` added last to the object at `key_path`; every other byte kept."""
+    text = line.decode("utf-8")
+    start, end = _value_span(text, key_path)
+    if text[start:start + 1] != "{":
+        raise CorruptLog(f"expected a JSON object at {'.'.join(key_path)!r}")
+    empty = not text[start + 1:end - 1].strip()
+    member = ("" if empty else ",") + json.dumps(name) + ":" + json.dumps(value, separators=(",", ":"))
+    return (text[:end - 1] + member + text[end - 1:]).encode("utf-8")
+
+
 def _value_span(text: str, key_path: tuple[str, ...]) -> tuple[int, int]:
     start = _WHITESPACE.match(text, 0).end()
     end = len(text)

@@ -31,6 +31,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 
 import exporter
 from exporter.config import Config
+from exporter.branch_table import follows
 from exporter.datasets import DatasetsCache, resolve_dataset
 from exporter.diff import DiffCache, diff_commits
 from exporter.errors import BadRequest, ExporterError, NotFound
@@ -203,12 +204,15 @@ def create_app(config: Config) -> FastAPI:
               openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": LakeFSEvent.model_json_schema()}}}})
     async def receive_event(request: Request, x_webhook_token: str | None = Header(None),
-                            token: str | None = Query(None, description="the webhook token, when no header carries it")):
+                            token: str | None = Query(None, description="the webhook token, when no header carries it"),
+                            branch_tables: str = Query("", description="comma-separated branch patterns that keep "
+                                                       "branch tables (the action `install-actions` writes sets it)")):
         """post-commit, post-merge and post-create-tag are queued (202); the token is compared in
         constant time. 503 means the event is not in the queue, so lakeFS records the hook as failed."""
         started = time.monotonic()
         try:
-            response = await _receive(request, x_webhook_token or token)
+            response = await _receive(request, x_webhook_token or token,
+                                      [p.strip() for p in branch_tables.split(",") if p.strip()])
         except Refusal as exc:
             events_total.labels("unknown", f"rejected_{exc.status}").inc()
             log.warning("event rejected status=%d reason=%s", exc.status, exc)
@@ -216,7 +220,7 @@ def create_app(config: Config) -> FastAPI:
         answer_seconds.observe(time.monotonic() - started)
         return response
 
-    async def _receive(request: Request, offered: str | None) -> Response:
+    async def _receive(request: Request, offered: str | None, branch_patterns: list[str]) -> Response:
         if matching_token(offered, config.webhook_tokens) is None:
             raise Refusal(401, "missing or wrong webhook token (header X-Webhook-Token or query parameter token)")
         content_type = request.headers.get("content-type", "")
@@ -229,7 +233,9 @@ def create_app(config: Config) -> FastAPI:
             return JSONResponse({"status": "ignored", "event_type": event_type}, status_code=200)
         repository, ref, commit_id = event["repository_id"], event[REF_FIELD[event_type]], event["commit_id"]
         try:
-            task = await run_in_threadpool(_publish, repository, ref, commit_id, event_type == "post-create-tag")
+            tag = event_type == "post-create-tag"
+            branch_table = not tag and follows(ref, [*config.branch_tables, *branch_patterns])
+            task = await run_in_threadpool(_publish, repository, ref, commit_id, tag, branch_table)
         except Exception as exc:  # kombu/redis raise many types when the broker is down
             events_total.labels(event_type, "unavailable").inc()
             log.error("event %s %s/%s ref=%s outcome=unavailable reason=%s", event_type, repository, commit_id, ref,
@@ -240,10 +246,11 @@ def create_app(config: Config) -> FastAPI:
         return JSONResponse({"status": "queued", "task_id": task.id, "repository": repository, "ref": ref,
                              "commit_id": commit_id}, status_code=202)
 
-    def _publish(repository: str, ref: str, commit_id: str, tag: bool):
+    def _publish(repository: str, ref: str, commit_id: str, tag: bool, branch_table: bool):
         status.set_table(repository, ref, commit_id, COMMIT_RECORD, "queued")
         # a tag exports every table of its commit: the release must be readable as a whole
-        return queue.send_task("lakefs_delta.export_commit", (repository, ref, commit_id, tag), retry=True,
+        return queue.send_task("lakefs_delta.export_commit", (repository, ref, commit_id, tag),
+                               {"branch_table": branch_table}, retry=True,
                                retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.5})
 
     # ------------------------------------------------------------ reading (lakeFS decides who)

@@ -111,7 +111,8 @@ def _catch_up(args: argparse.Namespace) -> int:
     plan = catch_up(config, LakeFS(config.lakefs), StatusStore(config.redis), args.repo or None)
     queue = configure(config)
     for item in plan.queued:
-        queue.send_task("lakefs_delta.export_commit", (item.repository, item.ref, item.commit_id, item.all_tables))
+        queue.send_task("lakefs_delta.export_commit", (item.repository, item.ref, item.commit_id, item.all_tables),
+                        {"branch_table": item.branch_table})
         print(f"queued  {item.repository} {item.ref} {item.commit_id}  missing: {', '.join(item.tables)}")
     for item in plan.given_up:
         print(f"failed  {item} (permanent failure: not queued again)")
@@ -129,7 +130,8 @@ def _install_actions(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     tables = dict(item.split("=", 1) for item in args.table or [])
     commit_id = install_actions(LakeFS(config.lakefs), args.repo, args.branch, args.url,
-                                args.branches or [args.branch], tables, force=args.force)
+                                args.branches or [args.branch], tables, force=args.force,
+                                branch_tables=args.branch_tables or [])
     print(f"committed {commit_id}" if commit_id else "already installed; nothing to commit")
     return 0
 
@@ -229,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     install_cmd.add_argument("--branches", nargs="*", help="branch globs the action runs on (default: --branch)")
     install_cmd.add_argument("--table", action="append", help="NAME=PATH, a descriptor to install (repeatable)")
     install_cmd.add_argument("--force", action="store_true", help="replace different existing files")
+    install_cmd.add_argument("--branch-tables", nargs="*", metavar="PATTERN",
+                             help="branch globs that keep a branch table per table (<ref>/latest/<table>/)")
     install_cmd.set_defaults(run=_install_actions)
 
     diff_cmd = commands.add_parser("diff", help="how a Delta table changed between two refs")

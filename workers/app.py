@@ -16,7 +16,7 @@ _config: Config | None = None
 
 TASK_KINDS = ("lakefs_delta.export_commit", "lakefs_delta.export_table", "lakefs_delta.precompute_diff",
               "lakefs_delta.compute_diff", "lakefs_delta.list_datasets",
-              "lakefs_delta.catch_up")
+              "lakefs_delta.append_branch_table", "lakefs_delta.catch_up")
 
 
 def configure(config: Config) -> Celery:

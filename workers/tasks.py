@@ -16,6 +16,7 @@ import time
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
 
+from exporter.branch_table import append_commit
 from exporter.catch_up import catch_up as find_missing_exports
 from exporter.config import Config
 from exporter.datasets import DatasetsCache
@@ -93,9 +94,10 @@ class ExportCommitTask(RetriedTask):
 
 
 @app.task(bind=True, base=ExportCommitTask, name="lakefs_delta.export_commit")
-def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: bool = False) -> list[str]:
+def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: bool = False,
+                  branch_table: bool = False) -> list[str]:
     """Find the tables to export (those the commit changed, or all of them for a tag) and fan out
-    one `export_table` per table."""
+    one `export_table` per table; with `branch_table`, each export then appends to the branch table."""
     config = current_config()
     status, _ = _services(config)
     try:
@@ -110,7 +112,8 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
             queue = export_queue(config, checkpoint_files_hint(lakefs, repository, commit_id, table.path))
             status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path,
                              **({"queue": queue} if queue else {}))
-            export_table.apply_async((repository, ref, commit_id, table.name, table.path), queue=queue)
+            export_table.apply_async((repository, ref, commit_id, table.name, table.path),
+                                     {"branch_table": branch_table}, queue=queue)
         status.set_table(repository, ref, commit_id, COMMIT_RECORD, "done", reason="",
                          tables=[t.name for t in tables], all_tables=all_tables)
     except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
@@ -145,7 +148,8 @@ class ExportTableTask(RetriedTask):
 
 
 @app.task(bind=True, base=ExportTableTask, name="lakefs_delta.export_table")
-def export_table(self, repository: str, ref: str, commit_id: str, table_name: str, table_path: str = "") -> dict:
+def export_table(self, repository: str, ref: str, commit_id: str, table_name: str, table_path: str = "",
+                 branch_table: bool = False) -> dict:
     """`table_path` comes from the descriptor `export_commit` already read; without it the descriptor is read again."""
     config = current_config()
     status, _ = _services(config)
@@ -155,7 +159,7 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
         with status.lock(f"{repository}:{ref}:{commit_id}:{table_name}", config.lock_ttl_seconds) as held:
             if not held:  # another delivery is exporting it: look again later, without spending a retry
                 export_table.apply_async((repository, ref, commit_id, table_name, table_path),
-                                         countdown=config.lock_ttl_seconds / 3, retries=self.request.retries,
+                                         {"branch_table": branch_table}, countdown=config.lock_ttl_seconds / 3, retries=self.request.retries,
                                          queue=(self.request.delivery_info or {}).get("routing_key"))
                 log.info("%s outcome=requeued reason=another delivery holds the lock", line)
                 return {"ok": None, "requeued": True}
@@ -196,6 +200,8 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
         log.info("%s outcome=%s", line, "exists" if outcome.skipped else "done")
         if outcome.table_path:
             precompute_diff.delay(repository, commit_id, outcome.table_path)
+        if branch_table:  # also when the export existed: a lost append is made up by the event delivered again
+            append_branch_table.delay(repository, ref, commit_id, table_name)
         return {"ok": True, **facts}
     if not outcome.permanent:  # when this was the last retry, on_failure records the end
         _record(status, repository, ref, commit_id, table_name, "retrying", reason=outcome.error)
@@ -248,10 +254,39 @@ def catch_up(repositories: list[str] | None = None) -> list[str]:
             return []
         plan = find_missing_exports(config, _lakefs(config), status, repositories)
         for item in plan.queued:
-            export_commit.delay(item.repository, item.ref, item.commit_id, item.all_tables)
+            export_commit.delay(item.repository, item.ref, item.commit_id, item.all_tables,
+                                branch_table=item.branch_table)
     status_count(status, "catch_up", "succeeded")
     log.info("catch-up: %s", plan.summary())
     return [f"{i.repository}:{i.ref}:{i.commit_id}" for i in plan.queued]
+
+
+@app.task(bind=True, base=RetriedTask, name="lakefs_delta.append_branch_table")
+def append_branch_table(self, repository: str, branch: str, commit_id: str, table_name: str) -> dict:
+    """Bring the branch table to this commit's export, one append per (branch, table) at a time."""
+    config = current_config()
+    status, _ = _services(config)
+    line = f"branch table {repository}/{branch}/{table_name} commit={commit_id}"
+    try:
+        with status.lock(f"branch-table:{repository}:{branch}:{table_name}", config.lock_ttl_seconds) as held:
+            if not held:  # another append of this branch table is running: after it, this one
+                append_branch_table.apply_async((repository, branch, commit_id, table_name), countdown=1,
+                                                retries=self.request.retries)
+                log.info("%s outcome=requeued reason=another append holds the lock", line)
+                return {"ok": None, "requeued": True}
+            outcome = append_commit(config, _lakefs(config), repository, branch, commit_id, table_name)
+    except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
+        reason = _transient_reason(exc, config)
+        if reason is not None:
+            log.warning("%s outcome=retrying reason=%s", line, reason)
+            raise Transient(reason) from exc
+        log.error("%s outcome=failed reason=%s", line, exc)
+        status_count(status, "append_branch_table", "failed")
+        return {"ok": False, "error": str(exc)}
+    status_count(status, "append_branch_table", "succeeded")
+    log.info("%s outcome=%s", line, outcome.summary())
+    return {"ok": True, "head_version": outcome.head_version, "appended": outcome.appended,
+            "synthetic": outcome.synthetic, "skipped": outcome.skipped}
 
 
 @app.task(bind=True, base=RetriedTask, name="lakefs_delta.precompute_diff")

@@ -1,0 +1,425 @@
+"""Branch tables: one Delta table per (branch, table) at a location that never changes,
+`<export prefix>/<branch>/latest/<table>/`, whose log follows the branch.
+
+Each completed export of a commit on the branch appends the source versions the branch table does
+not have yet, under the same version numbers and with the export's bytes (absolute paths), plus
+the export's checkpoint and a true `_last_checkpoint`. Each appended commit's `commitInfo` gains
+a `lakeFS` member naming the lakeFS commit it came from.
+
+A lakeFS revert, reset or merge can replace the source's log (versions rewritten, the head moving
+back, a new table). The branch table's history is never rewritten under its readers: one
+synthetic version (operation `LAKEFS SYNC`) removes the files no longer live and adds the new
+ones, and from then on source version v is branch version v + offset. The state beside
+`_delta_log/` (`_lakefs_branch_table.json`, written last) holds the head, the offset and the
+lakeFS commit <-> version mapping.
+
+Appends are serialised per (branch, table) by the caller (a Redis lock in the worker); each is
+idempotent and ordered: a commit the branch table already followed, or an ancestor of it, is a
+no-op.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from exporter.config import Config
+from exporter.deltalog import LogListing, LogSegment, parse_action_line, parse_actions, select_segment
+from exporter.errors import CorruptLog, NotFound
+from exporter.export import LAST_CHECKPOINT, MANIFEST, discard_export, export_location, location_segment, write_log
+from exporter.lakefs import LakeFS
+from exporter.lakefs_paths import LakeFSPaths
+from exporter.logstore import LOG_DIR, checkpoint_files, list_log, read_log_files
+from exporter.objectstore import ObjectSource, ObjectStore
+from exporter.parquet_splice import BytesSource, ParquetSource
+from exporter.paths import PathResolver
+from exporter.rewrite import add_member, rewrite_commit
+from exporter.snapshot import checkpoint_row_groups, reconcile
+
+LATEST = "latest"  # never a commit id (those are 64 hex digits)
+STATE = "_lakefs_branch_table.json"
+SYNC_OPERATION = "LAKEFS SYNC"
+_MAPS = {"partitionValues", "tags", "configuration", "options"}  # parquet maps read back as (key, value) lists
+_DERIVED = {"stats_parsed", "partitionValues_parsed"}  # checkpoint-only columns, not action fields
+
+
+def follows(branch: str, patterns: Iterable[str]) -> bool:
+    """Whether a branch keeps branch tables: it matches one of the patterns (`fnmatch`, `*` any)."""
+    return any(fnmatch.fnmatchcase(branch, pattern) for pattern in patterns)
+
+
+def branch_table_location(config: Config, branch: str, table: str) -> str:
+    """Relative to the storage namespace."""
+    return f"{config.export_prefix.strip('/')}/{location_segment(branch)}/{LATEST}/{location_segment(table)}/"
+
+
+@dataclass
+class AppendOutcome:
+    table: str
+    location: str
+    head_version: int | None = None
+    appended: list[int] = field(default_factory=list)  # branch-table versions written
+    synthetic: str = ""  # why one synthetic version brought the table to the source's state
+    skipped: str = ""  # why nothing was written
+    lakefs_calls: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        if self.skipped:
+            return f"UNCHANGED {self.table} -> {self.location}: {self.skipped}"
+        how = f" (synthetic: {self.synthetic})" if self.synthetic else ""
+        shown = f"{self.appended[0]}..{self.appended[-1]}" if self.appended else "none"
+        return (f"APPENDED {self.table} -> {self.location}  versions {shown}, head {self.head_version}{how}, "
+                f"{self.lakefs_calls} lakeFS calls, {self.seconds:.2f}s")
+
+
+@dataclass
+class _StoredLog:
+    """A `_delta_log/` the exporter wrote (an export, a branch table), read from the object store."""
+
+    store: ObjectStore
+    location: str
+    sizes: dict[str, int]  # name under _delta_log/ -> size
+    listing: LogListing
+    segment: LogSegment
+
+    def raw(self, name: str) -> bytes:
+        return self.store.get(self.location + LOG_DIR + name)
+
+    def source(self, name: str) -> ParquetSource:
+        return ObjectSource(self.store, self.store.uri(self.location + LOG_DIR + name), self.sizes[name])
+
+    def checkpoint_files(self) -> list[str]:
+        """The checkpoint's files in write order (sidecars first); none without a checkpoint."""
+        if self.segment.checkpoint is None:
+            return []
+        names = {LOG_DIR + name: name for name in self.sizes}
+        return checkpoint_files(names, self.segment, lambda name: BytesSource(self.raw(name))
+                                if name.endswith(".json") else self.source(name))
+
+
+def _stored_log(store: ObjectStore, location: str) -> _StoredLog | None:
+    prefix = location + LOG_DIR
+    sizes = {key[len(prefix):]: size for key, size in store.list_sizes(prefix).items()}
+    if not sizes:
+        return None
+    listing = LogListing.from_names(sizes.items())
+    return _StoredLog(store, location, sizes, listing, select_segment(listing))
+
+
+def read_state(store: ObjectStore, location: str) -> dict | None:
+    try:
+        return json.loads(store.get(location + STATE))
+    except NotFound:
+        return None
+
+
+def branch_table_versions(config: Config, lakefs: LakeFS, repository: str, branch: str, table: str) -> dict:
+    """The branch table's location, head and lakeFS commit <-> version mapping; NotFound when none."""
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    location = branch_table_location(config, branch, table)
+    state = read_state(store, location)
+    if state is None:
+        raise NotFound(f"no branch table for table {table!r} on branch {branch!r} of {repository!r} "
+                       f"(is `branch_tables` set for the branch, and has a commit been exported since?)")
+    return {**state, "location": store.uri(location)}
+
+
+def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, commit_id: str,
+                  table: str) -> AppendOutcome:
+    """Bring the branch table of `table` on `branch` to the commit's complete export."""
+    started, calls_before = time.monotonic(), lakefs.calls
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    target = branch_table_location(config, branch, table)
+    outcome = AppendOutcome(table=table, location=store.uri(target))
+    try:
+        export = export_location(config, branch, commit_id, table)
+        try:
+            manifest = json.loads(store.get(export + MANIFEST))
+        except NotFound:
+            raise NotFound(f"commit {commit_id} has no complete export of table {table!r} under {branch!r} "
+                           "(pruned, or not exported yet): nothing to append from") from None
+        exported = _stored_log(store, export)
+        if exported is None:
+            raise CorruptLog(f"the export {store.uri(export)} has a manifest but no _delta_log/")
+        commit = lakefs.commit(repository, commit_id)
+        state = read_state(store, target)
+        if state is None:
+            state = _create(store, target, exported, repository, branch, commit_id, manifest)
+            outcome.appended = list(range(state["first_version"], state["head_version"] + 1))
+        else:
+            relation = _relation(lakefs, repository, state, commit_id, commit.creation_date)
+            if relation != "newer":
+                outcome.skipped = ("the branch table already follows this commit" if relation == "same" else
+                                   f"commit {commit_id} is older than {state['last_commit']}, which the branch table follows")
+                outcome.head_version = state["head_version"]
+                return outcome
+            _drop_orphans(store, target, state["head_version"])
+            _append(config, lakefs, store, target, exported, state, repository, branch, commit_id, manifest, outcome)
+        state.update(last_commit=commit_id, last_commit_created=commit.creation_date)
+        store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")  # last: the commit point
+        outcome.head_version = state["head_version"]
+        return outcome
+    finally:
+        outcome.seconds = time.monotonic() - started
+        outcome.lakefs_calls = lakefs.calls - calls_before
+
+
+def _relation(lakefs: LakeFS, repository: str, state: dict, commit_id: str, created: int) -> str:
+    """`same`, `older` (an ancestor of the commit the table follows, or older on another line) or `newer`."""
+    followed = state["last_commit"]
+    if commit_id == followed:
+        return "same"
+    base = lakefs.merge_base(repository, commit_id, followed)
+    if base == commit_id:
+        return "older"
+    if base == followed:
+        return "newer"
+    # different lines (the branch was reset, or a late event of a commit no longer on it): the later one wins
+    return "newer" if created >= state.get("last_commit_created", 0) else "older"
+
+
+def _create(store: ObjectStore, target: str, exported: _StoredLog, repository: str, branch: str, commit_id: str,
+            manifest: dict) -> dict:
+    """The first append: the export's log, annotated, in the fail-closed write order of an export."""
+    if store.list_keys(target):  # an interrupted first append: nothing of it was ever a table to a reader
+        discard_export(store, target)
+    versions = {name: version for version, name in exported.listing.commits.items()}
+    raw: dict[str, bytes] = {}
+
+    def write(name: str) -> None:
+        if name in versions:
+            raw.setdefault(name, exported.raw(name))
+            store.put(target + LOG_DIR + name, _annotated(raw[name], repository, commit_id, versions[name]))
+        elif name in exported.sizes:
+            store.copy(exported.location + LOG_DIR + name, target + LOG_DIR + name)
+
+    segment = exported.segment
+    write_log(segment, [n for n in exported.sizes if n.startswith("_sidecars/")], write)
+    head = segment.head_version
+    first = segment.checkpoint.version if segment.checkpoint else 0
+    head_name = exported.listing.commits.get(head)
+    return {
+        "repository": repository, "branch": branch, "table": manifest["table"], "table_path": manifest["table_path"],
+        "first_version": first, "head_version": head, "offset": 0, "source_version": head,
+        "source_sha256": _sha256(raw[head_name]) if head_name in raw else None,
+        "table_id": _table_id(_parsed({versions[n]: content for n, content in raw.items()}), exported),
+        "commits": [{"commit_id": commit_id, "version": head, "source_version": head, "appended": [first, head],
+                     "synthetic": None, "at": _now_iso()}],
+    }
+
+
+def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exported: _StoredLog, state: dict,
+            repository: str, branch: str, commit_id: str, manifest: dict, outcome: AppendOutcome) -> None:
+    followed, head = state["source_version"], exported.segment.head_version
+    offset, branch_head = state["offset"], state["head_version"]
+    versions = {v: exported.raw(name) for v, name in exported.listing.commits.items() if followed <= v <= head}
+    reason = None
+    if head < followed:
+        reason = f"the source's head moved back from version {followed} to {head}"
+    else:
+        gaps = [v for v in range(followed, head + 1) if v not in versions]
+        if gaps:  # the export starts at a checkpoint after the versions the branch table has
+            versions.update(_source_versions(config, lakefs, store, repository, commit_id, manifest["table_path"], gaps))
+        lost = [v for v in range(followed + 1, head + 1) if v not in versions]
+        if lost:
+            reason = f"the source's log no longer holds version(s) {lost[0]}..{lost[-1]}"
+        elif followed in versions and state.get("source_sha256") not in (None, _sha256(versions[followed])):
+            reason = f"the source's version {followed} was rewritten"
+        elif followed not in versions and state.get("table_id") and \
+                _table_id(_parsed(versions), exported) not in (None, state["table_id"]):  # nothing else to compare
+            reason = "the source is a different table (its metaData id changed)"
+    if reason is None:
+        new = list(range(followed + 1, head + 1))
+        for version in new:
+            store.put(target + LOG_DIR + f"{version + offset:020d}.json",
+                      _annotated(versions[version], repository, commit_id, version))
+        outcome.appended = [v + offset for v in new]
+    else:
+        outcome.synthetic = reason
+        offset = branch_head + 1 - head
+        store.put(target + LOG_DIR + f"{branch_head + 1:020d}.json",
+                  _sync_commit(store, target, exported, reason, repository, commit_id))
+        outcome.appended = [branch_head + 1]
+    _copy_checkpoint(store, target, exported, offset, branch_head)
+    new_head = head + offset
+    table_id = _table_id(_parsed({v: raw for v, raw in versions.items() if v > followed}), exported,
+                         from_checkpoint=reason is not None) or state.get("table_id")
+    state.update(head_version=new_head, offset=offset, source_version=head,
+                 source_sha256=_sha256(versions[head]) if head in versions else
+                 (_sha256(exported.raw(exported.listing.commits[head])) if head in exported.listing.commits else None),
+                 table_id=table_id)
+    state["commits"].append({"commit_id": commit_id, "version": new_head, "source_version": head,
+                             "appended": [outcome.appended[0], outcome.appended[-1]] if outcome.appended else None,
+                             "synthetic": reason, "at": _now_iso()})
+
+
+def _copy_checkpoint(store: ObjectStore, target: str, exported: _StoredLog, offset: int, branch_head: int) -> None:
+    """The export's checkpoint when it describes a version the branch table did not have, renamed
+    by the offset; a V2 checkpoint names its version inside, so it is copied only without one."""
+    checkpoint = exported.segment.checkpoint
+    if checkpoint is None or checkpoint.version + offset <= branch_head or (offset and checkpoint.kind == "v2"):
+        return
+    names = exported.checkpoint_files()
+    prefix = f"{checkpoint.version:020d}."
+
+    def copy(name: str) -> None:
+        renamed = f"{checkpoint.version + offset:020d}." + name[len(prefix):] if name.startswith(prefix) else name
+        store.copy(exported.location + LOG_DIR + name, target + LOG_DIR + renamed)
+
+    for name in names:  # sidecars, then parts: the last part makes the checkpoint complete
+        copy(name)
+    if LAST_CHECKPOINT in exported.sizes:
+        document = json.loads(exported.raw(LAST_CHECKPOINT))
+        document["version"] = checkpoint.version + offset
+        store.put(target + LOG_DIR + LAST_CHECKPOINT, json.dumps(document).encode())
+
+
+def _source_versions(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str,
+                     table_path: str, versions: list[int]) -> dict[int, bytes]:
+    """Commits the export does not hold (it starts at a later checkpoint), read from the source's log
+    at the commit and rewritten as an export would; those the log no longer holds are left out."""
+    layout = list_log(lakefs, store, repository, commit_id, table_path)  # data files too: their paths resolve
+    names = {v: layout.listing.commits[v] for v in versions if v in layout.listing.commits}
+    raw = read_log_files(store, layout.addresses, list(names.values()))
+    resolver = PathResolver(layout.addresses, LakeFSPaths(lakefs, store.bucket))
+    return {v: rewrite_commit(name, raw[name], resolver).content for v, name in names.items()}
+
+
+def _drop_orphans(store: ObjectStore, target: str, head: int) -> None:
+    """Versions above the recorded head are what an interrupted append wrote: never recorded, they go."""
+    listing = LogListing.from_names((key[len(target + LOG_DIR):], 0) for key in store.list_keys(target + LOG_DIR))
+    orphans = [name for version, name in listing.commits.items() if version > head]
+    orphans += [name for version, checkpoint in listing.checkpoints.items() if version > head for name in checkpoint.files]
+    if not orphans:
+        return
+    if LAST_CHECKPOINT in listing.sizes and any(v > head for v in listing.checkpoints):
+        orphans.append(LAST_CHECKPOINT)  # it names a checkpoint about to go: readers list instead
+    store.delete([target + LOG_DIR + name for name in sorted(orphans, reverse=True)])
+
+
+def _annotated(raw: bytes, repository: str, commit_id: str, source_version: int) -> bytes:
+    """The commit with `commitInfo.lakeFS` naming the lakeFS commit it came from; other bytes kept."""
+    marker = {"repository": repository, "commit": commit_id, "sourceVersion": source_version}
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        if line.strip() and isinstance(parse_action_line("commit", number, line).get("commitInfo"), dict):
+            lines[number - 1] = add_member(line, ("commitInfo",), "lakeFS", marker)
+            break
+    return b"\n".join(lines)
+
+
+def _sync_commit(store: ObjectStore, target: str, exported: _StoredLog, reason: str, repository: str,
+                 commit_id: str) -> bytes:
+    """One commit taking the branch table from its head to the export's snapshot
+    (PROTOCOL.md#action-reconciliation): removes for files no longer live, adds for new ones,
+    protocol and metaData when they changed."""
+    branch_log = _stored_log(store, target)
+    before, after = _replay(branch_log), _replay(exported)
+    now = int(time.time() * 1000)
+    info: dict[str, Any] = {}
+    configuration = (after.metadata or {}).get("configuration") or {}
+    if str(configuration.get("delta.enableInCommitTimestamps", "")).lower() == "true":
+        info["inCommitTimestamp"] = max(now, before.in_commit_timestamp + 1)  # PROTOCOL.md#in-commit-timestamps
+    info.update(timestamp=now, operation=SYNC_OPERATION, isBlindAppend=False,
+                operationParameters={"reason": reason, "lakeFSCommit": commit_id,
+                                     "sourceVersion": str(exported.segment.head_version)},
+                lakeFS={"repository": repository, "commit": commit_id,
+                        "sourceVersion": exported.segment.head_version})
+    actions: list[dict] = [{"commitInfo": info}]
+    if after.protocol != before.protocol:
+        actions.append({"protocol": after.protocol})
+    if after.metadata != before.metadata:
+        actions.append({"metaData": after.metadata})
+    actions += [{"remove": _remove_of(before.live[key], now)} for key in before.live.keys() - after.live.keys()]
+    actions += [{"add": {**after.live[key], "dataChange": True}} for key in after.live.keys() - before.live.keys()]
+    return "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions).encode()
+
+
+def _remove_of(add: Mapping[str, Any], now: int) -> dict:
+    """PROTOCOL.md#add-file-and-remove-file: the remove of a live file, with its extended metadata."""
+    kept = ("path", "deletionVector", "partitionValues", "size", "tags", "baseRowId", "defaultRowCommitVersion")
+    return {"path": add["path"], "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
+            **{k: add[k] for k in kept[1:] if k in add}}
+
+
+@dataclass
+class _Replayed:
+    live: dict[tuple[str, str], dict]  # logical file -> its add action
+    metadata: dict | None
+    protocol: dict | None
+    in_commit_timestamp: int  # the head commit's, 0 without one
+
+
+def _replay(log: _StoredLog) -> _Replayed:
+    """Every live file of an exported log with its whole add action (the synthetic version needs
+    them): memory grows with the table, which only a divergence pays."""
+    live: dict[tuple[str, str], dict] = {}
+    metadata = protocol = None
+    segment = log.segment
+    for name in log.checkpoint_files():
+        if name.endswith(".json"):
+            actions = parse_actions(name, log.raw(name))
+        else:
+            actions = [{column: row} for group in checkpoint_row_groups(name, log.source(name), ["add", "metaData", "protocol"])
+                       for column in group.column_names for row in group.column(column).to_pylist() if row is not None]
+        for action in map(_plain, actions):
+            metadata = action.get("metaData", metadata)
+            protocol = action.get("protocol", protocol)
+            reconcile(live, action)
+    last: list[dict] = []
+    for _, name in segment.commits:
+        last = parse_actions(name, log.raw(name))
+        for action in map(_plain, last):
+            metadata = action.get("metaData", metadata)
+            protocol = action.get("protocol", protocol)
+            reconcile(live, action)
+    timestamps = [a["commitInfo"].get("inCommitTimestamp") for a in last if isinstance(a.get("commitInfo"), dict)]
+    return _Replayed(live, metadata, protocol, next((t for t in timestamps if isinstance(t, int)), 0))
+
+
+def _plain(value: Any, name: str = "") -> Any:
+    """An action as JSON has it: parquet's absent fields (None) dropped, maps as objects."""
+    if name in _MAPS and isinstance(value, list):
+        return {k: v for k, v in value}
+    if isinstance(value, dict):
+        return {k: _plain(v, k) for k, v in value.items() if v is not None and k not in _DERIVED}
+    return value
+
+
+def _parsed(versions: Mapping[int, bytes]) -> list[list[dict]]:
+    return [parse_actions(f"{version:020d}.json", versions[version]) for version in sorted(versions)]
+
+
+def _table_id(commits: list[list[dict]], exported: _StoredLog, from_checkpoint: bool = True) -> str | None:
+    """The newest metaData id among the commits, else (when asked) the export's checkpoint's."""
+    ids = [a["metaData"].get("id") for actions in commits for a in actions if isinstance(a.get("metaData"), dict)]
+    if ids:
+        return ids[-1]
+    if not from_checkpoint:
+        return None
+    for name in exported.checkpoint_files():
+        if name.endswith(".parquet") and not name.startswith("_sidecars/"):
+            for group in checkpoint_row_groups(name, exported.source(name), ["metaData.id"]):
+                found = [i for i in group.column("metaData").to_pylist() if i]
+                if found:
+                    return found[0]["id"]
+        elif name.endswith(".json"):
+            found = [a["metaData"].get("id") for a in parse_actions(name, exported.raw(name)) if "metaData" in a]
+            if found:
+                return found[0]
+    return None
+
+
+def _sha256(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,162 @@
+"""Branch tables: one Delta table per branch at a location that never changes, following the
+branch's commits. Real lakeFS, MinIO and Spark (batch and Structured Streaming)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from exporter.branch_table import SYNC_OPERATION, append_commit, branch_table_versions
+from tests.integration.deltatables import add_descriptor, export_one, read_version, rows, table_uri
+
+pytestmark = pytest.mark.integration
+
+
+def commit_and_append(config, lakefs, repository: str, name: str, message: str, append: bool = True) -> str:
+    commit_id = lakefs.commit_branch(repository, "main", message)
+    outcome = export_one(config, lakefs, repository, "main", commit_id, name)
+    assert outcome.ok, outcome.error
+    if append:
+        appended = append_commit(config, lakefs, repository, "main", commit_id, name)
+        assert not appended.skipped, appended.skipped
+    return commit_id
+
+
+class Stream:
+    """A Structured Streaming query over a table, run with trigger availableNow into a parquet sink,
+    restarted from its own checkpoint each time: what a scheduled incremental job does."""
+
+    def __init__(self, spark, location: str, folder):
+        self.spark, self.location = spark, location
+        self.sink, self.checkpoint = f"file://{folder}/sink", f"file://{folder}/checkpoint"
+        self.seen: Counter = Counter()
+
+    def new_rows(self, **options: str) -> Counter:
+        reader = self.spark.readStream.format("delta")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        query = (reader.load(self.location).writeStream.format("parquet").option("path", self.sink)
+                 .option("checkpointLocation", self.checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination()
+        everything = Counter(tuple(row) for row in self.spark.read.parquet(self.sink).collect())
+        new, self.seen = everything - self.seen, everything
+        return new
+
+
+def branch_log_versions(s3, location: str) -> list[int]:
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    keys = [item["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "_delta_log/")
+            for item in page.get("Contents", [])]
+    return sorted(int(key.rsplit("/", 1)[1][:20]) for key in keys if key.endswith(".json") and "/_delta_log/0" in key)
+
+
+def branch_commit(s3, location: str, version: int) -> list[dict]:
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    raw = s3.get_object(Bucket=bucket, Key=f"{prefix}_delta_log/{version:020d}.json")["Body"].read()
+    return [json.loads(line) for line in raw.splitlines() if line.strip()]
+
+
+def assert_versions_read_like_their_commits(spark, repository: str, path: str, versions: dict) -> None:
+    """Each lakeFS commit the mapping names reads, at its branch-table version, as the source at that commit."""
+    for entry in versions["commits"]:
+        assert rows(read_version(spark, versions["location"], entry["version"])) == \
+            rows(read_version(spark, table_uri(repository, entry["commit_id"], path))), entry
+
+
+def test_a_branch_table_follows_the_branch_and_streams_what_each_commit_added(spark, lakefs, config, repository, s3,
+                                                                              tmp_path):
+    uri = table_uri(repository, "main", "tables/orders")
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, note STRING) USING delta "
+              "TBLPROPERTIES ('delta.checkpointInterval' = '3')")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1, 'a'), (2, 'b')")
+    add_descriptor(lakefs, repository, "orders", "tables/orders")
+    first = commit_and_append(config, lakefs, repository, "orders", "create + insert: versions 0-1")
+    location = branch_table_versions(config, lakefs, repository, "main", "orders")["location"]
+    assert location.endswith("/_lakefs/exported/main/latest/orders/")
+    stream = Stream(spark, location, tmp_path)
+    assert stream.new_rows() == Counter({(1, "a"): 1, (2, "b"): 1})
+
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (3, 'c')")
+    second = commit_and_append(config, lakefs, repository, "orders", "version 2")
+    assert stream.new_rows() == Counter({(3, "c"): 1})
+
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (4, 'd')")  # version 3: a checkpoint
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 1")  # version 4
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (5, 'e')")  # version 5
+    commit_and_append(config, lakefs, repository, "orders", "versions 3-5")
+    # a DELETE rewrites files: a plain stream refuses it, skipChangeCommits reads on past it
+    assert stream.new_rows(skipChangeCommits="true") == Counter({(4, "d"): 1, (5, "e"): 1})
+
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (6, 'f')")  # version 6: a checkpoint
+    late = commit_and_append(config, lakefs, repository, "orders", "version 6", append=False)
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (7, 'g')")  # version 7
+    last = commit_and_append(config, lakefs, repository, "orders", "version 7")  # its export starts at checkpoint 6
+    assert stream.new_rows(skipChangeCommits="true") == Counter({(6, "f"): 1, (7, "g"): 1})
+
+    again = append_commit(config, lakefs, repository, "main", last, "orders")
+    older = append_commit(config, lakefs, repository, "main", late, "orders")
+    assert again.skipped and older.skipped and "older" in older.skipped
+    assert branch_log_versions(s3, location) == list(range(8)), "every version, no gaps"
+    for version in range(8):  # the same table as the source, version by version
+        assert rows(read_version(spark, location, version)) == \
+            rows(read_version(spark, table_uri(repository, last, "tables/orders"), version)), version
+    versions = branch_table_versions(config, lakefs, repository, "main", "orders")
+    assert [e["commit_id"] for e in versions["commits"]] == [first, second, versions["commits"][2]["commit_id"], last]
+    assert versions["head_version"] == 7 and versions["offset"] == 0
+    assert_versions_read_like_their_commits(spark, repository, "tables/orders", versions)
+    info = branch_commit(s3, location, 7)[0]["commitInfo"]
+    assert info["lakeFS"] == {"repository": repository, "commit": last, "sourceVersion": 7}
+    assert info["operation"] == "WRITE"  # the source's commit, with one member added
+
+
+def test_a_revert_appends_one_synthetic_version_and_later_commits_follow_it(spark, lakefs, config, repository, s3,
+                                                                            tmp_path):
+    uri = table_uri(repository, "main", "tables/ledger")
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, amount DOUBLE) USING delta")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1, 1.0), (2, 2.0)")
+    add_descriptor(lakefs, repository, "ledger", "tables/ledger")
+    commit_and_append(config, lakefs, repository, "ledger", "versions 0-1")
+    location = branch_table_versions(config, lakefs, repository, "main", "ledger")["location"]
+    stream = Stream(spark, location, tmp_path)
+    stream.new_rows()
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (3, 3.0)")
+    third = commit_and_append(config, lakefs, repository, "ledger", "version 2")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (4, 4.0)")
+    fourth = commit_and_append(config, lakefs, repository, "ledger", "version 3")
+    spark.sql(f"UPDATE delta.`{uri}` SET amount = 10.0 WHERE id = 1")
+    fifth = commit_and_append(config, lakefs, repository, "ledger", "version 4")
+    assert stream.new_rows(skipChangeCommits="true") == Counter({(3, 3.0): 1, (4, 4.0): 1})
+
+    first_revert = lakefs.revert(repository, "main", fifth)
+    reverted = lakefs.revert(repository, "main", fourth)  # the table is back at version 2, as of `third`
+    for commit_id in (first_revert, reverted):
+        assert export_one(config, lakefs, repository, "main", commit_id, "ledger").ok
+    synced = append_commit(config, lakefs, repository, "main", reverted, "ledger")
+    late = append_commit(config, lakefs, repository, "main", first_revert, "ledger")
+
+    assert synced.appended == [5] and "moved back from version 4 to 2" in synced.synthetic
+    assert late.skipped and branch_log_versions(s3, location) == list(range(6))
+    assert rows(read_version(spark, location)) == rows(read_version(spark, table_uri(repository, reverted,
+                                                                                     "tables/ledger")))
+    actions = branch_commit(s3, location, 5)
+    info = actions[0]["commitInfo"]
+    assert info["operation"] == SYNC_OPERATION and info["operationParameters"]["lakeFSCommit"] == reverted
+    assert {next(iter(a)) for a in actions[1:]} == {"add", "remove"}
+    for version in range(5):  # the branch table's history stays as its readers saw it
+        assert rows(read_version(spark, location, version)) == \
+            rows(read_version(spark, table_uri(repository, fifth, "tables/ledger"), version)), version
+
+    # A stream without options stops at the synthetic version, naming the option to use.
+    with pytest.raises(Exception, match="skipChangeCommits"):
+        stream.new_rows()
+    assert stream.new_rows(skipChangeCommits="true") == Counter()  # the synthetic version is a change commit
+
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (9, 9.0)")  # the source's new version 3 is branch version 6
+    after = commit_and_append(config, lakefs, repository, "ledger", "version 3, again")
+    assert stream.new_rows(skipChangeCommits="true") == Counter({(9, 9.0): 1})
+    versions = branch_table_versions(config, lakefs, repository, "main", "ledger")
+    assert (versions["head_version"], versions["offset"], versions["commits"][-1]["commit_id"]) == (6, 3, after)
+    assert_versions_read_like_their_commits(spark, repository, "tables/ledger", versions)
+    assert branch_commit(s3, location, 6)[0]["commitInfo"]["lakeFS"]["sourceVersion"] == 3
