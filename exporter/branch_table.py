@@ -30,23 +30,21 @@ from datetime import datetime, timezone
 from typing import Any
 
 from exporter.config import Config
-from exporter.deltalog import LogListing, LogSegment, parse_action_line, parse_actions, select_segment
+from exporter.deltalog import LogListing, parse_action_line, parse_actions
 from exporter.errors import CorruptLog, NotFound
 from exporter.export import LAST_CHECKPOINT, MANIFEST, discard_export, export_location, location_segment, write_log
 from exporter.lakefs import LakeFS
 from exporter.lakefs_paths import LakeFSPaths
-from exporter.logstore import LOG_DIR, checkpoint_files, list_log, read_log_files
-from exporter.objectstore import ObjectSource, ObjectStore
-from exporter.parquet_splice import BytesSource, ParquetSource
+from exporter.exported import ExportedLog, read_exported_log, replay
+from exporter.logstore import LOG_DIR, list_log, read_log_files
+from exporter.objectstore import ObjectStore
 from exporter.paths import PathResolver
 from exporter.rewrite import add_member, rewrite_commit
-from exporter.snapshot import checkpoint_row_groups, reconcile
+from exporter.snapshot import checkpoint_row_groups
 
 LATEST = "latest"  # never a commit id (those are 64 hex digits)
 STATE = "_lakefs_branch_table.json"
 SYNC_OPERATION = "LAKEFS SYNC"
-_MAPS = {"partitionValues", "tags", "configuration", "options"}  # parquet maps read back as (key, value) lists
-_DERIVED = {"stats_parsed", "partitionValues_parsed"}  # checkpoint-only columns, not action fields
 
 
 def follows(branch: str, patterns: Iterable[str]) -> bool:
@@ -79,40 +77,6 @@ class AppendOutcome:
                 f"{self.lakefs_calls} lakeFS calls, {self.seconds:.2f}s")
 
 
-@dataclass
-class _StoredLog:
-    """A `_delta_log/` the exporter wrote (an export, a branch table), read from the object store."""
-
-    store: ObjectStore
-    location: str
-    sizes: dict[str, int]  # name under _delta_log/ -> size
-    listing: LogListing
-    segment: LogSegment
-
-    def raw(self, name: str) -> bytes:
-        return self.store.get(self.location + LOG_DIR + name)
-
-    def source(self, name: str) -> ParquetSource:
-        return ObjectSource(self.store, self.store.uri(self.location + LOG_DIR + name), self.sizes[name])
-
-    def checkpoint_files(self) -> list[str]:
-        """The checkpoint's files in write order (sidecars first); none without a checkpoint."""
-        if self.segment.checkpoint is None:
-            return []
-        names = {LOG_DIR + name: name for name in self.sizes}
-        return checkpoint_files(names, self.segment, lambda name: BytesSource(self.raw(name))
-                                if name.endswith(".json") else self.source(name))
-
-
-def _stored_log(store: ObjectStore, location: str) -> _StoredLog | None:
-    prefix = location + LOG_DIR
-    sizes = {key[len(prefix):]: size for key, size in store.list_sizes(prefix).items()}
-    if not sizes:
-        return None
-    listing = LogListing.from_names(sizes.items())
-    return _StoredLog(store, location, sizes, listing, select_segment(listing))
-
-
 def read_state(store: ObjectStore, location: str) -> dict | None:
     try:
         return json.loads(store.get(location + STATE))
@@ -120,8 +84,9 @@ def read_state(store: ObjectStore, location: str) -> dict | None:
         return None
 
 
-def branch_table_versions(config: Config, lakefs: LakeFS, repository: str, branch: str, table: str) -> dict:
+def branch_table_versions(config: Config, lakefs: LakeFS | None, repository: str, branch: str, table: str) -> dict:
     """The branch table's location, head and lakeFS commit <-> version mapping; NotFound when none."""
+    lakefs = lakefs or LakeFS(config.lakefs)
     store = ObjectStore(config, lakefs.storage_namespace(repository))
     location = branch_table_location(config, branch, table)
     state = read_state(store, location)
@@ -145,7 +110,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
         except NotFound:
             raise NotFound(f"commit {commit_id} has no complete export of table {table!r} under {branch!r} "
                            "(pruned, or not exported yet): nothing to append from") from None
-        exported = _stored_log(store, export)
+        exported = read_exported_log(store, export)
         if exported is None:
             raise CorruptLog(f"the export {store.uri(export)} has a manifest but no _delta_log/")
         commit = lakefs.commit(repository, commit_id)
@@ -185,7 +150,7 @@ def _relation(lakefs: LakeFS, repository: str, state: dict, commit_id: str, crea
     return "newer" if created >= state.get("last_commit_created", 0) else "older"
 
 
-def _create(store: ObjectStore, target: str, exported: _StoredLog, repository: str, branch: str, commit_id: str,
+def _create(store: ObjectStore, target: str, exported: ExportedLog, repository: str, branch: str, commit_id: str,
             manifest: dict) -> dict:
     """The first append: the export's log, annotated, in the fail-closed write order of an export."""
     if store.list_keys(target):  # an interrupted first append: nothing of it was ever a table to a reader
@@ -215,7 +180,7 @@ def _create(store: ObjectStore, target: str, exported: _StoredLog, repository: s
     }
 
 
-def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exported: _StoredLog, state: dict,
+def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exported: ExportedLog, state: dict,
             repository: str, branch: str, commit_id: str, manifest: dict, outcome: AppendOutcome) -> None:
     followed, head = state["source_version"], exported.segment.head_version
     offset, branch_head = state["offset"], state["head_version"]
@@ -260,7 +225,7 @@ def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exp
                              "synthetic": reason, "at": _now_iso()})
 
 
-def _copy_checkpoint(store: ObjectStore, target: str, exported: _StoredLog, offset: int, branch_head: int) -> None:
+def _copy_checkpoint(store: ObjectStore, target: str, exported: ExportedLog, offset: int, branch_head: int) -> None:
     """The export's checkpoint when it describes a version the branch table did not have, renamed
     by the offset; a V2 checkpoint names its version inside, so it is copied only without one."""
     checkpoint = exported.segment.checkpoint
@@ -315,13 +280,13 @@ def _annotated(raw: bytes, repository: str, commit_id: str, source_version: int)
     return b"\n".join(lines)
 
 
-def _sync_commit(store: ObjectStore, target: str, exported: _StoredLog, reason: str, repository: str,
+def _sync_commit(store: ObjectStore, target: str, exported: ExportedLog, reason: str, repository: str,
                  commit_id: str) -> bytes:
     """One commit taking the branch table from its head to the export's snapshot
     (PROTOCOL.md#action-reconciliation): removes for files no longer live, adds for new ones,
     protocol and metaData when they changed."""
-    branch_log = _stored_log(store, target)
-    before, after = _replay(branch_log), _replay(exported)
+    branch_log = read_exported_log(store, target)
+    before, after = replay(branch_log), replay(exported)
     now = int(time.time() * 1000)
     info: dict[str, Any] = {}
     configuration = (after.metadata or {}).get("configuration") or {}
@@ -349,55 +314,11 @@ def _remove_of(add: Mapping[str, Any], now: int) -> dict:
             **{k: add[k] for k in kept[1:] if k in add}}
 
 
-@dataclass
-class _Replayed:
-    live: dict[tuple[str, str], dict]  # logical file -> its add action
-    metadata: dict | None
-    protocol: dict | None
-    in_commit_timestamp: int  # the head commit's, 0 without one
-
-
-def _replay(log: _StoredLog) -> _Replayed:
-    """Every live file of an exported log with its whole add action (the synthetic version needs
-    them): memory grows with the table, which only a divergence pays."""
-    live: dict[tuple[str, str], dict] = {}
-    metadata = protocol = None
-    segment = log.segment
-    for name in log.checkpoint_files():
-        if name.endswith(".json"):
-            actions = parse_actions(name, log.raw(name))
-        else:
-            actions = [{column: row} for group in checkpoint_row_groups(name, log.source(name), ["add", "metaData", "protocol"])
-                       for column in group.column_names for row in group.column(column).to_pylist() if row is not None]
-        for action in map(_plain, actions):
-            metadata = action.get("metaData", metadata)
-            protocol = action.get("protocol", protocol)
-            reconcile(live, action)
-    last: list[dict] = []
-    for _, name in segment.commits:
-        last = parse_actions(name, log.raw(name))
-        for action in map(_plain, last):
-            metadata = action.get("metaData", metadata)
-            protocol = action.get("protocol", protocol)
-            reconcile(live, action)
-    timestamps = [a["commitInfo"].get("inCommitTimestamp") for a in last if isinstance(a.get("commitInfo"), dict)]
-    return _Replayed(live, metadata, protocol, next((t for t in timestamps if isinstance(t, int)), 0))
-
-
-def _plain(value: Any, name: str = "") -> Any:
-    """An action as JSON has it: parquet's absent fields (None) dropped, maps as objects."""
-    if name in _MAPS and isinstance(value, list):
-        return {k: v for k, v in value}
-    if isinstance(value, dict):
-        return {k: _plain(v, k) for k, v in value.items() if v is not None and k not in _DERIVED}
-    return value
-
-
 def _parsed(versions: Mapping[int, bytes]) -> list[list[dict]]:
     return [parse_actions(f"{version:020d}.json", versions[version]) for version in sorted(versions)]
 
 
-def _table_id(commits: list[list[dict]], exported: _StoredLog, from_checkpoint: bool = True) -> str | None:
+def _table_id(commits: list[list[dict]], exported: ExportedLog, from_checkpoint: bool = True) -> str | None:
     """The newest metaData id among the commits, else (when asked) the export's checkpoint's."""
     ids = [a["metaData"].get("id") for actions in commits for a in actions if isinstance(a.get("metaData"), dict)]
     if ids:

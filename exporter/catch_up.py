@@ -4,12 +4,14 @@ post-hook (a receiver that was down, a 503, a dropped event).
 One implementation for `lakefs-delta catch-up` and the workers' periodic task. It follows only
 first parents, so after a merge the feature branch's commits are not exported under the
 destination; it covers tags (every table); it skips exports whose status is a terminal `failed`
-(re-queuing them would fail again), and it queues at most `catch_up_max_per_run` commits a run.
+(re-queuing them would fail again) and commits outside the retention policy (prune would delete
+their exports), and it queues at most `catch_up_max_per_run` commits a run.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import time
 from dataclasses import dataclass, field
 
 import yaml
@@ -20,6 +22,7 @@ from exporter.config import Config
 from exporter.errors import ExporterError, NotFound
 from exporter.export import missing_exports
 from exporter.lakefs import LakeFS
+from exporter.retention import within_policy
 from exporter.status import StatusStore
 
 _BRANCH_EVENTS = ("post-commit", "post-merge")
@@ -90,8 +93,12 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
         if branches is None:
             plan.skipped_repositories.append(f"{repository}: no {ACTION_PATH} on its default branch")
             continue
+        now = time.time()
+        # what prune would delete is not exported again
         candidates = [(branch, commit.id, False) for branch in branches
-                      for commit in lakefs.log(repository, branch, amount=config.catch_up_depth, first_parent=True)]
+                      for position, commit in enumerate(lakefs.log(repository, branch, amount=config.catch_up_depth,
+                                                                   first_parent=True))
+                      if within_policy(position, now - commit.creation_date, config.retention)]
         candidates += [(tag, commit_id, True) for tag, commit_id in lakefs.list_tags(repository, config.catch_up_depth)]
         for ref, commit_id, all_tables in candidates:
             missing = missing_exports(config, repository, ref, commit_id, lakefs=lakefs, all_tables=all_tables)

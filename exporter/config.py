@@ -62,6 +62,16 @@ class RetryConfig(_Section):
     backoff_max_seconds: float = Field(60.0, gt=0)
 
 
+class RetentionConfig(_Section):
+    """Which per-commit exports `lakefs-delta prune` keeps; branch tables and tags' exports always stay."""
+
+    keep_last: int = Field(20, ge=0)  # the newest first-parent commits of each branch
+    keep_hours: float = Field(168.0, ge=0)  # exports written less than this long ago
+    # The workers' beat runs prune over `catch_up_repositories` every this many seconds; 0: never
+    # (prune deletes: it runs on a schedule only when asked to).
+    interval_seconds: int = Field(0, ge=0)
+
+
 class ApiToken(_Section):
     """A service token for automation, and the repositories it may read (`*`: every repository).
     In the environment (or as a YAML string): `TOKEN=repo1+repo2`, or `TOKEN=*`."""
@@ -107,6 +117,7 @@ class Config(BaseSettings):
     events: tuple[str, ...] = KNOWN_EVENTS
     worker_concurrency: int = Field(2, ge=1)
     retry: RetryConfig = RetryConfig()
+    retention: RetentionConfig = RetentionConfig()
     diff_cache_ttl_seconds: int = 7 * 24 * 3600
     # A diff not in the cache is computed by a worker; the API waits this long for it, then answers
     # 202 (ask again) so the web process never replays table logs itself.

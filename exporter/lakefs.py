@@ -152,10 +152,16 @@ class LakeFS:
                 return names
             after = page.pagination.next_offset
 
-    def list_tags(self, repository: str, amount: int) -> list[tuple[str, str]]:
-        """(tag, commit id) of up to `amount` tags."""
-        page = self._call(f"list tags {repository}", self.tags.list_tags, repository, amount=min(amount, PAGE_SIZE))
-        return [(t.id, t.commit_id) for t in page.results]
+    def list_tags(self, repository: str, amount: int | None = None) -> list[tuple[str, str]]:
+        """(tag, commit id) of up to `amount` tags (None: every tag)."""
+        found, after = [], ""
+        while True:
+            page = self._call(f"list tags {repository}", self.tags.list_tags, repository, after=after,
+                              amount=PAGE_SIZE if amount is None else min(amount - len(found), PAGE_SIZE))
+            found += [(t.id, t.commit_id) for t in page.results]
+            if not page.pagination.has_more or (amount is not None and len(found) >= amount):
+                return found
+            after = page.pagination.next_offset
 
     def action_runs(self, repository: str, commit_id: str) -> list[dict]:
         response = self._call(f"action runs {repository}@{commit_id}", self.actions.list_repository_runs_with_http_info,

@@ -105,11 +105,25 @@ class ObjectStore:
 
     def list_sizes(self, relative: str) -> dict[str, int]:
         """Every object under `relative` and its size, by name relative to the namespace."""
+        return {name: size for name, size, _ in self.list_objects(relative)}
+
+    def list_objects(self, relative: str) -> list[tuple[str, int, float]]:
+        """(name relative to the namespace, size, modified as epoch seconds) of every object under `relative`."""
         paginator = self.client.get_paginator("list_objects_v2")
         pages = self._call("list", self.uri(relative),
                            lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=self.key(relative))))
         root = self.key("")
-        return {item["Key"][len(root):]: item["Size"] for page in pages for item in page.get("Contents", [])}
+        return [(item["Key"][len(root):], item["Size"], item["LastModified"].timestamp())
+                for page in pages for item in page.get("Contents", [])]
+
+    def head_uri(self, uri: str) -> bool:
+        """Whether the object at an absolute address exists."""
+        bucket, key = split_uri(uri)
+        try:
+            self._call("head", uri, lambda: self.client.head_object(Bucket=bucket, Key=key))
+            return True
+        except NotFound:
+            return False
 
     def list_folders(self, relative: str) -> list[str]:
         """The names of the "folders" directly under `relative` (a listing with delimiter `/`)."""

@@ -31,7 +31,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 
 import exporter
 from exporter.config import Config
-from exporter.branch_table import follows
+from exporter.branch_table import branch_table_versions, follows
 from exporter.datasets import DatasetsCache, resolve_dataset
 from exporter.diff import DiffCache, diff_commits
 from exporter.errors import BadRequest, ExporterError, NotFound
@@ -39,7 +39,7 @@ from exporter.export import exports_in_store
 from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, RepositoryAccess,
                         SignInRefused, Unauthenticated, caller_of, code_key, matching_token)
 from hooks.metrics import WorkerMetrics
-from hooks.models import (Dataset, Datasets, Computing, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
+from hooks.models import (BranchTableVersions, Dataset, Datasets, Computing, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
                           Readiness, Session, SignInCode, SignInLink, TableDiff)
 from hooks.paging import MAX_PER_PAGE, paginate
 from exporter.lakefs import LakeFS
@@ -278,6 +278,22 @@ def create_app(config: Config) -> FastAPI:
             raise Refusal(404, f"no export known for commit {commit} in repository {repository}")
         refs = {name: {"commit": tables.pop(COMMIT_RECORD, None), "tables": tables} for name, tables in records.items()}
         return {"repository": repository, "commit_id": commit, "refs": refs}
+
+    @app.get("/repositories/{repository}/branches/{branch}/tables/{table}/versions",
+             response_model=BranchTableVersions, summary="A branch table's lakeFS commit <-> Delta version mapping",
+             responses=problems(400, 401, 403, 404, 422, 503))
+    async def branch_table(request: Request, repository: str, branch: str, table: str,
+                           commit: str | None = Query(None, description="only this lakeFS commit's entry")):
+        """The branch table of `table` on `branch`: its location (which never changes), head, offset
+        and, for each lakeFS commit it followed, the version that reads as the table at that commit
+        (`versionAsOf` on the location)."""
+        await require_reader(request, repository)
+        versions = await from_lakefs(branch_table_versions, config, None, repository, branch, table)
+        if commit is not None:
+            versions["commits"] = [entry for entry in versions["commits"] if entry["commit_id"] == commit]
+            if not versions["commits"]:
+                raise Refusal(404, f"the branch table of {table!r} on {branch!r} has no version for commit {commit}")
+        return versions
 
     computing = {202: {"model": Computing, "description": "not computed yet: ask again after Retry-After"}}
 

@@ -68,6 +68,34 @@ class ExportStatus(BaseModel):
     refs: dict[str, RefExports]
 
 
+class BranchTableCommit(BaseModel):
+    """A lakeFS commit the branch table followed, and the branch-table version equal to the source at it."""
+
+    commit_id: str
+    version: int = Field(description="the branch-table version that reads as the table at this commit")
+    source_version: int = Field(description="the source table's version at this commit")
+    appended: list[int] | None = Field(description="first and last branch-table version this commit appended, "
+                                                   "null when it added none")
+    synthetic: str | None = Field(description="why this commit needed a synthetic version (the source's log "
+                                              "was replaced: revert, reset, new table), else null")
+    at: str = Field(description="when it was appended (UTC, ISO 8601)")
+
+
+class BranchTableVersions(BaseModel):
+    """A branch table: one Delta table per (branch, table) whose log follows the branch."""
+
+    repository: str
+    branch: str
+    table: str
+    table_path: str
+    location: str = Field(description="the table's location: it never changes")
+    first_version: int = Field(description="the first version the branch table holds")
+    head_version: int
+    offset: int = Field(description="branch-table version minus source version, since the last synthetic version")
+    last_commit: str
+    commits: list[BranchTableCommit] = Field(description="oldest first")
+
+
 class Operation(BaseModel):
     """A Delta version on the right that is not on the left."""
 

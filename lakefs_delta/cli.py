@@ -122,6 +122,54 @@ def _catch_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _versions(args: argparse.Namespace) -> int:
+    from exporter.branch_table import branch_table_versions
+    from exporter.config import load_config
+
+    versions = branch_table_versions(load_config(args.config), None, args.repo, args.branch, args.table)
+    if args.json:
+        print(json.dumps(versions, indent=2))
+        return 0
+    print(f"{versions['location']}  head version {versions['head_version']}, offset {versions['offset']}")
+    print(f"{'commit':<64}  {'version':>7}  {'source':>6}  appended")
+    for entry in versions["commits"]:
+        appended = "-" if not entry["appended"] else "{}..{}".format(*entry["appended"])
+        why = f"  synthetic: {entry['synthetic']}" if entry["synthetic"] else ""
+        print(f"{entry['commit_id']:<64}  {entry['version']:>7}  {entry['source_version']:>6}  {appended}{why}")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from exporter.config import load_config
+    from exporter.lakefs import LakeFS
+    from exporter.retention import prune
+
+    config = load_config(args.config)
+    policy = config.retention.model_copy(update={k: v for k, v in (("keep_last", args.keep_last),
+                                                                     ("keep_hours", args.keep_hours)) if v is not None})
+    lakefs = LakeFS(config.lakefs)
+    for repository in args.repo:
+        plan = prune(config, lakefs, repository, policy, dry_run=args.dry_run)
+        for location in plan.deleted:
+            print(f"{'would delete' if args.dry_run else 'deleted'}  {location}")
+        if args.verbose:
+            for location, why in plan.kept.items():
+                print(f"kept  {location}  ({why})")
+        print(plan.summary())
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from exporter.config import load_config
+    from exporter.lakefs import LakeFS
+    from exporter.retention import verify
+
+    config = load_config(args.config)
+    result = verify(config, LakeFS(config.lakefs), args.repo, args.ref, args.table, args.commit)
+    print(result.summary())
+    return 0 if result.ok else 1
+
+
 def _install_actions(args: argparse.Namespace) -> int:
     from exporter.actions import install_actions
     from exporter.config import load_config
@@ -241,6 +289,32 @@ def main(argv: list[str] | None = None) -> int:
     diff_cmd.add_argument("--table", required=True, help="table path from the repository root")
     diff_cmd.add_argument("--json", action="store_true")
     diff_cmd.set_defaults(run=_diff)
+
+    versions_cmd = commands.add_parser("versions", help="a branch table's lakeFS commit <-> Delta version mapping")
+    versions_cmd.add_argument("--repo", required=True)
+    versions_cmd.add_argument("--branch", required=True)
+    versions_cmd.add_argument("--table", required=True, help="table name (its descriptor's name)")
+    versions_cmd.add_argument("--json", action="store_true")
+    versions_cmd.set_defaults(run=_versions)
+
+    prune_cmd = commands.add_parser("prune", help="delete per-commit exports outside the retention policy "
+                                                  "(never branch tables or tags' exports)")
+    prune_cmd.add_argument("--repo", action="append", required=True, help="repository (repeatable)")
+    prune_cmd.add_argument("--keep-last", type=int, help="newest first-parent commits kept per branch "
+                                                         "(default: retention.keep_last)")
+    prune_cmd.add_argument("--keep-hours", type=float, help="exports younger than this are kept "
+                                                            "(default: retention.keep_hours)")
+    prune_cmd.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
+    prune_cmd.add_argument("--verbose", action="store_true", help="also list what is kept, and why")
+    prune_cmd.set_defaults(run=_prune)
+
+    verify_cmd = commands.add_parser("verify", help="check that every live data file and deletion vector of an "
+                                                    "export (or branch table) still exists; exit 1 when not")
+    verify_cmd.add_argument("--repo", required=True)
+    verify_cmd.add_argument("--ref", required=True, help="the ref the export is under (a branch for its branch table)")
+    verify_cmd.add_argument("--table", required=True, help="table name")
+    verify_cmd.add_argument("--commit", help="the export of this commit (default: the branch table of --ref)")
+    verify_cmd.set_defaults(run=_verify)
 
     health_cmd = commands.add_parser("healthcheck", help="exit 0 when this container's serve or worker is healthy")
     health_cmd.add_argument("--role", choices=["serve", "worker"], help="default: from the command PID 1 runs")

@@ -16,7 +16,7 @@ _config: Config | None = None
 
 TASK_KINDS = ("lakefs_delta.export_commit", "lakefs_delta.export_table", "lakefs_delta.precompute_diff",
               "lakefs_delta.compute_diff", "lakefs_delta.list_datasets",
-              "lakefs_delta.append_branch_table", "lakefs_delta.catch_up")
+              "lakefs_delta.append_branch_table", "lakefs_delta.catch_up", "lakefs_delta.prune")
 
 
 def configure(config: Config) -> Celery:
@@ -49,7 +49,10 @@ def configure(config: Config) -> Celery:
                                  "retry_backoff_max": max(1, round(config.retry.backoff_max_seconds))}
                           for kind in TASK_KINDS},
         beat_schedule={"catch-up": {"task": "lakefs_delta.catch_up",
-                                    "schedule": float(config.catch_up_interval_seconds)}},
+                                    "schedule": float(config.catch_up_interval_seconds)},
+                       # prune deletes: scheduled only when retention.interval_seconds is set
+                       **({"prune": {"task": "lakefs_delta.prune", "schedule": float(config.retention.interval_seconds)}}
+                          if config.retention.interval_seconds else {})},
     )
     return app
 

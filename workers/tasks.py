@@ -28,6 +28,7 @@ from exporter.export import ExportOutcome, abandon_export, find_table
 from exporter.export import export_table as export_one_table
 from exporter.lakefs import LakeFS
 from exporter.results import ResultCache
+from exporter.retention import prune as prune_exports
 from exporter.logstore import checkpoint_files_hint
 from exporter.status import COMMIT_RECORD, StatusStore
 from exporter.tables import DESCRIPTORS_PREFIX, TableDescriptor, changed_tables, discover_tables
@@ -287,6 +288,28 @@ def append_branch_table(self, repository: str, branch: str, commit_id: str, tabl
     log.info("%s outcome=%s", line, outcome.summary())
     return {"ok": True, "head_version": outcome.head_version, "appended": outcome.appended,
             "synthetic": outcome.synthetic, "skipped": outcome.skipped}
+
+
+@app.task(name="lakefs_delta.prune")
+def prune(repositories: list[str] | None = None) -> list[str]:
+    """Delete per-commit exports outside the retention policy (beat, when `retention.interval_seconds` is set)."""
+    config = current_config()
+    status, _ = _services(config)
+    lakefs = _lakefs(config)
+    deleted: list[str] = []
+    with status.lock("prune", config.task_time_limit_seconds) as held:
+        if not held:  # another worker's beat is running it
+            return []
+        for repository in repositories or list(config.catch_up_repositories) or lakefs.list_repositories():
+            try:
+                plan = prune_exports(config, lakefs, repository)
+            except ExporterError as exc:
+                log.warning("prune %s outcome=failed reason=%s", repository, exc)
+                continue
+            deleted += plan.deleted
+            log.info("prune %s", plan.summary())
+    status_count(status, "prune", "succeeded")
+    return deleted
 
 
 @app.task(bind=True, base=RetriedTask, name="lakefs_delta.precompute_diff")

@@ -51,8 +51,9 @@ def manifest_exists(s3, outcome: ExportOutcome) -> bool:
     return listed.get("KeyCount", 0) > 0
 
 
-def delta_rs_rows(outcome: ExportOutcome, version: int | None = None) -> list[tuple]:
-    """delta-rs reads the export through DataFusion's QueryBuilder (see the README's reader table)."""
+def delta_rs_rows(outcome: ExportOutcome | str, version: int | None = None) -> list[tuple]:
+    """delta-rs reads the export (or the table at a location) through DataFusion's QueryBuilder
+    (see the README's reader table)."""
     from deltalake import DeltaTable, QueryBuilder
 
     options = {
@@ -61,7 +62,8 @@ def delta_rs_rows(outcome: ExportOutcome, version: int | None = None) -> list[tu
         "AWS_SECRET_ACCESS_KEY": os.environ["LAKEFS_DELTA_OBJECT_STORE_SECRET_ACCESS_KEY"],
         "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true", "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
     }
-    table = DeltaTable(outcome.location, storage_options=options, version=version)
+    location = outcome if isinstance(outcome, str) else outcome.location
+    table = DeltaTable(location, storage_options=options, version=version)
     import pyarrow as pa
 
     result = pa.table(QueryBuilder().register("t", table).execute("select * from t").read_all())

@@ -4,12 +4,23 @@ branch's commits. Real lakeFS, MinIO and Spark (batch and Structured Streaming).
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import time
 from collections import Counter
 
+import httpx
 import pytest
 
+from exporter.actions import install_actions
 from exporter.branch_table import SYNC_OPERATION, append_commit, branch_table_versions
-from tests.integration.deltatables import add_descriptor, export_one, read_version, rows, table_uri
+from exporter.config import RetentionConfig
+from exporter.retention import prune, verify
+from lakefs_delta.client import wait_for_exports
+from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one, read_version, rows, table_uri
+from tests.integration.test_webhooks import GOOD, WEBHOOK, api, token
 
 pytestmark = pytest.mark.integration
 
@@ -102,6 +113,8 @@ def test_a_branch_table_follows_the_branch_and_streams_what_each_commit_added(sp
     for version in range(8):  # the same table as the source, version by version
         assert rows(read_version(spark, location, version)) == \
             rows(read_version(spark, table_uri(repository, last, "tables/orders"), version)), version
+    assert delta_rs_rows(location) == rows(read_version(spark, location))
+    assert delta_rs_rows(location, 4) == rows(read_version(spark, location, 4))
     versions = branch_table_versions(config, lakefs, repository, "main", "orders")
     assert [e["commit_id"] for e in versions["commits"]] == [first, second, versions["commits"][2]["commit_id"], last]
     assert versions["head_version"] == 7 and versions["offset"] == 0
@@ -122,7 +135,7 @@ def test_a_revert_appends_one_synthetic_version_and_later_commits_follow_it(spar
     stream = Stream(spark, location, tmp_path)
     stream.new_rows()
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (3, 3.0)")
-    third = commit_and_append(config, lakefs, repository, "ledger", "version 2")
+    commit_and_append(config, lakefs, repository, "ledger", "version 2")
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (4, 4.0)")
     fourth = commit_and_append(config, lakefs, repository, "ledger", "version 3")
     spark.sql(f"UPDATE delta.`{uri}` SET amount = 10.0 WHERE id = 1")
@@ -140,6 +153,7 @@ def test_a_revert_appends_one_synthetic_version_and_later_commits_follow_it(spar
     assert late.skipped and branch_log_versions(s3, location) == list(range(6))
     assert rows(read_version(spark, location)) == rows(read_version(spark, table_uri(repository, reverted,
                                                                                      "tables/ledger")))
+    assert delta_rs_rows(location) == rows(read_version(spark, location))  # delta-rs reads the synthetic version too
     actions = branch_commit(s3, location, 5)
     info = actions[0]["commitInfo"]
     assert info["operation"] == SYNC_OPERATION and info["operationParameters"]["lakeFSCommit"] == reverted
@@ -160,3 +174,123 @@ def test_a_revert_appends_one_synthetic_version_and_later_commits_follow_it(spar
     assert (versions["head_version"], versions["offset"], versions["commits"][-1]["commit_id"]) == (6, 3, after)
     assert_versions_read_like_their_commits(spark, repository, "tables/ledger", versions)
     assert branch_commit(s3, location, 6)[0]["commitInfo"]["lakeFS"]["sourceVersion"] == 3
+
+
+def branch_table_objects(s3, location: str) -> dict[str, str]:
+    """Every object of a branch table and its ETag: what a reader could see change."""
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    return {item["Key"]: item["ETag"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for item in page.get("Contents", [])}
+
+
+def appends_done(service: str) -> float:
+    text = httpx.get(service + "/metrics", timeout=10).text
+    found = re.search(r'lakefs_delta_tasks_total\{outcome="succeeded",task="append_branch_table"\} ([0-9.e+]+)', text)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_five_quick_commits_through_the_action_append_every_version_once(service, lakefs, spark, config, repository, s3):
+    install_actions(lakefs, repository, "main", WEBHOOK, ["main"], {"events": "tables/events"}, branch_tables=["main"])
+    uri = table_uri(repository, "main", "tables/events")
+    spark.createDataFrame([(0, "open")], "id INT, kind STRING").write.format("delta").save(uri)
+    commits = [lakefs.commit_branch(repository, "main", "version 0")]
+    for i in range(1, 6):  # one insert per commit, committed as fast as Spark writes
+        spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({i}, 'k{i}')")
+        commits.append(lakefs.commit_branch(repository, "main", f"version {i}"))
+    for commit_id in commits:
+        assert wait_for_exports(service, token(), repository, commit_id, "main", {"events"}, 120)["events"]["state"] == "done"
+    path = f"/repositories/{repository}/branches/main/tables/events/versions"
+    deadline = time.monotonic() + 60
+    while (answer := api(service, path)).status_code != 200 or answer.json()["last_commit"] != commits[-1]:
+        assert time.monotonic() < deadline, answer.text
+        time.sleep(0.5)
+    versions = answer.json()
+    location = versions["location"]
+    assert versions["head_version"] == 5 and versions["offset"] == 0
+    assert branch_log_versions(s3, location) == list(range(6)), "all versions, in order, no gaps"
+    assert [branch_commit(s3, location, v)[0]["commitInfo"]["lakeFS"]["sourceVersion"] for v in range(6)] == list(range(6))
+    assert rows(read_version(spark, location)) == rows(read_version(spark, table_uri(repository, commits[-1], "tables/events")))
+    assert_versions_read_like_their_commits(spark, repository, "tables/events", versions)
+    one = api(service, f"{path}?commit={commits[-1]}").json()["commits"]
+    assert [(e["commit_id"], e["version"]) for e in one] == [(commits[-1], 5)]
+    assert api(service, f"/repositories/{repository}/branches/main/tables/nope/versions").status_code == 404
+
+    before, appended = branch_table_objects(s3, location), appends_done(service)
+    for commit_id in commits:  # every event delivered again
+        event = {**GOOD, "repository_id": repository, "branch_id": "main", "commit_id": commit_id}
+        assert httpx.post(WEBHOOK + "?branch_tables=main", json=event, headers={"X-Webhook-Token": token()},
+                          timeout=30).status_code == 202
+    deadline = time.monotonic() + 60
+    while appends_done(service) < appended + len(commits):
+        assert time.monotonic() < deadline, "the appends of the delivered-again events did not run"
+        time.sleep(0.5)
+    assert branch_table_objects(s3, location) == before, "nothing changed"
+    cli = subprocess.run([sys.executable, "-m", "lakefs_delta.cli", "versions", "--repo", repository, "--branch", "main",
+                          "--table", "events"], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert f"{commits[-1]}        5       5" in cli.stdout
+
+
+def test_prune_keeps_what_the_policy_says_and_verify_finds_a_deleted_file(spark, lakefs, config, repository, s3):
+    uri = table_uri(repository, "main", "tables/kept")
+    spark.createDataFrame([(1, "a"), (2, "b")], "id INT, note STRING").write.format("delta").save(uri)
+    add_descriptor(lakefs, repository, "kept", "tables/kept")
+    commits = []
+    for i in range(30):  # 30 exported commits; after the first, only a note changes beside the table
+        if i:
+            lakefs.upload_object(repository, "main", f"notes/{i}.txt", b"note")
+        commits.append(lakefs.commit_branch(repository, "main", f"commit {i}"))
+        assert export_one(config, lakefs, repository, "main", commits[-1], "kept").ok
+        if i == 19:
+            time.sleep(2)
+            cutoff = time.time()
+            time.sleep(2)
+    lakefs.create_tag(repository, "v1", commits[3])
+    assert export_one(config, lakefs, repository, "v1", commits[3], "kept").ok
+    assert append_commit(config, lakefs, repository, "main", commits[-1], "kept").appended == [0]
+    root = f"s3://{os.environ['LAKEFS_DELTA_STACK_BUCKET']}/{repository}/_lakefs/exported/"
+    policy = RetentionConfig(keep_last=5, keep_hours=1)  # evaluated an hour after `cutoff`
+    expected = [f"{root}main/{c}/" for c in commits[:20]]
+
+    dry = prune(config, lakefs, repository, policy, dry_run=True, now=cutoff + 3600)
+    assert sorted(dry.deleted) == sorted(expected)
+    assert all(export_exists(s3, location) for location in expected), "a dry run deletes nothing"
+    assert dry.kept[f"{root}v1/{commits[3]}/"] == "a tag's export"
+    assert "newest 5" in dry.kept[f"{root}main/{commits[29]}/"]
+    assert "less than 1 hours" in dry.kept[f"{root}main/{commits[20]}/"]
+
+    done = prune(config, lakefs, repository, policy, now=cutoff + 3600)
+    assert sorted(done.deleted) == sorted(expected) and done.objects_deleted > 20
+    assert not any(export_exists(s3, location) for location in expected)
+    assert all(export_exists(s3, f"{root}main/{c}/") for c in commits[20:])
+    assert export_exists(s3, f"{root}v1/{commits[3]}/")
+    assert export_exists(s3, f"{root}main/latest/kept/"), "branch tables are never pruned"
+
+    cli = subprocess.run([sys.executable, "-m", "lakefs_delta.cli", "prune", "--repo", repository, "--keep-last", "2",
+                          "--keep-hours", "0", "--dry-run"], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert sorted(line.split()[-1] for line in cli.stdout.splitlines() if line.startswith("would delete")) == \
+        sorted(f"{root}main/{c}/" for c in commits[20:28])
+
+    assert verify(config, lakefs, repository, "main", "kept", commits[-1]).ok
+    data_files = replay_live_paths(s3, f"{root}main/{commits[-1]}/kept/")
+    data_file = data_files[0]
+    bucket, _, key = data_file.removeprefix("s3://").partition("/")
+    s3.delete_object(Bucket=bucket, Key=key)  # behind the export's back (as lakeFS GC would)
+    found = verify(config, lakefs, repository, "main", "kept", commits[-1])
+    assert not found.ok and found.missing == [data_file] and found.files_checked == len(data_files)
+    cli = subprocess.run([sys.executable, "-m", "lakefs_delta.cli", "verify", "--repo", repository, "--ref", "main",
+                          "--table", "kept"], capture_output=True, text=True, timeout=60)  # the branch table
+    assert cli.returncode == 1 and f"missing {data_file}" in cli.stdout, cli.stdout + cli.stderr
+
+
+def export_exists(s3, location: str) -> bool:
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    return s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0) > 0
+
+
+def replay_live_paths(s3, location: str) -> list[str]:
+    """The add paths of a small export's first commit, read straight from MinIO."""
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    raw = s3.get_object(Bucket=bucket, Key=f"{prefix}_delta_log/{0:020d}.json")["Body"].read()
+    return [json.loads(line)["add"]["path"] for line in raw.splitlines() if b'"add"' in line]
