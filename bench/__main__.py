@@ -157,6 +157,43 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
     return rows + [lua_row]
 
 
+def bench_branch_tables(sizes: list[int]) -> list[dict]:
+    """The branch table of an N-file table: created from the cold export, then one 10-file commit
+    appended, beside copying that commit's whole export to a fixed location (the alternative)."""
+    from bench.synthetic import add_files
+
+    state, config, lakefs = running_stack()
+    gateway = gateway_client(state)
+    rows = []
+    for files in sizes:
+        repository = new_repository(lakefs, f"bench-branch-{files}")
+        print(f"building a table of {files:,} files in {repository} ...", flush=True)
+        commit_id = build_table(lakefs, gateway, repository, files, partitions=100 if files >= 100_000 else 0)
+        assert measure("export", repository, "main", commit_id, f"t{files}")["ok"]
+        created = measure("append", repository, "main", commit_id, f"t{files}")
+        rows.append({"benchmark": f"branch table of a {files:,}-file table: created from the export (52 versions)",
+                     "seconds": created["seconds"], "lakefs_calls": created["lakefs_calls"],
+                     "peak_rss_mib": created["peak_rss_mib"]})
+        child = add_files(lakefs, gateway, repository, files, 10)
+        exported = measure("export", repository, "main", child, f"t{files}")
+        assert exported["ok"] and exported["incremental"], exported
+        rows.append({"benchmark": f"export of that 10-file commit, {files:,}-file table (incremental)",
+                     "seconds": exported["seconds"], "lakefs_calls": exported["lakefs_calls"],
+                     "peak_rss_mib": exported["peak_rss_mib"]})
+        appended = measure("append", repository, "main", child, f"t{files}")
+        assert appended["appended"] == [52], appended
+        rows.append({"benchmark": f"branch table of a {files:,}-file table: append a 10-file commit",
+                     "seconds": appended["seconds"], "lakefs_calls": appended["lakefs_calls"],
+                     "peak_rss_mib": appended["peak_rss_mib"]})
+        copied = measure("republish", repository, "main", child, f"t{files}")
+        rows.append({"benchmark": f"alternative: copy that commit's whole export ({copied['objects']} objects) "
+                                  "to a fixed location", "seconds": copied["seconds"],
+                     "lakefs_calls": copied["lakefs_calls"], "peak_rss_mib": copied["peak_rss_mib"]})
+        for row in rows[-4:]:
+            print(row, flush=True)
+    return rows
+
+
 def bench_diffs(versions_list: list[int]) -> list[dict]:
     from exporter.diff import DiffCache, cached_diff, compute_diff
 
@@ -201,7 +238,8 @@ def markdown(rows: list[dict]) -> str:
 
     lines = ["| benchmark | seconds | files/s | lakeFS calls | peak RSS MiB | project/Lua |",
              "|---|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['benchmark']} | {r['seconds']:.3f} | {r['files_per_s']:,.0f} | {r['lakefs_calls']} | "
+    lines += [f"| {r['benchmark']} | {r['seconds']:.3f} | "
+              + (f"{r['files_per_s']:,.0f}" if r.get("files_per_s") is not None else "–") + f" | {r['lakefs_calls']} | "
               f"{rss(r)} | {ratio(r)} |" for r in rows]
     notes = [lua_note(r) for r in rows if "lua" in r]
     return "\n".join(lines) + ("\n\nlakeFS Lua exporter runs:\n\n" + "\n".join(notes) if notes else "")
@@ -246,6 +284,8 @@ def main() -> None:
                         help="adds in the multi-part checkpoint rewritten streaming (0: skip)")
     parser.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000], help="table sizes to export")
     parser.add_argument("--diff-versions", type=int, nargs="*", default=[1_000], help="table histories to diff")
+    parser.add_argument("--branch-table-sizes", type=int, nargs="*", default=[10_000],
+                        help="tables whose branch table is created and appended to")
     parser.add_argument("--storm", type=int, default=200, help="commits arriving at once (0: skip)")
     parser.add_argument("--no-lua", action="store_true", help="skip lakeFS's Lua Delta exporter")
     parser.add_argument("--out", help="results file (default: bench/results/<date>.md, plot beside it)")
@@ -257,6 +297,7 @@ def main() -> None:
         rows += bench_streaming_checkpoint(args.stream_actions, path_order=False)
     rows += bench_exports(args.sizes, not args.no_lua, args.lua_timeout) if args.sizes else []
     rows += bench_diffs(args.diff_versions) if args.diff_versions else []
+    rows += bench_branch_tables(args.branch_table_sizes) if args.branch_table_sizes else []
     if args.storm:
         from bench.webhooks import bench_commit_storm, bench_idle_latency
 

@@ -6,6 +6,8 @@ report the largest so far).
     python -m bench.isolated rewrite CHECKPOINT_FILE ADDRESSES_FILE splice|whole
     python -m bench.isolated stream ADDRESSES_PARQUET CHECKPOINT_PART...
     python -m bench.isolated diff REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH
+    python -m bench.isolated append REPOSITORY BRANCH COMMIT TABLE
+    python -m bench.isolated republish REPOSITORY BRANCH COMMIT TABLE
 Each prints one JSON line: the measurement.
 """
 
@@ -126,6 +128,40 @@ def _diff(repository: str, left: str, right: str, table_path: str) -> dict:
             "rows": diff["row_count"]["right"], "peak_rss_mib": peak_rss_mib()}
 
 
+def _append(repository: str, branch: str, commit_id: str, table_name: str) -> dict:
+    """Bring the branch table to a commit's export (the first one creates it)."""
+    from exporter.branch_table import append_commit
+    from exporter.config import load_config
+    from exporter.lakefs import LakeFS
+
+    config = load_config()
+    outcome = append_commit(config, LakeFS(config.lakefs), repository, branch, commit_id, table_name)
+    return {"seconds": outcome.seconds, "lakefs_calls": outcome.lakefs_calls, "appended": outcome.appended,
+            "skipped": outcome.skipped, "peak_rss_mib": peak_rss_mib()}
+
+
+def _republish(repository: str, branch: str, commit_id: str, table_name: str) -> dict:
+    """The alternative to appending: copy a commit's whole export to a fixed location (server-side),
+    as a table re-published at one path after every commit must."""
+    from exporter.config import load_config
+    from exporter.export import MANIFEST, export_location
+    from exporter.lakefs import LakeFS
+    from exporter.objectstore import ObjectStore
+
+    config = load_config()
+    lakefs = LakeFS(config.lakefs)
+    started = time.perf_counter()
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    source = export_location(config, branch, commit_id, table_name)
+    target = f"{config.export_prefix}/{branch}/republished/{table_name}/"
+    keys = [k for k in store.list_keys(source) if not k.endswith(MANIFEST)]
+    for key in keys:
+        store.copy(key, target + key[len(source):])
+    return {"seconds": time.perf_counter() - started, "lakefs_calls": lakefs.calls, "objects": len(keys),
+            "peak_rss_mib": peak_rss_mib()}
+
+
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
-    print(json.dumps({"export": _export, "rewrite": _rewrite, "stream": _stream, "diff": _diff}[command](*arguments)))
+    print(json.dumps({"export": _export, "rewrite": _rewrite, "stream": _stream, "diff": _diff,
+                      "append": _append, "republish": _republish}[command](*arguments)))

@@ -15,8 +15,10 @@ import httpx
 import pytest
 
 from exporter.actions import install_actions
-from exporter.branch_table import SYNC_OPERATION, append_commit, branch_table_versions
+from exporter.branch_table import STATE, SYNC_OPERATION, append_commit, branch_table_versions
 from exporter.config import RetentionConfig
+from exporter.errors import ServiceUnavailable
+from exporter.objectstore import ObjectStore
 from exporter.retention import prune, verify
 from lakefs_delta.client import wait_for_exports
 from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one, read_version, rows, table_uri
@@ -294,3 +296,36 @@ def replay_live_paths(s3, location: str) -> list[str]:
     bucket, _, prefix = location.removeprefix("s3://").partition("/")
     raw = s3.get_object(Bucket=bucket, Key=f"{prefix}_delta_log/{0:020d}.json")["Body"].read()
     return [json.loads(line)["add"]["path"] for line in raw.splitlines() if b'"add"' in line]
+
+
+def test_an_append_interrupted_before_its_state_is_redone_without_duplicates(spark, lakefs, config, repository, s3,
+                                                                             monkeypatch):
+    uri = table_uri(repository, "main", "tables/crash")
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT) USING delta")
+    add_descriptor(lakefs, repository, "crash", "tables/crash")
+    commit_and_append(config, lakefs, repository, "crash", "version 0")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1)")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (2)")
+    second = commit_and_append(config, lakefs, repository, "crash", "versions 1-2", append=False)
+    put = ObjectStore.put
+
+    def dies_at_the_state(store, relative, body, *args):
+        if relative.endswith(STATE):
+            raise ServiceUnavailable("injected: the worker died before recording the append")
+        return put(store, relative, body, *args)
+
+    monkeypatch.setattr(ObjectStore, "put", dies_at_the_state)
+    with pytest.raises(ServiceUnavailable):
+        append_commit(config, lakefs, repository, "main", second, "crash")
+    monkeypatch.undo()
+    location = branch_table_versions(config, lakefs, repository, "main", "crash")["location"]
+    assert branch_log_versions(s3, location) == [0, 1, 2]  # written, but not recorded
+    assert branch_table_versions(config, lakefs, repository, "main", "crash")["head_version"] == 0
+
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (3)")
+    third = commit_and_append(config, lakefs, repository, "crash", "version 3")  # the next event redoes it
+    assert branch_log_versions(s3, location) == [0, 1, 2, 3]
+    versions = branch_table_versions(config, lakefs, repository, "main", "crash")
+    assert (versions["head_version"], versions["commits"][-1]["appended"]) == (3, [1, 3])
+    assert versions["commits"][-1]["commit_id"] == third
+    assert rows(read_version(spark, location)) == rows(read_version(spark, table_uri(repository, third, "tables/crash")))

@@ -1,0 +1,86 @@
+"""Branch tables and retention: the pure rules (annotation, locations, patterns, policy)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from exporter.actions import branch_table_patterns, render_action
+from exporter.branch_table import _annotated, _remove_of, branch_table_location, follows
+from exporter.config import Config, RetentionConfig
+from exporter.errors import ExporterError
+from exporter.exported import _plain
+from exporter.retention import HOUR, within_policy
+
+pytestmark = pytest.mark.unit
+
+COMMIT = "c" * 64
+
+
+def test_the_annotation_adds_one_member_to_commit_info_and_keeps_every_other_byte():
+    raw = (b'{"commitInfo": {"timestamp": 1, "operationMetrics": {"x": 1.10}, "big": 12345678901234567890}}\n'
+           b'{"add":{"path":"s3://b/k","size":1e400,"dataChange":true}}\n')
+    annotated = _annotated(raw, "repo", COMMIT, 7)
+    first, rest = annotated.split(b"\n", 1)
+    assert rest == raw.split(b"\n", 1)[1]  # the add line is byte-identical
+    assert first == (b'{"commitInfo": {"timestamp": 1, "operationMetrics": {"x": 1.10}, "big": 12345678901234567890,'
+                     b'"lakeFS":{"repository":"repo","commit":"' + COMMIT.encode() + b'","sourceVersion":7}}}')
+    assert json.loads(first)["commitInfo"]["lakeFS"]["sourceVersion"] == 7
+
+
+def test_the_annotation_of_an_empty_commit_info_and_of_a_commit_without_one():
+    assert json.loads(_annotated(b'{"commitInfo":{ }}', "r", COMMIT, 0))["commitInfo"] == \
+        {"lakeFS": {"repository": "r", "commit": COMMIT, "sourceVersion": 0}}
+    no_info = b'{"add":{"path":"a","size":1}}\n'
+    assert _annotated(no_info, "r", COMMIT, 0) == no_info  # nothing to annotate: the mapping has it
+
+
+def test_a_branch_table_lives_at_one_location_per_branch_and_table():
+    config = Config()
+    assert branch_table_location(config, "main", "orders") == "_lakefs/exported/main/latest/orders/"
+    assert branch_table_location(config, "feature/x", "a b") == "_lakefs/exported/feature~2Fx/latest/a~20b/"
+
+
+def test_branch_patterns_match_like_lakefs_action_branches():
+    assert follows("main", ["main"]) and follows("feature-1", ["main", "feature-*"])
+    assert not follows("mainline", ["main"]) and not follows("main", [])
+
+
+def test_install_actions_puts_branch_table_patterns_in_the_webhook_query():
+    action = yaml.safe_load(render_action("http://h/webhooks/lakefs", ["main", "dev-*"], ["main", "dev-*"]))
+    assert action["hooks"][0]["properties"]["query_params"] == {"branch_tables": "main,dev-*"}
+    assert branch_table_patterns(action) == ["main", "dev-*"]
+    assert branch_table_patterns(yaml.safe_load(render_action("http://h", ["main"]))) == []
+    with pytest.raises(ExporterError, match="cannot hold"):
+        render_action("http://h", ["main"], ["a,b"])
+
+
+def test_retention_keeps_the_newest_commits_and_the_young_ones():
+    policy = RetentionConfig(keep_last=3, keep_hours=24)
+    assert within_policy(0, 100 * HOUR, policy) and within_policy(2, 100 * HOUR, policy)
+    assert not within_policy(3, 100 * HOUR, policy)
+    assert within_policy(50, 23 * HOUR, policy)
+    assert not within_policy(0, 100 * HOUR, RetentionConfig(keep_last=0, keep_hours=1))
+
+
+def test_checkpoint_rows_read_back_as_the_actions_json_would_hold():
+    row = {"add": {"path": "s3://b/k", "partitionValues": [("date", "2026-01-01"), ("hour", None)], "size": 3,
+                   "tags": [], "deletionVector": None, "stats_parsed": {"numRecords": 3}, "baseRowId": None}}
+    assert _plain(row) == {"add": {"path": "s3://b/k", "partitionValues": {"date": "2026-01-01", "hour": None},
+                                   "size": 3, "tags": {}}}
+    metadata = {"metaData": {"id": "i", "format": {"provider": "parquet", "options": []},
+                             "configuration": [("delta.enableInCommitTimestamps", "true")], "partitionColumns": []}}
+    assert _plain(metadata)["metaData"] == {"id": "i", "format": {"provider": "parquet", "options": {}},
+                                            "configuration": {"delta.enableInCommitTimestamps": "true"},
+                                            "partitionColumns": []}
+
+
+def test_the_synthetic_remove_of_a_live_file_keeps_what_readers_match_on():
+    add = {"path": "s3://b/k", "size": 9, "partitionValues": {"d": "1"}, "stats": "{}", "dataChange": False,
+           "deletionVector": {"storageType": "p", "pathOrInlineDv": "s3://b/dv", "offset": 1, "sizeInBytes": 4,
+                              "cardinality": 2}}
+    remove = _remove_of(add, 1000)
+    assert remove == {"path": "s3://b/k", "deletionTimestamp": 1000, "dataChange": True, "extendedFileMetadata": True,
+                      "deletionVector": add["deletionVector"], "partitionValues": {"d": "1"}, "size": 9}
