@@ -96,6 +96,23 @@ def branch_table_versions(config: Config, lakefs: LakeFS | None, repository: str
     return {**state, "location": store.uri(location)}
 
 
+def lagging_branch_tables(config: Config, lakefs: LakeFS, repository: str, branch: str, head: str) -> list[str]:
+    """Tables whose export of the branch's head is complete but whose branch table does not follow
+    that commit yet (its append was lost: the worker died after the export)."""
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    root = f"{config.export_prefix.strip('/')}/{location_segment(branch)}/{head}/"
+    lagging = []
+    for folder in store.list_folders(root):
+        try:
+            table = json.loads(store.get(f"{root}{folder}/{MANIFEST}"))["table"]
+        except NotFound:
+            continue  # not complete: catch-up queues its export, which appends after
+        state = read_state(store, branch_table_location(config, branch, table))
+        if state is None or state.get("last_commit") != head:
+            lagging.append(table)
+    return lagging
+
+
 def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, commit_id: str,
                   table: str) -> AppendOutcome:
     """Bring the branch table of `table` on `branch` to the commit's complete export."""

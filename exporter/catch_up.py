@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from exporter.actions import ACTION_PATH, branch_table_patterns
-from exporter.branch_table import follows
+from exporter.branch_table import follows, lagging_branch_tables
 from exporter.config import Config
 from exporter.errors import ExporterError, NotFound
 from exporter.export import missing_exports
@@ -44,9 +44,12 @@ class CatchUpPlan:
     given_up: list[str] = field(default_factory=list)  # exports whose status is a terminal failure
     skipped_repositories: list[str] = field(default_factory=list)  # no action installed, or unreadable
     truncated: bool = False  # the per-run bound was reached
+    # (repository, branch, head commit, table): branch tables behind their branch's exported head
+    appends: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
-        return (f"{len(self.queued)} commit(s) queued, {len(self.given_up)} terminal failure(s) not re-queued"
+        return (f"{len(self.queued)} commit(s) queued, {len(self.appends)} branch table append(s) queued, "
+                f"{len(self.given_up)} terminal failure(s) not re-queued"
                 + (", more left for the next run" if self.truncated else ""))
 
 
@@ -94,10 +97,11 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
             plan.skipped_repositories.append(f"{repository}: no {ACTION_PATH} on its default branch")
             continue
         now = time.time()
+        logs = {branch: lakefs.log(repository, branch, amount=config.catch_up_depth, first_parent=True)
+                for branch in branches}
         # what prune would delete is not exported again
-        candidates = [(branch, commit.id, False) for branch in branches
-                      for position, commit in enumerate(lakefs.log(repository, branch, amount=config.catch_up_depth,
-                                                                   first_parent=True))
+        candidates = [(branch, commit.id, False) for branch, commits in logs.items()
+                      for position, commit in enumerate(commits)
                       if within_policy(position, now - commit.creation_date, config.retention)]
         candidates += [(tag, commit_id, True) for tag, commit_id in lakefs.list_tags(repository, config.catch_up_depth)]
         for ref, commit_id, all_tables in candidates:
@@ -112,4 +116,7 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
                 return plan
             plan.queued.append(MissingExport(repository, ref, commit_id, all_tables, retry,
                                              branch_table=not all_tables and follows(ref, keeps_tables)))
+        plan.appends += [(repository, branch, commits[0].id, table) for branch, commits in logs.items()
+                         if commits and follows(branch, keeps_tables)
+                         for table in lagging_branch_tables(config, lakefs, repository, branch, commits[0].id)]
     return plan

@@ -114,6 +114,9 @@ def _catch_up(args: argparse.Namespace) -> int:
         queue.send_task("lakefs_delta.export_commit", (item.repository, item.ref, item.commit_id, item.all_tables),
                         {"branch_table": item.branch_table})
         print(f"queued  {item.repository} {item.ref} {item.commit_id}  missing: {', '.join(item.tables)}")
+    for repository, branch, commit_id, table in plan.appends:
+        queue.send_task("lakefs_delta.append_branch_table", (repository, branch, commit_id, table))
+        print(f"queued  {repository} {branch} {commit_id}  branch table {table} behind")
     for item in plan.given_up:
         print(f"failed  {item} (permanent failure: not queued again)")
     for item in plan.skipped_repositories:

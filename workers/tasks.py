@@ -257,6 +257,8 @@ def catch_up(repositories: list[str] | None = None) -> list[str]:
         for item in plan.queued:
             export_commit.delay(item.repository, item.ref, item.commit_id, item.all_tables,
                                 branch_table=item.branch_table)
+        for repository, branch, commit_id, table in plan.appends:
+            append_branch_table.delay(repository, branch, commit_id, table)
     status_count(status, "catch_up", "succeeded")
     log.info("catch-up: %s", plan.summary())
     return [f"{i.repository}:{i.ref}:{i.commit_id}" for i in plan.queued]

@@ -16,10 +16,12 @@ import pytest
 
 from exporter.actions import install_actions
 from exporter.branch_table import STATE, SYNC_OPERATION, append_commit, branch_table_versions
+from exporter.catch_up import catch_up
 from exporter.config import RetentionConfig
 from exporter.errors import ServiceUnavailable
 from exporter.objectstore import ObjectStore
 from exporter.retention import prune, verify
+from exporter.status import StatusStore
 from lakefs_delta.client import wait_for_exports
 from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one, read_version, rows, table_uri
 from tests.integration.test_webhooks import GOOD, WEBHOOK, api, token
@@ -321,6 +323,9 @@ def test_an_append_interrupted_before_its_state_is_redone_without_duplicates(spa
     location = branch_table_versions(config, lakefs, repository, "main", "crash")["location"]
     assert branch_log_versions(s3, location) == [0, 1, 2]  # written, but not recorded
     assert branch_table_versions(config, lakefs, repository, "main", "crash")["head_version"] == 0
+    following = config.model_copy(update={"catch_up_branches": ("main",), "branch_tables": ("main",)})
+    plan = catch_up(following, lakefs, StatusStore(config.redis), [repository])
+    assert plan.appends == [(repository, "main", second, "crash")] and not plan.queued  # catch-up sees it lag
 
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (3)")
     third = commit_and_append(config, lakefs, repository, "crash", "version 3")  # the next event redoes it
