@@ -59,7 +59,7 @@ def run_demo() -> dict:
     from exporter.config import load_config
     from exporter.lakefs import LakeFS
     from lakefs_delta.cli import render_diff
-    from lakefs_delta.client import sign_in_link, table_diff, wait_for_exports
+    from lakefs_delta.client import sign_in_link, table_diff, wait_for_branch_table, wait_for_exports
     from devtools.spark import stack_spark_session
 
     say("1/6 starting lakeFS, MinIO and Redis (first run builds them: several minutes)")
@@ -73,7 +73,7 @@ def run_demo() -> dict:
     say(f"3/6 creating repository {repository} and installing the export action")
     lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
     install_actions(lakefs, repository, "main", f"{url}/webhooks/lakefs", ["main", "exp*"],
-                    {"transactions": "tables/transactions", "accounts": "tables/accounts"})
+                    {"transactions": "tables/transactions", "accounts": "tables/accounts"}, branch_tables=["main"])
     say("4/6 running the PySpark ingest on main (one commit per day; Spark starts first)")
     spark = stack_spark_session(app_name="demo-pipeline")
     commits = [("main", c) for c in ingest(spark, lakefs, repository, "main", date(2026, 3, 1), 4)]
@@ -87,6 +87,13 @@ def run_demo() -> dict:
         for table, record in sorted(wait_for_exports(url, state.webhook_token, repository, commit_id, ref).items()):
             facts["exports"].append({"ref": ref, "commit": commit_id, "table": table, **record})
             say(f"  {ref:5} {commit_id[:12]} {table:13} {record['state']:6} {record.get('location', '')}")
+    last_main = [c for ref, c in commits if ref == "main"][-1]
+    facts["branch_table"] = wait_for_branch_table(url, state.webhook_token, repository, "main", "transactions",
+                                                  last_main)
+    entry = facts["branch_table"]["commits"][0]
+    say(f"\nmain's branch table of transactions (one location for every commit on main): "
+        f"{facts['branch_table']['location']}\n  version {entry['version']} is commit {last_main[:12]}; "
+        f"`lakefs-delta versions --repo {repository} --branch main --table transactions` lists them all")
     exp1_export = next(e for e in facts["exports"] if e["ref"] == "exp1" and e["table"] == "transactions")
     facts["lakefs_count"] = spark.read.format("delta").load(table_uri(repository, commits[-1][1], "transactions")).count()
     spark.stop()

@@ -39,6 +39,21 @@ def wait_for_exports(url: str, token: str, repository: str, commit_id: str, ref:
     raise AssertionError(f"exports of {repository}/{ref}/{commit_id} not finished after {timeout}s: {found}")
 
 
+def wait_for_branch_table(url: str, token: str, repository: str, branch: str, table: str, commit_id: str,
+                          timeout: float = 120) -> dict:
+    """The branch table's versions once it follows `commit_id` (its entry is in the mapping)."""
+    deadline = time.monotonic() + timeout
+    answer = None
+    while time.monotonic() < deadline:
+        answer = httpx.get(f"{url}/repositories/{repository}/branches/{branch}/tables/{table}/versions",
+                           params={"commit": commit_id}, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        if answer.status_code == 200:
+            return answer.json()
+        time.sleep(0.5)
+    raise AssertionError(f"the branch table of {table} on {branch} does not follow {commit_id} after {timeout}s: "
+                         f"{answer.text if answer is not None else ''}")
+
+
 def sign_in_link(url: str, access_key_id: str, secret_access_key: str, page: dict[str, str]) -> str:
     """A one-time link that opens the diff page signed in as this lakeFS identity, on `page`'s
     query (repository, left, right, table_path). The code in it works once, for a short time."""

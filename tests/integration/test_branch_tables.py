@@ -334,3 +334,37 @@ def test_an_append_interrupted_before_its_state_is_redone_without_duplicates(spa
     assert (versions["head_version"], versions["commits"][-1]["appended"]) == (3, [1, 3])
     assert versions["commits"][-1]["commit_id"] == third
     assert rows(read_version(spark, location)) == rows(read_version(spark, table_uri(repository, third, "tables/crash")))
+
+
+def test_deletion_vectors_v2_checkpoints_and_in_commit_timestamps_survive_a_divergence(spark, lakefs, config,
+                                                                                       repository, s3):
+    uri = table_uri(repository, "main", "tables/dv")
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, note STRING) USING delta TBLPROPERTIES ("
+              "'delta.enableDeletionVectors' = 'true', 'delta.checkpointPolicy' = 'v2', "
+              "'delta.enableInCommitTimestamps' = 'true', 'delta.checkpointInterval' = '2')")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    add_descriptor(lakefs, repository, "dv", "tables/dv")
+    kept = commit_and_append(config, lakefs, repository, "dv", "versions 0-1")
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 2")  # version 2: a deletion vector, and a V2 checkpoint
+    deleted = commit_and_append(config, lakefs, repository, "dv", "version 2")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (4, 'd')")
+    last = commit_and_append(config, lakefs, repository, "dv", "version 3")
+    location = branch_table_versions(config, lakefs, repository, "main", "dv")["location"]
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    listed = [item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "_delta_log/")["Contents"]]
+    assert any(re.search(r"/0{19}2\.checkpoint\.[0-9a-f-]{36}\.(json|parquet)$", key) for key in listed), listed
+    assert any("deletionVector" in action.get("add", {}) for action in branch_commit(s3, location, 2))
+
+    lakefs.revert(repository, "main", last)
+    reverted = lakefs.revert(repository, "main", deleted)  # back to version 1: no deletion vector
+    assert export_one(config, lakefs, repository, "main", reverted, "dv").ok
+    synced = append_commit(config, lakefs, repository, "main", reverted, "dv")
+
+    assert synced.appended == [4] and synced.synthetic
+    source = table_uri(repository, reverted, "tables/dv")
+    assert rows(read_version(spark, location)) == rows(read_version(spark, source)) == [(1, "a"), (2, "b"), (3, "c")]
+    assert delta_rs_rows(location) == rows(read_version(spark, location))
+    assert rows(read_version(spark, location, 3)) == rows(read_version(spark, table_uri(repository, last, "tables/dv")))
+    timestamps = [branch_commit(s3, location, v)[0]["commitInfo"]["inCommitTimestamp"] for v in (3, 4)]
+    assert timestamps[0] < timestamps[1], "in-commit timestamps keep increasing"
+    assert branch_table_versions(config, lakefs, repository, "main", "dv")["commits"][0]["commit_id"] == kept

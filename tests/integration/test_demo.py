@@ -23,6 +23,9 @@ def test_demo_exports_every_commit_reads_outside_lakefs_and_diffs(service, stack
     assert len(facts["exports"]) == 6  # 4 ingest commits (+ accounts in the first) and the ETL commit
     assert all(e["state"] == "done" and "/_lakefs/exported/" in e["location"] for e in facts["exports"])
     assert facts["external_count"] == facts["lakefs_count"] == 240
+    branch_table = facts["branch_table"]
+    assert branch_table["location"].endswith("/_lakefs/exported/main/latest/transactions/")
+    assert branch_table["commits"][0]["version"] == branch_table["commits"][0]["source_version"] >= 3
     diff = facts["diff"]
     assert sorted(c["column"] for c in diff["schema_changes"] if c["change"] == "removed") == ["description", "merchant"]
     assert diff["row_count"] == {"left": 160, "right": 240, "difference": 80}
