@@ -29,13 +29,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import pyarrow.compute as pc
+
 from exporter.config import Config
 from exporter.deltalog import LogListing, parse_action_line, parse_actions
 from exporter.errors import CorruptLog, NotFound
 from exporter.export import LAST_CHECKPOINT, MANIFEST, discard_export, export_location, location_segment, write_log
 from exporter.lakefs import LakeFS
 from exporter.lakefs_paths import LakeFSPaths
-from exporter.exported import ExportedLog, read_exported_log, replay
+from exporter.exported import ExportedLog, LiveFiles, read_exported_log
 from exporter.logstore import LOG_DIR, list_log, read_log_files
 from exporter.objectstore import ObjectStore
 from exporter.paths import PathResolver
@@ -302,8 +304,10 @@ def _sync_commit(store: ObjectStore, target: str, exported: ExportedLog, reason:
     """One commit taking the branch table from its head to the export's snapshot
     (PROTOCOL.md#action-reconciliation): removes for files no longer live, adds for new ones,
     protocol and metaData when they changed."""
-    branch_log = read_exported_log(store, target)
-    before, after = replay(branch_log), replay(exported)
+    before, after = LiveFiles(read_exported_log(store, target)), LiveFiles(exported)
+    before_keys, after_keys = before.keys(), after.keys()
+    removed = before_keys.filter(pc.invert(pc.is_in(before_keys, value_set=after_keys)))
+    added = after_keys.filter(pc.invert(pc.is_in(after_keys, value_set=before_keys)))
     now = int(time.time() * 1000)
     info: dict[str, Any] = {}
     configuration = (after.metadata or {}).get("configuration") or {}
@@ -319,8 +323,8 @@ def _sync_commit(store: ObjectStore, target: str, exported: ExportedLog, reason:
         actions.append({"protocol": after.protocol})
     if after.metadata != before.metadata:
         actions.append({"metaData": after.metadata})
-    actions += [{"remove": _remove_of(before.live[key], now)} for key in before.live.keys() - after.live.keys()]
-    actions += [{"add": {**after.live[key], "dataChange": True}} for key in after.live.keys() - before.live.keys()]
+    actions += [{"remove": _remove_of(add, now)} for add in before.adds(removed)]
+    actions += [{"add": {**add, "dataChange": True}} for add in after.adds(added)]
     return "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions).encode()
 
 

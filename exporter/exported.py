@@ -3,14 +3,18 @@ store: its layout, its files, and the live files of its snapshot."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from exporter.deltalog import LogListing, LogSegment, parse_actions, select_segment
 from exporter.logstore import LOG_DIR, checkpoint_files
 from exporter.objectstore import ObjectSource, ObjectStore
 from exporter.parquet_splice import BytesSource, ParquetSource
-from exporter.snapshot import checkpoint_row_groups, reconcile
+from exporter.snapshot import checkpoint_row_groups, deletion_vector_ids, file_key
 
 _MAPS = {"partitionValues", "tags", "configuration", "options"}  # parquet maps read back as (key, value) lists
 _DERIVED = {"stats_parsed", "partitionValues_parsed"}  # checkpoint-only columns, not action fields
@@ -50,39 +54,102 @@ def read_exported_log(store: ObjectStore, location: str) -> ExportedLog | None:
     return ExportedLog(store, location, sizes, listing, select_segment(listing))
 
 
-@dataclass
-class Replayed:
-    live: dict[tuple[str, str], dict]  # logical file -> its add action
-    metadata: dict | None
-    protocol: dict | None
-    in_commit_timestamp: int  # the head commit's, 0 without one
+class LiveFiles:
+    """The live files of an exported log's snapshot (PROTOCOL.md#action-reconciliation), streamed:
+    the JSON actions after the checkpoint are held (they are few), the checkpoint's adds are read a
+    row-group slice at a time and never held whole, so memory follows the change, not the table.
+    A logical file's key is `path NUL deletion-vector id`."""
 
-
-def replay(log: ExportedLog) -> Replayed:
-    """Every live file of an exported log with its whole add action (the synthetic version needs
-    them): memory grows with the table, which only a divergence pays."""
-    live: dict[tuple[str, str], dict] = {}
-    metadata = protocol = None
-    segment = log.segment
-    for name in log.checkpoint_files():
-        if name.endswith(".json"):
+    def __init__(self, log: ExportedLog):
+        self.log = log
+        self.later: dict[str, dict | None] = {}  # key -> add action, or None once removed
+        self.metadata: dict | None = None
+        self.protocol: dict | None = None
+        self.in_commit_timestamp = 0  # the head commit's, 0 without one
+        self.checkpoint_parquet: list[str] = []
+        for name in log.checkpoint_files():
+            if name.endswith(".json"):
+                self._apply(parse_actions(name, log.raw(name)))
+            else:
+                self.checkpoint_parquet.append(name)
+        for _, name in log.segment.commits:
             actions = parse_actions(name, log.raw(name))
-        else:
-            actions = [{column: row} for group in checkpoint_row_groups(name, log.source(name), ["add", "metaData", "protocol"])
-                       for column in group.column_names for row in group.column(column).to_pylist() if row is not None]
+            self._apply(actions)
+            infos = [a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)]
+            timestamp = infos[0].get("inCommitTimestamp") if infos else None
+            self.in_commit_timestamp = timestamp if isinstance(timestamp, int) else 0
+        for group in self._row_groups(["metaData", "protocol"]):
+            self.metadata = self.metadata or _first(group, "metaData")
+            self.protocol = self.protocol or _first(group, "protocol")
+
+    def _apply(self, actions: list[dict]) -> None:
         for action in map(_plain, actions):
-            metadata = action.get("metaData", metadata)
-            protocol = action.get("protocol", protocol)
-            reconcile(live, action)
-    last: list[dict] = []
-    for _, name in segment.commits:
-        last = parse_actions(name, log.raw(name))
-        for action in map(_plain, last):
-            metadata = action.get("metaData", metadata)
-            protocol = action.get("protocol", protocol)
-            reconcile(live, action)
-    timestamps = [a["commitInfo"].get("inCommitTimestamp") for a in last if isinstance(a.get("commitInfo"), dict)]
-    return Replayed(live, metadata, protocol, next((t for t in timestamps if isinstance(t, int)), 0))
+            self.metadata = action.get("metaData", self.metadata)
+            self.protocol = action.get("protocol", self.protocol)
+            for kind in ("add", "remove"):
+                if isinstance(file_action := action.get(kind), dict):
+                    path, dv = file_key(file_action, kind)
+                    self.later[f"{path}\0{dv}"] = file_action if kind == "add" else None
+
+    def _row_groups(self, columns: list[str]) -> Iterable[pa.Table]:
+        for name in self.checkpoint_parquet:
+            yield from checkpoint_row_groups(name, self.log.source(name), columns)
+
+    def _checkpoint_adds(self, columns: list[str]) -> Iterable[tuple[pa.Array, pa.StructArray]]:
+        """(keys, adds) of the checkpoint's adds still live at the head, a slice at a time."""
+        later = pa.array(list(self.later), pa.string())
+        for group in self._row_groups(columns):
+            if "add" not in group.column_names:
+                continue
+            adds = group.column("add")
+            adds = adds.filter(adds.is_valid())
+            for start in range(0, len(adds), _SLICE):
+                chunk = adds.slice(start, _SLICE).combine_chunks()
+                keys = _keys(chunk)
+                live = pc.invert(pc.is_in(keys, value_set=later))
+                yield keys.filter(live), chunk.filter(live)
+
+    def keys(self) -> pa.Array:
+        """Every live file's key."""
+        keys = [keys for keys, _ in self._checkpoint_adds(_KEY_COLUMNS)]
+        keys.append(pa.array([key for key, add in self.later.items() if add is not None], pa.string()))
+        return pa.concat_arrays(keys)
+
+    def files(self) -> Iterable[dict]:
+        """Every live file's add action, with only `path` and `deletionVector` from the checkpoint."""
+        yield from (add for add in self.later.values() if add is not None)
+        for _, adds in self._checkpoint_adds(_KEY_COLUMNS):
+            yield from map(_plain, adds.to_pylist())
+
+    def adds(self, wanted: pa.Array) -> Iterable[dict]:
+        """The add actions of the live files whose keys are `wanted`."""
+        chosen = set(wanted.to_pylist())
+        yield from (add for key, add in self.later.items() if add is not None and key in chosen)
+        for keys, adds in self._checkpoint_adds(["add"]):
+            chosen = pc.is_in(keys, value_set=wanted)
+            if pc.any(chosen).as_py():
+                yield from (_plain(add) for add in adds.filter(chosen).to_pylist())
+
+
+_SLICE = 65_536
+_KEY_COLUMNS = ["add.path", *(f"add.deletionVector.{name}" for name in ("storageType", "pathOrInlineDv", "offset"))]
+
+
+def _keys(adds: pa.StructArray) -> pa.Array:
+    """`path NUL deletion vector id` of each add (`snapshot.deletion_vector_id`, vectorised)."""
+    paths = pc.struct_field(adds, "path")
+    if "deletionVector" not in {f.name for f in adds.type}:
+        return pc.binary_join_element_wise(paths, pa.scalar(""), "\0")
+    return pc.binary_join_element_wise(paths, pa.array(deletion_vector_ids(pc.struct_field(adds, "deletionVector")),
+                                                       pa.string()), "\0")
+
+
+def _first(group: pa.Table, column: str) -> dict | None:
+    if column not in group.column_names:
+        return None
+    values = group.column(column)
+    values = values.filter(values.is_valid())
+    return _plain(values[0].as_py(), column) if len(values) else None
 
 
 def _plain(value: Any, name: str = "") -> Any:
@@ -92,5 +159,3 @@ def _plain(value: Any, name: str = "") -> Any:
     if isinstance(value, dict):
         return {k: _plain(v, k) for k, v in value.items() if v is not None and k not in _DERIVED}
     return value
-
-

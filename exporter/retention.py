@@ -12,7 +12,9 @@ an export or branch table and reports the ones that are gone.
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import unquote
@@ -21,7 +23,7 @@ from exporter.branch_table import LATEST, branch_table_location
 from exporter.config import Config, RetentionConfig
 from exporter.errors import NotFound
 from exporter.export import MANIFEST, discard_export, export_location, location_segment
-from exporter.exported import read_exported_log, replay
+from exporter.exported import LiveFiles, read_exported_log
 from exporter.lakefs import LakeFS
 from exporter.logstore import IO_THREADS
 from exporter.objectstore import ObjectStore, split_uri
@@ -125,18 +127,8 @@ def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str
     log = read_exported_log(store, location)
     if log is None:
         raise NotFound(f"nothing exported at {store.uri(location)}")
-    snapshot = replay(log)
     table_root = store.uri(location)
-    addresses = set()
-    for path, _ in snapshot.live:
-        addresses.add(_absolute(table_root, path))
-    for add in snapshot.live.values():
-        vector = add.get("deletionVector") or {}
-        if vector.get("storageType") in ("u", "p"):
-            addresses.add(_absolute(table_root, deletion_vector_file(vector["storageType"], vector["pathOrInlineDv"])))
     result = Verification(table_root, log.segment.head_version)
-    on_s3 = sorted(a for a in addresses if a.startswith(("s3://", "s3a://")))
-    result.unchecked = sorted(addresses - set(on_s3))
     stores: dict[str, ObjectStore] = {}
 
     def exists(address: str) -> bool:
@@ -145,11 +137,25 @@ def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str
             stores[bucket] = ObjectStore(config, f"s3://{bucket}")
         return stores[bucket].head_uri(address)
 
-    with ThreadPoolExecutor(IO_THREADS) as pool:
-        found = list(pool.map(exists, on_s3))
-    result.files_checked = len(on_s3)
-    result.missing = [address for address, there in zip(on_s3, found) if not there]
+    with ThreadPoolExecutor(IO_THREADS) as pool:  # a batch of addresses at a time: memory follows the batch
+        addresses = _addresses(table_root, LiveFiles(log).files())
+        while batch := list(dict.fromkeys(itertools.islice(addresses, 4096))):  # a DV file serves many data files
+            on_s3 = [a for a in batch if a.startswith(("s3://", "s3a://"))]
+            result.unchecked += [a for a in batch if a not in on_s3]
+            result.missing += [a for a, there in zip(on_s3, pool.map(exists, on_s3)) if not there]
+            result.files_checked += len(on_s3)
+    result.missing = sorted(set(result.missing))
+    result.unchecked = sorted(set(result.unchecked))
     return result
+
+
+def _addresses(table_root: str, files: Iterable[dict]) -> Iterable[str]:
+    """The objects live files read: each data file, and its deletion vector's file when stored in one."""
+    for add in files:
+        yield _absolute(table_root, add["path"])
+        vector = add.get("deletionVector") or {}
+        if vector.get("storageType") in ("u", "p"):
+            yield _absolute(table_root, deletion_vector_file(vector["storageType"], vector["pathOrInlineDv"]))
 
 
 def _absolute(table_root: str, path: str) -> str:

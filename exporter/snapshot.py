@@ -288,7 +288,7 @@ def _add_columns(adds: pa.ChunkedArray) -> Iterable[tuple[tuple[str, str], _Live
         stats = _with_parsed_records(stats, pc.struct_field(adds, "stats_parsed"))
     if "deletionVector" in fields:
         deletion_vectors = pc.struct_field(adds, "deletionVector")
-        unique_ids = _deletion_vector_ids(deletion_vectors)
+        unique_ids = deletion_vector_ids(deletion_vectors)
         cardinalities = pc.fill_null(pc.struct_field(deletion_vectors, "cardinality"), 0).to_pylist()
     else:
         unique_ids, cardinalities = [""] * count, [0] * count
@@ -311,7 +311,7 @@ def _with_parsed_records(stats: list[str | int | None], stats_parsed: pa.Chunked
     return [json_stats if json_stats is not None else count for json_stats, count in zip(stats, records)]
 
 
-def _deletion_vector_ids(deletion_vectors: pa.ChunkedArray) -> list[str]:
+def deletion_vector_ids(deletion_vectors: pa.ChunkedArray) -> list[str]:
     """Vectorised `deletion_vector_id`: storageType + pathOrInlineDv [+ "@" + offset]."""
     names = {dv_field.name for dv_field in deletion_vectors.type}
     storage = pc.struct_field(deletion_vectors, "storageType")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 import yaml
 
@@ -11,8 +12,9 @@ from exporter.actions import branch_table_patterns, render_action
 from exporter.branch_table import _annotated, _remove_of, branch_table_location, follows
 from exporter.config import Config, RetentionConfig
 from exporter.errors import ExporterError
-from exporter.exported import _plain
+from exporter.exported import _keys, _plain
 from exporter.retention import HOUR, within_policy
+from exporter.snapshot import file_key
 
 pytestmark = pytest.mark.unit
 
@@ -84,3 +86,12 @@ def test_the_synthetic_remove_of_a_live_file_keeps_what_readers_match_on():
     remove = _remove_of(add, 1000)
     assert remove == {"path": "s3://b/k", "deletionTimestamp": 1000, "dataChange": True, "extendedFileMetadata": True,
                       "deletionVector": add["deletionVector"], "partitionValues": {"d": "1"}, "size": 9}
+
+
+def test_checkpoint_keys_are_the_logical_files_reconciliation_matches_on():
+    adds = [{"path": "s3://b/a", "deletionVector": None},
+            {"path": "s3://b/b", "deletionVector": {"storageType": "p", "pathOrInlineDv": "s3://b/dv", "offset": 4}},
+            {"path": "s3://b/c", "deletionVector": {"storageType": "i", "pathOrInlineDv": "wi5b=000010000siXQKl0rr91000f55c8Xg0@(", "offset": None}}]
+    keys = _keys(pa.array(adds))
+    assert keys.to_pylist() == ["\0".join(file_key(add, "add")) for add in adds]
+    assert _keys(pa.array([{"path": "s3://b/x"}])).to_pylist() == ["s3://b/x\0"]
