@@ -191,7 +191,22 @@ def bench_branch_tables(sizes: list[int]) -> list[dict]:
                      "lakefs_calls": copied["lakefs_calls"], "peak_rss_mib": copied["peak_rss_mib"]})
         for row in rows[-4:]:
             print(row, flush=True)
+        rows += bench_branch_table_revert(lakefs, repository, files, child)
     return rows
+
+
+def bench_branch_table_revert(lakefs, repository: str, files: int, child: str) -> list[dict]:
+    """A lakeFS revert of the 10-file commit: its export is cold, and the branch table gets one
+    synthetic version (both snapshots of the N-file table compared)."""
+    reverted = lakefs.revert(repository, "main", child)
+    exported = measure("export", repository, "main", reverted, f"t{files}")
+    assert exported["ok"], exported
+    synced = measure("append", repository, "main", reverted, f"t{files}")
+    assert synced["appended"] == [53], synced
+    row = {"benchmark": f"branch table of a {files:,}-file table: a revert of that commit (one synthetic version)",
+           "seconds": synced["seconds"], "lakefs_calls": synced["lakefs_calls"], "peak_rss_mib": synced["peak_rss_mib"]}
+    print(row, flush=True)
+    return [row]
 
 
 def bench_diffs(versions_list: list[int]) -> list[dict]:

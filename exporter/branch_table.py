@@ -278,7 +278,9 @@ def _source_versions(config: Config, lakefs: LakeFS, store: ObjectStore, reposit
 
 def _drop_orphans(store: ObjectStore, target: str, head: int) -> None:
     """Versions above the recorded head are what an interrupted append wrote: never recorded, they go."""
-    listing = LogListing.from_names((key[len(target + LOG_DIR):], 0) for key in store.list_keys(target + LOG_DIR))
+    log = target + LOG_DIR  # only what sorts after the head's commit: the cost does not grow with the log
+    listing = LogListing.from_names((name[len(log):], 0) for name, _, _ in
+                                    store.list_objects(log, start_after=f"{log}{head:020d}.json"))
     orphans = [name for version, name in listing.commits.items() if version > head]
     orphans += [name for version, checkpoint in listing.checkpoints.items() if version > head for name in checkpoint.files]
     if not orphans:

@@ -107,11 +107,13 @@ class ObjectStore:
         """Every object under `relative` and its size, by name relative to the namespace."""
         return {name: size for name, size, _ in self.list_objects(relative)}
 
-    def list_objects(self, relative: str) -> list[tuple[str, int, float]]:
-        """(name relative to the namespace, size, modified as epoch seconds) of every object under `relative`."""
+    def list_objects(self, relative: str, start_after: str = "") -> list[tuple[str, int, float]]:
+        """(name relative to the namespace, size, modified as epoch seconds) of every object under
+        `relative` (only those whose name sorts after `start_after`, when given)."""
         paginator = self.client.get_paginator("list_objects_v2")
+        after = {"StartAfter": self.key(start_after)} if start_after else {}
         pages = self._call("list", self.uri(relative),
-                           lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=self.key(relative))))
+                           lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=self.key(relative), **after)))
         root = self.key("")
         return [(item["Key"][len(root):], item["Size"], item["LastModified"].timestamp())
                 for page in pages for item in page.get("Contents", [])]
