@@ -6,6 +6,8 @@ report the largest so far).
     python -m bench.isolated rewrite CHECKPOINT_FILE ADDRESSES_FILE splice|whole
     python -m bench.isolated stream ADDRESSES_PARQUET CHECKPOINT_PART...
     python -m bench.isolated diff REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH
+    python -m bench.isolated rowdiff REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH
+    python -m bench.isolated exceptall REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH
     python -m bench.isolated append REPOSITORY BRANCH COMMIT TABLE
     python -m bench.isolated republish REPOSITORY BRANCH COMMIT TABLE
 Each prints one JSON line: the measurement.
@@ -128,6 +130,38 @@ def _diff(repository: str, left: str, right: str, table_path: str) -> dict:
             "rows": diff["row_count"]["right"], "peak_rss_mib": peak_rss_mib()}
 
 
+def _rowdiff(repository: str, left: str, right: str, table_path: str) -> dict:
+    """The row diff, cold: both snapshots compared, the differing files read."""
+    from exporter.config import load_config
+    from exporter.lakefs import LakeFS
+    from exporter.row_diff import compute_row_diff
+
+    config = load_config()
+    lakefs = LakeFS(config.lakefs)
+    started = time.perf_counter()
+    diff = compute_row_diff(config, lakefs, repository, left, right, table_path)
+    return {"seconds": time.perf_counter() - started, "lakefs_calls": lakefs.calls, "counts": diff["counts"],
+            "bytes_read": diff["bytes_read"], "peak_rss_mib": peak_rss_mib()}
+
+
+def _exceptall(repository: str, left: str, right: str, table_path: str) -> dict:
+    """The full-scan way table-diff tools take: Spark reads both versions whole and runs `exceptAll`
+    both ways. Timed from the reads (the session is up); peak memory is the JVM's (VmHWM)."""
+    from devtools.spark import stack_spark_session
+
+    spark = stack_spark_session(app_name="bench-exceptall")
+    before = spark.read.format("delta").load(f"s3a://{repository}/{left}/{table_path}")
+    after = spark.read.format("delta").load(f"s3a://{repository}/{right}/{table_path}")
+    started = time.perf_counter()
+    removed, added = before.exceptAll(after).count(), after.exceptAll(before).count()
+    seconds = time.perf_counter() - started
+    jvm = spark.sparkContext._gateway.proc.pid
+    peak = next(int(line.split()[1]) for line in Path(f"/proc/{jvm}/status").read_text().splitlines()
+                if line.startswith("VmHWM:")) / 1024
+    spark.stop()
+    return {"seconds": seconds, "counts": {"removed": removed, "added": added}, "peak_rss_mib": peak}
+
+
 def _append(repository: str, branch: str, commit_id: str, table_name: str) -> dict:
     """Bring the branch table to a commit's export (the first one creates it)."""
     from exporter.branch_table import append_commit
@@ -164,4 +198,4 @@ def _republish(repository: str, branch: str, commit_id: str, table_name: str) ->
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
     print(json.dumps({"export": _export, "rewrite": _rewrite, "stream": _stream, "diff": _diff,
-                      "append": _append, "republish": _republish}[command](*arguments)))
+                      "append": _append, "republish": _republish, "rowdiff": _rowdiff, "exceptall": _exceptall}[command](*arguments)))

@@ -122,6 +122,11 @@ class Config(BaseSettings):
     # A diff not in the cache is computed by a worker; the API waits this long for it, then answers
     # 202 (ask again) so the web process never replays table logs itself.
     diff_wait_seconds: float = Field(15.0, ge=0)
+    # The row diff reads only the files that differ, in one process; above this many bytes of them
+    # it is refused (the message says so) rather than run the worker out of memory.
+    row_diff_max_bytes: int = Field(512 * 2**20, ge=0)
+    # After an export, the row diff against the parent is precomputed when it reads at most this much.
+    row_diff_precompute_bytes: int = Field(64 * 2**20, ge=0)
     # Catch-up (lakeFS never retries a post-hook): on by default, in every worker started with beat.
     catch_up_repositories: tuple[str, ...] = ()  # empty: every repository the service's lakeFS user can read
     catch_up_branches: tuple[str, ...] = ()  # branch patterns; empty: those the installed action names

@@ -39,11 +39,13 @@ from exporter.export import exports_in_store
 from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, RepositoryAccess,
                         SignInRefused, Unauthenticated, caller_of, code_key, matching_token)
 from hooks.metrics import WorkerMetrics
-from hooks.models import (BranchTableVersions, Dataset, Datasets, Computing, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
+from hooks.models import (BranchTableVersions, RefsOverview, RowDiff, Dataset, Datasets, Computing, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
                           Readiness, Session, SignInCode, SignInLink, TableDiff)
-from hooks.paging import MAX_PER_PAGE, paginate
+from hooks.paging import MAX_PER_PAGE, paginate, paginate_rows
 from exporter.lakefs import LakeFS
 from exporter.results import ResultCache
+from exporter.overview import OverviewCache
+from exporter.row_diff import RowDiffCache, key_part
 from exporter.status import COMMIT_RECORD, StatusStore
 
 log = logging.getLogger("lakefs_delta.hooks")
@@ -136,6 +138,8 @@ def create_app(config: Config) -> FastAPI:
     queue = configure(config)
     diffs = DiffCache(config.redis, config.diff_cache_ttl_seconds)
     datasets_cache = DatasetsCache(config.redis, config.diff_cache_ttl_seconds)
+    row_diffs = RowDiffCache(config.redis, config.diff_cache_ttl_seconds)
+    overviews = OverviewCache(config.redis, config.diff_cache_ttl_seconds)
     # /readyz probes run on their own threads with a deadline: a hung dependency never takes the
     # threads that webhook publishing needs
     probes = ThreadPoolExecutor(2, thread_name_prefix="readyz")
@@ -327,6 +331,49 @@ def create_app(config: Config) -> FastAPI:
             raise Refusal(400, str(exc)) from None
         diff_seconds.labels(str(cached).lower()).observe(time.monotonic() - started)
         return {**diff, "results": page, "pagination": pagination, "cached": cached}
+
+    @app.get("/repositories/{repository}/otf/refs/{left_ref}/diff/{right_ref}/rows", response_model=RowDiff,
+             summary="Which rows of a Delta table differ from left_ref to right_ref",
+             responses={**computing, **problems(400, 401, 403, 404, 422, 503)})
+    async def row_diff(request: Request, repository: str, left_ref: str, right_ref: str,
+                       table_path: str = Query(min_length=1, description="the table's path from the repository root"),
+                       key: str = Query("", description="comma-separated key columns: rows removed and added with "
+                                                        "the same key are one update"),
+                       after: str | None = Query(None, description="a row id: the page starts after it"),
+                       amount: int = Query(100, ge=1, le=MAX_PER_PAGE)):
+        """Read only from the files that differ: rows of files on one side, the rows whose
+        deletion-vector bits differ, equal rows cancelling out (a rewrite shows nothing). Counts
+        per change and partition, the files, and the rows, paged. Computed by a worker and cached,
+        like the history diff (202 while computing)."""
+        await require_reader(request, repository)
+        table_path = table_path.strip("/")
+        if not table_path:
+            raise Refusal(400, "table_path: names no table")
+        columns = tuple(c.strip() for c in key.split(",") if c.strip())
+        left_commit, right_commit = await from_lakefs(diff_commits, LakeFS(config.lakefs), repository, left_ref, right_ref)
+        cached, diff = await from_workers(row_diffs, "lakefs_delta.compute_row_diff",
+                                          (repository, left_commit, right_commit, table_path, key_part(columns)))
+        if diff is None:
+            return still_computing()
+        try:
+            page, pagination = paginate_rows(diff["rows"], after, amount)
+        except ValueError as exc:
+            raise Refusal(400, str(exc)) from None
+        return {**diff, "rows": page, "pagination": pagination, "cached": cached}
+
+    @app.get("/repositories/{repository}/otf/refs/{left_ref}/diff/{right_ref}/tables", response_model=RefsOverview,
+             summary="Every table that differs between two refs",
+             responses={**computing, **problems(400, 401, 403, 404, 422, 503)})
+    async def refs_overview(request: Request, repository: str, left_ref: str, right_ref: str):
+        """Descriptors and detected Delta tables on either side whose objects changed, each with
+        its diff type, row delta, files and a schema-change flag (from its history diff)."""
+        await require_reader(request, repository)
+        left_commit, right_commit = await from_lakefs(diff_commits, LakeFS(config.lakefs), repository, left_ref, right_ref)
+        cached, overview = await from_workers(overviews, "lakefs_delta.compare_refs",
+                                              (repository, left_commit, right_commit))
+        if overview is None:
+            return still_computing()
+        return {**overview, "repository": repository, "left_ref": left_ref, "right_ref": right_ref, "cached": cached}
 
     async def from_workers(cache: ResultCache, task: str, parts: tuple) -> tuple[bool, Any]:
         """(was it cached, the result): from the cache, else queued on the workers (once, however

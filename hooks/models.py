@@ -169,6 +169,87 @@ class TableDiff(BaseModel):
     cached: bool
 
 
+class ChangeCounts(BaseModel):
+    added: int
+    removed: int
+    updated: int = Field(description="rows removed and added with the same key (only with `key`)")
+
+
+class ChangedRow(BaseModel):
+    id: int = Field(description="the row's position in the whole answer: `after` pages from it")
+    change: Literal["added", "removed", "updated"]
+    partition: str = Field(description="`column=value/...` of the file the row is in; empty when unpartitioned")
+    values: dict[str, Any] = Field(description="the row (after the change, for an update); a column the side's "
+                                               "schema does not have is absent")
+    before: dict[str, Any] | None = Field(None, description="an update's row before the change")
+
+
+class ChangedFile(BaseModel):
+    path: str
+    size: int
+    rows: int = Field(description="rows of the file that are live (its deletion vector applied)")
+    partition: dict[str, str | None]
+
+
+class VectorChange(BaseModel):
+    path: str
+    rows_deleted: int = Field(description="rows the right side's deletion vector deletes and the left's does not")
+    rows_restored: int
+
+
+class RowDiffFiles(BaseModel):
+    added: list[ChangedFile]
+    removed: list[ChangedFile]
+    deletion_vector_changed: list[VectorChange]
+
+
+class RowDiffColumns(BaseModel):
+    left: list[str]
+    right: list[str]
+    matched_on: list[str] = Field(description="the columns rows are matched on: those both sides have")
+
+
+class RowDiff(BaseModel):
+    """Which rows of a Delta table differ between the left ref and the right one."""
+
+    table_path: str
+    left_commit: str | None
+    right_commit: str
+    key: list[str]
+    columns: RowDiffColumns
+    counts: ChangeCounts
+    partitions: dict[str, ChangeCounts]
+    files: RowDiffFiles
+    rows: list[ChangedRow]
+    bytes_read: int
+    computed_seconds: float
+    pagination: Pagination
+    cached: bool
+
+
+class ChangedTable(BaseModel):
+    name: str
+    path: str
+    source: Literal["descriptor", "detected"]
+    diff_type: Literal["created", "dropped", "changed", "none"]
+    rows: RowCount
+    files: Pair = Field(description="live files on each side (null where the table is absent)")
+    schema_changed: bool
+    operations: int = Field(description="Delta versions on the right not on the left")
+
+
+class RefsOverview(BaseModel):
+    """Every table that differs between two refs."""
+
+    repository: str
+    left_ref: str
+    right_ref: str
+    left_commit: str
+    right_commit: str
+    tables: list[ChangedTable]
+    cached: bool
+
+
 class Computing(BaseModel):
     """A result a worker is computing: ask again (the `Retry-After` header says when)."""
 

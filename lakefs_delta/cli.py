@@ -197,6 +197,26 @@ def _diff(args: argparse.Namespace) -> int:
         print("error: refs must be written LEFT..RIGHT, e.g. main..exp1", file=sys.stderr)
         return 2
     config = load_config(args.config)
+    if not args.table:
+        if args.rows:
+            print("error: --rows needs --table", file=sys.stderr)
+            return 2
+        from exporter.diff import diff_commits
+        from exporter.overview import compare_refs
+
+        lakefs = LakeFS(config.lakefs)
+        overview = compare_refs(config, lakefs, DiffCache(config.redis, config.diff_cache_ttl_seconds), args.repo,
+                                *diff_commits(lakefs, args.repo, left, right))
+        print(json.dumps(overview, indent=2) if args.json else render_overview(overview, left, right))
+        return 0
+    if args.rows:
+        from exporter.row_diff import RowDiffCache, cached_row_diff
+
+        key = tuple(c.strip() for c in (args.key or "").split(",") if c.strip())
+        diff, _ = cached_row_diff(config, LakeFS(config.lakefs), RowDiffCache(config.redis, config.diff_cache_ttl_seconds),
+                                  args.repo, left, right, args.table.strip("/"), key)
+        print(json.dumps(diff, indent=2) if args.json else render_row_diff(diff, left, right, args.limit))
+        return 0
     diff, _ = cached_diff(config, LakeFS(config.lakefs), DiffCache(config.redis, config.diff_cache_ttl_seconds),
                           args.repo, left, right, args.table.strip("/"))
     if args.json:
@@ -204,6 +224,38 @@ def _diff(args: argparse.Namespace) -> int:
     else:
         print(render_diff(diff, left, right))
     return 0
+
+
+def render_overview(overview: dict, left: str, right: str) -> str:
+    """One line per table that differs between the two refs."""
+    lines = [f"{left}..{right}: {len(overview['tables'])} table(s) differ"]
+    for table in overview["tables"]:
+        rows = table["rows"]["difference"]
+        lines.append(f"  {table['path']:<40} {table['diff_type']:<8} rows {'?' if rows is None else f'{rows:+d}'}"
+                     f"  files {table['files']['left']} -> {table['files']['right']}"
+                     + ("  schema changed" if table["schema_changed"] else ""))
+    return "\n".join(lines)
+
+
+def render_row_diff(diff: dict, left: str, right: str, limit: int = 50) -> str:
+    """The row diff as a human reads it: counts, per partition, files, then the rows (up to `limit`)."""
+    counts = diff["counts"]
+    lines = [f"{diff['table_path']}: {left}..{right}  rows added {counts['added']}, removed {counts['removed']}"
+             + (f", updated {counts['updated']}" if diff["key"] else "")
+             + f"  ({diff['bytes_read']:,} bytes of differing files read)"]
+    for partition, per in sorted(diff["partitions"].items()):
+        if partition:
+            lines.append(f"  {partition}: +{per['added']} -{per['removed']}" + (f" ~{per['updated']}" if diff["key"] else ""))
+    files = diff["files"]
+    lines.append(f"files: {len(files['added'])} added, {len(files['removed'])} removed, "
+                 f"{len(files['deletion_vector_changed'])} with a changed deletion vector")
+    sign = {"added": "+", "removed": "-", "updated": "~"}
+    for row in diff["rows"][:limit]:
+        before = f"  (was {json.dumps(row['before'])})" if row.get("before") else ""
+        lines.append(f"{sign[row['change']]} {json.dumps(row['values'])}{before}")
+    if len(diff["rows"]) > limit:
+        lines.append(f"... {len(diff['rows']) - limit} more (--json for all)")
+    return "\n".join(lines)
 
 
 def _sign_in_link(args: argparse.Namespace) -> int:
@@ -289,8 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     diff_cmd = commands.add_parser("diff", help="how a Delta table changed between two refs")
     diff_cmd.add_argument("--repo", required=True)
     diff_cmd.add_argument("refs", help="LEFT..RIGHT, e.g. main..exp1")
-    diff_cmd.add_argument("--table", required=True, help="table path from the repository root")
+    diff_cmd.add_argument("--table", help="table path from the repository root (default: every table that differs)")
     diff_cmd.add_argument("--json", action="store_true")
+    diff_cmd.add_argument("--rows", action="store_true", help="which rows changed (read from the differing files)")
+    diff_cmd.add_argument("--key", help="with --rows: comma-separated key columns; equal keys are one update")
+    diff_cmd.add_argument("--limit", type=int, default=50, help="with --rows: rows printed (default 50)")
     diff_cmd.set_defaults(run=_diff)
 
     versions_cmd = commands.add_parser("versions", help="a branch table's lakeFS commit <-> Delta version mapping")

@@ -15,7 +15,8 @@ app = Celery("lakefs_delta", include=["workers.tasks"])
 _config: Config | None = None
 
 TASK_KINDS = ("lakefs_delta.export_commit", "lakefs_delta.export_table", "lakefs_delta.precompute_diff",
-              "lakefs_delta.compute_diff", "lakefs_delta.list_datasets",
+              "lakefs_delta.compute_diff", "lakefs_delta.compute_row_diff", "lakefs_delta.compare_refs",
+              "lakefs_delta.list_datasets",
               "lakefs_delta.append_branch_table", "lakefs_delta.catch_up", "lakefs_delta.prune")
 
 

@@ -27,7 +27,11 @@ from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.export import ExportOutcome, abandon_export, find_table
 from exporter.export import export_table as export_one_table
 from exporter.lakefs import LakeFS
+from exporter.overview import OverviewCache
+from exporter.overview import compare_refs as overview_of
 from exporter.results import ResultCache
+from exporter.row_diff import RowDiffCache, RowDiffTooLarge, cached_row_diff, key_columns
+from exporter.row_diff import compute_row_diff as row_diff_of
 from exporter.retention import prune as prune_exports
 from exporter.logstore import checkpoint_files_hint
 from exporter.status import COMMIT_RECORD, StatusStore
@@ -323,7 +327,13 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
     started = time.monotonic()
     try:
         parents = lakefs.commit(repository, commit_id).parents
-        _, cached = cached_diff(config, lakefs, diffs, repository, parents[0] if parents else None, commit_id, table_path)
+        parent = parents[0] if parents else None
+        _, cached = cached_diff(config, lakefs, diffs, repository, parent, commit_id, table_path)
+        try:  # the row diff too, when it reads little
+            cached_row_diff(config, lakefs, _row_diff_cache(config), repository, parent, commit_id, table_path,
+                            max_bytes=config.row_diff_precompute_bytes)
+        except RowDiffTooLarge:
+            pass  # computed when someone asks, up to row_diff_max_bytes
     except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
         reason = _transient_reason(exc, config)
         if reason is None:
@@ -343,6 +353,35 @@ def compute_diff(self, repository: str, left_commit: str | None, right_commit: s
     _, diffs = _services(config)
     return _compute_for_api(self, diffs, (repository, left_commit, right_commit, table_path),
                             lambda: diff_of(config, _lakefs(config), repository, left_commit, right_commit, table_path))
+
+
+@app.task(bind=True, base=RetriedTask, name="lakefs_delta.compute_row_diff")
+def compute_row_diff(self, repository: str, left_commit: str | None, right_commit: str, table_path: str,
+                     key: str = "-") -> bool:
+    """A row diff the API was asked for: read from the differing files here, never in the web process."""
+    config = current_config()
+    return _compute_for_api(self, _row_diff_cache(config), (repository, left_commit, right_commit, table_path, key),
+                            lambda: row_diff_of(config, _lakefs(config), repository, left_commit, right_commit,
+                                                table_path, key_columns(key)))
+
+
+@app.task(bind=True, base=RetriedTask, name="lakefs_delta.compare_refs")
+def compare_refs(self, repository: str, left_commit: str, right_commit: str) -> bool:
+    """Every table that differs between two commits, for the API's overview."""
+    config = current_config()
+    _, diffs = _services(config)
+    return _compute_for_api(self, _overview_cache(config), (repository, left_commit, right_commit),
+                            lambda: overview_of(config, _lakefs(config), diffs, repository, left_commit, right_commit))
+
+
+@functools.cache
+def _overview_cache(config: Config) -> OverviewCache:
+    return OverviewCache(config.redis, config.diff_cache_ttl_seconds)
+
+
+@functools.cache
+def _row_diff_cache(config: Config) -> RowDiffCache:
+    return RowDiffCache(config.redis, config.diff_cache_ttl_seconds)
 
 
 @app.task(bind=True, base=RetriedTask, name="lakefs_delta.list_datasets")

@@ -56,9 +56,59 @@ async function compare() {
     const path = `/repositories/${repo}/otf/refs/${encodeURIComponent($("left").value)}/diff/${encodeURIComponent($("right").value)}` +
       `?type=delta&amount=1000&table_path=${encodeURIComponent($("table").value)}`;
     render(await api(path));
+    loadRows(true).catch((e) => { $("rows-error").textContent = "Rows: " + e.message; show("rows-error", true); });
   } catch (e) {
     $("error").textContent = "Error: " + e.message; show("error", true);
   } finally { show("loading", false); }
+}
+
+async function loadOverview() {  // the landing view: every table that differs between the two refs
+  const repo = encodeURIComponent($("repository").value);
+  const left = $("left").value, right = $("right").value;
+  const found = await api(`/repositories/${repo}/otf/refs/${encodeURIComponent(left)}/diff/${encodeURIComponent(right)}/tables`);
+  $("overview-refs").textContent = `${left} and ${right}`;
+  const body = $("tables").tBodies[0]; body.innerHTML = "";
+  for (const t of found.tables) {
+    const row = body.insertRow(); row.dataset.path = t.path;
+    row.className = t.diff_type === "created" ? "added" : (t.diff_type === "dropped" ? "removed" : "");
+    cell(row, `${t.name} (${t.path})`); cell(row, t.diff_type);
+    cell(row, t.rows.difference === null ? "unknown" : (t.rows.difference > 0 ? "+" : "") + t.rows.difference);
+    cell(row, `${text(t.files.left)} → ${text(t.files.right)}`); cell(row, t.schema_changed ? "changed" : "");
+    row.addEventListener("click", () => {
+      const select = $("table");
+      if (![...select.options].some((o) => o.value === t.path)) select.add(new Option(t.path, t.path));
+      select.value = t.path; compare();
+    });
+  }
+  show("no-tables", found.tables.length === 0);
+  show("overview", true);
+}
+
+let rowsAfter = null;
+async function loadRows(reset) {  // which rows changed, a page at a time
+  if (reset) { rowsAfter = null; $("rows").tBodies[0].innerHTML = ""; $("partitions").tBodies[0].innerHTML = ""; }
+  show("rows-error", false);
+  const repo = encodeURIComponent($("repository").value);
+  const found = await api(`/repositories/${repo}/otf/refs/${encodeURIComponent($("left").value)}/diff/` +
+    `${encodeURIComponent($("right").value)}/rows?amount=200&table_path=${encodeURIComponent($("table").value)}` +
+    `&key=${encodeURIComponent($("row-key").value)}` + (rowsAfter === null ? "" : `&after=${rowsAfter}`));
+  $("rows-added").textContent = found.counts.added; $("rows-removed").textContent = found.counts.removed;
+  $("rows-updated").textContent = found.counts.updated; show("rows-updated-part", found.key.length > 0);
+  if (reset) {
+    const parts = $("partitions").tBodies[0];
+    for (const [name, c] of Object.entries(found.partitions)) {
+      if (!name) continue;
+      const row = parts.insertRow(); cell(row, name); cell(row, c.added); cell(row, c.removed); cell(row, c.updated);
+    }
+  }
+  const body = $("rows").tBodies[0];
+  for (const r of found.rows) {
+    const row = body.insertRow(); row.className = r.change;
+    cell(row, r.change); cell(row, r.partition || "—");
+    cell(row, JSON.stringify(r.values) + (r.before ? `  (was ${JSON.stringify(r.before)})` : ""));
+  }
+  rowsAfter = found.pagination.has_more ? found.pagination.next_offset : null;
+  show("more-rows", rowsAfter !== null);
 }
 
 function render(diff) {
@@ -99,18 +149,26 @@ function render(diff) {
 function fail(e) { $("error").textContent = "Error: " + e.message; show("error", true); }
 
 $("load-tables").addEventListener("click", () => loadTables().catch(fail));
-$("pick").addEventListener("submit", (e) => { e.preventDefault(); compare(); });
+$("more-rows").addEventListener("click", () => loadRows(false).catch(fail));
+$("row-key").addEventListener("change", () => loadRows(true).catch(fail));
+$("pick").addEventListener("submit", (e) => {
+  e.preventDefault();
+  if ($("table").value) compare();
+  loadOverview().catch(fail);
+});
 $("sign-in").addEventListener("submit", async (e) => {
   e.preventDefault();
   try {
     await post("/session", { access_key_id: $("access-key-id").value, secret_access_key: $("secret-access-key").value });
     $("secret-access-key").value = ""; show("sign-in", false); show("error", false);
     if ($("repository").value && $("right").value && $("table").value) compare();
+    if ($("repository").value && $("right").value) loadOverview().catch(fail);
     if ($("repository").value) loadTables().catch(() => {});
   } catch (err) { fail(err); }
 });
 // everything the URL names is used: with a table path the diff shows at once; the table list fills in beside it
 signInWithCode().catch(fail).finally(() => {
   if (params.get("repository") && params.get("right") && params.get("table_path")) compare();
+  if (params.get("repository") && params.get("right")) loadOverview().catch(fail);
   if (params.get("repository") && (params.get("right") || params.get("left"))) loadTables().catch(() => {});
 });

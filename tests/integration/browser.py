@@ -44,3 +44,33 @@ def open_diff_page(link: str, screenshot: str, keys: tuple[str, str] | None = No
         page.screenshot(path=os.path.join(ARTIFACTS, screenshot), full_page=True)
         browser.close()
     return seen
+
+
+@dataclass
+class SeenOverview:
+    tables: list[str]  # the overview's rows as shown: "name (path)\tdiff\trows\tfiles\tschema"
+    rows_added: str
+    rows_removed: str
+    first_rows: list[str]  # the first rows of the table's rows section, as shown
+
+
+def open_overview(link: str, table_path: str, screenshot: str) -> SeenOverview:
+    """Open `link` (a page URL with repository, left and right, no table), read the overview of the
+    tables that differ, click `table_path`'s row and read its rows section."""
+    from playwright.sync_api import sync_playwright
+
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_context().new_page()
+        page.goto(link)
+        page.wait_for_selector("#overview:not([hidden])", timeout=120_000)
+        tables = page.locator("#tables tbody tr").all_inner_texts()
+        page.click(f'#tables tbody tr[data-path="{table_path}"]')
+        page.wait_for_function("/^[0-9]+$/.test(document.getElementById('rows-added').textContent)", timeout=120_000)
+        seen = SeenOverview(tables=tables, rows_added=page.locator("#rows-added").inner_text(),
+                            rows_removed=page.locator("#rows-removed").inner_text(),
+                            first_rows=page.locator("#rows tbody tr").all_inner_texts()[:5])
+        page.screenshot(path=os.path.join(ARTIFACTS, screenshot), full_page=True)
+        browser.close()
+    return seen

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from tests.conftest import ROOT
@@ -38,4 +39,21 @@ def test_demo_exports_every_commit_reads_outside_lakefs_and_diffs(service, stack
 
     seen = open_diff_page(facts["page"], "demo-diff-page.png")
     assert seen.removed_columns == ["description", "merchant"] and seen.row_difference == "(+80)"
+
+    # the landing view: every table that differs between main and exp1, then the transactions table's rows
+    from devtools import stack
+    from lakefs_delta.client import sign_in_link
+    from tests.integration.browser import open_overview
+
+    state = stack.load_state()
+    link = sign_in_link(service, state.lakefs_access_key_id, state.lakefs_secret_access_key,
+                        {"repository": facts["repository"], "left": "main", "right": "exp1"})
+    overview = open_overview(link, "tables/transactions", "demo-overview-rows.png")
+    assert len(overview.tables) == 1 and overview.tables[0].startswith("transactions (tables/transactions)\tchanged\t+80")
+    rows = httpx.get(f"{service}/repositories/{facts['repository']}/otf/refs/main/diff/exp1/rows",
+                     params={"table_path": "tables/transactions"}, timeout=60,
+                     headers={"Authorization": f"Bearer {state.webhook_token}"}).json()
+    assert (overview.rows_added, overview.rows_removed) == (str(rows["counts"]["added"]), str(rows["counts"]["removed"]))
+    assert (rows["counts"]["added"], rows["counts"]["removed"]) == (120, 40)
+    assert overview.first_rows[0].startswith("removed\tdate=2026-03-01")
     assert "code=" not in seen.url and not seen.sign_in_shown

@@ -1,0 +1,337 @@
+"""Which rows changed between two refs of one Delta table, read only from the files that differ.
+
+The two snapshots are compared by logical file (path, deletion-vector id; `exported.LiveFiles`):
+files only on one side are read whole (minus their deletion vector); a file on both sides whose
+deletion vector changed contributes exactly the rows whose bits differ; shared files cost nothing.
+Removed and added rows are then matched as multisets over the columns both sides have (a
+copy-on-write rewrite, OPTIMIZE or an identical overwrite cancels out), and, with a key, the rows
+left on both sides with the same key are updates.
+
+Memory follows the differing data; above `row_diff_max_bytes` of files to read the diff is refused
+(`RowDiffTooLarge`) rather than run out of memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap
+
+from exporter.config import Config
+from exporter.deletion_vectors import deleted_rows
+from exporter.diff import diff_commits, load_table
+from exporter.errors import BadRequest, ExporterError, NotFound
+from exporter.exported import LiveFiles
+from exporter.lakefs import LakeFS
+from exporter.logstore import LoadedLog
+from exporter.objectstore import ObjectSource, ObjectStore
+from exporter.parquet_splice import open_parquet
+from exporter.results import ResultCache
+
+REMOVED, ADDED = -1, 1
+
+
+class RowDiffTooLarge(ExporterError):
+    """More differing data than `row_diff_max_bytes`: too much to diff in one process."""
+
+
+@dataclass
+class SourceLog:
+    """A table's log at a lakeFS commit, read as `LiveFiles` reads an exported one."""
+
+    loaded: LoadedLog
+    store: ObjectStore
+
+    @property
+    def segment(self):
+        return self.loaded.segment
+
+    def raw(self, name: str) -> bytes:
+        if name not in self.loaded.files:
+            self.loaded.read_more(self.store, [name])
+        return self.loaded.files[name]
+
+    def source(self, name: str):
+        return self.loaded.source(self.store, name)
+
+    def checkpoint_files(self) -> list[str]:
+        return self.loaded.checkpoint_files
+
+
+@dataclass
+class _Side:
+    """One ref's table: its logical columns (schema order), their physical names, partition columns."""
+
+    commit_id: str
+    files: LiveFiles | None
+    columns: list[str] = field(default_factory=list)
+    physical: dict[str, str] = field(default_factory=dict)  # logical -> physical (column mapping)
+    partition_columns: list[str] = field(default_factory=list)
+
+
+def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: str | None, right_commit: str,
+                     table_path: str, key: tuple[str, ...] = (), max_bytes: int | None = None) -> dict:
+    """The row diff of `table_path` from `left_commit` to `right_commit` (no left: every row added);
+    RowDiffTooLarge when the files to read exceed `max_bytes` (default `row_diff_max_bytes`)."""
+    max_bytes = config.row_diff_max_bytes if max_bytes is None else max_bytes
+    started = time.monotonic()
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    prefix = table_path.strip("/") + "/"
+    left = _side(store, lakefs, repository, left_commit, table_path)
+    right = _side(store, lakefs, repository, right_commit, table_path)
+    if left.files is None and right.files is None:
+        raise NotFound(f"no Delta table at {table_path!r} on either side")
+    unknown = [k for k in key if k not in left.columns + right.columns]
+    if unknown:
+        raise BadRequest(f"key column(s) {', '.join(unknown)} are in neither side's schema")
+
+    left_keys, right_keys = _keys(left), _keys(right)
+    only_left = left_keys.filter(pc.invert(pc.is_in(left_keys, value_set=right_keys)))
+    only_right = right_keys.filter(pc.invert(pc.is_in(right_keys, value_set=left_keys)))
+    removed_files = list(left.files.adds(only_left)) if left.files else []
+    added_files = list(right.files.adds(only_right)) if right.files else []
+    right_paths = {add["path"]: add for add in added_files}
+    left_paths = {add["path"]: add for add in removed_files}
+    vector_changed = sorted(set(left_paths) & set(right_paths))
+    to_read = [add for add in removed_files + added_files if add["path"] not in vector_changed] + \
+        [right_paths[p] for p in vector_changed]
+    size = sum(int(add.get("size") or 0) for add in to_read)
+    if size > max_bytes:
+        raise RowDiffTooLarge(f"the two sides differ in {len(to_read)} file(s), {size:,} bytes to read: more than "
+                              f"{max_bytes:,} (row_diff_max_bytes: {config.row_diff_max_bytes:,})")
+
+    reader = _Reader(store, lakefs, repository, prefix)
+    removed, added, files = _RowsOf(left), _RowsOf(right), {"removed": [], "added": [], "deletion_vector_changed": []}
+    for add in removed_files:
+        if add["path"] not in vector_changed:
+            count = removed.extend(reader, left.commit_id, add, reader.deleted(left.commit_id, add), invert=True)
+            files["removed"].append(_file(add, count))
+    for add in added_files:
+        if add["path"] not in vector_changed:
+            count = added.extend(reader, right.commit_id, add, reader.deleted(right.commit_id, add), invert=True)
+            files["added"].append(_file(add, count))
+    for path in vector_changed:  # rows deleted on the right only are removed; rows deleted on the left only, added
+        before, after = reader.deleted(left.commit_id, left_paths[path]), reader.deleted(right.commit_id, right_paths[path])
+        gone = removed.extend(reader, left.commit_id, left_paths[path], after - before)
+        back = added.extend(reader, right.commit_id, right_paths[path], before - after)
+        files["deletion_vector_changed"].append({"path": path, "rows_deleted": gone, "rows_restored": back})
+
+    common = [c for c in left.columns if c in right.columns] if left.files and right.files else []
+    removed_rows, added_rows = removed.table(), added.table()
+    removed_left, added_left = _unmatched(removed_rows, added_rows, common)
+    rows, counts = _changes(removed_rows.take(removed_left), added_rows.take(added_left), [k for k in key if k in common])
+    return {
+        "table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
+        "columns": {"left": left.columns, "right": right.columns, "matched_on": common},
+        "counts": counts["total"], "partitions": counts["partitions"], "files": files,
+        "rows": rows, "bytes_read": size, "computed_seconds": round(time.monotonic() - started, 4),
+    }
+
+
+def _side(store: ObjectStore, lakefs: LakeFS, repository: str, commit_id: str | None, table_path: str) -> _Side:
+    loaded = load_table(lakefs, store, repository, commit_id, table_path) if commit_id else None
+    if loaded is None:
+        return _Side(commit_id or "", None)
+    files = LiveFiles(SourceLog(loaded, store))
+    metadata = files.metadata or {}
+    schema = json.loads(metadata.get("schemaString") or '{"fields": []}')
+    side = _Side(commit_id, files, partition_columns=list(metadata.get("partitionColumns") or []))
+    for column in schema.get("fields", []):
+        side.columns.append(column["name"])
+        side.physical[column["name"]] = (column.get("metadata") or {}).get("delta.columnMapping.physicalName",
+                                                                           column["name"])
+    return side
+
+
+def _keys(side: _Side) -> pa.Array:
+    return side.files.keys() if side.files else pa.array([], pa.string())
+
+
+class _Reader:
+    """Data files and deletion vectors of the table, read by physical address."""
+
+    def __init__(self, store: ObjectStore, lakefs: LakeFS, repository: str, prefix: str):
+        self.store, self.lakefs, self.repository, self.prefix = store, lakefs, repository, prefix
+
+    def address(self, commit_id: str, path: str) -> str:
+        """A log path's object: absolute URIs decoded once; relative ones looked up in lakeFS."""
+        decoded = unquote(path)
+        if "://" in decoded:
+            return decoded
+        address = self.lakefs.physical_address(self.repository, commit_id, self.prefix + decoded)
+        if address is None:
+            raise NotFound(f"{self.prefix}{decoded} is in the log at {commit_id} but not in the commit")
+        return address
+
+    def deleted(self, commit_id: str, add: dict) -> BitMap:
+        def read_range(file: str, start: int, end: int) -> bytes:
+            return self.store.get_range(self.address(commit_id, file), start, end)
+
+        return deleted_rows(add.get("deletionVector"), read_range)
+
+    def rows(self, commit_id: str, add: dict) -> pa.Table:
+        source = ObjectSource(self.store, self.address(commit_id, add["path"]), int(add["size"]))
+        return open_parquet(source, add["path"]).read()
+
+
+class _RowsOf:
+    """Rows read from one side's files, in its logical columns, with the partition each came from."""
+
+    def __init__(self, side: _Side):
+        self.side = side
+        self.tables: list[pa.Table] = []
+
+    def extend(self, reader: _Reader, commit_id: str, add: dict, rows: BitMap, invert: bool = False) -> int:
+        """The file's rows at the indexes `rows` (or, `invert`, all the others); how many."""
+        if not invert and not rows:
+            return 0
+        data = reader.rows(commit_id, add)
+        indexes = pa.array(sorted(set(range(data.num_rows)) - set(rows)) if invert else list(rows), pa.int64())
+        data = data.take(indexes)
+        partition = add.get("partitionValues") or {}
+        columns = {}
+        for column in self.side.columns:
+            if column in self.side.partition_columns:
+                columns[column] = pa.array([partition.get(column)] * data.num_rows, pa.string())
+            elif self.side.physical[column] in data.column_names:
+                columns[column] = data.column(self.side.physical[column])
+            else:  # added to the schema after this file was written
+                columns[column] = pa.nulls(data.num_rows)
+        label = "/".join(f"{c}={partition.get(c)}" for c in self.side.partition_columns)
+        columns["__partition"] = pa.array([label] * data.num_rows, pa.string())
+        self.tables.append(pa.table(columns))
+        return data.num_rows
+
+    def table(self) -> pa.Table:
+        if not self.tables:
+            return pa.table({**{c: pa.nulls(0) for c in self.side.columns}, "__partition": pa.array([], pa.string())})
+        return pa.concat_tables(self.tables, promote_options="permissive")
+
+
+def _unmatched(removed: pa.Table, added: pa.Table, common: list[str]) -> tuple[pa.Array, pa.Array]:
+    """Indexes of the removed and added rows left once equal rows (over `common`) cancel as multisets."""
+    if not common or not removed.num_rows or not added.num_rows:
+        return pa.array(range(removed.num_rows), pa.int64()), pa.array(range(added.num_rows), pa.int64())
+    both = pa.concat_tables([_matchable(removed, common, REMOVED), _matchable(added, common, ADDED)])
+    groups = both.group_by(common, use_threads=False).aggregate([("__side", "sum"), ("__index", "list"),
+                                                                ("__side", "list")])
+    groups = groups.filter(pc.not_equal(groups.column("__side_sum"), 0))
+    left, right = [], []
+    for net, indexes, sides in zip(groups.column("__side_sum").to_pylist(), groups.column("__index_list").to_pylist(),
+                                   groups.column("__side_list").to_pylist()):
+        kept = [i for i, s in zip(indexes, sides) if s == (REMOVED if net < 0 else ADDED)][:abs(net)]
+        (left if net < 0 else right).extend(kept)
+    return pa.array(sorted(left), pa.int64()), pa.array(sorted(right), pa.int64())
+
+
+def _matchable(rows: pa.Table, common: list[str], side: int) -> pa.Table:
+    """The columns rows are matched on, as text (so a widened type or a nested value compares by value)."""
+    columns = {column: _as_text(rows.column(column)) for column in common}
+    columns["__side"] = pa.array([side] * rows.num_rows, pa.int8())
+    columns["__index"] = pa.array(range(rows.num_rows), pa.int64())
+    return pa.table(columns)
+
+
+def _as_text(column: pa.ChunkedArray) -> pa.Array:
+    if pa.types.is_null(column.type):
+        return pa.nulls(len(column), pa.string())
+    try:
+        return pc.cast(column, pa.string())
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        return pa.array([None if v is None else json.dumps(_jsonable(v), sort_keys=True) for v in column.to_pylist()],
+                        pa.string())
+
+
+def _changes(removed: pa.Table, added: pa.Table, key: list[str]) -> tuple[list[dict], dict]:
+    """The rows that changed, removed first, then added, then updates (with a key), and their counts."""
+    removed_rows, added_rows = _records(removed), _records(added)
+    updates = []
+    if key:
+        by_key: dict[tuple, list[int]] = {}
+        for index, row in enumerate(removed_rows):
+            by_key.setdefault(tuple(json.dumps(row["values"].get(k), sort_keys=True) for k in key), []).append(index)
+        paired_removed, paired_added = set(), set()
+        for index, row in enumerate(added_rows):
+            candidates = by_key.get(tuple(json.dumps(row["values"].get(k), sort_keys=True) for k in key))
+            if candidates:
+                before = candidates.pop(0)
+                paired_removed.add(before)
+                paired_added.add(index)
+                updates.append({"change": "updated", "partition": row["partition"], "values": row["values"],
+                                "before": removed_rows[before]["values"]})
+        removed_rows = [r for i, r in enumerate(removed_rows) if i not in paired_removed]
+        added_rows = [r for i, r in enumerate(added_rows) if i not in paired_added]
+    rows = [{"change": "removed", **r} for r in removed_rows] + [{"change": "added", **r} for r in added_rows] + updates
+    partitions: dict[str, dict[str, int]] = {}
+    total = {"added": 0, "removed": 0, "updated": 0}
+    for number, row in enumerate(rows):
+        row["id"] = number
+        total[row["change"]] += 1
+        counts = partitions.setdefault(row["partition"], {"added": 0, "removed": 0, "updated": 0})
+        counts[row["change"]] += 1
+    return rows, {"total": total, "partitions": partitions}
+
+
+def _records(table: pa.Table) -> list[dict]:
+    return [{"partition": row.pop("__partition"), "values": {k: _jsonable(v) for k, v in row.items()}}
+            for row in table.to_pylist()]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    return value
+
+
+def _file(add: dict, rows: int) -> dict:
+    return {"path": add["path"], "size": int(add.get("size") or 0), "rows": rows,
+            "partition": add.get("partitionValues") or {}}
+
+
+class RowDiffCache(ResultCache):
+    """Row diffs keyed by (repository, left commit, right commit, table path, key columns)."""
+
+    def __init__(self, redis_url: str, ttl_seconds: int):
+        super().__init__(redis_url, ttl_seconds, "rowdiff")
+
+
+def key_part(key: Iterable[str]) -> str:
+    """The key columns as one cache-key part ("-" for none)."""
+    return ",".join(key) or "-"
+
+
+def key_columns(part: str) -> tuple[str, ...]:
+    return () if part == "-" else tuple(part.split(","))
+
+
+def cached_row_diff(config: Config, lakefs: LakeFS, cache: RowDiffCache, repository: str, left_ref: str | None,
+                    right_ref: str, table_path: str, key: tuple[str, ...] = (),
+                    max_bytes: int | None = None) -> tuple[dict, bool]:
+    """The row diff between two refs, from the cache when present. Returns (diff, came from cache)."""
+    left_commit, right_commit = diff_commits(lakefs, repository, left_ref, right_ref)
+    found = cache.get(repository, left_commit, right_commit, table_path, key_part(key))
+    if found is not None:
+        return found, True
+    diff = compute_row_diff(config, lakefs, repository, left_commit, right_commit, table_path, key, max_bytes)
+    cache.put(diff, repository, left_commit, right_commit, table_path, key_part(key))
+    return diff, False

@@ -1,0 +1,171 @@
+"""Which rows changed between two refs: Spark-written tables in lakeFS, the row diff read from the
+differing files only, checked against hand-computed rows and against Spark's full-scan `exceptAll`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from datetime import date
+
+import httpx
+import pytest
+
+from examples.bank_pipeline import ingest, retention_and_column_remover
+from exporter.errors import ExporterError
+from exporter.row_diff import compute_row_diff
+from tests.integration.deltatables import table_uri
+from tests.integration.test_webhooks import api
+
+pytestmark = pytest.mark.integration
+
+
+def row_diff(config, lakefs, repository: str, left: str, right: str, path: str, key: tuple[str, ...] = ()) -> dict:
+    return compute_row_diff(config, lakefs, repository, lakefs.commit(repository, left).id,
+                            lakefs.commit(repository, right).id, path, key)
+
+
+def changed(diff: dict, change: str, columns: list[str]) -> Counter:
+    return Counter(tuple(row["values"].get(c) for c in columns) for row in diff["rows"] if row["change"] == change)
+
+
+def full_scan(spark, repository: str, left: str, right: str, path: str, columns: list[str]) -> tuple[Counter, Counter]:
+    """The naive way: read both sides whole and `exceptAll` both ways (what table-diff tools do)."""
+    before = spark.read.format("delta").load(table_uri(repository, left, path)).select(*columns)
+    after = spark.read.format("delta").load(table_uri(repository, right, path)).select(*columns)
+    return (Counter(tuple(r) for r in before.exceptAll(after).collect()),
+            Counter(tuple(r) for r in after.exceptAll(before).collect()))
+
+
+def test_a_delete_with_deletion_vectors_lists_exactly_the_removed_rows(spark, lakefs, config, repository):
+    uri = table_uri(repository, "main", "tables/dv")
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, v STRING) USING delta "
+              "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    spark.createDataFrame([(i, f"v{i}") for i in range(20)], "id INT, v STRING").coalesce(1) \
+        .write.format("delta").mode("append").save(uri)
+    before = lakefs.commit_branch(repository, "main", "20 rows in one file")
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id IN (3, 7, 11)")
+    after = lakefs.commit_branch(repository, "main", "a delete: a deletion vector, no file rewritten")
+
+    diff = row_diff(config, lakefs, repository, before, after, "tables/dv")
+
+    assert diff["counts"] == {"added": 0, "removed": 3, "updated": 0}
+    assert changed(diff, "removed", ["id", "v"]) == Counter({(3, "v3"): 1, (7, "v7"): 1, (11, "v11"): 1})
+    assert diff["files"]["added"] == diff["files"]["removed"] == []
+    assert [(f["rows_deleted"], f["rows_restored"]) for f in diff["files"]["deletion_vector_changed"]] == [(3, 0)]
+    assert full_scan(spark, repository, before, after, "tables/dv", ["id", "v"]) == \
+        (changed(diff, "removed", ["id", "v"]), Counter())
+
+
+def test_a_copy_on_write_update_is_three_updates_with_a_key_and_three_pairs_without(spark, lakefs, config, repository):
+    uri = table_uri(repository, "main", "tables/cow")
+    spark.createDataFrame([(i, f"v{i}") for i in range(10)], "id INT, v STRING").coalesce(1) \
+        .write.format("delta").save(uri)
+    before = lakefs.commit_branch(repository, "main", "10 rows")
+    spark.sql(f"UPDATE delta.`{uri}` SET v = concat(v, '!') WHERE id IN (1, 2, 3)")  # rewrites the file
+    after = lakefs.commit_branch(repository, "main", "update 3 rows")
+
+    plain = row_diff(config, lakefs, repository, before, after, "tables/cow")
+    keyed = row_diff(config, lakefs, repository, before, after, "tables/cow", key=("id",))
+
+    assert plain["counts"] == {"added": 3, "removed": 3, "updated": 0}
+    assert changed(plain, "removed", ["id", "v"]) == Counter({(1, "v1"): 1, (2, "v2"): 1, (3, "v3"): 1})
+    assert changed(plain, "added", ["id", "v"]) == Counter({(1, "v1!"): 1, (2, "v2!"): 1, (3, "v3!"): 1})
+    assert (len(plain["files"]["removed"]), len(plain["files"]["added"])) == (1, 1)
+    assert keyed["counts"] == {"added": 0, "removed": 0, "updated": 3}
+    assert sorted((r["before"]["v"], r["values"]["v"]) for r in keyed["rows"]) == \
+        [("v1", "v1!"), ("v2", "v2!"), ("v3", "v3!")]
+    assert full_scan(spark, repository, before, after, "tables/cow", ["id", "v"]) == \
+        (changed(plain, "removed", ["id", "v"]), changed(plain, "added", ["id", "v"]))
+
+
+def test_optimize_and_an_identical_overwrite_change_files_but_no_rows(spark, lakefs, config, repository):
+    uri = table_uri(repository, "main", "tables/compact")
+    for start in (0, 10, 20):
+        spark.createDataFrame([(i, float(i) / 3) for i in range(start, start + 10)], "id INT, x DOUBLE") \
+            .coalesce(1).write.format("delta").mode("append").save(uri)
+    small_files = lakefs.commit_branch(repository, "main", "three files")
+    spark.sql(f"OPTIMIZE delta.`{uri}`")
+    optimized = lakefs.commit_branch(repository, "main", "optimize")
+    spark.read.format("delta").load(uri).localCheckpoint().write.format("delta").mode("overwrite").save(uri)
+    overwritten = lakefs.commit_branch(repository, "main", "overwrite with the same rows")
+
+    compacted = row_diff(config, lakefs, repository, small_files, optimized, "tables/compact")
+    rewritten = row_diff(config, lakefs, repository, optimized, overwritten, "tables/compact")
+
+    assert compacted["counts"] == rewritten["counts"] == {"added": 0, "removed": 0, "updated": 0}
+    assert compacted["rows"] == rewritten["rows"] == []
+    assert (len(compacted["files"]["removed"]), len(compacted["files"]["added"])) == (3, 1)
+    assert sum(f["rows"] for f in compacted["files"]["added"]) == 30
+    assert rewritten["files"]["removed"] and rewritten["files"]["added"]
+
+
+def test_a_partitioned_table_counts_changes_per_partition(spark, lakefs, config, repository):
+    uri = table_uri(repository, "main", "tables/days")
+    rows = [(i, day) for day in ("d1", "d2", "d3") for i in range(3)]
+    spark.createDataFrame(rows, "id INT, day STRING").write.format("delta").partitionBy("day").save(uri)
+    before = lakefs.commit_branch(repository, "main", "three partitions")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (7, 'd2'), (8, 'd2')")
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE day = 'd3' AND id = 0")  # copy-on-write in d3 only
+    after = lakefs.commit_branch(repository, "main", "two rows into d2, one out of d3")
+
+    diff = row_diff(config, lakefs, repository, before, after, "tables/days")
+
+    assert diff["counts"] == {"added": 2, "removed": 1, "updated": 0}
+    assert diff["partitions"] == {"day=d2": {"added": 2, "removed": 0, "updated": 0},
+                                  "day=d3": {"added": 0, "removed": 1, "updated": 0}}
+    assert changed(diff, "removed", ["id", "day"]) == Counter({(0, "d3"): 1})
+    assert {f["partition"]["day"] for f in diff["files"]["added"] + diff["files"]["removed"]} == {"d2", "d3"}
+
+
+def test_jennys_branch_shows_the_deleted_day_the_duplicates_and_the_dropped_columns(spark, lakefs, config, repository,
+                                                                                      service):
+    ingest(spark, lakefs, repository, "main", date(2026, 3, 1), 4)  # 4 days x 40 rows
+    lakefs.create_branch(repository, "exp1", "main")
+    retention_and_column_remover(spark, lakefs, repository, "exp1", date(2026, 3, 2))
+
+    diff = row_diff(config, lakefs, repository, "main", "exp1", "tables/transactions")
+
+    common = ["txn_id", "date", "amount", "account"]
+    assert diff["columns"]["matched_on"] == common
+    assert set(diff["columns"]["left"]) - set(diff["columns"]["right"]) == {"description", "merchant"}
+    # the DELETE removed the 40 rows of March 1st; the planted bug added each of the 120 kept rows once more
+    assert diff["counts"] == {"added": 120, "removed": 40, "updated": 0}
+    removed = [r for r in diff["rows"] if r["change"] == "removed"]
+    assert {r["values"]["date"] for r in removed} == {"2026-03-01"} and all("merchant" in r["values"] for r in removed)
+    added = [r for r in diff["rows"] if r["change"] == "added"]
+    assert all("merchant" not in r["values"] for r in added)  # a dropped column is absent
+    assert len({r["values"]["txn_id"] for r in added}) == 120 and diff["partitions"]["date=2026-03-01"]["removed"] == 40
+    assert full_scan(spark, repository, "main", "exp1", "tables/transactions", common) == \
+        (changed(diff, "removed", common), changed(diff, "added", common))
+
+    # the API pages the same answer; the CLI prints it
+    path = f"/repositories/{repository}/otf/refs/main/diff/exp1/rows?table_path=tables/transactions&amount=100"
+    first = api(service, path).json()
+    second = api(service, path + f"&after={first['pagination']['next_offset']}").json()
+    assert first["counts"] == diff["counts"] and first["pagination"]["has_more"]
+    assert [r["id"] for r in first["rows"] + second["rows"]] == list(range(160))
+    assert api(service, path + "&key=nope").status_code == 400
+    assert httpx.get(service + path, timeout=10).status_code == 401
+    printed = subprocess.run([sys.executable, "-m", "lakefs_delta.cli", "diff", "--repo", repository, "main..exp1",
+                              "--table", "tables/transactions", "--rows", "--limit", "3"],
+                             capture_output=True, text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    assert "rows added 120, removed 40" in printed.stdout and "... 157 more" in printed.stdout
+
+    # the overview of the two refs: the transactions table changed, accounts did not
+    answer = api(service, f"/repositories/{repository}/otf/refs/main/diff/exp1/tables")
+    assert answer.status_code == 200, answer.text
+    assert [(t["path"], t["diff_type"], t["rows"]["difference"], t["schema_changed"]) for t in answer.json()["tables"]] \
+        == [("tables/transactions", "changed", 80, True)]
+
+
+def test_a_diff_over_the_size_limit_is_refused_with_the_reason(spark, lakefs, config, repository):
+    uri = table_uri(repository, "main", "tables/big")
+    spark.createDataFrame([(i,) for i in range(100)], "id INT").write.format("delta").save(uri)
+    before = lakefs.commit_branch(repository, "main", "first")
+    spark.createDataFrame([(i,) for i in range(100)], "id INT").write.format("delta").mode("append").save(uri)
+    after = lakefs.commit_branch(repository, "main", "second")
+    small = config.model_copy(update={"row_diff_max_bytes": 10})
+    with pytest.raises(ExporterError, match="bytes to read: more than 10"):
+        compute_row_diff(small, lakefs, repository, before, after, "tables/big")

@@ -1,0 +1,83 @@
+"""Row diff: deletion vectors decoded as the protocol frames them, and removed/added rows matched
+as multisets (pure logic, no services)."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pyarrow as pa
+import pytest
+from pyroaring import BitMap
+
+from exporter.deletion_vectors import MAGIC, deleted_rows
+from exporter.errors import CorruptLog
+from exporter.row_diff import _changes, _unmatched
+
+pytestmark = pytest.mark.unit
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+def bitmap_array(rows: list[int]) -> bytes:
+    return struct.pack("<iq", MAGIC, 1) + struct.pack("<i", 0) + BitMap(rows).serialize()
+
+
+def z85(raw: bytes) -> str:
+    raw += b"\0" * (-len(raw) % 4)
+    out = []
+    for start in range(0, len(raw), 4):
+        word = int.from_bytes(raw[start:start + 4], "big")
+        out += [_Z85[word // 85 ** p % 85] for p in range(4, -1, -1)]
+    return "".join(out)
+
+
+def test_a_stored_deletion_vector_is_read_at_its_offset():
+    payload = bitmap_array([0, 7, 70_000])
+    file = b"\x01" + b"padding" + struct.pack(">i", len(payload)) + payload + struct.pack(">I", zlib.crc32(payload))
+    reads = []
+
+    def read_range(name, start, end):
+        reads.append((name, start, end))
+        return file[start:end]
+
+    descriptor = {"storageType": "p", "pathOrInlineDv": "s3://b/dv.bin", "offset": 8, "sizeInBytes": len(payload),
+                  "cardinality": 3}
+    assert list(deleted_rows(descriptor, read_range)) == [0, 7, 70_000]
+    assert reads == [("s3://b/dv.bin", 8, 12 + len(payload))]
+
+
+def test_an_inline_deletion_vector_and_none():
+    payload = bitmap_array([2, 3])
+    descriptor = {"storageType": "i", "pathOrInlineDv": z85(payload), "sizeInBytes": len(payload), "cardinality": 2}
+    assert list(deleted_rows(descriptor, lambda *a: b"")) == [2, 3]
+    assert list(deleted_rows(None, lambda *a: b"")) == []
+    with pytest.raises(CorruptLog, match="magic"):
+        deleted_rows({"storageType": "i", "pathOrInlineDv": z85(b"\0" * 16), "sizeInBytes": 16}, lambda *a: b"")
+
+
+def table(rows: list[tuple], partition: str = "") -> pa.Table:
+    return pa.table({"id": [r[0] for r in rows], "v": [r[1] for r in rows], "__partition": [partition] * len(rows)})
+
+
+def diff(removed: list[tuple], added: list[tuple], key: list[str] = ()) -> tuple[list[dict], dict]:
+    left, right = table(removed), table(added)
+    kept_left, kept_right = _unmatched(left, right, ["id", "v"])
+    return _changes(left.take(kept_left), right.take(kept_right), list(key))
+
+
+def test_a_rewrite_of_the_same_rows_changes_nothing_and_duplicates_count():
+    rows, counts = diff([(1, "a"), (2, "b")], [(2, "b"), (1, "a")])  # OPTIMIZE, an identical overwrite
+    assert rows == [] and counts["total"] == {"added": 0, "removed": 0, "updated": 0}
+    rows, counts = diff([(1, "a")], [(1, "a"), (1, "a")])  # a duplicate appended: one more of the same row
+    assert counts["total"]["added"] == 1 and rows[0]["values"] == {"id": 1, "v": "a"}
+
+
+def test_an_update_is_a_removed_and_an_added_row_or_with_a_key_one_update():
+    removed, added = [(1, "a"), (2, "b"), (3, "c")], [(1, "a"), (2, "B"), (3, "c")]  # copy-on-write UPDATE of id 2
+    rows, counts = diff(removed, added)
+    assert counts["total"] == {"added": 1, "removed": 1, "updated": 0}
+    assert [(r["change"], r["values"]["v"]) for r in rows] == [("removed", "b"), ("added", "B")]
+    rows, counts = diff(removed, added, key=["id"])
+    assert counts["total"] == {"added": 0, "removed": 0, "updated": 1}
+    assert rows == [{"change": "updated", "partition": "", "values": {"id": 2, "v": "B"}, "before": {"id": 2, "v": "b"},
+                     "id": 0}]
