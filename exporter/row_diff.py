@@ -196,8 +196,11 @@ class _RowsOf:
         if not invert and not rows:
             return 0
         data = reader.rows(commit_id, add)
-        indexes = pa.array(sorted(set(range(data.num_rows)) - set(rows)) if invert else list(rows), pa.int64())
-        data = data.take(indexes)
+        if invert:  # every row but those
+            positions = pa.array(range(data.num_rows), pa.int64())
+            data = data.filter(pc.invert(pc.is_in(positions, value_set=pa.array(list(rows), pa.int64())))) if rows else data
+        else:
+            data = data.take(pa.array(list(rows), pa.int64()))
         partition = add.get("partitionValues") or {}
         columns = {}
         for column in self.side.columns:
