@@ -33,7 +33,7 @@ from exporter.diff import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.exported import LiveFiles
 from exporter.lakefs import LakeFS
-from exporter.logstore import LoadedLog
+from exporter.logstore import LoadedLog, checkpoint_files_hint
 from exporter.objectstore import ObjectSource, ObjectStore
 from exporter.parquet_splice import open_parquet
 from exporter.results import ResultCache
@@ -309,6 +309,22 @@ def _jsonable(value: Any) -> Any:
 def _file(add: dict, rows: int) -> dict:
     return {"path": add["path"], "size": int(add.get("size") or 0), "rows": rows,
             "partition": add.get("partitionValues") or {}}
+
+
+def worth_precomputing(config: Config, lakefs: LakeFS, repository: str, parent: str | None, commit_id: str,
+                       table_path: str) -> bool:
+    """Whether a commit's row diff against its parent is cheap enough to compute after every export:
+    not a large table (its snapshot comparison alone would cost seconds), and at most
+    `row_diff_precompute_bytes` of data objects changed (lakeFS's diff: one call per 1000)."""
+    if parent is None or checkpoint_files_hint(lakefs, repository, commit_id, table_path) >= config.large_table_files:
+        return False
+    changed = 0
+    for change in lakefs.diff(repository, parent, commit_id, prefix=table_path.strip("/") + "/"):
+        if "/_delta_log/" not in "/" + change["path"]:
+            changed += int(change.get("size_bytes") or 0)
+            if changed > config.row_diff_precompute_bytes:
+                return False
+    return True
 
 
 class RowDiffCache(ResultCache):

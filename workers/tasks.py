@@ -30,7 +30,7 @@ from exporter.lakefs import LakeFS
 from exporter.overview import OverviewCache
 from exporter.overview import compare_refs as overview_of
 from exporter.results import ResultCache
-from exporter.row_diff import RowDiffCache, RowDiffTooLarge, cached_row_diff, key_columns
+from exporter.row_diff import RowDiffCache, RowDiffTooLarge, cached_row_diff, key_columns, worth_precomputing
 from exporter.row_diff import compute_row_diff as row_diff_of
 from exporter.retention import prune as prune_exports
 from exporter.logstore import checkpoint_files_hint
@@ -329,11 +329,12 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
         parents = lakefs.commit(repository, commit_id).parents
         parent = parents[0] if parents else None
         _, cached = cached_diff(config, lakefs, diffs, repository, parent, commit_id, table_path)
-        try:  # the row diff too, when it reads little
-            cached_row_diff(config, lakefs, _row_diff_cache(config), repository, parent, commit_id, table_path,
-                            max_bytes=config.row_diff_precompute_bytes)
-        except RowDiffTooLarge:
-            pass  # computed when someone asks, up to row_diff_max_bytes
+        if worth_precomputing(config, lakefs, repository, parent, commit_id, table_path):
+            try:  # the row diff too: it reads little
+                cached_row_diff(config, lakefs, _row_diff_cache(config), repository, parent, commit_id, table_path,
+                                max_bytes=config.row_diff_precompute_bytes)
+            except RowDiffTooLarge:
+                pass  # deletion vectors made it bigger than the objects that changed: computed when asked
     except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
         reason = _transient_reason(exc, config)
         if reason is None:

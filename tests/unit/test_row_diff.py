@@ -81,3 +81,16 @@ def test_an_update_is_a_removed_and_an_added_row_or_with_a_key_one_update():
     assert counts["total"] == {"added": 0, "removed": 0, "updated": 1}
     assert rows == [{"change": "updated", "partition": "", "values": {"id": 2, "v": "B"}, "before": {"id": 2, "v": "b"},
                      "id": 0}]
+
+
+def test_rows_are_paged_by_their_position():
+    from hooks.paging import paginate_rows
+
+    rows = [{"id": i} for i in range(5)]
+    page, pagination = paginate_rows(rows, None, 2)
+    assert [r["id"] for r in page] == [0, 1] and pagination["next_offset"] == "1" and pagination["has_more"]
+    page, pagination = paginate_rows(rows, "3", 2)
+    assert [r["id"] for r in page] == [4] and not pagination["has_more"] and pagination["next_offset"] == ""
+    assert paginate_rows(rows, "9", 2)[0] == []
+    with pytest.raises(ValueError, match="row id"):
+        paginate_rows(rows, "x", 2)
