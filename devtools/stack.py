@@ -24,6 +24,8 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from devtools.spark import IVY_DIR
+
 LAKEFS_VERSION = "v1.86.0"  # newest release the Go module proxy serves
 # lakeFS's go.mod replaces delta-go; `go install` refuses that, so the build carries the same replace.
 LAKEFS_DELTA_GO_REPLACE = "github.com/treeverse/delta-go@v0.0.0-20260323095047-d2f80252d945"
@@ -82,6 +84,9 @@ class StackState:
             "LAKEFS_DELTA_WEBHOOK_TOKENS": self.webhook_token,
             "LAKEFS_DELTA_API_TOKENS": f"{self.webhook_token}=*",  # a service token for every repository
             "LAKEFS_DELTA_STACK_BUCKET": BUCKET,
+            # a row diff above row_diff_max_bytes runs as a local Spark job, with the jars the stack caches
+            "LAKEFS_DELTA_ROW_DIFF_SPARK_MASTER": "local[2]",
+            "LAKEFS_DELTA_ROW_DIFF_SPARK_IVY_DIR": str(IVY_DIR),
         }
 
 

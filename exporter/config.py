@@ -72,6 +72,14 @@ class RetentionConfig(_Section):
     interval_seconds: int = Field(0, ge=0)
 
 
+class RowDiffSparkConfig(_Section):
+    """The Spark job a row diff runs as when its differing data is above `row_diff_max_bytes`."""
+
+    master: str = ""  # e.g. local[2], spark://host:7077, yarn; empty: no job, such a diff is refused
+    packages: str = "org.apache.hadoop:hadoop-aws:3.5.0"  # S3A, for the data files' s3:// addresses
+    ivy_dir: str = ""  # where Spark caches those packages (empty: Spark's default)
+
+
 class ApiToken(_Section):
     """A service token for automation, and the repositories it may read (`*`: every repository).
     In the environment (or as a YAML string): `TOKEN=repo1+repo2`, or `TOKEN=*`."""
@@ -127,6 +135,7 @@ class Config(BaseSettings):
     row_diff_max_bytes: int = Field(512 * 2**20, ge=0)
     # After an export, the row diff against the parent is precomputed when it reads at most this much.
     row_diff_precompute_bytes: int = Field(64 * 2**20, ge=0)
+    row_diff_spark: RowDiffSparkConfig = RowDiffSparkConfig()
     # Catch-up (lakeFS never retries a post-hook): on by default, in every worker started with beat.
     catch_up_repositories: tuple[str, ...] = ()  # empty: every repository the service's lakeFS user can read
     catch_up_branches: tuple[str, ...] = ()  # branch patterns; empty: those the installed action names

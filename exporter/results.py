@@ -43,6 +43,14 @@ class ResultCache:
         raw = self.redis.get(self.key(*parts) + ":failure")
         return json.loads(raw) if raw else None
 
+    def put_progress(self, progress: dict, *parts: str | None) -> None:
+        """How far a long computation is (the API shows it while answering 202)."""
+        self.redis.set(self.key(*parts) + ":progress", json.dumps(progress), ex=self.FAILURE_TTL_SECONDS)
+
+    def progress(self, *parts: str | None) -> dict | None:
+        raw = self.redis.get(self.key(*parts) + ":progress")
+        return json.loads(raw) if raw else None
+
     def claim(self, seconds: int, *parts: str | None) -> bool:
         """True for the one caller that should queue the computation (others wait for it)."""
         return bool(self.redis.set(self.key(*parts) + ":pending", "1", nx=True, ex=seconds))

@@ -17,8 +17,9 @@ import base64
 import datetime
 import decimal
 import json
+import posixpath
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -31,6 +32,7 @@ from exporter.config import Config
 from exporter.deletion_vectors import deleted_rows
 from exporter.diff import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
+from exporter.export import location_segment
 from exporter.exported import LiveFiles
 from exporter.lakefs import LakeFS
 from exporter.logstore import LoadedLog, checkpoint_files_hint
@@ -80,9 +82,12 @@ class _Side:
 
 
 def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: str | None, right_commit: str,
-                     table_path: str, key: tuple[str, ...] = (), max_bytes: int | None = None) -> dict:
-    """The row diff of `table_path` from `left_commit` to `right_commit` (no left: every row added);
-    RowDiffTooLarge when the files to read exceed `max_bytes` (default `row_diff_max_bytes`)."""
+                     table_path: str, key: tuple[str, ...] = (), max_bytes: int | None = None,
+                     progress: Callable[[dict], None] | None = None) -> dict:
+    """The row diff of `table_path` from `left_commit` to `right_commit` (no left: every row added).
+    Files to read above `max_bytes` (default `row_diff_max_bytes`): the Spark job when
+    `row_diff_spark.master` is set (and no `max_bytes` was given), else RowDiffTooLarge."""
+    use_spark = max_bytes is None and bool(config.row_diff_spark.master)
     max_bytes = config.row_diff_max_bytes if max_bytes is None else max_bytes
     started = time.monotonic()
     store = ObjectStore(config, lakefs.storage_namespace(repository))
@@ -106,11 +111,18 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
     to_read = [add for add in removed_files + added_files if add["path"] not in vector_changed] + \
         [right_paths[p] for p in vector_changed]
     size = sum(int(add.get("size") or 0) for add in to_read)
+    common = [c for c in left.columns if c in right.columns] if left.files and right.files else []
+    reader = _Reader(store, lakefs, repository, prefix)
+    if size > max_bytes and use_spark:
+        answer = _with_spark(config, store, reader, left, right, removed_files, added_files, vector_changed, common,
+                             key, progress)
+        return {"table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
+                "columns": {"left": left.columns, "right": right.columns, "matched_on": common}, **answer,
+                "bytes_read": size, "computed_seconds": round(time.monotonic() - started, 4)}
     if size > max_bytes:
         raise RowDiffTooLarge(f"the two sides differ in {len(to_read)} file(s), {size:,} bytes to read: more than "
                               f"{max_bytes:,} (row_diff_max_bytes: {config.row_diff_max_bytes:,})")
 
-    reader = _Reader(store, lakefs, repository, prefix)
     removed, added, files = _RowsOf(left), _RowsOf(right), {"removed": [], "added": [], "deletion_vector_changed": []}
     for add in removed_files:
         if add["path"] not in vector_changed:
@@ -126,7 +138,6 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
         back = added.extend(reader, right.commit_id, right_paths[path], before - after)
         files["deletion_vector_changed"].append({"path": path, "rows_deleted": gone, "rows_restored": back})
 
-    common = [c for c in left.columns if c in right.columns] if left.files and right.files else []
     removed_rows, added_rows = removed.table(), added.table()
     removed_left, added_left = _unmatched(removed_rows, added_rows, common)
     rows, counts = _changes(removed_rows.take(removed_left), added_rows.take(added_left), [k for k in key if k in common])
@@ -134,8 +145,60 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
         "table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
         "columns": {"left": left.columns, "right": right.columns, "matched_on": common},
         "counts": counts["total"], "partitions": counts["partitions"], "files": files,
-        "rows": rows, "bytes_read": size, "computed_seconds": round(time.monotonic() - started, 4),
+        "rows": rows, "engine": "in-process", "rows_location": None,
+        "bytes_read": size, "computed_seconds": round(time.monotonic() - started, 4),
     }
+
+
+def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", left: _Side, right: _Side,
+                removed_files: list[dict], added_files: list[dict], vector_changed: list[str], common: list[str],
+                key: tuple[str, ...], progress: Callable[[dict], None] | None) -> dict:
+    """The plan (which rows of which files, by physical address) run as the Spark job."""
+    from exporter.spark_row_diff import run_job  # PySpark stays out of processes that never need it
+
+    left_paths, right_paths = {a["path"]: a for a in removed_files}, {a["path"]: a for a in added_files}
+
+    def entry(side: _Side, name: str, add: dict, mode: str, rows: BitMap) -> dict:
+        return {"side": name, "address": reader.address(side.commit_id, add["path"]), "mode": mode, "rows": list(rows),
+                "partition": add.get("partitionValues") or {}, "label": _label(side, add), "path": add["path"]}
+
+    files = [entry(left, "removed", a, "except", reader.deleted(left.commit_id, a))
+             for a in removed_files if a["path"] not in vector_changed]
+    files += [entry(right, "added", a, "except", reader.deleted(right.commit_id, a))
+              for a in added_files if a["path"] not in vector_changed]
+    for path in vector_changed:
+        before, after = reader.deleted(left.commit_id, left_paths[path]), reader.deleted(right.commit_id, right_paths[path])
+        files += [entry(left, "removed", left_paths[path], "only", after - before)] if after - before else []
+        files += [entry(right, "added", right_paths[path], "only", before - after)] if before - after else []
+    sides = {name: {"columns": side.columns, "physical": side.physical, "partition_columns": side.partition_columns}
+             for name, side in (("removed", left), ("added", right))}
+    plan = {"sides": sides, "files": files, "common": common, "key": [k for k in key if k in common]}
+    location = (f"{posixpath.dirname(config.export_prefix.strip('/'))}/rowdiff/{left.commit_id or '-'}/"
+                f"{right.commit_id}/{location_segment(reader.prefix.rstrip('/'))}/{location_segment(key_part(key))}.parquet")
+    summary = run_job(config, store, plan, location, progress) if files else \
+        {"counts": {"added": 0, "removed": 0, "updated": 0}, "partitions": {}, "file_rows": {}}
+    counted = summary["file_rows"]
+
+    def rows_of(item: dict) -> int:
+        return counted.get(f"{item['address']}|{item['side']}", 0)
+
+    changed = {"removed": [], "added": [], "deletion_vector_changed": []}
+    for item in files:
+        add = (left_paths if item["side"] == "removed" else right_paths)[item["path"]]
+        if item["path"] not in vector_changed:
+            changed[item["side"]].append(_file(add, rows_of(item)))
+    for path in vector_changed:
+        found = {item["side"]: rows_of(item) for item in files if item["path"] == path}
+        changed["deletion_vector_changed"].append({"path": path, "rows_deleted": found.get("removed", 0),
+                                                   "rows_restored": found.get("added", 0)})
+    return {"counts": summary["counts"], "partitions": summary["partitions"], "files": changed, "rows": [],
+            "engine": "spark", "rows_location": location if files else None}
+
+
+def _label(side: _Side, add: dict) -> str:
+    """`column=value/...` of the partition a file is in; empty when unpartitioned."""
+    partition = add.get("partitionValues") or {}
+    return "/".join(f"{c}={partition.get(c)}" for c in side.partition_columns)
 
 
 def _side(store: ObjectStore, lakefs: LakeFS, repository: str, commit_id: str | None, table_path: str) -> _Side:
@@ -210,8 +273,7 @@ class _RowsOf:
                 columns[column] = data.column(self.side.physical[column])
             else:  # added to the schema after this file was written
                 columns[column] = pa.nulls(data.num_rows)
-        label = "/".join(f"{c}={partition.get(c)}" for c in self.side.partition_columns)
-        columns["__partition"] = pa.array([label] * data.num_rows, pa.string())
+        columns["__partition"] = pa.array([_label(self.side, add)] * data.num_rows, pa.string())
         self.tables.append(pa.table(columns))
         return data.num_rows
 

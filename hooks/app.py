@@ -41,11 +41,13 @@ from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUT
 from hooks.metrics import WorkerMetrics
 from hooks.models import (BranchTableVersions, RefsOverview, RowDiff, Dataset, Datasets, Computing, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
                           Readiness, Session, SignInCode, SignInLink, TableDiff)
-from hooks.paging import MAX_PER_PAGE, paginate, paginate_rows
+from hooks.paging import MAX_PER_PAGE, paginate, paginate_rows, row_pagination, row_start
 from exporter.lakefs import LakeFS
 from exporter.results import ResultCache
 from exporter.overview import OverviewCache
+from exporter.objectstore import ObjectStore
 from exporter.row_diff import RowDiffCache, key_part
+from exporter.spark_row_diff import rows_page
 from exporter.status import COMMIT_RECORD, StatusStore
 
 log = logging.getLogger("lakefs_delta.hooks")
@@ -351,12 +353,18 @@ def create_app(config: Config) -> FastAPI:
             raise Refusal(400, "table_path: names no table")
         columns = tuple(c.strip() for c in key.split(",") if c.strip())
         left_commit, right_commit = await from_lakefs(diff_commits, LakeFS(config.lakefs), repository, left_ref, right_ref)
-        cached, diff = await from_workers(row_diffs, "lakefs_delta.compute_row_diff",
-                                          (repository, left_commit, right_commit, table_path, key_part(columns)))
+        parts = (repository, left_commit, right_commit, table_path, key_part(columns))
+        cached, diff = await from_workers(row_diffs, "lakefs_delta.compute_row_diff", parts)
         if diff is None:
-            return still_computing()
+            return still_computing(await run_in_threadpool(row_diffs.progress, *parts))
         try:
-            page, pagination = paginate_rows(diff["rows"], after, amount)
+            if diff.get("rows_location"):  # the Spark job's answer: its rows are a Parquet file
+                store = ObjectStore(config, await from_lakefs(LakeFS(config.lakefs).storage_namespace, repository))
+                start = row_start(after)
+                page, total = await from_lakefs(rows_page, store, diff["rows_location"], start, amount)
+                pagination = row_pagination(page, start, amount, total)
+            else:
+                page, pagination = paginate_rows(diff["rows"], after, amount)
         except ValueError as exc:
             raise Refusal(400, str(exc)) from None
         return {**diff, "rows": page, "pagination": pagination, "cached": cached}
@@ -399,8 +407,8 @@ def create_app(config: Config) -> FastAPI:
         except redis.RedisError as exc:
             raise Refusal(503, f"Redis cannot be reached: {type(exc).__name__}") from None
 
-    def still_computing() -> Response:
-        return JSONResponse({"status": "computing", "retry_after_seconds": 2}, status_code=202,
+    def still_computing(progress: dict | None = None) -> Response:
+        return JSONResponse({"status": "computing", "retry_after_seconds": 2, "progress": progress}, status_code=202,
                             headers={"Retry-After": "2"})
 
     async def datasets_at(repository: str, ref: str) -> list[dict] | None:

@@ -221,6 +221,10 @@ class RowDiff(BaseModel):
     partitions: dict[str, ChangeCounts]
     files: RowDiffFiles
     rows: list[ChangedRow]
+    engine: Literal["in-process", "spark"] = Field(description="where it was computed: in the worker, or as the "
+                                                              "Spark job (above row_diff_max_bytes)")
+    rows_location: str | None = Field(description="the Spark job's rows (Parquet, next to the exports), "
+                                                   "which the API pages from")
     bytes_read: int
     computed_seconds: float
     pagination: Pagination
@@ -255,6 +259,8 @@ class Computing(BaseModel):
 
     status: Literal["computing"]
     retry_after_seconds: int
+    progress: dict[str, Any] | None = Field(None, description="how far a long computation is (a Spark job's "
+                                                              "tasks done), when known")
 
 
 class Dataset(BaseModel):

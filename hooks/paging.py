@@ -24,18 +24,28 @@ def paginate(results: list[dict], after: str | None, amount: int) -> tuple[list[
 
 def paginate_rows(rows: list[dict], after: str | None, amount: int) -> tuple[list[dict], dict]:
     """A page of `rows` whose ids are their positions (0, 1, ...), starting after the id `after`."""
-    if not 1 <= amount <= MAX_PER_PAGE:
-        raise ValueError(f"amount must be between 1 and {MAX_PER_PAGE}, got {amount}")
+    start = row_start(after)
+    page = rows[start : start + amount]
+    return page, row_pagination(page, start, amount, len(rows))
+
+
+def row_start(after: str | None) -> int:
+    """The position a page of rows starts at: after the row id `after`."""
     try:
         start = 0 if not after else int(after) + 1
     except ValueError:
         raise ValueError(f"after must be a row id, got {after!r}") from None
     if start < 0:
         raise ValueError(f"after must be a row id, got {after!r}")
-    page = rows[start : start + amount]
-    has_more = start + amount < len(rows)
-    return page, {"has_more": has_more, "next_offset": str(page[-1]["id"]) if has_more else "",
-                  "max_per_page": MAX_PER_PAGE, "results": len(page)}
+    return start
+
+
+def row_pagination(page: list[dict], start: int, amount: int, total: int) -> dict:
+    if not 1 <= amount <= MAX_PER_PAGE:
+        raise ValueError(f"amount must be between 1 and {MAX_PER_PAGE}, got {amount}")
+    has_more = start + amount < total
+    return {"has_more": has_more, "next_offset": str(page[-1]["id"]) if has_more and page else "",
+            "max_per_page": MAX_PER_PAGE, "results": len(page)}
 
 
 def _page_start(results: list[dict], after: str | None) -> int:

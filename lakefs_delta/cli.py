@@ -213,8 +213,15 @@ def _diff(args: argparse.Namespace) -> int:
         from exporter.row_diff import RowDiffCache, cached_row_diff
 
         key = tuple(c.strip() for c in (args.key or "").split(",") if c.strip())
-        diff, _ = cached_row_diff(config, LakeFS(config.lakefs), RowDiffCache(config.redis, config.diff_cache_ttl_seconds),
+        lakefs = LakeFS(config.lakefs)
+        diff, _ = cached_row_diff(config, lakefs, RowDiffCache(config.redis, config.diff_cache_ttl_seconds),
                                   args.repo, left, right, args.table.strip("/"), key)
+        if diff.get("rows_location") and not args.json:  # the Spark job's rows: the first page of them
+            from exporter.objectstore import ObjectStore
+            from exporter.spark_row_diff import rows_page
+
+            store = ObjectStore(config, lakefs.storage_namespace(args.repo))
+            diff["rows"] = rows_page(store, diff["rows_location"], 0, max(args.limit, 1))[0]
         print(json.dumps(diff, indent=2) if args.json else render_row_diff(diff, left, right, args.limit))
         return 0
     diff, _ = cached_diff(config, LakeFS(config.lakefs), DiffCache(config.redis, config.diff_cache_ttl_seconds),
@@ -253,8 +260,10 @@ def render_row_diff(diff: dict, left: str, right: str, limit: int = 50) -> str:
     for row in diff["rows"][:limit]:
         before = f"  (was {json.dumps(row['before'])})" if row.get("before") else ""
         lines.append(f"{sign[row['change']]} {json.dumps(row['values'])}{before}")
-    if len(diff["rows"]) > limit:
-        lines.append(f"... {len(diff['rows']) - limit} more (--json for all)")
+    total = sum(counts.values())
+    if total > min(limit, len(diff["rows"])):
+        lines.append(f"... {total - min(limit, len(diff['rows']))} more (--json for all"
+                     + (f"; the Spark job's rows: {diff['rows_location']}" if diff.get("rows_location") else "") + ")")
     return "\n".join(lines)
 
 

@@ -361,9 +361,11 @@ def compute_row_diff(self, repository: str, left_commit: str | None, right_commi
                      key: str = "-") -> bool:
     """A row diff the API was asked for: read from the differing files here, never in the web process."""
     config = current_config()
-    return _compute_for_api(self, _row_diff_cache(config), (repository, left_commit, right_commit, table_path, key),
+    cache, parts = _row_diff_cache(config), (repository, left_commit, right_commit, table_path, key)
+    return _compute_for_api(self, cache, parts,
                             lambda: row_diff_of(config, _lakefs(config), repository, left_commit, right_commit,
-                                                table_path, key_columns(key)))
+                                                table_path, key_columns(key),
+                                                progress=lambda seen: cache.put_progress(seen, *parts)))
 
 
 @app.task(bind=True, base=RetriedTask, name="lakefs_delta.compare_refs")

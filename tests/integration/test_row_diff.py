@@ -3,6 +3,7 @@ differing files only, checked against hand-computed rows and against Spark's ful
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections import Counter
@@ -12,8 +13,11 @@ import httpx
 import pytest
 
 from examples.bank_pipeline import ingest, retention_and_column_remover
+from exporter.config import RowDiffSparkConfig
 from exporter.errors import ExporterError
-from exporter.row_diff import compute_row_diff
+from exporter.objectstore import ObjectStore
+from exporter.row_diff import RowDiffCache, compute_row_diff
+from exporter.spark_row_diff import rows_page
 from tests.integration.deltatables import table_uri
 from tests.integration.test_webhooks import api
 
@@ -166,6 +170,43 @@ def test_a_diff_over_the_size_limit_is_refused_with_the_reason(spark, lakefs, co
     before = lakefs.commit_branch(repository, "main", "first")
     spark.createDataFrame([(i,) for i in range(100)], "id INT").write.format("delta").mode("append").save(uri)
     after = lakefs.commit_branch(repository, "main", "second")
-    small = config.model_copy(update={"row_diff_max_bytes": 10})
+    small = config.model_copy(update={"row_diff_max_bytes": 10, "row_diff_spark": RowDiffSparkConfig()})  # no job
     with pytest.raises(ExporterError, match="bytes to read: more than 10"):
         compute_row_diff(small, lakefs, repository, before, after, "tables/big")
+
+
+def test_a_diff_above_the_in_process_limit_runs_as_a_spark_job_with_the_same_answer(spark, lakefs, config, repository,
+                                                                                     service):
+    ingest(spark, lakefs, repository, "main", date(2026, 3, 1), 4)
+    lakefs.create_branch(repository, "exp1", "main")
+    retention_and_column_remover(spark, lakefs, repository, "exp1", date(2026, 3, 2))
+    left, right = lakefs.commit(repository, "main").id, lakefs.commit(repository, "exp1").id
+    in_process = compute_row_diff(config, lakefs, repository, left, right, "tables/transactions", ("txn_id",))
+    progress: list[dict] = []
+    limited = config.model_copy(update={"row_diff_max_bytes": 0})  # everything is above it
+
+    job = compute_row_diff(limited, lakefs, repository, left, right, "tables/transactions", ("txn_id",),
+                           progress=progress.append)
+
+    assert (in_process["engine"], job["engine"]) == ("in-process", "spark") and job["rows"] == []
+    assert job["counts"] == in_process["counts"] == {"added": 120, "removed": 40, "updated": 0}
+    assert job["partitions"] == in_process["partitions"] and job["columns"] == in_process["columns"]
+    assert sorted(job["files"]["removed"], key=str) == sorted(in_process["files"]["removed"], key=str)
+    assert sorted(job["files"]["added"], key=str) == sorted(in_process["files"]["added"], key=str)
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    first, total = rows_page(store, job["rows_location"], 0, 100)
+    rest, _ = rows_page(store, job["rows_location"], 100, 100)
+    assert [r["id"] for r in first + rest] == list(range(160)) and total == 160
+
+    def as_multiset(rows: list[dict]) -> Counter:
+        return Counter((r["change"], json.dumps(r["values"], sort_keys=True)) for r in rows)
+
+    assert as_multiset(first + rest) == as_multiset(in_process["rows"])
+    assert progress and progress[-1]["engine"] == "spark"
+
+    # the API pages a job's answer from its Parquet rows (the answer cached as the worker caches it)
+    RowDiffCache(config.redis, 600).put(job, repository, left, right, "tables/transactions", "txn_id")
+    path = f"/repositories/{repository}/otf/refs/main/diff/exp1/rows?table_path=tables/transactions&key=txn_id"
+    answer = api(service, path + "&amount=150&after=9").json()
+    assert answer["engine"] == "spark" and [r["id"] for r in answer["rows"]] == list(range(10, 160))
+    assert answer["pagination"]["has_more"] is False and answer["counts"] == job["counts"]
