@@ -99,6 +99,13 @@ def bench_streaming_checkpoint(actions: int, parts: int = 10, path_order: bool =
              "peak_rss_mib": measured["peak_rss_mib"]}]
 
 
+def synthetic_table(lakefs, gateway, name_prefix: str, files: int) -> tuple[str, str]:
+    """A new repository holding `build_table`'s table of `files` files: (repository, commit id)."""
+    repository = new_repository(lakefs, f"{name_prefix}-{files}")
+    print(f"building a table of {files:,} files in {repository} ...", flush=True)
+    return repository, build_table(lakefs, gateway, repository, files, partitions=100 if files >= 100_000 else 0)
+
+
 def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0) -> list[dict]:
     """Each export in its own process (its own peak RSS): cold, warm (a no-op: the manifest exists),
     and incremental after a commit that adds 10 files; lakeFS's Lua exporter beside the cold one."""
@@ -106,9 +113,7 @@ def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0
     gateway = gateway_client(state)
     rows = []
     for files in sizes:
-        repository = new_repository(lakefs, f"bench-{files}")
-        print(f"building a table of {files:,} files in {repository} ...", flush=True)
-        commit_id = build_table(lakefs, gateway, repository, files, partitions=100 if files >= 100_000 else 0)
+        repository, commit_id = synthetic_table(lakefs, gateway, "bench", files)
         table_rows = bench_table_exports(state, lakefs, gateway, repository, files, commit_id, lua, lua_timeout)
         rows += table_rows
         if any(row.get("timeout") for row in table_rows):
@@ -199,9 +204,7 @@ def bench_branch_tables(sizes: list[int]) -> list[dict]:
     gateway = gateway_client(state)
     rows = []
     for files in sizes:
-        repository = new_repository(lakefs, f"bench-branch-{files}")
-        print(f"building a table of {files:,} files in {repository} ...", flush=True)
-        commit_id = build_table(lakefs, gateway, repository, files, partitions=100 if files >= 100_000 else 0)
+        repository, commit_id = synthetic_table(lakefs, gateway, "bench-branch", files)
         assert measure("export", repository, "main", commit_id, f"t{files}")["ok"]
         created = measure("append", repository, "main", commit_id, f"t{files}")
         rows.append({"benchmark": f"branch table of a {files:,}-file table: created from the export (52 versions)",

@@ -172,8 +172,7 @@ def _relation(lakefs: LakeFS, repository: str, state: dict, commit_id: str, crea
 def _create(store: ObjectStore, target: str, exported: ExportedLog, repository: str, branch: str, commit_id: str,
             manifest: dict) -> dict:
     """The first append: the export's log, annotated, in the fail-closed write order of an export."""
-    if store.list_keys(target):  # an interrupted first append: nothing of it was ever a table to a reader
-        discard_export(store, target)
+    discard_export(store, target)  # what an interrupted first append left: never a table to a reader
     versions = {name: version for version, name in exported.listing.commits.items()}
     raw: dict[str, bytes] = {}
 

@@ -14,7 +14,7 @@ from exporter.deltalog import LogListing, LogSegment, parse_actions, select_segm
 from exporter.logstore import LOG_DIR, checkpoint_files
 from exporter.objectstore import ObjectSource, ObjectStore
 from exporter.parquet_splice import BytesSource, ParquetSource
-from exporter.snapshot import checkpoint_row_groups, deletion_vector_ids, file_key
+from exporter.snapshot import checkpoint_row_groups, deletion_vector_ids, reconcile
 
 _MAPS = {"partitionValues", "tags", "configuration", "options"}  # parquet maps read back as (key, value) lists
 _DERIVED = {"stats_parsed", "partitionValues_parsed"}  # checkpoint-only columns, not action fields
@@ -62,7 +62,7 @@ class LiveFiles:
 
     def __init__(self, log: ExportedLog):
         self.log = log
-        self.later: dict[str, dict | None] = {}  # key -> add action, or None once removed
+        self.later: dict[tuple[str, str], dict | None] = {}  # logical file -> add action, or None once removed
         self.metadata: dict | None = None
         self.protocol: dict | None = None
         self.in_commit_timestamp = 0  # the head commit's, 0 without one
@@ -86,10 +86,7 @@ class LiveFiles:
         for action in map(_plain, actions):
             self.metadata = action.get("metaData", self.metadata)
             self.protocol = action.get("protocol", self.protocol)
-            for kind in ("add", "remove"):
-                if isinstance(file_action := action.get(kind), dict):
-                    path, dv = file_key(file_action, kind)
-                    self.later[f"{path}\0{dv}"] = file_action if kind == "add" else None
+            reconcile(self.later, action, keep_removed=True)
 
     def _row_groups(self, columns: list[str]) -> Iterable[pa.Table]:
         for name in self.checkpoint_parquet:
@@ -97,7 +94,7 @@ class LiveFiles:
 
     def _checkpoint_adds(self, columns: list[str]) -> Iterable[tuple[pa.Array, pa.StructArray]]:
         """(keys, adds) of the checkpoint's adds still live at the head, a slice at a time."""
-        later = pa.array(list(self.later), pa.string())
+        later = pa.array([_joined(key) for key in self.later], pa.string())
         for group in self._row_groups(columns):
             if "add" not in group.column_names:
                 continue
@@ -112,7 +109,7 @@ class LiveFiles:
     def keys(self) -> pa.Array:
         """Every live file's key."""
         keys = [keys for keys, _ in self._checkpoint_adds(_KEY_COLUMNS)]
-        keys.append(pa.array([key for key, add in self.later.items() if add is not None], pa.string()))
+        keys.append(pa.array([_joined(key) for key, add in self.later.items() if add is not None], pa.string()))
         return pa.concat_arrays(keys)
 
     def files(self) -> Iterable[dict]:
@@ -124,7 +121,7 @@ class LiveFiles:
     def adds(self, wanted: pa.Array) -> Iterable[dict]:
         """The add actions of the live files whose keys are `wanted`."""
         chosen = set(wanted.to_pylist())
-        yield from (add for key, add in self.later.items() if add is not None and key in chosen)
+        yield from (add for key, add in self.later.items() if add is not None and _joined(key) in chosen)
         for keys, adds in self._checkpoint_adds(["add"]):
             chosen = pc.is_in(keys, value_set=wanted)
             if pc.any(chosen).as_py():
@@ -133,6 +130,11 @@ class LiveFiles:
 
 _SLICE = 65_536
 _KEY_COLUMNS = ["add.path", *(f"add.deletionVector.{name}" for name in ("storageType", "pathOrInlineDv", "offset"))]
+
+
+def _joined(key: tuple[str, str]) -> str:
+    """A logical file's key as the Arrow key columns hold it."""
+    return f"{key[0]}\0{key[1]}"
 
 
 def _keys(adds: pa.StructArray) -> pa.Array:

@@ -114,7 +114,7 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
     common = [c for c in left.columns if c in right.columns] if left.files and right.files else []
     reader = _Reader(store, lakefs, repository, prefix)
     if size > max_bytes and use_spark:
-        answer = _with_spark(config, store, reader, left, right, removed_files, added_files, vector_changed, common,
+        answer = _with_spark(config, store, reader, left, right, left_paths, right_paths, vector_changed, common,
                              key, progress)
         return {"table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
                 "columns": {"left": left.columns, "right": right.columns, "matched_on": common}, **answer,
@@ -151,21 +151,20 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
 
 
 def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", left: _Side, right: _Side,
-                removed_files: list[dict], added_files: list[dict], vector_changed: list[str], common: list[str],
-                key: tuple[str, ...], progress: Callable[[dict], None] | None) -> dict:
-    """The plan (which rows of which files, by physical address) run as the Spark job."""
+                left_paths: dict[str, dict], right_paths: dict[str, dict], vector_changed: list[str],
+                common: list[str], key: tuple[str, ...], progress: Callable[[dict], None] | None) -> dict:
+    """The plan (which rows of which files, by physical address) run as the Spark job. `left_paths`
+    and `right_paths`: the add actions of the files only one side has, by path."""
     from exporter.spark_row_diff import run_job  # PySpark stays out of processes that never need it
-
-    left_paths, right_paths = {a["path"]: a for a in removed_files}, {a["path"]: a for a in added_files}
 
     def entry(side: _Side, name: str, add: dict, mode: str, rows: BitMap) -> dict:
         return {"side": name, "address": reader.address(side.commit_id, add["path"]), "mode": mode, "rows": list(rows),
                 "partition": add.get("partitionValues") or {}, "label": _label(side, add), "path": add["path"]}
 
     files = [entry(left, "removed", a, "except", reader.deleted(left.commit_id, a))
-             for a in removed_files if a["path"] not in vector_changed]
+             for path, a in left_paths.items() if path not in vector_changed]
     files += [entry(right, "added", a, "except", reader.deleted(right.commit_id, a))
-              for a in added_files if a["path"] not in vector_changed]
+              for path, a in right_paths.items() if path not in vector_changed]
     for path in vector_changed:
         before, after = reader.deleted(left.commit_id, left_paths[path]), reader.deleted(right.commit_id, right_paths[path])
         files += [entry(left, "removed", left_paths[path], "only", after - before)] if after - before else []

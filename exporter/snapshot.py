@@ -127,16 +127,20 @@ def _replayed_versions(commits: Mapping[int, list[dict]], checkpoint_version: in
 
 
 def reconcile(live: dict[tuple[str, str], Any], action: Mapping[str, Any],
-              value: Callable[[Mapping[str, Any]], Any] = lambda add: add) -> None:
+              value: Callable[[Mapping[str, Any]], Any] = lambda add: add, keep_removed: bool = False) -> None:
     """PROTOCOL.md#action-reconciliation, the one implementation: a logical file is
     (path, deletion vector unique id); an add makes it live with `value(add)` (or, when that is
-    `UNTRACKED`, leaves it out of `live`), a remove with the same key ends it."""
+    `UNTRACKED`, leaves it out of `live`), a remove with the same key ends it (with `keep_removed`
+    it stays, as None: a tombstone for a file an older checkpoint, read later, still lists)."""
     if isinstance(add := action.get("add"), Mapping):
         stored = value(add)
         if stored is not UNTRACKED:
             live[file_key(add, "add")] = stored
     elif isinstance(remove := action.get("remove"), Mapping):
-        live.pop(file_key(remove, "remove"), None)
+        if keep_removed:
+            live[file_key(remove, "remove")] = None
+        else:
+            live.pop(file_key(remove, "remove"), None)
 
 
 UNTRACKED = object()  # what `reconcile`'s `value` returns for an add the caller does not follow
