@@ -80,6 +80,41 @@ class RowDiffSparkConfig(_Section):
     ivy_dir: str = ""  # where Spark caches those packages (empty: Spark's default)
 
 
+class ShareConfig(_Section):
+    """A Delta Sharing share: repositories, and which of their refs (schemas) and tables it offers.
+    Patterns are fnmatch patterns; a branch is offered through its branch table, a tag through its export."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")  # a share name is a URL path segment, no `.`
+    repositories: tuple[str, ...] = Field(min_length=1)
+    refs: tuple[str, ...] = ("*",)
+    tables: tuple[str, ...] = ("*",)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        """In the environment (or as a YAML string): `NAME=repo1+repo2[:ref1+ref2[:table1+table2]]`."""
+        if isinstance(value, str):
+            name, separator, rest = value.partition("=")
+            if not separator or not name:
+                raise ValueError("a share is NAME=repo1+repo2[:refs[:tables]], patterns joined by +")
+            parts = [[p for p in part.split("+") if p] for part in rest.split(":")]
+            if len(parts) > 3:
+                raise ValueError("a share is NAME=repo1+repo2[:refs[:tables]]: too many `:`")
+            return {"name": name, **{key: part for key, part in zip(("repositories", "refs", "tables"), parts)}}
+        return value
+
+
+class SharingConfig(_Section):
+    """The Delta Sharing server (`/delta-sharing`): its shares, and what the profiles it hands out say."""
+
+    shares: tuple[ShareConfig, ...] = ()
+    # The URL recipients reach the server at, written into their profile files; empty: the address
+    # `serve` listens on, with `/delta-sharing`.
+    endpoint: str = ""
+    url_lifetime_seconds: int = Field(3600, ge=60, le=7 * 24 * 3600)  # presigned file URLs (S3 allows 7 days)
+    recipient_days: int = Field(90, ge=1)  # a recipient's token expires after this unless told otherwise
+
+
 class ApiToken(_Section):
     """A service token for automation, and the repositories it may read (`*`: every repository).
     In the environment (or as a YAML string): `TOKEN=repo1+repo2`, or `TOKEN=*`."""
@@ -136,6 +171,7 @@ class Config(BaseSettings):
     # After an export, the row diff against the parent is precomputed when it reads at most this much.
     row_diff_precompute_bytes: int = Field(64 * 2**20, ge=0)
     row_diff_spark: RowDiffSparkConfig = RowDiffSparkConfig()
+    sharing: SharingConfig = SharingConfig()
     # Catch-up (lakeFS never retries a post-hook): on by default, in every worker started with beat.
     catch_up_repositories: tuple[str, ...] = ()  # empty: every repository the service's lakeFS user can read
     catch_up_branches: tuple[str, ...] = ()  # branch patterns; empty: those the installed action names

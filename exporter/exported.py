@@ -112,10 +112,11 @@ class LiveFiles:
         keys.append(pa.array([_joined(key) for key, add in self.later.items() if add is not None], pa.string()))
         return pa.concat_arrays(keys)
 
-    def files(self) -> Iterable[dict]:
-        """Every live file's add action, with only `path` and `deletionVector` from the checkpoint."""
+    def files(self, whole: bool = False) -> Iterable[dict]:
+        """Every live file's add action; from the checkpoint only `path` and `deletionVector`
+        unless `whole` (then with partition values, size, stats, ...)."""
         yield from (add for add in self.later.values() if add is not None)
-        for _, adds in self._checkpoint_adds(_KEY_COLUMNS):
+        for _, adds in self._checkpoint_adds(["add"] if whole else _KEY_COLUMNS):
             yield from map(_plain, adds.to_pylist())
 
     def adds(self, wanted: pa.Array) -> Iterable[dict]:

@@ -41,6 +41,7 @@ from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUT
 from hooks.metrics import WorkerMetrics
 from hooks.models import (BranchTableVersions, RefsOverview, RowDiff, Dataset, Datasets, Computing, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
                           Readiness, Session, SignInCode, SignInLink, TableDiff)
+from hooks.sharing import create_sharing_app
 from hooks.paging import MAX_PER_PAGE, paginate, paginate_rows, row_pagination, row_start
 from exporter.lakefs import LakeFS
 from exporter.results import ResultCache
@@ -152,6 +153,7 @@ def create_app(config: Config) -> FastAPI:
     app = FastAPI(title="lakefs-delta-exporter", version=exporter.__version__, docs_url=None, redoc_url=None,
                   description="Exports Delta tables in lakeFS for engines outside lakeFS, and diffs them.")
     app.add_middleware(NoStore)
+    app.mount("/delta-sharing", create_sharing_app(config))  # recipients' bearer tokens, not lakeFS identities
 
     @app.exception_handler(Refusal)
     async def _refusal(request: Request, exc: Refusal) -> Response:

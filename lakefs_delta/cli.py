@@ -279,6 +279,61 @@ def _sign_in_link(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recipient_create(args: argparse.Namespace) -> int:
+    from datetime import datetime, timedelta, timezone
+
+    from exporter.config import load_config
+    from exporter.errors import ConfigError
+    from exporter.recipients import Recipients, profile
+
+    config = load_config(args.config)
+    known = {share.name for share in config.sharing.shares}
+    unknown = [share for share in args.share if share not in known]
+    if unknown:
+        raise ConfigError(f"sharing.shares: no share {unknown[0]!r} (configured: {', '.join(sorted(known)) or 'none'})")
+    days = config.sharing.recipient_days if args.days is None else args.days
+    expires = datetime.now(timezone.utc) + timedelta(days=days)
+    recipient, token = Recipients(config.redis).create(args.name, args.share, expires)
+    endpoint = args.endpoint or config.sharing.endpoint or "http://127.0.0.1:18080/delta-sharing"
+    document = json.dumps(profile(endpoint, token, recipient), indent=2) + "\n"
+    if args.output:
+        descriptor = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds a secret
+        with os.fdopen(descriptor, "w") as out:
+            out.write(document)
+        print(f"recipient {recipient.name}: shares {', '.join(recipient.shares)}, expires {recipient.expires}; "
+              f"profile written to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(document)
+    return 0
+
+
+def _recipient_list(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from exporter.config import load_config
+    from exporter.recipients import Recipients
+
+    recipients = Recipients(load_config(args.config).redis).list()
+    if args.json:
+        print(json.dumps([{**asdict(r), "state": r.state()} for r in recipients], indent=2))
+        return 0
+    for r in recipients:
+        print(f"{r.name:<24} {r.state():<8} shares {','.join(r.shares):<24} created {r.created}  expires {r.expires}"
+              + (f"  revoked {r.revoked}" if r.revoked else ""))
+    if not recipients:
+        print("no recipients")
+    return 0
+
+
+def _recipient_revoke(args: argparse.Namespace) -> int:
+    from exporter.config import load_config
+    from exporter.recipients import Recipients
+
+    recipient = Recipients(load_config(args.config).redis).revoke(args.name)
+    print(f"recipient {recipient.name} revoked at {recipient.revoked}: its token no longer works")
+    return 0
+
+
 def render_diff(diff: dict, left: str, right: str) -> str:
     """The diff as a human reads it: type, row count, schema changes, operations."""
     rows = diff["row_count"]
@@ -397,7 +452,27 @@ def main(argv: list[str] | None = None) -> int:
     link_cmd.add_argument("--table", help="table path from the repository root")
     link_cmd.set_defaults(run=_sign_in_link)
 
-    for command in commands.choices.values():
+    sharing_cmd = commands.add_parser("sharing", help="Delta Sharing: the recipients of the shares in `sharing.shares`")
+    sharing_commands = sharing_cmd.add_subparsers(dest="sharing_command", required=True)
+    recipient_cmd = sharing_commands.add_parser("recipient", help="create, list or revoke recipients")
+    recipient_commands = recipient_cmd.add_subparsers(dest="recipient_command", required=True)
+    create_cmd = recipient_commands.add_parser("create", help="a recipient and its bearer token; prints the "
+                                                              "profile file a Delta Sharing client reads")
+    create_cmd.add_argument("name")
+    create_cmd.add_argument("--share", action="append", required=True, help="a share it may read (repeatable)")
+    create_cmd.add_argument("--days", type=int, help="days until the token expires (default: sharing.recipient_days)")
+    create_cmd.add_argument("--endpoint", help="the server's URL as the recipient reaches it "
+                                               "(default: sharing.endpoint)")
+    create_cmd.add_argument("--output", help="write the profile to this file (mode 600) instead of stdout")
+    create_cmd.set_defaults(run=_recipient_create)
+    list_cmd = recipient_commands.add_parser("list", help="every recipient: shares, expiry, state")
+    list_cmd.add_argument("--json", action="store_true")
+    list_cmd.set_defaults(run=_recipient_list)
+    revoke_cmd = recipient_commands.add_parser("revoke", help="the recipient's token stops working at once")
+    revoke_cmd.add_argument("name")
+    revoke_cmd.set_defaults(run=_recipient_revoke)
+
+    for command in [*commands.choices.values(), create_cmd, list_cmd, revoke_cmd]:
         command.add_argument("--config", default=argparse.SUPPRESS, help="YAML config file")
     args = parser.parse_args(argv)
     from exporter.errors import ExporterError

@@ -36,11 +36,16 @@ class WriterEnvironmentError(RuntimeError):
 
 def deltalake_python(version: str) -> Path:
     """The python of a virtualenv holding `deltalake==version`, built on first use."""
-    pins = [f"deltalake=={version}", *DELTALAKE_WRITERS[version]]
-    venv = WRITERS_DIR / f"deltalake-{version}"
+    return isolated_python(f"deltalake-{version}", [f"deltalake=={version}", *DELTALAKE_WRITERS[version]])
+
+
+def isolated_python(name: str, pins: list[str]) -> Path:
+    """The python of a virtualenv `name` holding exactly `pins` (kept apart from the project's own
+    packages: other pyarrow versions), built on first use."""
+    venv = WRITERS_DIR / name
     python = venv / "bin" / "python"
     WRITERS_DIR.mkdir(parents=True, exist_ok=True)
-    with open(WRITERS_DIR / f"deltalake-{version}.lock", "w") as lock:
+    with open(WRITERS_DIR / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two test processes never build one venv at once
         ready = venv / _READY
         if ready.exists() and ready.read_text() == " ".join(pins):

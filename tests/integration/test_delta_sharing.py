@@ -1,0 +1,290 @@
+"""Delta Sharing: a partner reads a branch's tables with the real `delta-sharing` connector from
+PyPI, in its own virtualenv (its pyarrow is not this project's), with a profile file the CLI made,
+and no storage credentials at all. Real lakeFS, MinIO, Redis and Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from exporter.branch_table import append_commit, branch_table_versions
+from tests.conftest import ARTIFACTS, ROOT
+from tests.integration.deltatables import add_descriptor, export_one, table_uri
+from tests.integration.writers import isolated_python
+
+pytestmark = pytest.mark.integration
+
+SHARING_PORT = 18091
+CONNECTOR = ["delta-sharing==1.4.2"]
+SHARE = "partner"
+TABLES = ("orders", "events")  # "secret" is on the branch too, but not in the share
+
+# Runs in the connector's virtualenv with an empty environment: no AWS_*, no LAKEFS_*; only the
+# profile file. Prints one JSON document.
+CONSUMER = r'''
+import json, sys
+import delta_sharing
+from requests.exceptions import HTTPError
+
+profile, calls = sys.argv[1], json.loads(sys.argv[2])
+out = {}
+def frame(df):
+    return json.loads(df.to_json(orient="records", date_format="iso"))
+for name, call in calls.items():
+    try:
+        kind, url, options = call
+        if kind == "list":
+            client = delta_sharing.SharingClient(profile)
+            out[name] = sorted(f"{t.share}.{t.schema}.{t.name}" for t in client.list_all_tables())
+        elif kind == "load":
+            out[name] = frame(delta_sharing.load_as_pandas(f"{profile}#{url}", **options))
+        elif kind == "changes":
+            out[name] = frame(delta_sharing.load_table_changes_as_pandas(f"{profile}#{url}", **options))
+        elif kind == "version":
+            out[name] = delta_sharing.get_table_version(f"{profile}#{url}", **options)
+    except HTTPError as error:
+        out[name] = {"error": error.response.status_code, "body": error.response.text}
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def connector_python() -> Path:
+    return isolated_python("delta-sharing-1.4.2", CONNECTOR)
+
+
+@pytest.fixture(scope="module")
+def sharing_repository(lakefs, stack_env) -> str:
+    name = f"t-sharing-{uuid.uuid4().hex[:6]}"
+    lakefs.create_repository(name, f"s3://{stack_env['LAKEFS_DELTA_STACK_BUCKET']}/{name}")
+    return name
+
+
+@pytest.fixture(scope="module")
+def sharing_env(sharing_repository) -> dict[str, str]:
+    return {"LAKEFS_DELTA_SHARING_SHARES": f"{SHARE}={sharing_repository}:main:{'+'.join(TABLES)}",
+            "LAKEFS_DELTA_SHARING_ENDPOINT": f"http://127.0.0.1:{SHARING_PORT}/delta-sharing",
+            "LAKEFS_DELTA_SHARING_URL_LIFETIME_SECONDS": "900"}
+
+
+@pytest.fixture(scope="module")
+def sharing_service(processes, sharing_env) -> str:
+    return processes.serve("sharing", SHARING_PORT, extra_env=sharing_env) + "/delta-sharing"
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lakefs_delta.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=60)
+
+
+def make_profile(sharing_env: dict[str, str], tmp_path: Path, name: str, *extra: str) -> Path:
+    """A new recipient `name` (made unique: recipients outlive a test run in the stack's Redis)."""
+    path = tmp_path / f"{name}.share"
+    done = cli(sharing_env, "sharing", "recipient", "create", unique(name), "--share", SHARE, "--output", str(path),
+               *extra)
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+RUN = uuid.uuid4().hex[:6]
+
+
+def unique(name: str) -> str:
+    return f"{name}-{RUN}"
+
+
+def consume(python: Path, profile: Path, calls: dict) -> dict:
+    """The connector, with nothing but PATH: it can reach data only through the URLs the server signs."""
+    done = subprocess.run([str(python), "-c", CONSUMER, str(profile), json.dumps(calls)], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(profile.parent)}, timeout=300,
+                          cwd=profile.parent)
+    (ARTIFACTS / "sharing-consumer.log").write_text(done.stderr)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def records(spark_frame, columns: list[str]) -> list[tuple]:
+    return sorted((tuple(row[c] for c in columns) for row in spark_frame.collect()), key=repr)
+
+
+def shared(frame: list[dict], columns: list[str]) -> list[tuple]:
+    return sorted((tuple(row[c] for c in columns) for row in frame), key=repr)
+
+
+@pytest.fixture(scope="module")
+def tables(spark, lakefs, config, sharing_repository) -> dict:
+    """`orders` (change data feed on; insert, update, delete over five versions), `events`
+    (deletion vectors), `secret` (not in the share), each appended to main's branch table."""
+    repository = sharing_repository
+    orders = table_uri(repository, "main", "tables/orders")
+    spark.sql(f"CREATE TABLE delta.`{orders}` (id INT, amount DOUBLE, region STRING) USING delta "
+              "PARTITIONED BY (region) TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true', "
+              "'delta.enableDeletionVectors' = 'false', 'delta.checkpointInterval' = '3')")
+    spark.sql(f"INSERT INTO delta.`{orders}` VALUES (1, 10.0, 'eu'), (2, 20.0, 'us'), (3, 30.0, 'eu')")
+    events = table_uri(repository, "main", "tables/events")
+    spark.sql(f"CREATE TABLE delta.`{events}` (id BIGINT, kind STRING) USING delta "
+              "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    spark.range(0, 400).selectExpr("id", "CASE WHEN id % 3 = 0 THEN 'click' ELSE 'view' END AS kind") \
+        .coalesce(1).write.format("delta").mode("append").save(events)
+    secret = table_uri(repository, "main", "tables/secret")
+    spark.sql(f"CREATE TABLE delta.`{secret}` (id INT) USING delta")
+    spark.sql(f"INSERT INTO delta.`{secret}` VALUES (42)")
+    for name in ("orders", "events", "secret"):
+        add_descriptor(lakefs, repository, name, f"tables/{name}")
+    commits = [commit_and_append_all(config, lakefs, repository, "tables")]
+
+    spark.sql(f"UPDATE delta.`{orders}` SET amount = amount + 1 WHERE id = 1")  # version 2
+    spark.sql(f"INSERT INTO delta.`{orders}` VALUES (4, 40.0, 'us')")  # version 3: a checkpoint
+    spark.sql(f"DELETE FROM delta.`{events}` WHERE id % 10 = 0")  # a deletion vector
+    commits.append(commit_and_append_all(config, lakefs, repository, "update, insert, delete"))
+
+    spark.sql(f"DELETE FROM delta.`{orders}` WHERE id = 2")  # version 4
+    spark.sql(f"UPDATE delta.`{events}` SET kind = 'tap' WHERE id = 7")
+    commits.append(commit_and_append_all(config, lakefs, repository, "delete, update"))
+    return {"repository": repository, "commits": commits, "orders": "tables/orders", "events": "tables/events"}
+
+
+def commit_and_append_all(config, lakefs, repository: str, message: str) -> str:
+    commit_id = lakefs.commit_branch(repository, "main", message)
+    for name in ("orders", "events", "secret"):
+        outcome = export_one(config, lakefs, repository, "main", commit_id, name)
+        assert outcome.ok, outcome.error
+        assert not append_commit(config, lakefs, repository, "main", commit_id, name).skipped
+    return commit_id
+
+
+def test_a_partner_reads_a_branch_table_with_the_delta_sharing_connector(
+        spark, config, lakefs, tables, sharing_service, sharing_env, connector_python, tmp_path):
+    repository, head = tables["repository"], tables["commits"][-1]
+    profile = make_profile(sharing_env, tmp_path, "acme")
+    document = json.loads(profile.read_text())
+    assert set(document) == {"shareCredentialsVersion", "endpoint", "bearerToken", "expirationTime"}
+    assert document["endpoint"] == sharing_service and document["bearerToken"].startswith("lds_")
+
+    source = table_uri(repository, head, tables["orders"])
+    columns = ["id", "amount", "region"]
+    versions = branch_table_versions(config, lakefs, repository, "main", "orders")
+    middle = next(entry["version"] for entry in versions["commits"] if entry["commit_id"] == tables["commits"][1])
+    got = consume(connector_python, profile, {
+        "tables": ["list", "", {}],
+        "latest": ["load", f"{SHARE}.main.orders", {}],
+        "at_version": ["load", f"{SHARE}.main.orders", {"version": middle}],
+        "version": ["version", f"{SHARE}.main.orders", {}],
+        "changes": ["changes", f"{SHARE}.main.orders", {"starting_version": 1, "ending_version": 4}],
+        "changes_delta": ["changes", f"{SHARE}.main.orders",
+                          {"starting_version": 2, "ending_version": 4, "use_delta_format": True}],
+        "latest_delta": ["load", f"{SHARE}.main.orders", {"use_delta_format": True}],
+    })
+    assert got["tables"] == [f"{SHARE}.main.events", f"{SHARE}.main.orders"], "secret is not in the share"
+    assert got["version"] == versions["head_version"] == 4
+    spark_latest = records(spark.read.format("delta").load(source), columns)
+    assert shared(got["latest"], columns) == spark_latest
+    assert shared(got["latest_delta"], columns) == spark_latest
+    assert shared(got["at_version"], columns) == \
+        records(spark.read.format("delta").option("versionAsOf", middle).load(source), columns)
+
+    change_columns = [*columns, "_change_type", "_commit_version"]
+
+    def spark_changes(start: int, end: int) -> list[tuple]:
+        feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", start) \
+            .option("endingVersion", end).load(source)
+        return records(feed, change_columns)
+    assert shared(got["changes"], change_columns) == spark_changes(1, 4)
+    assert {row["_change_type"] for row in got["changes"]} == {"insert", "update_preimage", "update_postimage",
+                                                              "delete"}
+    assert shared(got["changes_delta"], change_columns) == spark_changes(2, 4)
+
+
+def test_a_deletion_vector_table_is_read_with_the_delta_response_format(
+        spark, tables, sharing_service, sharing_env, connector_python, tmp_path):
+    repository, head = tables["repository"], tables["commits"][-1]
+    profile = make_profile(sharing_env, tmp_path, "dv-reader")
+    got = consume(connector_python, profile, {
+        "auto": ["load", f"{SHARE}.main.events", {}],
+        "parquet": ["load", f"{SHARE}.main.events", {"use_delta_format": False}],
+    })
+    expected = records(spark.read.format("delta").load(table_uri(repository, head, tables["events"])), ["id", "kind"])
+    assert len(expected) == 360 and ("tap" in {kind for _, kind in expected})
+    assert shared(got["auto"], ["id", "kind"]) == expected, "the connector chose the delta format by itself"
+    # the parquet format cannot carry a deletion vector: refused, never the deleted rows back
+    assert got["parquet"]["error"] == 400
+    assert json.loads(got["parquet"]["body"])["errorCode"] == "UNSUPPORTED_OPERATION"
+    assert "deletionVectors" in json.loads(got["parquet"]["body"])["message"]
+
+
+def test_revoked_and_expired_tokens_and_unshared_tables_are_refused_with_protocol_errors(
+        tables, sharing_service, sharing_env, connector_python, tmp_path):
+    revoked = make_profile(sharing_env, tmp_path, "former-partner")
+    expired = make_profile(sharing_env, tmp_path, "short-lived", "--days", "0")
+    good = make_profile(sharing_env, tmp_path, "current-partner")
+    done = cli(sharing_env, "sharing", "recipient", "revoke", unique("former-partner"))
+    assert done.returncode == 0 and "revoked" in done.stdout, done.stderr
+    listed = json.loads(cli(sharing_env, "sharing", "recipient", "list", "--json").stdout)
+    assert {r["name"]: r["state"] for r in listed}[unique("former-partner")] == "revoked"
+    assert {r["name"]: r["state"] for r in listed}[unique("short-lived")] == "expired"
+    assert not any("token" in key.lower() for r in listed for key in r), "only hashes are stored, none listed"
+
+    for profile, words in ((revoked, "revoked"), (expired, "expired")):
+        got = consume(connector_python, profile, {"read": ["load", f"{SHARE}.main.orders", {}]})
+        assert got["read"]["error"] == 401, got
+        body = json.loads(got["read"]["body"])
+        assert body["errorCode"] == "UNAUTHENTICATED" and words in body["message"]
+
+    got = consume(connector_python, good, {"secret": ["load", f"{SHARE}.main.secret", {}],
+                                           "missing": ["load", f"{SHARE}.main.nothing", {}],
+                                           "no_share": ["load", "other.main.orders", {}],
+                                           "no_branch": ["load", f"{SHARE}.dev.orders", {}],
+                                           "too_new": ["load", f"{SHARE}.main.orders", {"version": 99}]})
+    assert got["secret"]["error"] == 403 and json.loads(got["secret"]["body"])["errorCode"] == "PERMISSION_DENIED"
+    for name in ("missing", "no_share", "no_branch"):
+        assert got[name]["error"] == 404, (name, got[name])
+        assert json.loads(got[name]["body"])["errorCode"] == "RESOURCE_DOES_NOT_EXIST"
+    assert got["too_new"]["error"] == 400
+    assert "versions 0 to 4" in json.loads(got["too_new"]["body"])["message"]
+
+
+def test_a_consumer_without_storage_credentials_gets_only_presigned_urls(
+        tables, sharing_service, sharing_env, tmp_path, stack_env):
+    token = json.loads(make_profile(sharing_env, tmp_path, "http-reader").read_text())["bearerToken"]
+    headers = {"Authorization": f"Bearer {token}"}
+    url = f"{sharing_service}/shares/{SHARE}/schemas/main/tables/orders"
+    answer = httpx.post(url + "/query", json={}, headers=headers, timeout=30)
+    assert answer.status_code == 200 and answer.headers["delta-table-version"] == "4"
+    assert answer.headers["content-type"].startswith("application/x-ndjson")
+    lines = [json.loads(line) for line in answer.text.splitlines()]
+    assert lines[0] == {"protocol": {"minReaderVersion": 1}} and "metaData" in lines[1]
+    files = [line["file"] for line in lines[2:]]
+    assert files and all("X-Amz-Signature=" in f["url"] for f in files)
+    assert all(f["url"].startswith(stack_env["LAKEFS_DELTA_OBJECT_STORE_ENDPOINT"]) for f in files)
+    assert all("region" in f["partitionValues"] and f["size"] > 0 and f["expirationTimestamp"] > 0 for f in files)
+    assert stack_env["LAKEFS_DELTA_OBJECT_STORE_SECRET_ACCESS_KEY"] not in answer.text
+    signed = httpx.get(files[0]["url"], timeout=10)
+    assert signed.status_code == 200 and signed.content[:4] == b"PAR1"
+    assert httpx.get(files[0]["url"].split("?")[0], timeout=10).status_code == 403, "the bucket is not public"
+
+    # the protocol's other answers, as a client sees them
+    version = httpx.get(url + "/version", headers=headers, timeout=30)
+    assert version.status_code == 200 and version.headers["delta-table-version"] == "4" and version.content == b""
+    at_time = httpx.get(url + "/version", params={"startingTimestamp": "2000-01-01T00:00:00Z"}, headers=headers,
+                        timeout=30)
+    assert at_time.headers["delta-table-version"] == "0", "the oldest version at or after a time before all"
+    metadata = httpx.get(url + "/metadata", headers={**headers, "delta-sharing-capabilities": "responseformat=delta"},
+                         timeout=30)
+    assert metadata.headers["delta-sharing-capabilities"] == "responseformat=delta"
+    first, second = (json.loads(line) for line in metadata.text.splitlines())
+    assert "deltaProtocol" in first["protocol"] and second["metaData"]["deltaMetadata"]["partitionColumns"] == ["region"]
+    shares = httpx.get(f"{sharing_service}/shares", params={"maxResults": 1}, headers=headers, timeout=30).json()
+    assert shares == {"items": [{"name": SHARE}]}
+    assert httpx.get(f"{sharing_service}/shares", timeout=30).json()["errorCode"] == "UNAUTHENTICATED"
+    bad = httpx.post(url + "/query", content=b"{not json", headers=headers, timeout=30)
+    assert bad.status_code == 400 and bad.json()["errorCode"] == "MALFORMED_REQUEST"
+    both = httpx.post(url + "/query", json={"version": 1, "timestamp": "2026-01-01T00:00:00Z"}, headers=headers,
+                      timeout=30)
+    assert both.status_code == 400 and both.json()["errorCode"] == "INVALID_PARAMETER_VALUE"
