@@ -6,7 +6,10 @@ and writes it to bench/results/<date>.md.
    it), cold (first export) and warm (the manifest exists: a no-op), with lakeFS calls and peak memory,
    beside lakeFS's own Lua Delta exporter run as a post-commit hook on the same table (bench/lua_exporter.py);
 3. history diff of a table with N versions (checkpoint every 10): cold, and cached p50/p99;
-4. a commit storm (bench/webhooks.py): 200 commits at once, 3 tables each, 2 workers.
+4. a commit storm (bench/webhooks.py): 200 commits at once, 3 tables each, 2 workers;
+5. Delta Sharing: presigning URLs (exporter.presign beside boto3's `generate_presigned_url`), and a
+   snapshot query of an N-file branch table through the real server (bench/sharing.py), in both
+   response formats: time to first byte and to the last, lines and bytes, the server's peak RSS.
 """
 
 from __future__ import annotations
@@ -245,6 +248,75 @@ def bench_branch_table_revert(lakefs, repository: str, files: int, child: str) -
     return [row]
 
 
+def bench_presign(urls: int) -> list[dict]:
+    """`urls` presigned GET URLs by `exporter.presign.Presigner` and by boto3's `generate_presigned_url`
+    (SigV4, path-style), each in its own process; one URL of each is fetched from MinIO (must be 200)."""
+    from devtools import stack
+    from bench.synthetic import object_store_client
+
+    running_stack()
+    s3 = object_store_client()
+    key = f"bench-presign/{uuid.uuid4().hex}/part-0000000-{uuid.uuid4().hex[:8]}.parquet"
+    s3.put_object(Bucket=stack.BUCKET, Key=key, Body=b"x")
+    try:
+        measured = {how: measure("presign", how, str(urls), f"s3://{stack.BUCKET}/{key}") for how in ("project", "boto3")}
+    finally:
+        s3.delete_object(Bucket=stack.BUCKET, Key=key)
+    for how, found in measured.items():
+        assert found["status"] == 200 and found["body"] == "x", (how, found)
+    faster = measured["boto3"]["seconds"] / measured["project"]["seconds"]
+    rows = [{"benchmark": f"presign {urls:,} GET URLs: {label}, {measured[how]['us_per_url']:.1f} µs/URL"
+                          + (f", {faster:.0f}x faster" if how == "project" else "") + " (one fetched from MinIO: 200)",
+             "seconds": measured[how]["seconds"], "files_per_s": urls / measured[how]["seconds"], "lakefs_calls": 0,
+             "peak_rss_mib": measured[how]["peak_rss_mib"]}
+            for how, label in (("project", "exporter.presign.Presigner"),
+                               ("boto3", "alternative: boto3 generate_presigned_url (s3v4, path-style)"))]
+    for row in rows:
+        print(row, flush=True)
+    return rows
+
+
+def bench_sharing(sizes: list[int], repository: str | None = None) -> list[dict]:
+    """A Delta Sharing snapshot query (`POST .../query`, body `{}`) of the branch table of an N-file
+    table (`synthetic_table`, exported, then its branch table created; or `repository`'s, reused),
+    through `lakefs-delta serve` in its own process, once per response format; the answer's lines
+    are checked against the live files delta-rs reads from the branch table."""
+    from exporter.branch_table import branch_table_versions
+    from bench.sharing import query_through_server
+
+    state, config, lakefs = running_stack()
+    gateway = gateway_client(state)
+    rows = []
+    for files in sizes:
+        table = f"t{files}"
+        if repository is None:
+            built, commit_id = synthetic_table(lakefs, gateway, "bench-sharing", files)
+            assert measure("export", built, "main", commit_id, table)["ok"]
+            assert measure("append", built, "main", commit_id, table)["appended"]
+        else:
+            built = repository
+            print(f"reusing the branch table of {table} in {built}", flush=True)
+        location = branch_table_versions(config, lakefs, built, "main", table)["location"]
+        live = measure("livefiles", location)
+        if repository is None:
+            assert live["files"] == files + 50, live  # build_table's checkpoint, then 50 one-file commits
+        print(f"{live['files']:,} live files at version {live['version']} (delta-rs)", flush=True)
+        for fmt in ("parquet", "delta"):
+            measured = query_through_server(config, built, "main", table, fmt)
+            assert measured["lines"] == live["files"] + 2, (measured["lines"], live)  # protocol, metaData, files
+            assert measured["file_url_status"] == [200, 200], measured
+            rows.append({"benchmark": f"Delta Sharing query, {live['files']:,}-file branch table, {fmt} format: "
+                                      f"{measured['lines']:,} lines, {measured['bytes'] / 2**20:,.0f} MiB streamed, "
+                                      f"first byte after {measured['first_byte_seconds']:.2f} s, server CPU "
+                                      f"{measured['server_cpu_seconds']:.1f} s, server RSS "
+                                      f"{measured['server_idle_rss_mib']:.0f} MiB before",
+                         "seconds": measured["seconds"], "files_per_s": live["files"] / measured["seconds"],
+                         "lakefs_calls": "–", "peak_rss_mib": measured["server_peak_rss_mib"],
+                         "sharing": measured})
+            print({k: v for k, v in measured.items() if k != "first_file_line"}, flush=True)
+    return rows
+
+
 def bench_diffs(versions_list: list[int]) -> list[dict]:
     from exporter.diff import DiffCache, cached_diff, compute_diff
 
@@ -340,10 +412,19 @@ def main() -> None:
     parser.add_argument("--branch-table-sizes", type=int, nargs="*", default=[10_000],
                         help="tables whose branch table is created and appended to")
     parser.add_argument("--storm", type=int, default=200, help="commits arriving at once (0: skip)")
+    parser.add_argument("--presign-urls", type=int, default=100_000,
+                        help="URLs presigned by exporter.presign and by boto3 (0: skip)")
+    parser.add_argument("--sharing-sizes", type=int, nargs="*", default=[1_000_000],
+                        help="tables whose branch table is queried through the Delta Sharing server")
+    parser.add_argument("--sharing-repository",
+                        help="reuse this repository's branch table of t<N> on main (one --sharing-sizes N) "
+                             "instead of building one")
     parser.add_argument("--no-lua", action="store_true", help="skip lakeFS's Lua Delta exporter")
     parser.add_argument("--out", help="results file (default: bench/results/<date>.md, plot beside it)")
     parser.add_argument("--lua-timeout", type=float, default=600.0, help="seconds to wait for one Lua hook run")
     args = parser.parse_args()
+    if args.sharing_repository and len(args.sharing_sizes) != 1:
+        parser.error("--sharing-repository reuses one table: give one --sharing-sizes")
     rows = bench_checkpoint_rewrite(args.actions) if args.actions else []
     if args.stream_actions:
         rows += bench_streaming_checkpoint(args.stream_actions)
@@ -352,6 +433,8 @@ def main() -> None:
     rows += bench_diffs(args.diff_versions) if args.diff_versions else []
     rows += bench_branch_tables(args.branch_table_sizes) if args.branch_table_sizes else []
     rows += bench_row_diff(args.row_diff_rows) if args.row_diff_rows else []
+    rows += bench_presign(args.presign_urls) if args.presign_urls else []
+    rows += bench_sharing(args.sharing_sizes, args.sharing_repository) if args.sharing_sizes else []
     if args.storm:
         from bench.webhooks import bench_commit_storm, bench_idle_latency
 

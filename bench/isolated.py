@@ -10,6 +10,8 @@ report the largest so far).
     python -m bench.isolated exceptall REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH
     python -m bench.isolated append REPOSITORY BRANCH COMMIT TABLE
     python -m bench.isolated republish REPOSITORY BRANCH COMMIT TABLE
+    python -m bench.isolated presign project|boto3 COUNT REAL_OBJECT_URI
+    python -m bench.isolated livefiles TABLE_URI
 Each prints one JSON line: the measurement.
 """
 
@@ -20,6 +22,7 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from bench.measure import peak_rss_mib
@@ -195,7 +198,70 @@ def _republish(repository: str, branch: str, commit_id: str, table_name: str) ->
             "peak_rss_mib": peak_rss_mib()}
 
 
+def _presign(how: str, count: str, real_object: str) -> dict:
+    """`count` presigned GET URLs for synthetic data-file addresses (as a Delta log holds them:
+    URIs, in lakeFS imports' layout), by `exporter.presign.Presigner` (one instance, as one query
+    uses) or by boto3's `generate_presigned_url` (SigV4, path-style; bucket and key given split).
+    `real_object`'s URL is made first, outside the timing, and fetched: it must answer 200."""
+    import httpx
+
+    from exporter.config import load_config
+    from exporter.objectstore import split_uri
+
+    config = load_config()
+    lifetime = config.sharing.url_lifetime_seconds
+    uris = [f"s3://{split_uri(real_object)[0]}/bulk-import/{uuid.UUID(int=i // 50_000).hex}/p={i % 100:04d}/"
+            f"part-{i:07d}-{uuid.UUID(int=i).hex[:8]}.parquet" for i in range(int(count))]
+    if how == "project":
+        from exporter.presign import Presigner
+
+        presigner = Presigner(config, lifetime)
+        sign = lambda uri: presigner.presign(uri).url  # noqa: E731
+        targets = uris
+    else:
+        import boto3
+        from botocore.config import Config as BotoConfig
+
+        store = config.object_store_for(real_object)
+        client = boto3.client("s3", endpoint_url=store.endpoint or None, region_name=store.region,
+                              aws_access_key_id=store.access_key_id,
+                              aws_secret_access_key=store.secret_access_key.get_secret_value(),
+                              config=BotoConfig(signature_version="s3v4", s3={"addressing_style": "path"}))
+        sign = lambda target: client.generate_presigned_url(  # noqa: E731
+            "get_object", Params={"Bucket": target[0], "Key": target[1]}, ExpiresIn=lifetime)
+        targets = [split_uri(uri) for uri in uris]
+        real_object = split_uri(real_object)
+    checked = httpx.get(sign(real_object), timeout=30)  # warms up either signer too
+    started = time.perf_counter()
+    for target in targets:
+        sign(target)
+    seconds = time.perf_counter() - started
+    return {"seconds": seconds, "urls": len(targets), "us_per_url": seconds / len(targets) * 1e6,
+            "status": checked.status_code, "body": checked.content.decode(errors="replace")[:200],
+            "peak_rss_mib": peak_rss_mib()}
+
+
+def _livefiles(table_uri: str) -> dict:
+    """The live files of a Delta table's latest snapshot as delta-rs reads them: the count a query's
+    answer must hold, taken by another reader than the one the server uses."""
+    import os
+
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    options = {"AWS_ENDPOINT_URL": os.environ["LAKEFS_DELTA_OBJECT_STORE_ENDPOINT"],
+               "AWS_ACCESS_KEY_ID": os.environ["LAKEFS_DELTA_OBJECT_STORE_ACCESS_KEY_ID"],
+               "AWS_SECRET_ACCESS_KEY": os.environ["LAKEFS_DELTA_OBJECT_STORE_SECRET_ACCESS_KEY"],
+               "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+    started = time.perf_counter()
+    table = DeltaTable(table_uri, storage_options=options)
+    files = pa.table(table.get_add_actions(flatten=True)).num_rows
+    return {"seconds": time.perf_counter() - started, "version": table.version(), "files": files,
+            "peak_rss_mib": peak_rss_mib()}
+
+
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
     print(json.dumps({"export": _export, "rewrite": _rewrite, "stream": _stream, "diff": _diff,
-                      "append": _append, "republish": _republish, "rowdiff": _rowdiff, "exceptall": _exceptall}[command](*arguments)))
+                      "append": _append, "republish": _republish, "rowdiff": _rowdiff, "exceptall": _exceptall,
+                      "presign": _presign, "livefiles": _livefiles}[command](*arguments)))

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import timezone
 from pathlib import Path
 
 import httpx
@@ -69,7 +70,7 @@ def sharing_repository(lakefs, stack_env) -> str:
 
 @pytest.fixture(scope="module")
 def sharing_env(sharing_repository) -> dict[str, str]:
-    return {"LAKEFS_DELTA_SHARING_SHARES": f"{SHARE}={sharing_repository}:main:{'+'.join(TABLES)}",
+    return {"LAKEFS_DELTA_SHARING_SHARES": f"{SHARE}={sharing_repository}:main+v*:{'+'.join(TABLES)}",
             "LAKEFS_DELTA_SHARING_ENDPOINT": f"http://127.0.0.1:{SHARING_PORT}/delta-sharing",
             "LAKEFS_DELTA_SHARING_URL_LIFETIME_SECONDS": "900"}
 
@@ -144,6 +145,9 @@ def tables(spark, lakefs, config, sharing_repository) -> dict:
     spark.sql(f"INSERT INTO delta.`{orders}` VALUES (4, 40.0, 'us')")  # version 3: a checkpoint
     spark.sql(f"DELETE FROM delta.`{events}` WHERE id % 10 = 0")  # a deletion vector
     commits.append(commit_and_append_all(config, lakefs, repository, "update, insert, delete"))
+    lakefs.create_tag(repository, "v1", commits[-1])  # a release: shared as its export
+    for name in ("orders", "events", "secret"):
+        assert export_one(config, lakefs, repository, "v1", commits[-1], name).ok
 
     spark.sql(f"DELETE FROM delta.`{orders}` WHERE id = 2")  # version 4
     spark.sql(f"UPDATE delta.`{events}` SET kind = 'tap' WHERE id = 7")
@@ -160,8 +164,16 @@ def commit_and_append_all(config, lakefs, repository: str, message: str) -> str:
     return commit_id
 
 
+def version_time(s3, location: str, version: int) -> str:
+    """When the branch table's version was written (its commit timestamp, no in-commit timestamps here)."""
+    bucket, _, prefix = location.removeprefix("s3://").partition("/")
+    key = f"{prefix}_delta_log/{version:020d}.json"  # a listing has milliseconds, a HEAD only seconds
+    written = next(item["LastModified"] for item in s3.list_objects_v2(Bucket=bucket, Prefix=key)["Contents"])
+    return written.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def test_a_partner_reads_a_branch_table_with_the_delta_sharing_connector(
-        spark, config, lakefs, tables, sharing_service, sharing_env, connector_python, tmp_path):
+        spark, config, lakefs, tables, sharing_service, sharing_env, connector_python, tmp_path, s3):
     repository, head = tables["repository"], tables["commits"][-1]
     profile = make_profile(sharing_env, tmp_path, "acme")
     document = json.loads(profile.read_text())
@@ -181,14 +193,22 @@ def test_a_partner_reads_a_branch_table_with_the_delta_sharing_connector(
         "changes_delta": ["changes", f"{SHARE}.main.orders",
                           {"starting_version": 2, "ending_version": 4, "use_delta_format": True}],
         "latest_delta": ["load", f"{SHARE}.main.orders", {"use_delta_format": True}],
+        "at_time": ["load", f"{SHARE}.main.orders", {"timestamp": version_time(s3, versions["location"], middle)}],
+        "tag": ["load", f"{SHARE}.v1.orders", {}],
+        "tag_version": ["version", f"{SHARE}.v1.orders", {}],
     })
-    assert got["tables"] == [f"{SHARE}.main.events", f"{SHARE}.main.orders"], "secret is not in the share"
+    assert got["tables"] == [f"{SHARE}.main.events", f"{SHARE}.main.orders", f"{SHARE}.v1.events",
+                             f"{SHARE}.v1.orders"], "secret is not in the share; v1 is the tag"
     assert got["version"] == versions["head_version"] == 4
     spark_latest = records(spark.read.format("delta").load(source), columns)
     assert shared(got["latest"], columns) == spark_latest
     assert shared(got["latest_delta"], columns) == spark_latest
-    assert shared(got["at_version"], columns) == \
-        records(spark.read.format("delta").option("versionAsOf", middle).load(source), columns)
+    at_middle = records(spark.read.format("delta").option("versionAsOf", middle).load(source), columns)
+    assert shared(got["at_version"], columns) == at_middle
+    assert shared(got["at_time"], columns) == at_middle, "the version committed at or before the time"
+    assert shared(got["tag"], columns) == records(spark.read.format("delta").load(
+        table_uri(repository, tables["commits"][1], tables["orders"])), columns)
+    assert got["tag_version"] == middle == 3, "a tag's versions are the source's"
 
     change_columns = [*columns, "_change_type", "_commit_version"]
 

@@ -1,0 +1,140 @@
+"""The Delta Sharing server under a big table: one snapshot query through the real HTTP server
+(`lakefs-delta serve` in its own process, on a free port), its answer read as a stream.
+
+Measured from the client: time to the response headers, to the first body byte and to the last,
+lines and bytes received; from the server process: its peak RSS (`VmHWM`, /proc) before and after
+the query, and the CPU time the query took. The first and last file URLs of the answer are fetched
+(GET from MinIO, 200), so the lines are of working URLs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+LOG = ROOT / "bench" / "results" / "bench-sharing.log"
+SHARE = "bench"
+CAPABILITIES = {"parquet": None, "delta": "responseformat=delta"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """`lakefs-delta serve` (uvicorn in that process: its PID is the server's) and its URL once it answers."""
+    LOG.parent.mkdir(exist_ok=True)
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "lakefs_delta.cli", "serve", "--port", str(port)], cwd=ROOT,
+                               env=env, stdout=open(LOG, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            break
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    stop_server(process)
+    raise RuntimeError(f"the sharing server did not start; see {LOG}")
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def memory_mib(pid: int) -> dict[str, float]:
+    """A process's resident memory now (`VmRSS`) and its peak so far (`VmHWM`), MiB."""
+    found = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            found[name] = int(value.split()[0]) / 1024
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def file_url(line: dict, fmt: str) -> str:
+    """The presigned URL of one file line of a query's answer."""
+    return line["file"]["deltaSingleAction"]["add"]["path"] if fmt == "delta" else line["file"]["url"]
+
+
+def query_through_server(config, repository: str, branch: str, table: str, fmt: str) -> dict:
+    """A new server sharing `table` of `branch` (share `bench`), a new recipient, one
+    `POST .../query` with body `{}` in `fmt` (parquet or delta), read as a stream."""
+    from exporter.recipients import Recipients
+
+    recipients = Recipients(config.redis)
+    recipient, token = recipients.create(f"bench-{uuid.uuid4().hex[:8]}", [SHARE],
+                                         datetime.now(timezone.utc) + timedelta(days=1))
+    env = {**os.environ, "LAKEFS_DELTA_SHARING_SHARES": f"{SHARE}={repository}:{branch}:{table}"}
+    process, url = start_server(env)
+    try:
+        headers = {"Authorization": f"Bearer {token}"}
+        if CAPABILITIES[fmt]:
+            headers["delta-sharing-capabilities"] = CAPABILITIES[fmt]
+        with httpx.Client(base_url=url + "/delta-sharing", headers=headers, timeout=httpx.Timeout(900.0)) as client:
+            listed = client.get(f"/shares/{SHARE}/schemas/{branch}/tables")  # the token works, the table is offered
+            assert listed.status_code == 200 and [t["name"] for t in listed.json()["items"]] == [table], listed.text
+            idle, cpu_before = memory_mib(process.pid), cpu_seconds(process.pid)
+            head, tail, lines, received = b"", b"", 0, 0
+            started = time.perf_counter()
+            with client.stream("POST", f"/shares/{SHARE}/schemas/{branch}/tables/{table}/query", json={}) as response:
+                answered = time.perf_counter()
+                if response.status_code != 200:
+                    raise RuntimeError(f"query answered {response.status_code}: {response.read().decode()[:2000]}")
+                first_byte = None
+                for chunk in response.iter_raw():
+                    if first_byte is None and chunk:
+                        first_byte = time.perf_counter()
+                    lines += chunk.count(b"\n")
+                    received += len(chunk)
+                    if head.count(b"\n") < 3:
+                        head += chunk
+                    tail = (tail + chunk)[-65_536:]
+                finished = time.perf_counter()
+                version, returned = response.headers.get("Delta-Table-Version"), \
+                    response.headers.get("delta-sharing-capabilities")
+            peak, cpu_after = memory_mib(process.pid), cpu_seconds(process.pid)
+        first = [json.loads(line) for line in head.split(b"\n")[:3]]
+        last = json.loads(tail.rstrip(b"\n").rsplit(b"\n", 1)[-1])
+        assert "protocol" in first[0] and "metaData" in first[1], first[:2]
+        assert returned == f"responseformat={fmt}", returned
+        if fmt == "delta":
+            assert "deltaProtocol" in first[0]["protocol"] and "deltaMetadata" in first[1]["metaData"], first[:2]
+        fetched = [httpx.get(file_url(line, fmt), timeout=30).status_code for line in (first[2], last)]
+    finally:
+        stop_server(process)
+        recipients.revoke(recipient.name)
+    return {"format": fmt, "seconds": finished - started, "headers_seconds": answered - started,
+            "first_byte_seconds": (first_byte or finished) - started, "lines": lines, "bytes": received,
+            "version": version, "file_url_status": fetched, "server_idle_rss_mib": idle["VmRSS"],
+            "server_idle_peak_mib": idle["VmHWM"], "server_peak_rss_mib": peak["VmHWM"],
+            "server_rss_after_mib": peak["VmRSS"], "server_cpu_seconds": cpu_after - cpu_before,
+            "first_file_line": first[2]}

@@ -1,0 +1,159 @@
+"""Delta Sharing: the pure rules (presigned URLs, response format, protocol shown to recipients,
+paging, names, the answers' lines)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from unittest import mock
+
+import boto3
+import botocore.config
+import pytest
+
+from exporter.config import Config, ObjectStoreConfig, ShareConfig, load_config
+from exporter.export import location_segment
+from exporter.presign import Presigner
+from exporter.sharing import (SharingError, _file_line, _schema_name, _segment_name, _shared_protocol, _split_schema,
+                              response_format)
+from hooks.sharing import page
+
+pytestmark = pytest.mark.unit
+
+STORE = ObjectStoreConfig(endpoint="http://127.0.0.1:19000", region="us-east-1", access_key_id="AKIDEXAMPLE",
+                          secret_access_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
+CONFIG = Config(object_store=STORE)
+NOW = 1_795_000_000  # 2026-11-18
+
+
+def botocore_url(bucket: str, key: str, lifetime: int) -> str:
+    client = boto3.client("s3", endpoint_url=STORE.endpoint, region_name=STORE.region,
+                          aws_access_key_id=STORE.access_key_id,
+                          aws_secret_access_key=STORE.secret_access_key.get_secret_value(),
+                          config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": "path"}))
+    frozen = datetime.datetime.fromtimestamp(NOW, datetime.timezone.utc).replace(tzinfo=None)
+    with mock.patch("botocore.auth.get_current_datetime", return_value=frozen):
+        return client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=lifetime)
+
+
+@pytest.mark.parametrize("key", ["data/part-00000.snappy.parquet", "a b/c+d%e é~f=g&h.parquet",
+                                 "region=eu/part-1.parquet", "deletion_vector_0a1b.bin"])
+def test_presigned_urls_are_the_ones_botocore_signs(key):
+    from exporter.paths import physical_uri
+
+    ours = Presigner(CONFIG, 900, now=NOW).presign(physical_uri(f"s3://lakefs-data/{key}"))
+    assert ours.url == botocore_url("lakefs-data", key, 900)
+    assert ours.expires_ms == (NOW + 900) * 1000
+
+
+def test_a_presigned_url_never_holds_the_secret():
+    url = Presigner(CONFIG, 60, now=NOW).presign("s3://lakefs-data/x.parquet").url
+    assert STORE.secret_access_key.get_secret_value() not in url and "X-Amz-Signature=" in url
+
+
+def test_each_bucket_is_signed_with_its_own_store():
+    other = ObjectStoreConfig(prefix="s3://other/", endpoint="https://s3.eu-west-1.amazonaws.com", region="eu-west-1",
+                              access_key_id="OTHER", secret_access_key="secret2")
+    presigner = Presigner(Config(object_store=STORE, extra_object_stores=(other,)), 60, now=NOW)
+    assert presigner.presign("s3://other/k").url.startswith("https://s3.eu-west-1.amazonaws.com/other/k?")
+    assert "OTHER%2F20261118%2Feu-west-1" in presigner.presign("s3://other/k").url
+    assert presigner.presign("s3://lakefs-data/k").url.startswith("http://127.0.0.1:19000/lakefs-data/k?")
+
+
+PLAIN = {"minReaderVersion": 1, "minWriterVersion": 2}
+DV = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"],
+      "writerFeatures": ["deletionVectors"]}
+
+
+@pytest.mark.parametrize("header, protocol, answer", [
+    (None, PLAIN, "parquet"),  # no header: the protocol's default
+    ("responseformat=parquet", PLAIN, "parquet"),
+    ("responseformat=delta", PLAIN, "delta"),  # one format asked: it is what is answered
+    ("responseformat=delta,parquet;readerfeatures=deletionvectors", PLAIN, "parquet"),  # the server may choose
+    ("responseformat=delta,parquet;readerfeatures=deletionvectors,columnmapping", DV, "delta"),
+    ("ResponseFormat=Delta", DV, "delta"),  # keys and values are case-insensitive
+])
+def test_the_response_format_is_negotiated_as_the_protocol_says(header, protocol, answer):
+    assert response_format(header, protocol) == answer
+
+
+@pytest.mark.parametrize("header, words", [
+    (None, "deletionVectors"),
+    ("responseformat=parquet", "responseformat=delta"),
+    ("responseformat=delta;readerfeatures=columnmapping", "does not declare: deletionVectors"),
+])
+def test_a_table_with_reader_features_is_refused_in_a_format_that_cannot_carry_them(header, words):
+    with pytest.raises(SharingError) as refused:
+        response_format(header, DV)
+    assert refused.value.status == 400 and refused.value.error_code == "UNSUPPORTED_OPERATION"
+    assert words in str(refused.value)
+
+
+def test_features_of_the_log_layout_are_not_shown_to_recipients():
+    v2 = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["v2Checkpoint"],
+          "writerFeatures": ["v2Checkpoint", "appendOnly"]}
+    assert _shared_protocol(v2) == {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": ["appendOnly"]}
+    assert response_format(None, _shared_protocol(v2)) == "parquet"
+    both = {**DV, "readerFeatures": ["deletionVectors", "v2Checkpoint"]}
+    assert _shared_protocol(both)["readerFeatures"] == ["deletionVectors"]
+
+
+def test_a_file_line_in_each_format():
+    presigner = Presigner(CONFIG, 600, now=NOW)
+    add = {"path": "s3://lakefs-data/data/part-0.parquet", "partitionValues": {"region": "eu"}, "size": 573,
+           "modificationTime": 1, "dataChange": True, "stats": '{"numRecords":3}',
+           "deletionVector": {"storageType": "p", "pathOrInlineDv": "s3://lakefs-data/t/deletion_vector_1.bin",
+                              "offset": 1, "sizeInBytes": 36, "cardinality": 2}}
+    parquet = _file_line("file", "add", add, "parquet", presigner, "s3://lakefs-data/t/")["file"]
+    assert set(parquet) == {"url", "id", "partitionValues", "size", "stats", "expirationTimestamp"}
+    assert parquet["partitionValues"] == {"region": "eu"} and parquet["size"] == 573
+    delta = _file_line("cdf", "remove", add, "delta", presigner, "s3://lakefs-data/t/", 4, 1700)["file"]
+    action = delta["deltaSingleAction"]["remove"]
+    assert action["path"].startswith("http://127.0.0.1:19000/lakefs-data/data/part-0.parquet?X-Amz-")
+    assert action["deletionVector"]["pathOrInlineDv"].startswith("http://127.0.0.1:19000/lakefs-data/t/deletion_")
+    assert action["deletionVector"]["storageType"] == "p" and action["stats"] == add["stats"]
+    assert (delta["version"], delta["timestamp"]) == (4, 1700) and delta["id"] == parquet["id"]
+    assert delta["deletionVectorFileId"] != delta["id"]
+    relative = _file_line("file", "add", {**add, "path": "part-1.parquet"}, "parquet", presigner, "s3://lakefs-data/t/")
+    assert relative["file"]["url"].startswith("http://127.0.0.1:19000/lakefs-data/t/part-1.parquet?")
+
+
+def test_pages_follow_their_token_to_the_end():
+    items = [{"name": f"s{i:02d}"} for i in range(7)]
+    seen, token = [], None
+    while True:
+        answer = page(items, 3, token)
+        seen += answer["items"]
+        token = answer.get("nextPageToken")
+        if token is None:
+            break
+    assert seen == items
+    assert page(items, 0, None)["items"] == [] and "nextPageToken" in page(items, 0, None)
+    with pytest.raises(SharingError):
+        page(items, 3, "not base64!")
+
+
+@pytest.mark.parametrize("name", ["main", "v1.0#rc+2", "feature/é", "a~b"])
+def test_a_location_segment_reads_back_as_its_name(name):
+    assert _segment_name(location_segment(name)) == name
+
+
+def test_schema_names_with_one_and_with_several_repositories():
+    one = ShareConfig(name="s", repositories=["sales"])
+    several = ShareConfig(name="s", repositories=["sales", "ops"])
+    assert _schema_name(one, "sales", "main") == "main" and _split_schema(one, "main") == ("sales", "main")
+    assert _schema_name(several, "ops", "dev_x") == "ops__dev_x"
+    assert _split_schema(several, "ops__dev_x") == ("ops", "dev_x")
+    assert _split_schema(several, "nope__main")[0] is None
+
+
+def test_shares_from_the_environment_and_their_errors():
+    config = load_config(environ={"LAKEFS_DELTA_SHARING_SHARES": "partner=sales+ops:main+v*:orders,all=sales"})
+    partner, every = config.sharing.shares
+    assert (partner.repositories, partner.refs, partner.tables) == (("sales", "ops"), ("main", "v*"), ("orders",))
+    assert (every.refs, every.tables) == (("*",), ("*",))
+    for bad in ("partner", "a.b=sales", "p=r:x:y:z"):
+        with pytest.raises(Exception) as refused:
+            load_config(environ={"LAKEFS_DELTA_SHARING_SHARES": bad})
+        assert "sharing" in str(refused.value)
+    assert json.dumps(config.masked())  # nothing unserialisable
