@@ -3,7 +3,8 @@
 
 Measured from the client: time to the response headers, to the first body byte and to the last,
 lines and bytes received; from the server process: its peak RSS (`VmHWM`, /proc) before and after
-the query, and the CPU time the query took. The first and last file URLs of the answer are fetched
+the query, its RSS sampled every half second while the answer arrives, and the CPU time the query
+took. The first and last file URLs of the answer are fetched
 (GET from MinIO, 200), so the lines are of working URLs.
 """
 
@@ -80,6 +81,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rss_by_quarter(samples: list[tuple[int, float]], lines: int) -> list[float | None]:
+    """The server's largest RSS sampled in each quarter of the answer (by lines received): flat when
+    the answer is streamed, rising when it is held."""
+    quarters = [[rss for sent, rss in samples if q * lines / 4 <= sent < (q + 1) * lines / 4] for q in range(4)]
+    return [max(q) if q else None for q in quarters]
+
+
 def file_url(line: dict, fmt: str) -> str:
     """The presigned URL of one file line of a query's answer."""
     return line["file"]["deltaSingleAction"]["add"]["path"] if fmt == "delta" else line["file"]["url"]
@@ -104,7 +112,9 @@ def query_through_server(config, repository: str, branch: str, table: str, fmt: 
             assert listed.status_code == 200 and [t["name"] for t in listed.json()["items"]] == [table], listed.text
             idle, cpu_before = memory_mib(process.pid), cpu_seconds(process.pid)
             head, tail, lines, received = b"", b"", 0, 0
+            samples = []  # (lines received, server VmRSS MiB), about every half second
             started = time.perf_counter()
+            sampled = started
             with client.stream("POST", f"/shares/{SHARE}/schemas/{branch}/tables/{table}/query", json={}) as response:
                 answered = time.perf_counter()
                 if response.status_code != 200:
@@ -118,6 +128,9 @@ def query_through_server(config, repository: str, branch: str, table: str, fmt: 
                     if head.count(b"\n") < 3:
                         head += chunk
                     tail = (tail + chunk)[-65_536:]
+                    if time.perf_counter() - sampled >= 0.5:
+                        samples.append((lines, memory_mib(process.pid)["VmRSS"]))
+                        sampled = time.perf_counter()
                 finished = time.perf_counter()
                 version, returned = response.headers.get("Delta-Table-Version"), \
                     response.headers.get("delta-sharing-capabilities")
@@ -137,4 +150,5 @@ def query_through_server(config, repository: str, branch: str, table: str, fmt: 
             "version": version, "file_url_status": fetched, "server_idle_rss_mib": idle["VmRSS"],
             "server_idle_peak_mib": idle["VmHWM"], "server_peak_rss_mib": peak["VmHWM"],
             "server_rss_after_mib": peak["VmRSS"], "server_cpu_seconds": cpu_after - cpu_before,
+            "server_rss_by_quarter_mib": rss_by_quarter(samples, lines),
             "first_file_line": first[2]}

@@ -25,6 +25,9 @@ from exporter.errors import ConfigError
 ENV_PREFIX = "LAKEFS_DELTA_"
 CONFIG_ENV = "LAKEFS_DELTA_CONFIG"
 KNOWN_EVENTS = ("post-commit", "post-merge", "post-create-tag")
+# The workers' task kinds (Celery task `lakefs_delta.<kind>`), for per-kind settings
+TASK_KINDS = ("export_commit", "export_table", "precompute_diff", "compute_diff", "compute_row_diff", "compare_refs",
+              "list_datasets", "append_branch_table", "catch_up", "prune")
 _URL_PASSWORD = re.compile(r"(?<=://)([^:/@]*):([^@/]+)@")
 
 
@@ -181,6 +184,9 @@ class Config(BaseSettings):
     visibility_timeout_seconds: int = 300  # an unacknowledged task (worker killed) is redelivered after this
     lock_ttl_seconds: int = Field(30, ge=5)  # a dead worker's per-table lock frees itself (renewed while alive)
     task_time_limit_seconds: int = Field(240, ge=5)  # a task is stopped after this; below the visibility timeout
+    # Per task kind (`export_table`, `compute_row_diff`, ...: the name after `lakefs_delta.`), in
+    # place of `task_time_limit_seconds`; each below the visibility timeout too.
+    task_time_limits: tuple[tuple[str, int], ...] = ()  # (kind, seconds); YAML: a mapping
     # A worker process whose memory grew past this is replaced after its task (Celery's
     # worker_max_memory_per_child); an export whose worker died this many times is failed, not looped.
     worker_max_memory_per_child_mib: int = Field(2048, ge=64)
@@ -219,7 +225,33 @@ class Config(BaseSettings):
             raise ValueError(f"task_time_limit_seconds ({self.task_time_limit_seconds}) must be below "
                              f"visibility_timeout_seconds ({self.visibility_timeout_seconds}), "
                              "or a running task is delivered twice")
+        for kind, seconds in self.task_time_limits:
+            if kind not in TASK_KINDS:
+                raise ValueError(f"task_time_limits: unknown task kind {kind!r}; known: {', '.join(TASK_KINDS)}")
+            if not 5 <= seconds < self.visibility_timeout_seconds:
+                raise ValueError(f"task_time_limits.{kind} ({seconds}) must be at least 5 and below "
+                                 f"visibility_timeout_seconds ({self.visibility_timeout_seconds})")
         return self
+
+    @field_validator("task_time_limits", mode="before")
+    @classmethod
+    def _limits_from_mapping(cls, value: Any) -> Any:
+        """YAML: a mapping `{export_table: 600}`; the environment: `export_table=600,catch_up=60`.
+        Kept as sorted pairs: the config is frozen and hashable."""
+        if isinstance(value, str):
+            value = value.split(",")
+        if isinstance(value, (list, tuple)) and all(isinstance(part, str) for part in value):
+            pairs = [part.partition("=") for part in value if part.strip()]
+            if any(not separator for _, separator, _ in pairs):
+                raise ValueError("task_time_limits is KIND=SECONDS[,KIND=SECONDS...]")
+            value = {kind.strip(): seconds.strip() for kind, _, seconds in pairs}
+        if isinstance(value, dict):
+            return sorted(value.items())
+        return value
+
+    def time_limit(self, kind: str) -> int:
+        """The hard time limit of a task kind (`export_table`, or `lakefs_delta.export_table`)."""
+        return dict(self.task_time_limits).get(kind.removeprefix("lakefs_delta."), self.task_time_limit_seconds)
 
     @property
     def redis(self) -> str:

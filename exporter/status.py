@@ -117,6 +117,10 @@ class StatusStore:
         pipe.hincrbyfloat(f"{PREFIX}:metrics", _series(metric + "_count", labels), 1)
         pipe.execute()
 
+    def set_gauge(self, metric: str, value: float, labels: dict[str, str] | None = None) -> None:
+        """A value that is replaced, not summed (rendered as a gauge: its name ends in `GAUGE`)."""
+        self.redis.hset(f"{PREFIX}:metrics", _series(metric + GAUGE, labels), value)
+
     def metrics(self) -> dict[str, float]:
         return {k.decode(): float(v) for k, v in self.redis.hgetall(f"{PREFIX}:metrics").items()}
 
@@ -125,6 +129,9 @@ class StatusStore:
             return bool(self.redis.ping())
         except redis.RedisError:
             return False
+
+
+GAUGE = "_current"
 
 
 def _by_ref(fields: dict[bytes, bytes], ref: str | None) -> dict[str, dict[str, dict]]:

@@ -393,7 +393,7 @@ def create_app(config: Config) -> FastAPI:
             found = await run_in_threadpool(cache.get, *parts)
             if found is not None:
                 return True, found
-            if await run_in_threadpool(cache.claim, config.task_time_limit_seconds, *parts):
+            if await run_in_threadpool(cache.claim, config.time_limit(task), *parts):
                 await run_in_threadpool(lambda: queue.send_task(task, parts))
             deadline = time.monotonic() + config.diff_wait_seconds
             while True:

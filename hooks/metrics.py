@@ -1,5 +1,6 @@
-"""The workers' figures, kept in a Redis hash by `StatusStore.count`/`observe`, as Prometheus
-metric families with HELP and TYPE: counters (`*_total`) and summaries (`*_sum` + `*_count`)."""
+"""The workers' figures, kept in a Redis hash by `StatusStore.count`/`observe`/`set_gauge`, as
+Prometheus metric families with HELP and TYPE: counters (`*_total`), summaries (`*_sum` +
+`*_count`) and gauges (`*_current`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
+
+from exporter.status import GAUGE
 
 HELP = {
     "lakefs_delta_tasks": "Celery tasks run by the workers, by task and outcome",
@@ -16,6 +19,8 @@ HELP = {
     "lakefs_delta_files_rewritten": "Paths rewritten to physical addresses by completed exports",
     "lakefs_delta_export_seconds": "Seconds a completed table export took",
     "lakefs_delta_diff_precompute_seconds": "Seconds a diff precomputation took",
+    "lakefs_delta_catch_up_terminal_failures": "Exports the last catch-up run found failed for good and did not "
+                                               "re-queue (fix the cause, then re-export)",
 }
 _SERIES = re.compile(r'(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?$')
 _LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>[^"]*)"')
@@ -35,11 +40,15 @@ class WorkerMetrics(Collector):
             return
         counters: dict[str, list[tuple[dict, float]]] = defaultdict(list)
         summaries: dict[str, dict[tuple, dict]] = defaultdict(dict)
+        gauges: dict[str, list[tuple[dict, float]]] = defaultdict(list)
         for key, value in sorted(series.items()):
             parsed = _SERIES.match(key)
             if not parsed:
                 continue
             name, labels = parsed["name"], dict(_LABEL.findall(parsed["labels"] or ""))
+            if name.endswith(GAUGE):
+                gauges[name.removesuffix(GAUGE)].append((labels, value))
+                continue
             for suffix in ("_sum", "_count"):
                 if name.endswith(suffix):
                     summaries[name[: -len(suffix)]].setdefault(tuple(sorted(labels.items())), {})[suffix] = value
@@ -48,6 +57,11 @@ class WorkerMetrics(Collector):
                 counters[name.removesuffix("_total")].append((labels, value))
         for name, samples in counters.items():
             family = CounterMetricFamily(name, HELP.get(name, name), labels=sorted(samples[0][0]))
+            for labels, value in samples:
+                family.add_metric([labels[k] for k in sorted(labels)], value)
+            yield family
+        for name, samples in gauges.items():
+            family = GaugeMetricFamily(name, HELP.get(name, name), labels=sorted(samples[0][0]))
             for labels, value in samples:
                 family.add_metric([labels[k] for k in sorted(labels)], value)
             yield family

@@ -9,22 +9,23 @@ from __future__ import annotations
 
 from celery import Celery
 
-from exporter.config import Config
+from exporter.config import TASK_KINDS, Config
 
 app = Celery("lakefs_delta", include=["workers.tasks"])
 _config: Config | None = None
 
-TASK_KINDS = ("lakefs_delta.export_commit", "lakefs_delta.export_table", "lakefs_delta.precompute_diff",
-              "lakefs_delta.compute_diff", "lakefs_delta.compute_row_diff", "lakefs_delta.compare_refs",
-              "lakefs_delta.list_datasets",
-              "lakefs_delta.append_branch_table", "lakefs_delta.catch_up", "lakefs_delta.prune")
+TASK_NAMES = tuple(f"lakefs_delta.{kind}" for kind in TASK_KINDS)
+
+
+def soft_time_limit(hard: int) -> int:
+    """The soft limit raises inside the task (which then retries with the reason) before the hard one kills it."""
+    return max(hard - max(hard // 10, 3), 1)
 
 
 def configure(config: Config) -> Celery:
     """Point the app at the config's Redis and set its delivery and time-limit rules."""
     global _config
     _config = config
-    hard = config.task_time_limit_seconds
     app.conf.update(
         broker_url=config.redis,
         result_backend=config.redis,
@@ -43,12 +44,13 @@ def configure(config: Config) -> Celery:
         broker_connection_retry_on_startup=True,
         # below the visibility timeout, so a slow task is stopped before the broker hands it out again;
         # the soft limit raises inside the task, which then retries with the reason
-        task_annotations={kind: {"soft_time_limit": max(hard - max(hard // 10, 3), 1), "time_limit": hard,
+        task_annotations={name: {"soft_time_limit": soft_time_limit(config.time_limit(name)),
+                                 "time_limit": config.time_limit(name),
                                  # Celery's autoretry: exponential backoff with full jitter
                                  "max_retries": config.retry.max_retries,
                                  "retry_backoff": max(1, round(config.retry.backoff_seconds)),
                                  "retry_backoff_max": max(1, round(config.retry.backoff_max_seconds))}
-                          for kind in TASK_KINDS},
+                          for name in TASK_NAMES},
         beat_schedule={"catch-up": {"task": "lakefs_delta.catch_up",
                                     "schedule": float(config.catch_up_interval_seconds)},
                        # prune deletes: scheduled only when retention.interval_seconds is set

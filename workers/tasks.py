@@ -69,7 +69,7 @@ class RetriedTask(app.Task):
 def _transient_reason(exc: BaseException, config: Config) -> str | None:
     """Why a retry may succeed, or None when the error is permanent."""
     if isinstance(exc, SoftTimeLimitExceeded):
-        return f"timed out: the task ran past its {config.task_time_limit_seconds}s limit"
+        return "timed out: the task ran past its soft time limit (task_time_limits, task_time_limit_seconds)"
     if isinstance(exc, redis.RedisError):
         return f"Redis error: {exc}"
     if isinstance(exc, ExporterError) and not exc.permanent:
@@ -254,7 +254,7 @@ def catch_up(repositories: list[str] | None = None) -> list[str]:
     """lakeFS never retries a post-hook: queue the commits and tags whose export is incomplete."""
     config = current_config()
     status, _ = _services(config)
-    with status.lock("catch-up", config.task_time_limit_seconds) as held:
+    with status.lock("catch-up", config.time_limit("catch_up")) as held:
         if not held:  # another worker's beat is running it
             return []
         plan = find_missing_exports(config, _lakefs(config), status, repositories)
@@ -264,6 +264,10 @@ def catch_up(repositories: list[str] | None = None) -> list[str]:
         for repository, branch, commit_id, table in plan.appends:
             append_branch_table.delay(repository, branch, commit_id, table)
     status_count(status, "catch_up", "succeeded")
+    try:
+        status.set_gauge("lakefs_delta_catch_up_terminal_failures", len(plan.given_up))
+    except redis.RedisError:
+        pass
     log.info("catch-up: %s", plan.summary())
     return [f"{i.repository}:{i.ref}:{i.commit_id}" for i in plan.queued]
 
@@ -303,7 +307,7 @@ def prune(repositories: list[str] | None = None) -> list[str]:
     status, _ = _services(config)
     lakefs = _lakefs(config)
     deleted: list[str] = []
-    with status.lock("prune", config.task_time_limit_seconds) as held:
+    with status.lock("prune", config.time_limit("prune")) as held:
         if not held:  # another worker's beat is running it
             return []
         for repository in repositories or list(config.catch_up_repositories) or lakefs.list_repositories():

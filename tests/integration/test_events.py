@@ -52,6 +52,12 @@ def tables_repository(lakefs, repository: str, names: list[str], url: str = WEBH
     return lakefs.commit_branch(repository, "main", "tables")
 
 
+def timed(request) -> tuple[int, float]:
+    """(HTTP status, seconds) of a request."""
+    started = time.monotonic()
+    return request().status_code, time.monotonic() - started
+
+
 def post_event(event: dict, url: str = WEBHOOK) -> httpx.Response:
     return httpx.post(url, json=event, headers={"X-Webhook-Token": token()}, timeout=30)
 
@@ -168,8 +174,16 @@ def test_a_frozen_lakefs_makes_the_task_retry_in_time_and_the_export_completes_a
             state = (export_status(service, token(), repository, commit_id, "main") or {}).get("tables", {}) \
                 .get("events", {})
         reported = time.monotonic() - started
+        # readiness probes on a hung lakeFS answer within their own deadline and never hold up webhooks
+        with ThreadPoolExecutor(12) as pool:
+            probes = [pool.submit(timed, lambda: httpx.get(service + "/readyz", timeout=60)) for _ in range(10)]
+            hook = pool.submit(timed, lambda: post_event(commit_event(repository, commit_id)))
+            probe_answers, hook_answer = [p.result() for p in probes], hook.result()
     finally:
         os.kill(lakefs_pid, signal.SIGCONT)
+    assert {status for status, _ in probe_answers} == {503}, probe_answers
+    assert max(seconds for _, seconds in probe_answers) < 8, probe_answers  # a 3 s deadline per check
+    assert hook_answer[0] == 202 and hook_answer[1] < 3, hook_answer
     assert state.get("state") == "retrying", state
     assert reported < 12 + 5, reported  # within the task's time limit (conftest: 12 s), not hung
     assert "lakeFS" in state["reason"], state

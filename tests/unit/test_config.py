@@ -97,3 +97,28 @@ def test_a_large_table_is_routed_to_its_own_queue():
     config = Config(redis_url="redis://localhost/0", large_table_files=1000)
     assert export_queue(config, 999) is None  # the default queue
     assert export_queue(config, 1000) == config.large_table_queue == "lakefs_delta.large"
+
+
+def test_time_limits_per_task_kind_reach_the_celery_annotations():
+    from workers.app import configure, soft_time_limit
+
+    config = load_config(environ={"LAKEFS_DELTA_TASK_TIME_LIMITS": "compute_row_diff=280, catch_up=60",
+                                  "LAKEFS_DELTA_TASK_TIME_LIMIT_SECONDS": "200"})
+    assert config.time_limit("lakefs_delta.compute_row_diff") == 280 and config.time_limit("export_table") == 200
+    annotations = configure(config).conf.task_annotations
+    assert annotations["lakefs_delta.compute_row_diff"]["time_limit"] == 280
+    assert annotations["lakefs_delta.catch_up"]["soft_time_limit"] == soft_time_limit(60) < 60
+    assert annotations["lakefs_delta.export_table"]["time_limit"] == 200
+    for bad, words in (("export=100", "unknown task kind 'export'"), ("export_table=300", "below visibility"),
+                       ("export_table", "KIND=SECONDS")):
+        with pytest.raises(ConfigError) as refused:
+            load_config(environ={"LAKEFS_DELTA_TASK_TIME_LIMITS": bad})
+        assert words in str(refused.value) and "task_time_limits" in str(refused.value)
+
+
+def test_time_limits_from_yaml_keep_the_config_hashable(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("task_time_limits:\n  export_table: 100\n  prune: 50\n")
+    config = load_config(path, {})
+    assert (config.time_limit("export_table"), config.time_limit("prune"), config.time_limit("catch_up")) == (100, 50, 240)
+    assert hash(config) == hash(load_config(path, {}))  # workers cache their services by config

@@ -38,3 +38,12 @@ def test_redis_down_leaves_the_other_metrics_answering():
     registry.register(WorkerMetrics(down))
     prometheus_client.Counter("lakefs_delta_events", "events", registry=registry).inc()
     assert "lakefs_delta_events_total 1.0" in prometheus_client.generate_latest(registry).decode()
+
+
+def test_a_gauge_is_rendered_as_a_gauge_with_its_last_value():
+    series = {"lakefs_delta_catch_up_terminal_failures_current": 3.0}
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(WorkerMetrics(lambda: series))
+    text = prometheus_client.generate_latest(registry).decode()
+    assert "# TYPE lakefs_delta_catch_up_terminal_failures gauge" in text
+    assert "lakefs_delta_catch_up_terminal_failures 3.0" in text
