@@ -281,6 +281,7 @@ def bench_sharing(sizes: list[int], repository: str | None = None) -> list[dict]
     table (`synthetic_table`, exported, then its branch table created; or `repository`'s, reused),
     through `lakefs-delta serve` in its own process, once per response format; the answer's lines
     are checked against the live files delta-rs reads from the branch table."""
+    from devtools import stack
     from exporter.branch_table import branch_table_versions
     from bench.sharing import query_through_server
 
@@ -302,7 +303,8 @@ def bench_sharing(sizes: list[int], repository: str | None = None) -> list[dict]
             assert live["files"] == files + 50, live  # build_table's checkpoint, then 50 one-file commits
         print(f"{live['files']:,} live files at version {live['version']} (delta-rs)", flush=True)
         for fmt in ("parquet", "delta"):
-            measured = query_through_server(config, built, "main", table, fmt)
+            # build_table's data files are a lakeFS import's, outside the repository's storage namespace
+            measured = query_through_server(config, built, "main", table, fmt, (f"s3://{stack.BUCKET}/bulk-import/",))
             assert measured["lines"] == live["files"] + 2, (measured["lines"], live)  # protocol, metaData, files
             assert measured["file_url_status"] == [200, 200], measured
             quarters = " / ".join("–" if rss is None else f"{rss:.0f}" for rss in measured["server_rss_by_quarter_mib"])

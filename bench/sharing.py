@@ -93,15 +93,19 @@ def file_url(line: dict, fmt: str) -> str:
     return line["file"]["deltaSingleAction"]["add"]["path"] if fmt == "delta" else line["file"]["url"]
 
 
-def query_through_server(config, repository: str, branch: str, table: str, fmt: str) -> dict:
+def query_through_server(config, repository: str, branch: str, table: str, fmt: str,
+                         allowed_locations: tuple[str, ...] = ()) -> dict:
     """A new server sharing `table` of `branch` (share `bench`), a new recipient, one
-    `POST .../query` with body `{}` in `fmt` (parquet or delta), read as a stream."""
+    `POST .../query` with body `{}` in `fmt` (parquet or delta), read as a stream.
+    `allowed_locations`: where the table's data lies outside the repository's storage namespace
+    (`sharing.allowed_locations`; a lakeFS import's source)."""
     from exporter.recipients import Recipients
 
     recipients = Recipients(config.redis)
     recipient, token = recipients.create(f"bench-{uuid.uuid4().hex[:8]}", [SHARE],
                                          datetime.now(timezone.utc) + timedelta(days=1))
-    env = {**os.environ, "LAKEFS_DELTA_SHARING_SHARES": f"{SHARE}={repository}:{branch}:{table}"}
+    env = {**os.environ, "LAKEFS_DELTA_SHARING_SHARES": f"{SHARE}={repository}:{branch}:{table}",
+           "LAKEFS_DELTA_SHARING_ALLOWED_LOCATIONS": ",".join(allowed_locations)}
     process, url = start_server(env)
     try:
         headers = {"Authorization": f"Bearer {token}"}
@@ -120,17 +124,21 @@ def query_through_server(config, repository: str, branch: str, table: str, fmt: 
                 if response.status_code != 200:
                     raise RuntimeError(f"query answered {response.status_code}: {response.read().decode()[:2000]}")
                 first_byte = None
-                for chunk in response.iter_raw():
-                    if first_byte is None and chunk:
-                        first_byte = time.perf_counter()
-                    lines += chunk.count(b"\n")
-                    received += len(chunk)
-                    if head.count(b"\n") < 3:
-                        head += chunk
-                    tail = (tail + chunk)[-65_536:]
-                    if time.perf_counter() - sampled >= 0.5:
-                        samples.append((lines, memory_mib(process.pid)["VmRSS"]))
-                        sampled = time.perf_counter()
+                try:
+                    for chunk in response.iter_raw():
+                        if first_byte is None and chunk:
+                            first_byte = time.perf_counter()
+                        lines += chunk.count(b"\n")
+                        received += len(chunk)
+                        if head.count(b"\n") < 3:
+                            head += chunk
+                        tail = (tail + chunk)[-65_536:]
+                        if time.perf_counter() - sampled >= 0.5:
+                            samples.append((lines, memory_mib(process.pid)["VmRSS"]))
+                            sampled = time.perf_counter()
+                except httpx.RemoteProtocolError as broken:  # a 200 whose body the server could not finish
+                    raise RuntimeError(f"{fmt} query: status 200, then the answer broke off after {lines:,} lines "
+                                       f"({broken}); the server's log: {LOG}") from None
                 finished = time.perf_counter()
                 version, returned = response.headers.get("Delta-Table-Version"), \
                     response.headers.get("delta-sharing-capabilities")

@@ -21,10 +21,11 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import unquote
 
 from exporter.branch_table import LATEST, STATE
 from exporter.config import Config, ShareConfig
@@ -35,7 +36,7 @@ from exporter.exported import ExportedLog, LiveFiles
 from exporter.lakefs import LakeFS
 from exporter.logstore import LOG_DIR
 from exporter.objectstore import ObjectStore
-from exporter.presign import Presigner
+from exporter.presign import PresignedUrl, Presigner
 
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")  # a name every client can put in `profile#share.schema.table`
 _SEPARATOR = "__"
@@ -184,6 +185,7 @@ class SharedTable:
     head_version: int
     entries: dict[str, tuple[int, float]]  # name under _delta_log/ -> (size, modification time)
     source_timestamps: dict[int, int] = field(default_factory=dict)  # a tag export's, from its manifest
+    allowed: tuple[str, ...] = ()  # prefixes whose objects may be presigned (the storage namespace, ...)
     _timestamps: dict[int, int] = field(default_factory=dict)
 
     @functools.cached_property
@@ -245,6 +247,20 @@ class SharedTable:
         name = self.commits[version]
         return parse_actions(name, self.store.get(self.location + LOG_DIR + name))
 
+    def signer(self, presigner: Presigner) -> Callable[[str], tuple[str, PresignedUrl]]:
+        """(absolute path, presigned URL) of a path in this table's log; a path outside the prefixes
+        this table may expose (its repository's storage namespace, `sharing.allowed_locations`) is
+        refused, so a log can never make the server sign an object it was not meant to share."""
+        location = self.store.uri(self.location)
+
+        def sign(path: str) -> tuple[str, PresignedUrl]:
+            absolute = _absolute(path, location)
+            if not _within(absolute, self.allowed):
+                raise SharingError(500, "INTERNAL_ERROR", f"table {self.name!r} references {absolute}, outside its "
+                                   "repository's storage namespace and sharing.allowed_locations: not shared")
+            return absolute, presigner.presign(absolute)
+        return sign
+
     def _iso(self, version: int) -> str:
         return datetime.fromtimestamp(self.timestamp(version) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -271,7 +287,7 @@ def _branch_table(config: Config, store: ObjectStore, schema: Schema, table: str
                         f"set for the branch, and has a commit been exported since?)") from None
     head = state["head_version"]  # versions past it are an interrupted append's: not committed
     entries = {name: meta for name, meta in _listing(store, location).items() if _version_of(name) <= head}
-    return SharedTable(store, location, table, head, entries)
+    return SharedTable(store, location, table, head, entries, allowed=_allowed(config, store))
 
 
 def _tag_export(config: Config, store: ObjectStore, schema: Schema, table: str) -> SharedTable:
@@ -282,7 +298,24 @@ def _tag_export(config: Config, store: ObjectStore, schema: Schema, table: str) 
         raise not_found(f"no table {table!r} at tag {schema.ref!r}: its export is not complete "
                         f"(or the tag's commit has no such table)") from None
     timestamps = {int(v): t for v, t in manifest.get("source_timestamps_ms", {}).items()}
-    return SharedTable(store, location, table, manifest["head_version"], _listing(store, location), timestamps)
+    return SharedTable(store, location, table, manifest["head_version"], _listing(store, location), timestamps,
+                       allowed=_allowed(config, store))
+
+
+def _allowed(config: Config, store: ObjectStore) -> tuple[str, ...]:
+    return (store.uri(""), *config.sharing.allowed_locations)
+
+
+def _within(path: str, prefixes: Iterable[str]) -> bool:
+    plain = _s3(unquote(path))
+    if "/../" in plain or "/./" in plain:
+        return False
+    return any(plain.startswith(_s3(unquote(prefix))) for prefix in prefixes)
+
+
+def _s3(uri: str) -> str:
+    scheme, separator, rest = uri.partition("://")
+    return f"s3://{rest}" if separator and scheme in ("s3a", "s3n") else uri
 
 
 def _listing(store: ObjectStore, location: str) -> dict[str, tuple[int, float]]:
@@ -405,9 +438,9 @@ def query_lines(snapshot: Snapshot, fmt: str, presigner: Presigner, versioned: b
     """A snapshot query's answer: protocol, metadata, then one line per live file, streamed."""
     yield _protocol_line(snapshot.protocol, fmt)
     yield _metadata_line(snapshot.metadata, fmt, snapshot.version if versioned else None)
-    location = snapshot.table.store.uri(snapshot.table.location)
+    sign = snapshot.table.signer(presigner)
     for add in snapshot.live.files(whole=True):
-        yield _file_line("file", "add", add, fmt, presigner, location)
+        yield _file_line("file", "add", add, fmt, sign)
 
 
 def changes_lines(table: SharedTable, start: int, end: int, fmt: str, presigner: Presigner,
@@ -418,7 +451,7 @@ def changes_lines(table: SharedTable, start: int, end: int, fmt: str, presigner:
     _require_change_data_feed(table, snapshot.metadata, start, change_files)
     yield _protocol_line(snapshot.protocol, fmt)
     yield _metadata_line(snapshot.metadata, fmt, start if historical_metadata or fmt == "delta" else None)
-    location = table.store.uri(table.location)
+    sign = table.signer(presigner)
     for version in range(start, end + 1):
         if version not in table.commits:
             raise invalid(f"version {version} of table {table.name!r} is not in its log: the change data feed "
@@ -441,7 +474,7 @@ def changes_lines(table: SharedTable, start: int, end: int, fmt: str, presigner:
                 if kind != "cdc" and (not file_action.get("dataChange", True) or (has_cdc and fmt == "parquet")):
                     continue
                 wrapper = "cdf" if kind == "cdc" else kind
-                yield _file_line(wrapper, kind, file_action, fmt, presigner, location, version, timestamp)
+                yield _file_line(wrapper, kind, file_action, fmt, sign, version, timestamp)
 
 
 def _require_change_data_feed(table: SharedTable, metadata: Mapping[str, Any], version: int, change_files: bool) -> None:
@@ -450,17 +483,16 @@ def _require_change_data_feed(table: SharedTable, metadata: Mapping[str, Any], v
                       "(delta.enableChangeDataFeed)")
 
 
-def _file_line(wrapper: str, kind: str, action: dict, fmt: str, presigner: Presigner, location: str,
+def _file_line(wrapper: str, kind: str, action: dict, fmt: str, sign: Callable[[str], tuple[str, PresignedUrl]],
                version: int | None = None, timestamp: int | None = None) -> dict:
-    path = _absolute(action["path"], location)
-    url = presigner.presign(path)
+    path, url = sign(action["path"])
     if fmt == "delta":
         shared = {**action, "path": url.url}
         line: dict[str, Any] = {"id": _file_id(path)}
         vector = action.get("deletionVector")
         if isinstance(vector, dict) and vector.get("storageType") == "p":
-            vector_path = _absolute(vector["pathOrInlineDv"], location)
-            shared["deletionVector"] = {**vector, "pathOrInlineDv": presigner.presign(vector_path).url}
+            vector_path, vector_url = sign(vector["pathOrInlineDv"])
+            shared["deletionVector"] = {**vector, "pathOrInlineDv": vector_url.url}
             line["deletionVectorFileId"] = _file_id(vector_path)
         elif isinstance(vector, dict) and vector.get("storageType") == "u":
             raise SharingError(500, "INTERNAL_ERROR", f"a deletion vector relative to the table ({vector}) in an "

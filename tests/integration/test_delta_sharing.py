@@ -300,6 +300,11 @@ def test_a_consumer_without_storage_credentials_gets_only_presigned_urls(
     assert metadata.headers["delta-sharing-capabilities"] == "responseformat=delta"
     first, second = (json.loads(line) for line in metadata.text.splitlines())
     assert "deltaProtocol" in first["protocol"] and second["metaData"]["deltaMetadata"]["partitionColumns"] == ["region"]
+    streaming = httpx.post(url + "/query", json={"startingVersion": 3}, headers=headers, timeout=30)
+    assert streaming.status_code == 200 and streaming.headers["delta-table-version"] == "3"
+    changes = [json.loads(line) for line in streaming.text.splitlines()][2:]
+    assert {kind for line in changes for kind in line} == {"add", "remove"}, "data change files, no cdc"
+    assert {line[kind]["version"] for line in changes for kind in line if kind != "metaData"} == {3, 4}
     shares = httpx.get(f"{sharing_service}/shares", params={"maxResults": 1}, headers=headers, timeout=30).json()
     assert shares == {"items": [{"name": SHARE}]}
     assert httpx.get(f"{sharing_service}/shares", timeout=30).json()["errorCode"] == "UNAUTHENTICATED"

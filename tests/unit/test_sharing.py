@@ -14,7 +14,7 @@ import pytest
 from exporter.config import Config, ObjectStoreConfig, ShareConfig, load_config
 from exporter.export import location_segment
 from exporter.presign import Presigner
-from exporter.sharing import (SharingError, _file_line, _schema_name, _segment_name, _shared_protocol, _split_schema,
+from exporter.sharing import (SharedTable, SharingError, _file_line, _schema_name, _segment_name, _shared_protocol, _split_schema,
                               response_format)
 from hooks.sharing import page
 
@@ -98,24 +98,49 @@ def test_features_of_the_log_layout_are_not_shown_to_recipients():
     assert _shared_protocol(both)["readerFeatures"] == ["deletionVectors"]
 
 
+def table_in(namespace: str, allowed: tuple[str, ...] = ()) -> SharedTable:
+    store = mock.Mock(bucket="lakefs-data")
+    store.uri = lambda relative: f"{namespace}{relative}"
+    return SharedTable(store, "t/", "t", 0, {}, allowed=(namespace, *allowed))
+
+
 def test_a_file_line_in_each_format():
-    presigner = Presigner(CONFIG, 600, now=NOW)
+    sign = table_in("s3://lakefs-data/").signer(Presigner(CONFIG, 600, now=NOW))
     add = {"path": "s3://lakefs-data/data/part-0.parquet", "partitionValues": {"region": "eu"}, "size": 573,
            "modificationTime": 1, "dataChange": True, "stats": '{"numRecords":3}',
            "deletionVector": {"storageType": "p", "pathOrInlineDv": "s3://lakefs-data/t/deletion_vector_1.bin",
                               "offset": 1, "sizeInBytes": 36, "cardinality": 2}}
-    parquet = _file_line("file", "add", add, "parquet", presigner, "s3://lakefs-data/t/")["file"]
+    parquet = _file_line("file", "add", add, "parquet", sign)["file"]
     assert set(parquet) == {"url", "id", "partitionValues", "size", "stats", "expirationTimestamp"}
     assert parquet["partitionValues"] == {"region": "eu"} and parquet["size"] == 573
-    delta = _file_line("cdf", "remove", add, "delta", presigner, "s3://lakefs-data/t/", 4, 1700)["file"]
+    delta = _file_line("cdf", "remove", add, "delta", sign, 4, 1700)["file"]
     action = delta["deltaSingleAction"]["remove"]
     assert action["path"].startswith("http://127.0.0.1:19000/lakefs-data/data/part-0.parquet?X-Amz-")
     assert action["deletionVector"]["pathOrInlineDv"].startswith("http://127.0.0.1:19000/lakefs-data/t/deletion_")
     assert action["deletionVector"]["storageType"] == "p" and action["stats"] == add["stats"]
     assert (delta["version"], delta["timestamp"]) == (4, 1700) and delta["id"] == parquet["id"]
     assert delta["deletionVectorFileId"] != delta["id"]
-    relative = _file_line("file", "add", {**add, "path": "part-1.parquet"}, "parquet", presigner, "s3://lakefs-data/t/")
+    relative = _file_line("file", "add", {**add, "path": "part-1.parquet"}, "parquet", sign)
     assert relative["file"]["url"].startswith("http://127.0.0.1:19000/lakefs-data/t/part-1.parquet?")
+
+
+@pytest.mark.parametrize("path, signed", [
+    ("s3://lakefs-data/repo/data/a.parquet", True),
+    ("s3a://lakefs-data/repo/data/a.parquet", True),  # the same object, Hadoop's scheme
+    ("s3://lakefs-data/repo%2Fdata/a.parquet", True),  # percent-encoded, still under the namespace
+    ("s3://lakefs-data/other-repo/data/a.parquet", False),  # another repository's namespace
+    ("s3://lakefs-data/repo/../other-repo/a.parquet", False),  # no way out by dot segments
+    ("s3://secrets/key.pem", False),
+    ("s3://imports/2026/a.parquet", True),  # sharing.allowed_locations
+])
+def test_only_objects_under_the_namespace_or_allowed_locations_are_signed(path, signed):
+    sign = table_in("s3://lakefs-data/repo/", ("s3://imports/",)).signer(Presigner(CONFIG, 600, now=NOW))
+    if signed:
+        assert "X-Amz-Signature=" in sign(path)[1].url
+    else:
+        with pytest.raises(SharingError) as refused:
+            sign(path)
+        assert "outside its repository's storage namespace" in str(refused.value)
 
 
 def test_pages_follow_their_token_to_the_end():
