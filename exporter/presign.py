@@ -1,8 +1,9 @@
 """Presigned GET URLs for objects (AWS Signature Version 4, query-string form), made in-process.
 
 The Delta Sharing server hands out one URL per data file and deletion vector: a million-file table
-is a million URLs per query. boto3's `generate_presigned_url` costs about 180 µs each; here the
-signing key is derived once per (store, day) and one URL is a SHA-256 and an HMAC (a few µs).
+is a million URLs per query. boto3's `generate_presigned_url` costs 180-310 µs each on the
+benchmark machine; here the signing key is derived once per (store, day) and one URL is a SHA-256
+and an HMAC: 7-15 µs (bench/results/2026-11-23-sharing.md).
 https://docs.aws.amazon.com/AmazonS3/latest/API/sigv4-query-string-auth.html
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit
 
 from exporter.config import Config, ObjectStoreConfig
+from exporter.errors import ConfigError
 from exporter.objectstore import split_uri
 
 _ALGORITHM = "AWS4-HMAC-SHA256"
@@ -34,7 +36,10 @@ class Presigner:
     instance signs a batch of URLs with one timestamp, so it is made per request."""
 
     def __init__(self, config: Config, lifetime_seconds: int, now: float | None = None):
-        self.config, self.lifetime = config, lifetime_seconds
+        self.lifetime = lifetime_seconds
+        # `Config.object_store_for`'s rule (the most specific prefix), with the sort done once
+        self.stores = sorted((config.object_store, *config.extra_object_stores), key=lambda s: len(s.prefix),
+                             reverse=True)
         moment = time.gmtime(time.time() if now is None else now)
         self.amz_date = time.strftime("%Y%m%dT%H%M%SZ", moment)
         self.day = self.amz_date[:8]
@@ -45,9 +50,13 @@ class Presigner:
         """`uri` as a Delta log holds a path: a URI, its key percent-encoded where needed."""
         bucket, key = split_uri(uri)
         key = unquote(key)
-        signer = self._stores.get(bucket)
+        address = f"s3://{bucket}/{key}"
+        store = next((s for s in self.stores if address.startswith(s.prefix)), None)
+        if store is None:
+            raise ConfigError(f"object_store: no store configured for {uri!r}: it cannot be presigned")
+        signer = self._stores.get(store.prefix)
         if signer is None:
-            signer = self._stores[bucket] = _Signer(self.config.object_store_for(f"s3://{bucket}/"), self)
+            signer = self._stores[store.prefix] = _Signer(store, self)
         return PresignedUrl(signer.url(bucket, key), self.expires_ms)
 
 

@@ -89,7 +89,8 @@ class Catalog:
         self.granted = {name.lower() for name in shares}
 
     def shares(self) -> list[ShareConfig]:
-        return [share for share in self.config.sharing.shares if share.name.lower() in self.granted]
+        return sorted((share for share in self.config.sharing.shares if share.name.lower() in self.granted),
+                      key=lambda share: share.name)  # by name: the order pages follow
 
     def share(self, name: str) -> ShareConfig:
         for share in self.config.sharing.shares:

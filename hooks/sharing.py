@@ -183,8 +183,25 @@ def create_sharing_app(config: Config) -> FastAPI:
             snapshot = shared.snapshot(at)
             fmt = response_format(capabilities, snapshot.protocol)
             return snapshot.version, fmt, query_lines(snapshot, fmt, presigner, versioned=at is not None)
-        at, fmt, lines = await run_in_threadpool(answer)
-        return StreamingResponse(encode_lines(lines), media_type=NDJSON, headers=_headers(at, fmt))
+        return await streamed(answer)
+
+    async def streamed(answer) -> StreamingResponse:
+        """The answer's protocol and metadata lines are made before the status is sent, so a refusal
+        is still an HTTP error; an error after that (an object the table may not expose, the store
+        gone) can only break the connection, which clients take as a failed read, never a table."""
+        def first_lines():
+            version, fmt, lines = answer()
+            return version, fmt, lines, [next(lines), next(lines)]
+        version, fmt, lines, first = await run_in_threadpool(first_lines)
+
+        def all_lines():
+            yield from first
+            try:
+                yield from lines
+            except Exception as exc:
+                log.error("sharing answer broken off after its status was sent: %s", exc)
+                raise
+        return StreamingResponse(encode_lines(all_lines()), media_type=NDJSON, headers=_headers(version, fmt))
 
     @app.get(table_path + "/changes")
     async def table_changes(request: Request, share: str, schema: str, table: str,
@@ -208,15 +225,9 @@ def create_sharing_app(config: Config) -> FastAPI:
                 shared.head_version
             _check_range(start, end, shared.head_version)
             fmt = response_format(capabilities, shared.snapshot(start).protocol)
-            lines = changes_lines(shared, start, end, fmt, presigner, historical_metadata=includeHistoricalMetadata)
-            first = [next(lines), next(lines)]  # protocol and metadata: a refusal is still an HTTP status
-            return start, fmt, lines, first
-        start, fmt, lines, first = await run_in_threadpool(answer)
-
-        def all_lines():
-            yield from first
-            yield from lines
-        return StreamingResponse(encode_lines(all_lines()), media_type=NDJSON, headers=_headers(start, fmt))
+            return start, fmt, changes_lines(shared, start, end, fmt, presigner,
+                                             historical_metadata=includeHistoricalMetadata)
+        return await streamed(answer)
 
     return app
 

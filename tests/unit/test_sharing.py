@@ -12,9 +12,10 @@ import botocore.config
 import pytest
 
 from exporter.config import Config, ObjectStoreConfig, ShareConfig, load_config
+from exporter.errors import ConfigError
 from exporter.export import location_segment
 from exporter.presign import Presigner
-from exporter.sharing import (SharedTable, SharingError, _file_line, _schema_name, _segment_name, _shared_protocol, _split_schema,
+from exporter.sharing import (Catalog, SharedTable, SharingError, _file_line, _schema_name, _segment_name, _shared_protocol, _split_schema,
                               response_format)
 from hooks.sharing import page
 
@@ -182,3 +183,31 @@ def test_shares_from_the_environment_and_their_errors():
             load_config(environ={"LAKEFS_DELTA_SHARING_SHARES": bad})
         assert "sharing" in str(refused.value)
     assert json.dumps(config.masked())  # nothing unserialisable
+
+
+def test_an_object_is_signed_with_the_most_specific_store_below_its_bucket():
+    team = ObjectStoreConfig(prefix="s3://lakefs-data/team-b/", endpoint="http://127.0.0.1:19000", region="us-east-1",
+                             access_key_id="TEAMB", secret_access_key="secret-b")
+    presigner = Presigner(Config(object_store=STORE, extra_object_stores=(team,)), 60, now=NOW)
+    assert "X-Amz-Credential=TEAMB%2F" in presigner.presign("s3://lakefs-data/team-b/data/x.parquet").url
+    assert "X-Amz-Credential=AKIDEXAMPLE%2F" in presigner.presign("s3://lakefs-data/team-a/data/x.parquet").url
+    narrow = Presigner(Config(object_store=ObjectStoreConfig(prefix="s3://only-this/")), 60, now=NOW)
+    with pytest.raises(ConfigError, match="no store configured"):
+        narrow.presign("s3://elsewhere/x")
+
+
+def test_shares_are_listed_by_name_so_pages_miss_none():
+    config = load_config(environ={"LAKEFS_DELTA_SHARING_SHARES": "zeta=repo-a,alpha=repo-b,mid=repo-c"})
+    catalog = Catalog(config, lakefs=None, shares=["zeta", "alpha", "MID"])
+    names, token = [], None
+    while True:
+        answer = page([{"name": share.name} for share in catalog.shares()], 1, token)
+        names += [item["name"] for item in answer["items"]]
+        token = answer.get("nextPageToken")
+        if token is None:
+            break
+    assert names == ["alpha", "mid", "zeta"]
+    assert Catalog(config, lakefs=None, shares=["alpha"]).share("ALPHA").name == "alpha"
+    with pytest.raises(SharingError) as refused:
+        Catalog(config, lakefs=None, shares=["alpha"]).share("zeta")
+    assert refused.value.status == 403
