@@ -9,7 +9,9 @@ as the hash table (`index_in`); a few paths (a JSON commit) by binary search.
 
 from __future__ import annotations
 
+
 import bisect
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -29,10 +31,15 @@ class AddressIndex(Mapping[str, str]):
         self._sorted_view = _SortedKeys(keys)
 
     @classmethod
-    def from_pairs(cls, pairs: Iterable[tuple[str, str]]) -> "AddressIndex":
+    def from_pairs(cls, pairs: Mapping[str, str] | Iterable[tuple[str, str]]) -> "AddressIndex":
         builder = AddressIndexBuilder()
-        for key, address in pairs:
-            builder.add(key, address)
+        if isinstance(pairs, Mapping):  # already in memory: two arrays at once
+            builder.add_arrays(pa.array(list(pairs.keys()), pa.string()), pa.array(list(pairs.values()), pa.string()))
+            return builder.build()
+        pairs = iter(pairs)
+        while chunk := list(itertools.islice(pairs, _PAGE)):  # a page of Arrow at a time, not an object each
+            keys, addresses = zip(*chunk)
+            builder.add_arrays(pa.array(keys, pa.string()), pa.array(addresses, pa.string()))
         return builder.build()
 
     def __len__(self) -> int:

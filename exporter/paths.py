@@ -136,7 +136,7 @@ class PathResolver:
         if not hasattr(physical_addresses, "get_many"):
             from exporter.addresses import AddressIndex
 
-            physical_addresses = AddressIndex.from_pairs(physical_addresses.items())
+            physical_addresses = AddressIndex.from_pairs(physical_addresses)
         self._physical_addresses = physical_addresses
         self._absolute = absolute
         self._absolute_uris: dict[str, str | None] = {}
