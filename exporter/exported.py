@@ -79,6 +79,8 @@ class LiveFiles:
             timestamp = infos[0].get("inCommitTimestamp") if infos else None
             self.in_commit_timestamp = timestamp if isinstance(timestamp, int) else 0
         for group in self._row_groups(["metaData", "protocol"]):
+            if self.metadata is not None and self.protocol is not None:
+                break  # one ranged read per row group: stop once both are known
             self.metadata = self.metadata or _first(group, "metaData")
             self.protocol = self.protocol or _first(group, "protocol")
 

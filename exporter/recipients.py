@@ -55,17 +55,24 @@ class Recipients:
             raise RecipientError(f"recipient name {name!r}: use 1-64 letters, digits, `_`, `.`, `@`, `-`")
         if not shares:
             raise RecipientError("a recipient needs at least one share")
-        existing = self.get(name)
-        if existing is not None and existing.state() == "active":
-            raise RecipientError(f"recipient {name!r} exists and is active: revoke it first to issue a new token")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         recipient = Recipient(name, tuple(dict.fromkeys(shares)), _iso(_now()), _iso(expires))
-        with self.redis.pipeline() as pipe:  # MULTI: the record and its token appear together
-            if existing is not None:
-                pipe.hdel(_TOKENS, *self._hashes_of(name))
-            pipe.hset(_RECIPIENTS, name, json.dumps(asdict(recipient)))
-            pipe.hset(_TOKENS, _hash(token), name)
-            pipe.execute()
+        with self.redis.pipeline() as pipe:
+            try:  # WATCH: two creates of one name cannot both succeed
+                pipe.watch(_RECIPIENTS)
+                raw = pipe.hget(_RECIPIENTS, name)
+                existing = None if raw is None else _recipient(raw)
+                if existing is not None and existing.state() == "active":
+                    raise RecipientError(f"recipient {name!r} exists and is active: revoke it first to issue a new token")
+                stale = self._hashes_of(name) if existing is not None else []
+                pipe.multi()  # the record and its token appear together
+                if stale:
+                    pipe.hdel(_TOKENS, *stale)
+                pipe.hset(_RECIPIENTS, name, json.dumps(asdict(recipient)))
+                pipe.hset(_TOKENS, _hash(token), name)
+                pipe.execute()
+            except redis.WatchError:
+                raise RecipientError(f"recipient {name!r} was changed by another command meanwhile: try again") from None
         return recipient, token
 
     def get(self, name: str) -> Recipient | None:
@@ -83,8 +90,10 @@ class Recipients:
         if recipient.revoked:
             return recipient
         revoked = Recipient(**{**asdict(recipient), "shares": recipient.shares, "revoked": _iso(_now())})
+        stale = self._hashes_of(name)
         with self.redis.pipeline() as pipe:
-            pipe.hdel(_TOKENS, *self._hashes_of(name))
+            if stale:
+                pipe.hdel(_TOKENS, *stale)
             pipe.hset(_RECIPIENTS, name, json.dumps(asdict(revoked)))
             pipe.execute()
         return revoked
@@ -102,8 +111,7 @@ class Recipients:
         return recipient
 
     def _hashes_of(self, name: str) -> list[bytes]:
-        hashes = [h for h, owner in self.redis.hgetall(_TOKENS).items() if owner.decode() == name]
-        return hashes or [b"-"]  # HDEL needs one field
+        return [h for h, owner in self.redis.hgetall(_TOKENS).items() if owner.decode() == name]
 
 
 def profile(endpoint: str, token: str, recipient: Recipient) -> dict:

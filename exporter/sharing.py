@@ -134,12 +134,10 @@ class Catalog:
     def table(self, share_name: str, schema_name: str, table: str) -> "SharedTable":
         share = self.share(share_name)
         schema = self.schema(share, schema_name)
-        store = self._store(schema.repository)
-        read = _branch_table if schema.kind == "branch" else _tag_export
-        found = read(self.config, store, schema, table)  # an unknown table is 404 whether offered or not
-        if not _offered(table, share.tables):
+        if not _offered(table, share.tables):  # before any read: whether it exists is not the recipient's to learn
             raise forbidden(f"table {table!r} is not in share {share.name!r}")
-        return found
+        read = _branch_table if schema.kind == "branch" else _tag_export
+        return read(self.config, self._store(schema.repository), schema, table)
 
     def _store(self, repository: str) -> ObjectStore:
         try:
@@ -178,21 +176,29 @@ def _segment_name(segment: str) -> str:
 
 @dataclass
 class SharedTable:
-    """A shared table's log: its versions and their timestamps, read from one listing."""
+    """A shared table's log: its versions and their timestamps, from one listing made when first needed
+    (the head comes from the state file or manifest: `/version` lists nothing)."""
 
     store: ObjectStore
     location: str  # relative to the storage namespace
     name: str
     head_version: int
-    entries: dict[str, tuple[int, float]]  # name under _delta_log/ -> (size, modification time)
     source_timestamps: dict[int, int] = field(default_factory=dict)  # a tag export's, from its manifest
     allowed: tuple[str, ...] = ()  # prefixes whose objects may be presigned (the storage namespace, ...)
     _timestamps: dict[int, int] = field(default_factory=dict)
 
     @functools.cached_property
+    def entries(self) -> dict[str, tuple[int, float]]:
+        """Name under _delta_log/ -> (size, modification time), up to the head (versions past it are an
+        interrupted append's: not committed)."""
+        return {name: meta for name, meta in _listing(self.store, self.location).items()
+                if _version_of(name) <= self.head_version}
+
+    @functools.cached_property
     def commits(self) -> dict[int, str]:
         return {int(m.group(1)): name for name in self.entries if (m := _COMMIT_NAME.fullmatch(name))}
 
+    @functools.cached_property
     def first_version(self) -> int:
         """The oldest version a snapshot can be read at: the oldest complete checkpoint, or 0."""
         listing = LogListing.from_names((name, size) for name, (size, _) in self.entries.items())
@@ -202,12 +208,29 @@ class SharedTable:
             raise SharingError(500, "INTERNAL_ERROR", f"the log of table {self.name!r} has no start")
         return min(listing.checkpoints)
 
+    @functools.cached_property
+    def _written(self) -> dict[int, int]:
+        """Each commit's write time (ms), made increasing as Delta readers make them (a time not after
+        the previous version's becomes that one + 1 ms)."""
+        written, previous = {}, None
+        for version in sorted(self.commits):
+            at = int(self.entries[self.commits[version]][1] * 1000)
+            previous = written[version] = at if previous is None or at > previous else previous + 1
+        return written
+
     def check_version(self, version: int) -> int:
-        first = self.first_version()
-        if not first <= version <= self.head_version:
+        if not self.first_version <= version <= self.head_version:
             raise invalid(f"version {version} of table {self.name!r} is not available: "
-                          f"versions {first} to {self.head_version} are")
+                          f"versions {self.first_version} to {self.head_version} are")
         return version
+
+    def check_commits(self, start: int, end: int) -> None:
+        """Every version of a change range has its commit in the log (checked before an answer starts)."""
+        missing = [v for v in range(start, end + 1) if v not in self.commits]
+        if missing:
+            first = min((v for v in self.commits if v >= self.first_version), default=self.first_version)
+            raise invalid(f"version {missing[0]} of table {self.name!r} is not in its log: changes can be read "
+                          f"from version {first} to {self.head_version}")
 
     def snapshot(self, version: int | None = None) -> "Snapshot":
         version = self.head_version if version is None else self.check_version(version)
@@ -222,18 +245,19 @@ class SharedTable:
             if version in self.source_timestamps:
                 self._timestamps[version] = self.source_timestamps[version]
             else:
-                name = self.commits.get(version)
-                if name is None:
+                if version not in self.commits:
                     raise invalid(f"version {version} of table {self.name!r} has no commit in its log")
                 actions = self.actions(version) if actions is None else actions
-                self._timestamps[version] = _in_commit_timestamp(actions) or int(self.entries[name][1] * 1000)
+                self._timestamps[version] = _in_commit_timestamp(actions) or self._written[version]
         return self._timestamps[version]
 
     def version_at(self, timestamp: str, at_or_after: bool) -> int:
         """The newest version committed at or before `timestamp` (a snapshot's), or the oldest at or
         after it (a change feed's start). Commit timestamps increase with the version: a binary search."""
         moment = _parse_timestamp(timestamp)
-        versions = sorted(v for v in self.commits if v >= self.first_version())
+        versions = sorted(v for v in self.commits if v >= self.first_version)
+        if not versions:
+            raise invalid(f"table {self.name!r} has no commit to resolve a timestamp against")
         index = bisect.bisect_left(_Timestamps(self, versions), moment) if at_or_after else \
             bisect.bisect_right(_Timestamps(self, versions), moment) - 1
         if at_or_after and index == len(versions):
@@ -242,6 +266,10 @@ class SharedTable:
         if not at_or_after and index < 0:
             raise invalid(f"timestamp {timestamp} is before the oldest readable version of table {self.name!r} "
                           f"({self._iso(versions[0])})")
+        if at_or_after and index == 0 and versions[0] > 0 and moment < self.timestamp(versions[0]):
+            # changes from a time before the shared history begins would silently miss the versions before it
+            raise invalid(f"timestamp {timestamp} is before version {versions[0]} ({self._iso(versions[0])}), "
+                          f"where the shared history of table {self.name!r} begins")
         return versions[index]
 
     def actions(self, version: int) -> list[dict]:
@@ -250,13 +278,15 @@ class SharedTable:
 
     def signer(self, presigner: Presigner) -> Callable[[str], tuple[str, PresignedUrl]]:
         """(absolute path, presigned URL) of a path in this table's log; a path outside the prefixes
-        this table may expose (its repository's storage namespace, `sharing.allowed_locations`) is
-        refused, so a log can never make the server sign an object it was not meant to share."""
+        this table may expose (its repository's storage namespace but its `_lakefs/`,
+        `sharing.allowed_locations`) is refused, so a log can never make the server sign an object it
+        was not meant to share."""
         location = self.store.uri(self.location)
+        denied = (self.store.uri("_lakefs/"),)  # lakeFS's own metadata, and every export
 
         def sign(path: str) -> tuple[str, PresignedUrl]:
             absolute = _absolute(path, location)
-            if not _within(absolute, self.allowed):
+            if not _within(absolute, self.allowed) or _within(absolute, denied):
                 raise SharingError(500, "INTERNAL_ERROR", f"table {self.name!r} references {absolute}, outside its "
                                    "repository's storage namespace and sharing.allowed_locations: not shared")
             return absolute, presigner.presign(absolute)
@@ -286,9 +316,7 @@ def _branch_table(config: Config, store: ObjectStore, schema: Schema, table: str
     except NotFound:
         raise not_found(f"no table {table!r} on branch {schema.ref!r}: it has no branch table (is `branch_tables` "
                         f"set for the branch, and has a commit been exported since?)") from None
-    head = state["head_version"]  # versions past it are an interrupted append's: not committed
-    entries = {name: meta for name, meta in _listing(store, location).items() if _version_of(name) <= head}
-    return SharedTable(store, location, table, head, entries, allowed=_allowed(config, store))
+    return SharedTable(store, location, table, state["head_version"], allowed=_allowed(config, store))
 
 
 def _tag_export(config: Config, store: ObjectStore, schema: Schema, table: str) -> SharedTable:
@@ -299,8 +327,7 @@ def _tag_export(config: Config, store: ObjectStore, schema: Schema, table: str) 
         raise not_found(f"no table {table!r} at tag {schema.ref!r}: its export is not complete "
                         f"(or the tag's commit has no such table)") from None
     timestamps = {int(v): t for v, t in manifest.get("source_timestamps_ms", {}).items()}
-    return SharedTable(store, location, table, manifest["head_version"], _listing(store, location), timestamps,
-                       allowed=_allowed(config, store))
+    return SharedTable(store, location, table, manifest["head_version"], timestamps, allowed=_allowed(config, store))
 
 
 def _allowed(config: Config, store: ObjectStore) -> tuple[str, ...]:
@@ -311,7 +338,7 @@ def _within(path: str, prefixes: Iterable[str]) -> bool:
     plain = _s3(unquote(path))
     if "/../" in plain or "/./" in plain:
         return False
-    return any(plain.startswith(_s3(unquote(prefix))) for prefix in prefixes)
+    return any(plain.startswith(_s3(unquote(prefix)).rstrip("/") + "/") for prefix in prefixes)
 
 
 def _s3(uri: str) -> str:
@@ -444,19 +471,32 @@ def query_lines(snapshot: Snapshot, fmt: str, presigner: Presigner, versioned: b
         yield _file_line("file", "add", add, fmt, sign)
 
 
-def changes_lines(table: SharedTable, start: int, end: int, fmt: str, presigner: Presigner,
-                  historical_metadata: bool, change_files: bool = True) -> Iterator[dict]:
+def range_protocol(table: SharedTable, start: Snapshot, end: int) -> dict:
+    """The protocol a reader of versions `start`..`end` must follow: the start's, with every reader
+    feature the table gained by `end` (deletion vectors enabled mid-range need the delta format)."""
+    protocol = dict(start.protocol)
+    if end > start.version:
+        later = table.snapshot(end).protocol
+        features = list(dict.fromkeys([*_reader_features(protocol), *_reader_features(later)]))
+        if features:
+            protocol["readerFeatures"] = features
+        protocol["minReaderVersion"] = max(protocol.get("minReaderVersion", 1), later.get("minReaderVersion", 1))
+    return protocol
+
+
+def changes_lines(table: SharedTable, snapshot: Snapshot, end: int, fmt: str, presigner: Presigner,
+                  historical_metadata: bool, change_files: bool = True, protocol: dict | None = None) -> Iterator[dict]:
     """A change data feed (`change_files`: cdc files where a version has them, PROTOCOL.md#add-cdc-file)
-    or the data change files of a streaming query, versions `start` to `end`."""
-    snapshot = table.snapshot(start)
+    or the data change files of a streaming query, versions `snapshot.version` to `end`, under
+    `protocol` (`range_protocol`: the strictest over the range)."""
+    start = snapshot.version
     _require_change_data_feed(table, snapshot.metadata, start, change_files)
-    yield _protocol_line(snapshot.protocol, fmt)
+    yield _protocol_line(protocol or snapshot.protocol, fmt)
     yield _metadata_line(snapshot.metadata, fmt, start if historical_metadata or fmt == "delta" else None)
     sign = table.signer(presigner)
     for version in range(start, end + 1):
         if version not in table.commits:
-            raise invalid(f"version {version} of table {table.name!r} is not in its log: the change data feed "
-                          f"covers versions {table.first_version()} to {table.head_version}")
+            raise invalid(f"version {version} of table {table.name!r} is not in its log")
         actions = table.actions(version)
         timestamp = table.timestamp(version, actions)
         for action in actions:
@@ -502,6 +542,8 @@ def _file_line(wrapper: str, kind: str, action: dict, fmt: str, sign: Callable[[
             line.update(version=version, timestamp=timestamp)
         line.update(expirationTimestamp=url.expires_ms, deltaSingleAction={kind: shared})
         return {"file": line}
+    if action.get("deletionVector"):  # the parquet format cannot say which rows are deleted: never answer without
+        raise unsupported(f"{path} has a deletion vector, which only the delta response format carries")
     line = {"url": url.url, "id": _file_id(path), "partitionValues": action.get("partitionValues") or {},
             "size": action.get("size", 0)}
     if action.get("stats") and kind == "add":

@@ -24,7 +24,7 @@ from exporter.lakefs import LakeFS
 from exporter.presign import Presigner
 from exporter.recipients import Recipient, Recipients, Unauthenticated
 from exporter.sharing import (Catalog, SharingError, changes_lines, encode_lines, invalid, metadata_lines,
-                              query_lines, response_format)
+                              query_lines, range_protocol, response_format)
 
 log = logging.getLogger("lakefs_delta.sharing")
 NDJSON = "application/x-ndjson; charset=utf-8"
@@ -64,6 +64,11 @@ def create_sharing_app(config: Config) -> FastAPI:
     @app.exception_handler(redis.RedisError)
     async def _redis(request: Request, exc: redis.RedisError) -> Response:
         return protocol_error(503, "INTERNAL_ERROR", "the recipient store cannot be reached: try again")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("sharing %s %s failed", request.method, request.url.path)
+        return protocol_error(500, "INTERNAL_ERROR", "the server failed to answer; its log says why")
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -176,9 +181,12 @@ def create_sharing_app(config: Config) -> FastAPI:
             if starting is not None:  # a streaming client's data change files since `starting`
                 end = shared.head_version if ending is None else min(ending, shared.head_version)
                 _check_range(starting, end, shared.head_version)
-                fmt = response_format(capabilities, shared.snapshot(starting).protocol)
-                return starting, fmt, changes_lines(shared, starting, end, fmt, presigner,
-                                                    historical_metadata=True, change_files=False)
+                shared.check_commits(starting, end)
+                first = shared.snapshot(starting)
+                protocol = range_protocol(shared, first, end)
+                fmt = response_format(capabilities, protocol)
+                return starting, fmt, changes_lines(shared, first, end, fmt, presigner, historical_metadata=True,
+                                                    change_files=False, protocol=protocol)
             at = shared.version_at(timestamp, at_or_after=False) if timestamp is not None else version
             snapshot = shared.snapshot(at)
             fmt = response_format(capabilities, snapshot.protocol)
@@ -224,9 +232,12 @@ def create_sharing_app(config: Config) -> FastAPI:
                 shared.version_at(endingTimestamp, at_or_after=False) if endingTimestamp is not None else \
                 shared.head_version
             _check_range(start, end, shared.head_version)
-            fmt = response_format(capabilities, shared.snapshot(start).protocol)
-            return start, fmt, changes_lines(shared, start, end, fmt, presigner,
-                                             historical_metadata=includeHistoricalMetadata)
+            shared.check_commits(start, end)
+            first = shared.snapshot(start)
+            protocol = range_protocol(shared, first, end)
+            fmt = response_format(capabilities, protocol)
+            return start, fmt, changes_lines(shared, first, end, fmt, presigner,
+                                             historical_metadata=includeHistoricalMetadata, protocol=protocol)
         return await streamed(answer)
 
     return app

@@ -292,12 +292,15 @@ def _recipient_create(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"sharing.shares: no share {unknown[0]!r} (configured: {', '.join(sorted(known)) or 'none'})")
     days = config.sharing.recipient_days if args.days is None else args.days
+    if days <= 0:
+        raise ConfigError(f"--days must be positive, not {days}: a token that has expired already is no token")
     expires = datetime.now(timezone.utc) + timedelta(days=days)
     recipient, token = Recipients(config.redis).create(args.name, args.share, expires)
     endpoint = args.endpoint or config.sharing.endpoint or "http://127.0.0.1:18080/delta-sharing"
     document = json.dumps(profile(endpoint, token, recipient), indent=2) + "\n"
     if args.output:
         descriptor = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds a secret
+        os.fchmod(descriptor, 0o600)  # also when the file existed with another mode
         with os.fdopen(descriptor, "w") as out:
             out.write(document)
         print(f"recipient {recipient.name}: shares {', '.join(recipient.shares)}, expires {recipient.expires}; "
@@ -460,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
                                                               "profile file a Delta Sharing client reads")
     create_cmd.add_argument("name")
     create_cmd.add_argument("--share", action="append", required=True, help="a share it may read (repeatable)")
-    create_cmd.add_argument("--days", type=int, help="days until the token expires (default: sharing.recipient_days)")
+    create_cmd.add_argument("--days", type=float, help="days until the token expires (default: sharing.recipient_days)")
     create_cmd.add_argument("--endpoint", help="the server's URL as the recipient reaches it "
                                                "(default: sharing.endpoint)")
     create_cmd.add_argument("--output", help="write the profile to this file (mode 600) instead of stdout")

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from datetime import timezone
 from pathlib import Path
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.integration
 SHARING_PORT = 18091
 CONNECTOR = ["delta-sharing==1.4.2"]
 SHARE = "partner"
-TABLES = ("orders", "events")  # "secret" is on the branch too, but not in the share
+TABLES = ("orders", "events", "archive_*")  # "secret" is on the branch too, but not in the share
 
 # Runs in the connector's virtualenv with an empty environment: no AWS_*, no LAKEFS_*; only the
 # profile file. Prints one JSON document.
@@ -242,10 +243,13 @@ def test_a_deletion_vector_table_is_read_with_the_delta_response_format(
 def test_revoked_and_expired_tokens_and_unshared_tables_are_refused_with_protocol_errors(
         tables, sharing_service, sharing_env, connector_python, tmp_path):
     revoked = make_profile(sharing_env, tmp_path, "former-partner")
-    expired = make_profile(sharing_env, tmp_path, "short-lived", "--days", "0")
+    expired = make_profile(sharing_env, tmp_path, "short-lived", "--days", "0.00002")  # 1.7 s
     good = make_profile(sharing_env, tmp_path, "current-partner")
     done = cli(sharing_env, "sharing", "recipient", "revoke", unique("former-partner"))
     assert done.returncode == 0 and "revoked" in done.stdout, done.stderr
+    assert cli(sharing_env, "sharing", "recipient", "create", unique("never"), "--share", SHARE, "--days", "0") \
+        .returncode == 2, "a token expired at birth is refused"
+    time.sleep(2)
     listed = json.loads(cli(sharing_env, "sharing", "recipient", "list", "--json").stdout)
     assert {r["name"]: r["state"] for r in listed}[unique("former-partner")] == "revoked"
     assert {r["name"]: r["state"] for r in listed}[unique("short-lived")] == "expired"
@@ -258,11 +262,13 @@ def test_revoked_and_expired_tokens_and_unshared_tables_are_refused_with_protoco
         assert body["errorCode"] == "UNAUTHENTICATED" and words in body["message"]
 
     got = consume(connector_python, good, {"secret": ["load", f"{SHARE}.main.secret", {}],
-                                           "missing": ["load", f"{SHARE}.main.nothing", {}],
+                                           "unshared": ["load", f"{SHARE}.main.nothing", {}],
+                                           "missing": ["load", f"{SHARE}.main.archive_2020", {}],
                                            "no_share": ["load", "other.main.orders", {}],
                                            "no_branch": ["load", f"{SHARE}.dev.orders", {}],
                                            "too_new": ["load", f"{SHARE}.main.orders", {"version": 99}]})
-    assert got["secret"]["error"] == 403 and json.loads(got["secret"]["body"])["errorCode"] == "PERMISSION_DENIED"
+    for name in ("secret", "unshared"):  # refused alike: whether a table outside the share exists is not told
+        assert got[name]["error"] == 403 and json.loads(got[name]["body"])["errorCode"] == "PERMISSION_DENIED"
     for name in ("missing", "no_share", "no_branch"):
         assert got[name]["error"] == 404, (name, got[name])
         assert json.loads(got[name]["body"])["errorCode"] == "RESOURCE_DOES_NOT_EXIST"

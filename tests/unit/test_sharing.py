@@ -15,7 +15,7 @@ from exporter.config import Config, ObjectStoreConfig, ShareConfig, load_config
 from exporter.errors import ConfigError
 from exporter.export import location_segment
 from exporter.presign import Presigner
-from exporter.sharing import (Catalog, SharedTable, SharingError, _file_line, _schema_name, _segment_name, _shared_protocol, _split_schema,
+from exporter.sharing import (Catalog, SharedTable, SharingError, _file_line, range_protocol, _schema_name, _segment_name, _shared_protocol, _split_schema,
                               response_format)
 from hooks.sharing import page
 
@@ -102,7 +102,7 @@ def test_features_of_the_log_layout_are_not_shown_to_recipients():
 def table_in(namespace: str, allowed: tuple[str, ...] = ()) -> SharedTable:
     store = mock.Mock(bucket="lakefs-data")
     store.uri = lambda relative: f"{namespace}{relative}"
-    return SharedTable(store, "t/", "t", 0, {}, allowed=(namespace, *allowed))
+    return SharedTable(store, "t/", "t", 0, allowed=(namespace, *allowed))
 
 
 def test_a_file_line_in_each_format():
@@ -111,7 +111,10 @@ def test_a_file_line_in_each_format():
            "modificationTime": 1, "dataChange": True, "stats": '{"numRecords":3}',
            "deletionVector": {"storageType": "p", "pathOrInlineDv": "s3://lakefs-data/t/deletion_vector_1.bin",
                               "offset": 1, "sizeInBytes": 36, "cardinality": 2}}
-    parquet = _file_line("file", "add", add, "parquet", sign)["file"]
+    plain = {k: v for k, v in add.items() if k != "deletionVector"}
+    parquet = _file_line("file", "add", plain, "parquet", sign)["file"]
+    with pytest.raises(SharingError, match="only the delta response format"):
+        _file_line("file", "add", add, "parquet", sign)  # never the deleted rows back
     assert set(parquet) == {"url", "id", "partitionValues", "size", "stats", "expirationTimestamp"}
     assert parquet["partitionValues"] == {"region": "eu"} and parquet["size"] == 573
     delta = _file_line("cdf", "remove", add, "delta", sign, 4, 1700)["file"]
@@ -121,7 +124,7 @@ def test_a_file_line_in_each_format():
     assert action["deletionVector"]["storageType"] == "p" and action["stats"] == add["stats"]
     assert (delta["version"], delta["timestamp"]) == (4, 1700) and delta["id"] == parquet["id"]
     assert delta["deletionVectorFileId"] != delta["id"]
-    relative = _file_line("file", "add", {**add, "path": "part-1.parquet"}, "parquet", sign)
+    relative = _file_line("file", "add", {**plain, "path": "part-1.parquet"}, "parquet", sign)
     assert relative["file"]["url"].startswith("http://127.0.0.1:19000/lakefs-data/t/part-1.parquet?")
 
 
@@ -133,9 +136,11 @@ def test_a_file_line_in_each_format():
     ("s3://lakefs-data/repo/../other-repo/a.parquet", False),  # no way out by dot segments
     ("s3://secrets/key.pem", False),
     ("s3://imports/2026/a.parquet", True),  # sharing.allowed_locations
+    ("s3://imports-private/a.parquet", False),  # a prefix is a folder, not the start of a name
+    ("s3://lakefs-data/repo/_lakefs/exported/main/x/_delta_log/0.json", False),  # lakeFS's own and exports
 ])
 def test_only_objects_under_the_namespace_or_allowed_locations_are_signed(path, signed):
-    sign = table_in("s3://lakefs-data/repo/", ("s3://imports/",)).signer(Presigner(CONFIG, 600, now=NOW))
+    sign = table_in("s3://lakefs-data/repo/", ("s3://imports",)).signer(Presigner(CONFIG, 600, now=NOW))
     if signed:
         assert "X-Amz-Signature=" in sign(path)[1].url
     else:
@@ -211,3 +216,61 @@ def test_shares_are_listed_by_name_so_pages_miss_none():
     with pytest.raises(SharingError) as refused:
         Catalog(config, lakefs=None, shares=["alpha"]).share("zeta")
     assert refused.value.status == 403
+
+
+def logged(entries: dict[str, tuple[int, float]], head: int, ict: dict[int, int] | None = None) -> SharedTable:
+    """A shared table over a listing, whose commits hold an in-commit timestamp where `ict` says."""
+    table = SharedTable(mock.Mock(), "t/", "t", head)
+    with mock.patch("exporter.sharing._listing", return_value=entries):  # the listing, without a store
+        assert table.entries is not None
+    table.actions = lambda version: [{"commitInfo": {"inCommitTimestamp": ict[version]}}] \
+        if ict and version in ict else [{"commitInfo": {}}]
+    return table
+
+
+def iso(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_timestamps_resolve_like_delta_readers_resolve_them():
+    # versions 3..6 after a checkpoint at 3; version 5's file was written before version 4's
+    entries = {f"{3:020d}.checkpoint.parquet": (10, 99.0), **{f"{v:020d}.json": (10, t) for v, t in
+                                                             ((3, 100.0), (4, 102.0), (5, 101.0), (6, 110.0))}}
+    table = logged(entries, head=6)
+    assert [table.timestamp(v) for v in (3, 4, 5, 6)] == [100_000, 102_000, 102_001, 110_000]  # made increasing
+    assert table.version_at(iso(102_000), at_or_after=False) == 4
+    assert table.version_at(iso(102_001), at_or_after=False) == 5
+    assert table.version_at(iso(105_000), at_or_after=True) == 6
+    assert table.version_at(iso(999_000), at_or_after=False) == 6
+    with pytest.raises(SharingError, match="where the shared history"):
+        table.version_at(iso(50_000), at_or_after=True)  # a change feed would silently miss versions 0-2
+    with pytest.raises(SharingError, match="before the oldest readable version"):
+        table.version_at(iso(50_000), at_or_after=False)
+    with pytest.raises(SharingError, match="after the newest version"):
+        table.version_at(iso(999_000), at_or_after=True)
+    with_ict = logged(entries, head=6, ict={3: 1_000, 4: 2_000, 5: 3_000, 6: 4_000})
+    assert with_ict.version_at(iso(2_500), at_or_after=False) == 4  # in-commit timestamps win over file times
+
+
+def test_versions_and_change_ranges_are_checked_before_an_answer_starts():
+    entries = {f"{5:020d}.checkpoint.parquet": (10, 1.0), **{f"{v:020d}.json": (10, 1.0) for v in (6, 7, 8)},
+               f"{9:020d}.json": (10, 1.0)}
+    table = logged(entries, head=8)  # version 9 is past the committed head: an interrupted append's
+    assert table.first_version == 5 and max(table.commits) == 8
+    with pytest.raises(SharingError, match="versions 5 to 8 are"):
+        table.check_version(4)
+    with pytest.raises(SharingError, match="version 5 .* is not in its log: changes can be read from version 6"):
+        table.check_commits(5, 8)  # the checkpoint's own commit was not exported
+    table.check_commits(6, 8)
+
+
+def test_a_range_that_gains_deletion_vectors_needs_the_delta_format():
+    table = mock.Mock()
+    start = mock.Mock(version=1, protocol=PLAIN)
+    table.snapshot.return_value = mock.Mock(protocol=DV)
+    protocol = range_protocol(table, start, 4)
+    assert protocol["readerFeatures"] == ["deletionVectors"] and protocol["minReaderVersion"] == 3
+    assert response_format("responseformat=delta,parquet;readerfeatures=deletionvectors", protocol) == "delta"
+    with pytest.raises(SharingError):
+        response_format(None, protocol)
+    assert range_protocol(table, start, 1) == PLAIN  # one version: nothing read
