@@ -118,7 +118,7 @@ class LiveFiles:
         """Every live file's add action; from the checkpoint only `path` and `deletionVector`
         unless `whole` (then with partition values, size, stats, ...)."""
         yield from (add for add in self.later.values() if add is not None)
-        for _, adds in self._checkpoint_adds(["add"] if whole else _KEY_COLUMNS):
+        for _, adds in self._checkpoint_adds(_WHOLE_ADD_COLUMNS if whole else _KEY_COLUMNS):
             yield from map(_plain, adds.to_pylist())
 
     def adds(self, wanted: pa.Array) -> Iterable[dict]:
@@ -133,6 +133,11 @@ class LiveFiles:
 
 _SLICE = 65_536
 _KEY_COLUMNS = ["add.path", *(f"add.deletionVector.{name}" for name in ("storageType", "pathOrInlineDv", "offset"))]
+# an add action's fields (PROTOCOL.md#add-file-and-remove-file), not the checkpoint-only parsed
+# columns (`stats_parsed` can be the widest column of all, and is dropped from the action anyway)
+_WHOLE_ADD_COLUMNS = [f"add.{name}" for name in ("path", "partitionValues", "size", "modificationTime", "dataChange",
+                                                 "stats", "tags", "deletionVector", "baseRowId",
+                                                 "defaultRowCommitVersion", "clusteringProvider")]
 
 
 def _joined(key: tuple[str, str]) -> str:

@@ -274,3 +274,51 @@ def test_a_range_that_gains_deletion_vectors_needs_the_delta_format():
     with pytest.raises(SharingError):
         response_format(None, protocol)
     assert range_protocol(table, start, 1) == PLAIN  # one version: nothing read
+
+
+class MemoryStore:
+    """The object-store calls `ExportedLog`/`LiveFiles` make, over a dict of bytes."""
+
+    def __init__(self, objects: dict[str, bytes]):
+        self.objects = objects
+
+    def uri(self, relative: str) -> str:
+        return f"s3://b/{relative}"
+
+    def get(self, relative: str) -> bytes:
+        return self.objects[relative]
+
+    def get_range(self, uri: str, start: int, end: int) -> bytes:
+        return self.objects[uri.removeprefix("s3://b/")][start:end]
+
+
+def test_a_snapshots_files_are_whole_add_actions_without_the_checkpoints_parsed_columns():
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from exporter.deltalog import LogListing, select_segment
+    from exporter.exported import ExportedLog, LiveFiles
+
+    add_type = pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string())),
+                          ("size", pa.int64()), ("modificationTime", pa.int64()), ("dataChange", pa.bool_()),
+                          ("stats", pa.string()), ("tags", pa.map_(pa.string(), pa.string())),
+                          ("stats_parsed", pa.struct([("numRecords", pa.int64())])),
+                          ("partitionValues_parsed", pa.struct([("region", pa.string())]))])
+    adds = [{"path": f"s3://b/data/f{i}.parquet", "partitionValues": [("region", "eu")], "size": 10 + i,
+             "modificationTime": 5, "dataChange": True, "stats": '{"numRecords":3}', "tags": None,
+             "stats_parsed": {"numRecords": 3}, "partitionValues_parsed": {"region": "eu"}} for i in range(3)]
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"add": pa.array(adds, add_type),
+                             "metaData": pa.array([{"id": "t"}, None, None], pa.struct([("id", pa.string())])),
+                             "protocol": pa.array([None, {"minReaderVersion": 1}, None],
+                                                  pa.struct([("minReaderVersion", pa.int32())]))}), sink)
+    later = b'{"remove":{"path":"s3://b/data/f1.parquet","dataChange":true}}\n'
+    objects = {f"t/_delta_log/{2:020d}.checkpoint.parquet": sink.getvalue(), f"t/_delta_log/{3:020d}.json": later}
+    sizes = {name.removeprefix("t/_delta_log/"): len(raw) for name, raw in objects.items()}
+    listing = LogListing.from_names(sizes.items())
+    files = list(LiveFiles(ExportedLog(MemoryStore(objects), "t/", sizes, listing, select_segment(listing)))
+                 .files(whole=True))
+    assert files == [{"path": f"s3://b/data/f{i}.parquet", "partitionValues": {"region": "eu"}, "size": 10 + i,
+                      "modificationTime": 5, "dataChange": True, "stats": '{"numRecords":3}'} for i in (0, 2)]
