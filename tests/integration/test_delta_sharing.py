@@ -17,13 +17,13 @@ import httpx
 import pytest
 
 from exporter.branch_table import append_commit, branch_table_versions
-from tests.conftest import ARTIFACTS, ROOT
+from tests.conftest import ARTIFACTS, ROOT, SERVICE_PORT
 from tests.integration.deltatables import add_descriptor, export_one, table_uri
 from tests.integration.writers import isolated_python
 
 pytestmark = pytest.mark.integration
 
-SHARING_PORT = 18091
+SHARING_PORT = SERVICE_PORT + 40  # a port no other test serves on (they stay up until the session ends)
 CONNECTOR = ["delta-sharing==1.4.2"]
 SHARE = "partner"
 TABLES = ("orders", "events", "archive_*")  # "secret" is on the branch too, but not in the share
