@@ -49,7 +49,8 @@ class Presigner:
     def presign(self, uri: str) -> PresignedUrl:
         """`uri` as a Delta log holds a path: a URI, its key percent-encoded where needed."""
         bucket, key = split_uri(uri)
-        key = unquote(key)
+        if "%" in key:
+            key = unquote(key)
         address = f"s3://{bucket}/{key}"
         store = next((s for s in self.stores if address.startswith(s.prefix)), None)
         if store is None:

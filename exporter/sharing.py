@@ -282,11 +282,11 @@ class SharedTable:
         `sharing.allowed_locations`) is refused, so a log can never make the server sign an object it
         was not meant to share."""
         location = self.store.uri(self.location)
-        denied = (self.store.uri("_lakefs/"),)  # lakeFS's own metadata, and every export
+        allowed, denied = _folders(self.allowed), _folders([self.store.uri("_lakefs/")])  # lakeFS's own, and exports
 
         def sign(path: str) -> tuple[str, PresignedUrl]:
             absolute = _absolute(path, location)
-            if not _within(absolute, self.allowed) or _within(absolute, denied):
+            if not _within(absolute, allowed) or _within(absolute, denied):
                 raise SharingError(500, "INTERNAL_ERROR", f"table {self.name!r} references {absolute}, outside its "
                                    "repository's storage namespace and sharing.allowed_locations: not shared")
             return absolute, presigner.presign(absolute)
@@ -334,14 +334,22 @@ def _allowed(config: Config, store: ObjectStore) -> tuple[str, ...]:
     return (store.uri(""), *config.sharing.allowed_locations)
 
 
-def _within(path: str, prefixes: Iterable[str]) -> bool:
-    plain = _s3(unquote(path))
+def _folders(prefixes: Iterable[str]) -> tuple[str, ...]:
+    """Prefixes as `_within` compares them: decoded, `s3://`, each a folder (ending in `/`)."""
+    return tuple(_s3(unquote(prefix)).rstrip("/") + "/" for prefix in prefixes)
+
+
+def _within(path: str, folders: tuple[str, ...]) -> bool:
+    """Whether the object at `path` (a URI) is under one of `folders` (from `_folders`)."""
+    plain = _s3(unquote(path) if "%" in path else path)
     if "/../" in plain or "/./" in plain:
         return False
-    return any(plain.startswith(_s3(unquote(prefix)).rstrip("/") + "/") for prefix in prefixes)
+    return plain.startswith(folders)
 
 
 def _s3(uri: str) -> str:
+    if uri.startswith("s3://"):
+        return uri
     scheme, separator, rest = uri.partition("://")
     return f"s3://{rest}" if separator and scheme in ("s3a", "s3n") else uri
 
