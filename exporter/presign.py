@@ -82,9 +82,13 @@ class _Signer:
             "X-Amz-SignedHeaders=host",
         ])
         self.to_sign_head = f"{_ALGORITHM}\n{batch.amz_date}\n{scope}\n"
+        self.roots: dict[str, str] = {}  # bucket -> its quoted path
 
     def url(self, bucket: str, key: str) -> str:
-        path = "/" + quote(bucket, safe=_UNRESERVED) + "/" + quote(key, safe=_UNRESERVED + "/")
+        root = self.roots.get(bucket)
+        if root is None:
+            root = self.roots[bucket] = "/" + quote(bucket, safe=_UNRESERVED) + "/"
+        path = root + quote(key, safe=_UNRESERVED + "/")
         canonical = f"GET\n{path}\n{self.query}\nhost:{self.host}\n\nhost\nUNSIGNED-PAYLOAD"
         to_sign = self.to_sign_head + hashlib.sha256(canonical.encode()).hexdigest()
         signature = hmac.new(self.signing_key, to_sign.encode(), hashlib.sha256).hexdigest()

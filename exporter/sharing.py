@@ -570,11 +570,14 @@ def _file_id(path: str) -> str:
     return hashlib.md5(path.encode(), usedforsecurity=False).hexdigest()
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: `json.dumps` with options builds one a call
+
+
 def encode_lines(lines: Iterable[dict], batch: int = 1000) -> Iterator[bytes]:
     """NDJSON, a batch of lines per chunk."""
     chunk: list[str] = []
     for line in lines:
-        chunk.append(json.dumps(line, separators=(",", ":")))
+        chunk.append(_COMPACT(line))
         if len(chunk) >= batch:
             yield ("\n".join(chunk) + "\n").encode()
             chunk = []
