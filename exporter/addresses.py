@@ -9,7 +9,6 @@ as the hash table (`index_in`); a few paths (a JSON commit) by binary search.
 
 from __future__ import annotations
 
-
 import bisect
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence

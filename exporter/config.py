@@ -100,7 +100,7 @@ class ShareConfig(_Section):
             name, separator, rest = value.partition("=")
             if not separator or not name:
                 raise ValueError("a share is NAME=repo1+repo2[:refs[:tables]], patterns joined by +")
-            parts = [[p for p in part.split("+") if p] for part in rest.split(":")]
+            parts = [_plus_list(part) for part in rest.split(":")]
             if len(parts) > 3:
                 raise ValueError("a share is NAME=repo1+repo2[:refs[:tables]]: too many `:`")
             return {"name": name, **{key: part for key, part in zip(("repositories", "refs", "tables"), parts)}}
@@ -136,7 +136,7 @@ class ApiToken(_Section):
             if not separator or not token:
                 raise ValueError("an API token names the repositories it may read: TOKEN=repo1+repo2, or TOKEN=* "
                                  "for every repository")
-            return {"token": token, "repositories": [r for r in repositories.split("+") if r]}
+            return {"token": token, "repositories": _plus_list(repositories)}
         return value
 
     def allows(self, repository: str) -> bool:
@@ -274,6 +274,11 @@ class Config(BaseSettings):
         document = self.model_dump(mode="json")  # SecretStr dumps as "**********"
         document["redis_url"] = mask_url(self.redis)
         return _stars(document)
+
+
+def _plus_list(text: str) -> list[str]:
+    """`a+b+c` (how a list inside one environment value is written) -> [a, b, c]."""
+    return [item for item in text.split("+") if item]
 
 
 def mask_url(url: str) -> str:

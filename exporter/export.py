@@ -84,6 +84,12 @@ def location_segment(name: str) -> str:
                    for char in name)
 
 
+def segment_name(segment: str) -> str:
+    """`location_segment` undone: `~XX` bytes back to UTF-8."""
+    raw = re.sub(rb"~([0-9A-F]{2})", lambda m: bytes([int(m.group(1), 16)]), segment.encode())
+    return raw.decode("utf-8", errors="replace")
+
+
 def export_commit(config: Config, repository: str, ref: str, commit_id: str | None = None,
                   tables: list[str] | None = None, export_all: bool = False, lakefs: LakeFS | None = None) -> list[ExportOutcome]:
     """Export the tables a commit changed (or the named ones, or all). One bad table never stops the others."""

@@ -31,7 +31,7 @@ from exporter.branch_table import LATEST, STATE
 from exporter.config import Config, ShareConfig
 from exporter.deltalog import LogListing, parse_actions, select_segment
 from exporter.errors import ExporterError, NotFound
-from exporter.export import MANIFEST, export_location, location_segment
+from exporter.export import MANIFEST, export_location, location_segment, segment_name
 from exporter.exported import ExportedLog, LiveFiles
 from exporter.lakefs import LakeFS
 from exporter.logstore import LOG_DIR
@@ -128,7 +128,7 @@ class Catalog:
         store = self._store(schema.repository)
         root = _branch_root(self.config, schema.ref) if schema.kind == "branch" else \
             f"{self.config.export_prefix.strip('/')}/{location_segment(schema.ref)}/{schema.commit_id}/"
-        names = (_segment_name(folder) for folder in store.list_folders(root))
+        names = (segment_name(folder) for folder in store.list_folders(root))
         return sorted(name for name in names if NAME.fullmatch(name) and _offered(name, share.tables))
 
     def table(self, share_name: str, schema_name: str, table: str) -> "SharedTable":
@@ -163,12 +163,6 @@ def _split_schema(share: ShareConfig, name: str) -> tuple[str | None, str]:
 
 def _branch_root(config: Config, branch: str) -> str:
     return f"{config.export_prefix.strip('/')}/{location_segment(branch)}/{LATEST}/"
-
-
-def _segment_name(segment: str) -> str:
-    """`location_segment` undone: `~XX` bytes back to UTF-8."""
-    raw = re.sub(rb"~([0-9A-F]{2})", lambda m: bytes([int(m.group(1), 16)]), segment.encode())
-    return raw.decode("utf-8", errors="replace")
 
 
 # ------------------------------------------------------------------ one shared table

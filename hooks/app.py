@@ -40,7 +40,7 @@ from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUT
                         SignInRefused, Unauthenticated, caller_of, code_key, matching_token)
 from hooks.metrics import WorkerMetrics
 from hooks.models import (BranchTableVersions, RefsOverview, RowDiff, Dataset, Datasets, Computing, EventIgnored, EventQueued, ExportStatus, Health, Keys, LakeFSEvent, Problem,
-                          Readiness, Session, SignInCode, SignInLink, TableDiff)
+                          Readiness, Session, SignInCode, SignInLink, TableDiff, validation_message)
 from hooks.sharing import create_sharing_app
 from hooks.paging import MAX_PER_PAGE, paginate, paginate_rows, row_pagination, row_start
 from exporter.lakefs import LakeFS
@@ -164,9 +164,7 @@ def create_app(config: Config) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        where = ".".join(str(part) for part in first["loc"] if part not in ("query", "path", "body"))
-        return error(400, f"{where}: {first['msg']}" if where else first["msg"])
+        return error(400, validation_message(exc.errors()))
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> Response:

@@ -55,16 +55,12 @@ class WorkerMetrics(Collector):
                     break
             else:
                 counters[name.removesuffix("_total")].append((labels, value))
-        for name, samples in counters.items():
-            family = CounterMetricFamily(name, HELP.get(name, name), labels=sorted(samples[0][0]))
-            for labels, value in samples:
-                family.add_metric([labels[k] for k in sorted(labels)], value)
-            yield family
-        for name, samples in gauges.items():
-            family = GaugeMetricFamily(name, HELP.get(name, name), labels=sorted(samples[0][0]))
-            for labels, value in samples:
-                family.add_metric([labels[k] for k in sorted(labels)], value)
-            yield family
+        for kind, families in ((CounterMetricFamily, counters), (GaugeMetricFamily, gauges)):
+            for name, samples in families.items():
+                family = kind(name, HELP.get(name, name), labels=sorted(samples[0][0]))
+                for labels, value in samples:
+                    family.add_metric([labels[k] for k in sorted(labels)], value)
+                yield family
         for name, by_labels in summaries.items():
             label_names = [k for k, _ in next(iter(by_labels))]
             family = SummaryMetricFamily(name, HELP.get(name, name), labels=label_names)

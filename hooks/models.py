@@ -306,3 +306,10 @@ class Session(BaseModel):
 class SignInLink(BaseModel):
     code: str
     expires_in: int
+
+
+def validation_message(errors: list[dict]) -> str:
+    """The first of FastAPI's validation errors, as one line naming the parameter."""
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    where = ".".join(str(part) for part in first["loc"] if part not in ("query", "path", "body", "header"))
+    return f"{where}: {first['msg']}" if where else first["msg"]

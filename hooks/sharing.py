@@ -23,6 +23,7 @@ from exporter.errors import ExporterError, NotFound
 from exporter.lakefs import LakeFS
 from exporter.presign import Presigner
 from exporter.recipients import Recipient, Recipients, Unauthenticated
+from hooks.models import validation_message
 from exporter.sharing import (Catalog, SharingError, changes_lines, encode_lines, invalid, metadata_lines,
                               query_lines, range_protocol, response_format)
 
@@ -72,9 +73,7 @@ def create_sharing_app(config: Config) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> Response:
-        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
-        where = ".".join(str(part) for part in first["loc"] if part not in ("query", "path", "body", "header"))
-        return protocol_error(400, "INVALID_PARAMETER_VALUE", f"{where}: {first['msg']}" if where else first["msg"])
+        return protocol_error(400, "INVALID_PARAMETER_VALUE", validation_message(exc.errors()))
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> Response:

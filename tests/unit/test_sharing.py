@@ -13,9 +13,9 @@ import pytest
 
 from exporter.config import Config, ObjectStoreConfig, ShareConfig, load_config
 from exporter.errors import ConfigError
-from exporter.export import location_segment
+from exporter.export import location_segment, segment_name
 from exporter.presign import Presigner
-from exporter.sharing import (Catalog, SharedTable, SharingError, _file_line, range_protocol, _schema_name, _segment_name, _shared_protocol, _split_schema,
+from exporter.sharing import (Catalog, SharedTable, SharingError, _file_line, range_protocol, _schema_name, _shared_protocol, _split_schema,
                               response_format)
 from hooks.sharing import page
 
@@ -166,7 +166,7 @@ def test_pages_follow_their_token_to_the_end():
 
 @pytest.mark.parametrize("name", ["main", "v1.0#rc+2", "feature/é", "a~b"])
 def test_a_location_segment_reads_back_as_its_name(name):
-    assert _segment_name(location_segment(name)) == name
+    assert segment_name(location_segment(name)) == name
 
 
 def test_schema_names_with_one_and_with_several_repositories():
