@@ -5,7 +5,8 @@ files only on one side are read whole (minus their deletion vector); a file on b
 deletion vector changed contributes exactly the rows whose bits differ; shared files cost nothing.
 Removed and added rows are then matched as multisets over the columns both sides have (a
 copy-on-write rewrite, OPTIMIZE or an identical overwrite cancels out), and, with a key, the rows
-left on both sides with the same key are updates.
+left on both sides with the same key are updates. A column is the same column on both sides by
+its identity (`exporter.columns`), so a renamed one is compared, and shown, under its new name.
 
 Memory follows the differing data; above `row_diff_max_bytes` of files to read the diff is refused
 (`RowDiffTooLarge`) rather than run out of memory.
@@ -20,7 +21,7 @@ import json
 import posixpath
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote
 
@@ -28,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
+from exporter.columns import matched_by_id, paired_fields, physical_name
 from exporter.config import Config
 from exporter.deletion_vectors import deleted_rows
 from exporter.diff import diff_commits, load_table
@@ -79,6 +81,8 @@ class _Side:
     columns: list[str] = field(default_factory=list)
     physical: dict[str, str] = field(default_factory=dict)  # logical -> physical (column mapping)
     partition_columns: list[str] = field(default_factory=list)
+    fields: list[dict] = field(default_factory=list)  # the schema's columns, as metaData.schemaString has them
+    configuration: dict[str, str] = field(default_factory=dict)  # metaData.configuration
 
 
 def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: str | None, right_commit: str,
@@ -92,8 +96,8 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
     started = time.monotonic()
     store = ObjectStore(config, lakefs.storage_namespace(repository))
     prefix = table_path.strip("/") + "/"
-    left = _side(store, lakefs, repository, left_commit, table_path)
     right = _side(store, lakefs, repository, right_commit, table_path)
+    left, renamed = _named_as_right(_side(store, lakefs, repository, left_commit, table_path), right)
     if left.files is None and right.files is None:
         raise NotFound(f"no Delta table at {table_path!r} on either side")
     unknown = [k for k in key if k not in left.columns + right.columns]
@@ -112,13 +116,14 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
         [right_paths[p] for p in vector_changed]
     size = sum(int(add.get("size") or 0) for add in to_read)
     common = [c for c in left.columns if c in right.columns] if left.files and right.files else []
+    columns = {"left": left.columns, "right": right.columns, "matched_on": common, "renamed": renamed}
     reader = _Reader(store, lakefs, repository, prefix)
     if size > max_bytes and use_spark:
         answer = _with_spark(config, store, reader, left, right, left_paths, right_paths, vector_changed, common,
                              key, progress)
         return {"table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
-                "columns": {"left": left.columns, "right": right.columns, "matched_on": common}, **answer,
-                "bytes_read": size, "computed_seconds": round(time.monotonic() - started, 4)}
+                "columns": columns, **answer, "bytes_read": size,
+                "computed_seconds": round(time.monotonic() - started, 4)}
     if size > max_bytes:
         raise RowDiffTooLarge(f"the two sides differ in {len(to_read)} file(s), {size:,} bytes to read: more than "
                               f"{max_bytes:,} (row_diff_max_bytes: {config.row_diff_max_bytes:,})")
@@ -127,11 +132,11 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
     for add in removed_files:
         if add["path"] not in vector_changed:
             count = removed.extend(reader, left.commit_id, add, reader.deleted(left.commit_id, add), invert=True)
-            files["removed"].append(_file(add, count))
+            files["removed"].append(_file(left, add, count))
     for add in added_files:
         if add["path"] not in vector_changed:
             count = added.extend(reader, right.commit_id, add, reader.deleted(right.commit_id, add), invert=True)
-            files["added"].append(_file(add, count))
+            files["added"].append(_file(right, add, count))
     for path in vector_changed:  # rows deleted on the right only are removed; rows deleted on the left only, added
         before, after = reader.deleted(left.commit_id, left_paths[path]), reader.deleted(right.commit_id, right_paths[path])
         gone = removed.extend(reader, left.commit_id, left_paths[path], after - before)
@@ -143,7 +148,7 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
     rows, counts = _changes(removed_rows.take(removed_left), added_rows.take(added_left), [k for k in key if k in common])
     return {
         "table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
-        "columns": {"left": left.columns, "right": right.columns, "matched_on": common},
+        "columns": columns,
         "counts": counts["total"], "partitions": counts["partitions"], "files": files,
         "rows": rows, "engine": "in-process", "rows_location": None,
         "bytes_read": size, "computed_seconds": round(time.monotonic() - started, 4),
@@ -159,7 +164,7 @@ def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", left: _Si
 
     def entry(side: _Side, name: str, add: dict, mode: str, rows: BitMap) -> dict:
         return {"side": name, "address": reader.address(side.commit_id, add["path"]), "mode": mode, "rows": list(rows),
-                "partition": add.get("partitionValues") or {}, "label": _label(side, add), "path": add["path"]}
+                "partition": _partition(side, add), "label": _label(side, add), "path": add["path"]}
 
     files = [entry(left, "removed", a, "except", reader.deleted(left.commit_id, a))
              for path, a in left_paths.items() if path not in vector_changed]
@@ -183,9 +188,9 @@ def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", left: _Si
 
     changed = {"removed": [], "added": [], "deletion_vector_changed": []}
     for item in files:
-        add = (left_paths if item["side"] == "removed" else right_paths)[item["path"]]
+        side, add = (left, left_paths) if item["side"] == "removed" else (right, right_paths)
         if item["path"] not in vector_changed:
-            changed[item["side"]].append(_file(add, rows_of(item)))
+            changed[item["side"]].append(_file(side, add[item["path"]], rows_of(item)))
     for path in vector_changed:
         found = {item["side"]: rows_of(item) for item in files if item["path"] == path}
         changed["deletion_vector_changed"].append({"path": path, "rows_deleted": found.get("removed", 0),
@@ -196,8 +201,14 @@ def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", left: _Si
 
 def _label(side: _Side, add: dict) -> str:
     """`column=value/...` of the partition a file is in; empty when unpartitioned."""
-    partition = add.get("partitionValues") or {}
-    return "/".join(f"{c}={partition.get(c)}" for c in side.partition_columns)
+    return "/".join(f"{column}={value}" for column, value in _partition(side, add).items())
+
+
+def _partition(side: _Side, add: dict) -> dict[str, str | None]:
+    """A file's partition values by logical column; the log keys them by physical name
+    (PROTOCOL.md#writer-requirements-for-column-mapping)."""
+    values = add.get("partitionValues") or {}
+    return {column: values.get(side.physical[column]) for column in side.partition_columns}
 
 
 def _side(store: ObjectStore, lakefs: LakeFS, repository: str, commit_id: str | None, table_path: str) -> _Side:
@@ -205,14 +216,41 @@ def _side(store: ObjectStore, lakefs: LakeFS, repository: str, commit_id: str | 
     if loaded is None:
         return _Side(commit_id or "", None)
     files = LiveFiles(SourceLog(loaded, store))
-    metadata = files.metadata or {}
+    return _described(commit_id, files, files.metadata or {})
+
+
+def _described(commit_id: str, files: LiveFiles | None, metadata: dict) -> _Side:
+    """A side as its metaData action describes it."""
     schema = json.loads(metadata.get("schemaString") or '{"fields": []}')
-    side = _Side(commit_id, files, partition_columns=list(metadata.get("partitionColumns") or []))
-    for column in schema.get("fields", []):
+    side = _Side(commit_id, files, partition_columns=list(metadata.get("partitionColumns") or []),
+                 fields=schema.get("fields", []), configuration=metadata.get("configuration") or {})
+    for column in side.fields:
         side.columns.append(column["name"])
-        side.physical[column["name"]] = (column.get("metadata") or {}).get("delta.columnMapping.physicalName",
-                                                                           column["name"])
+        side.physical[column["name"]] = physical_name(column)
     return side
+
+
+def _named_as_right(left: _Side, right: _Side) -> tuple[_Side, list[dict]]:
+    """Left with each column that is also a right column under the right's name (a rename: its new
+    name), so the rows of both sides compare by name; and the renames. A column only on the left keeps
+    its name, or is `name (dropped)` when a different right column has that name."""
+    names, renamed = {}, []
+    for left_field, right_field in paired_fields(left.fields, right.fields,
+                                                 matched_by_id(left.configuration, right.configuration)):
+        if left_field is None:
+            continue
+        if right_field is not None:
+            names[left_field["name"]] = right_field["name"]
+            if right_field["name"] != left_field["name"]:
+                renamed.append({"from": left_field["name"], "to": right_field["name"]})
+            continue
+        name = left_field["name"]
+        while name in right.columns:  # a different column has that name on the right
+            name += " (dropped)"
+        names[left_field["name"]] = name
+    return replace(left, columns=[names[c] for c in left.columns],
+                   physical={names[c]: physical for c, physical in left.physical.items()},
+                   partition_columns=[names[c] for c in left.partition_columns]), renamed
 
 
 def _keys(side: _Side) -> pa.Array:
@@ -263,7 +301,7 @@ class _RowsOf:
             data = data.filter(pc.invert(pc.is_in(positions, value_set=pa.array(list(rows), pa.int64())))) if rows else data
         else:
             data = data.take(pa.array(list(rows), pa.int64()))
-        partition = add.get("partitionValues") or {}
+        partition = _partition(self.side, add)
         columns = {}
         for column in self.side.columns:
             if column in self.side.partition_columns:
@@ -367,9 +405,8 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _file(add: dict, rows: int) -> dict:
-    return {"path": add["path"], "size": int(add.get("size") or 0), "rows": rows,
-            "partition": add.get("partitionValues") or {}}
+def _file(side: _Side, add: dict, rows: int) -> dict:
+    return {"path": add["path"], "size": int(add.get("size") or 0), "rows": rows, "partition": _partition(side, add)}
 
 
 def worth_precomputing(config: Config, lakefs: LakeFS, repository: str, parent: str | None, commit_id: str,

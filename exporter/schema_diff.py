@@ -4,43 +4,32 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from exporter.columns import matched_by_id, paired_fields
 from exporter.snapshot import TableState
-
-_COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
-_COLUMN_MAPPING_ID = "delta.columnMapping.id"
 
 
 def schema_changes(left: TableState | None, right: TableState | None) -> list[dict]:
     """Column changes from left's schema to right's, nested struct fields as dotted paths.
 
-    With column mapping (mode name or id) on both sides, fields are matched by
-    `delta.columnMapping.id`, so a rename is a rename; otherwise by name. Array elements and map
+    Fields are matched by their identity (`exporter.columns`: the column-mapping id when both sides
+    are column-mapped, so a rename is a rename; otherwise the name). Array elements and map
     keys/values are followed as `column.element`, `column.key`, `column.value`.
     """
-    by_id = _column_mapped(left) and _column_mapped(right)
+    by_id = matched_by_id(left.properties if left else None, right.properties if right else None)
     left_fields = (left.schema if left else {}).get("fields") or []
     right_fields = (right.schema if right else {}).get("fields") or []
     return _field_changes(left_fields, right_fields, "", "", by_id)
 
 
-def _column_mapped(state: TableState | None) -> bool:
-    return state is not None and state.properties.get(_COLUMN_MAPPING_MODE) in ("name", "id")
-
-
-def _field_key(schema_field: Mapping[str, Any], by_id: bool) -> tuple[str, Any]:
-    column_id = (schema_field.get("metadata") or {}).get(_COLUMN_MAPPING_ID) if by_id else None
-    return ("id", column_id) if column_id is not None else ("name", schema_field.get("name"))
-
-
 def _field_changes(left_fields: list, right_fields: list, left_prefix: str, right_prefix: str, by_id: bool) -> list:
-    left_by_key = {_field_key(left_field, by_id): left_field for left_field in left_fields}
-    right_keys = set()
     changes: list[dict] = []
-    for right_field in right_fields:
-        key = _field_key(right_field, by_id)
-        right_keys.add(key)
+    for left_field, right_field in paired_fields(left_fields, right_fields, by_id):
+        if right_field is None:
+            changes.append(
+                _change("removed", _join(left_prefix, left_field["name"]), _type_name(left_field["type"]), None)
+            )
+            continue
         right_path = _join(right_prefix, right_field["name"])
-        left_field = left_by_key.get(key)
         if left_field is None:
             changes.append(_change("added", right_path, None, _type_name(right_field["type"])))
             continue
@@ -52,11 +41,6 @@ def _field_changes(left_fields: list, right_fields: list, left_prefix: str, righ
                 _change("nullability_changed", right_path, left_field.get("nullable"), right_field.get("nullable"))
             )
         changes.extend(_type_changes(left_field["type"], right_field["type"], left_path, right_path, by_id))
-    for key, left_field in left_by_key.items():
-        if key not in right_keys:
-            changes.append(
-                _change("removed", _join(left_prefix, left_field["name"]), _type_name(left_field["type"]), None)
-            )
     return changes
 
 

@@ -33,12 +33,25 @@ def changed(diff: dict, change: str, columns: list[str]) -> Counter:
     return Counter(tuple(row["values"].get(c) for c in columns) for row in diff["rows"] if row["change"] == change)
 
 
-def full_scan(spark, repository: str, left: str, right: str, path: str, columns: list[str]) -> tuple[Counter, Counter]:
-    """The naive way: read both sides whole and `exceptAll` both ways (what table-diff tools do)."""
-    before = spark.read.format("delta").load(table_uri(repository, left, path)).select(*columns)
+def full_scan(spark, repository: str, left: str, right: str, path: str, columns: list[str],
+              renamed: dict[str, str] | None = None) -> tuple[Counter, Counter]:
+    """The naive way: read both sides whole and `exceptAll` both ways (what table-diff tools do);
+    `renamed` (old name -> new) renames the left side's columns first."""
+    before = spark.read.format("delta").load(table_uri(repository, left, path)) \
+        .withColumnsRenamed(renamed or {}).select(*columns)
     after = spark.read.format("delta").load(table_uri(repository, right, path)).select(*columns)
     return (Counter(tuple(r) for r in before.exceptAll(after).collect()),
             Counter(tuple(r) for r in after.exceptAll(before).collect()))
+
+
+def removed_and_added(rows: list[dict], columns: list[str]) -> tuple[Counter, Counter]:
+    """The rows a diff takes out and puts in, an update counting as both (its before and its values)."""
+    def values(row: dict) -> tuple:
+        return tuple(row.get(c) for c in columns)
+
+    removed = Counter(values(r["values"]) for r in rows if r["change"] == "removed")
+    removed.update(values(r["before"]) for r in rows if r["change"] == "updated")
+    return removed, Counter(values(r["values"]) for r in rows if r["change"] in ("added", "updated"))
 
 
 def test_a_delete_with_deletion_vectors_lists_exactly_the_removed_rows(spark, lakefs, config, repository):
@@ -210,3 +223,79 @@ def test_a_diff_above_the_in_process_limit_runs_as_a_spark_job_with_the_same_ans
     answer = api(service, path + "&amount=150&after=9").json()
     assert answer["engine"] == "spark" and [r["id"] for r in answer["rows"]] == list(range(10, 160))
     assert answer["pagination"]["has_more"] is False and answer["counts"] == job["counts"]
+
+
+def renamed_on_a_branch(spark, lakefs, repository: str, path: str, columns: str, rows: list[tuple], changes: list[str],
+                        partitioned_by: str = "", properties: dict | None = None) -> tuple[str, str]:
+    """A column-mapped table with deletion vectors on main, `changes` (SQL on `{table}`) committed on a
+    branch; the two commit ids."""
+    uri = table_uri(repository, "main", path)
+    properties = {"delta.columnMapping.mode": "name", "delta.enableDeletionVectors": "true", **(properties or {})}
+    spark.sql(f"CREATE TABLE delta.`{uri}` ({columns}) USING delta {partitioned_by} TBLPROPERTIES ("
+              + ", ".join(f"'{name}' = '{value}'" for name, value in properties.items()) + ")")
+    spark.createDataFrame(rows, columns).coalesce(1).write.format("delta").mode("append").save(uri)
+    left = lakefs.commit_branch(repository, "main", f"{len(rows)} rows")
+    lakefs.create_branch(repository, "renames", "main")
+    for change in changes:
+        spark.sql(change.format(table=f"delta.`{table_uri(repository, 'renames', path)}`"))
+    return left, lakefs.commit_branch(repository, "renames", "a column renamed, values changed")
+
+
+def in_process_and_as_spark_job(config, lakefs, repository: str, left: str, right: str, path: str,
+                                key: tuple[str, ...]) -> tuple[dict, dict, list[dict]]:
+    """The row diff computed in the process and by the Spark job (everything is above a 0-byte limit),
+    and the job's rows."""
+    in_process = compute_row_diff(config, lakefs, repository, left, right, path, key)
+    job = compute_row_diff(config.model_copy(update={"row_diff_max_bytes": 0}), lakefs, repository, left, right, path,
+                           key)
+    assert (in_process["engine"], job["engine"]) == ("in-process", "spark")
+    job_rows, _ = rows_page(ObjectStore(config, lakefs.storage_namespace(repository)), job["rows_location"], 0, 100)
+    return in_process, job, job_rows
+
+
+def test_a_value_changed_in_a_renamed_column_is_an_update_under_its_new_name(spark, lakefs, config, repository):
+    rows = [(i, i * 10 + 0.5, f"n{i}") for i in range(10)]
+    left, right = renamed_on_a_branch(spark, lakefs, repository, "tables/renamed", "id INT, amount DOUBLE, note STRING",
+                                      rows, ["ALTER TABLE {table} RENAME COLUMN amount TO total",
+                                             "UPDATE {table} SET total = 130.5 WHERE id = 3",
+                                             "UPDATE {table} SET note = 'five' WHERE id = 5"])
+
+    in_process, job, job_rows = in_process_and_as_spark_job(config, lakefs, repository, left, right, "tables/renamed",
+                                                            ("id",))
+
+    columns = ["id", "total", "note"]
+    spark_removed_and_added = full_scan(spark, repository, left, right, "tables/renamed", columns, {"amount": "total"})
+    for diff, changed_rows in ((in_process, in_process["rows"]), (job, job_rows)):
+        assert diff["counts"] == {"added": 0, "removed": 0, "updated": 2}, diff["engine"]
+        assert diff["columns"] == {"left": columns, "right": columns, "matched_on": columns,
+                                   "renamed": [{"from": "amount", "to": "total"}]}
+        assert sorted(((r["before"], r["values"]) for r in changed_rows), key=lambda pair: pair[1]["id"]) == [
+            ({"id": 3, "total": 30.5, "note": "n3"}, {"id": 3, "total": 130.5, "note": "n3"}),
+            ({"id": 5, "total": 50.5, "note": "n5"}, {"id": 5, "total": 50.5, "note": "five"})]
+        assert removed_and_added(changed_rows, columns) == spark_removed_and_added
+
+
+def test_a_renamed_and_widened_column_is_compared_by_value(spark, lakefs, config, repository):
+    rows = [(i, i * 10, f"n{i}", "d1" if i < 5 else "d2") for i in range(10)]
+    left, right = renamed_on_a_branch(spark, lakefs, repository, "tables/widened",
+                                      "id INT, qty INT, note STRING, day STRING", rows,
+                                      ["ALTER TABLE {table} RENAME COLUMN qty TO quantity",
+                                       "ALTER TABLE {table} ALTER COLUMN quantity TYPE BIGINT",
+                                       "UPDATE {table} SET quantity = 5000000000 WHERE id = 3"],
+                                      partitioned_by="PARTITIONED BY (day)",
+                                      properties={"delta.enableTypeWidening": "true"})
+
+    in_process, job, job_rows = in_process_and_as_spark_job(config, lakefs, repository, left, right, "tables/widened",
+                                                            ("id",))
+
+    columns = ["id", "quantity", "note", "day"]
+    spark_removed_and_added = full_scan(spark, repository, left, right, "tables/widened", columns, {"qty": "quantity"})
+    for diff, changed_rows in ((in_process, in_process["rows"]), (job, job_rows)):
+        assert diff["counts"] == {"added": 0, "removed": 0, "updated": 1}, diff["engine"]
+        assert diff["partitions"] == {"day=d1": {"added": 0, "removed": 0, "updated": 1}}
+        assert diff["columns"]["matched_on"] == columns
+        assert diff["columns"]["renamed"] == [{"from": "qty", "to": "quantity"}]
+        assert [(r["before"], r["values"]) for r in changed_rows] == [
+            ({"id": 3, "quantity": 30, "note": "n3", "day": "d1"},
+             {"id": 3, "quantity": 5000000000, "note": "n3", "day": "d1"})]
+        assert removed_and_added(changed_rows, columns) == spark_removed_and_added

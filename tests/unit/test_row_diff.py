@@ -1,8 +1,9 @@
-"""Row diff: deletion vectors decoded as the protocol frames them, and removed/added rows matched
-as multisets (pure logic, no services)."""
+"""Row diff: deletion vectors decoded as the protocol frames them, columns matched by identity, and
+removed/added rows matched as multisets (pure logic, no services)."""
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 
@@ -12,7 +13,7 @@ from pyroaring import BitMap
 
 from exporter.deletion_vectors import MAGIC, deleted_rows
 from exporter.errors import CorruptLog
-from exporter.row_diff import _changes, _unmatched
+from exporter.row_diff import _changes, _described, _named_as_right, _unmatched
 
 pytestmark = pytest.mark.unit
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
@@ -81,6 +82,51 @@ def test_an_update_is_a_removed_and_an_added_row_or_with_a_key_one_update():
     assert counts["total"] == {"added": 0, "removed": 0, "updated": 1}
     assert rows == [{"change": "updated", "partition": "", "values": {"id": 2, "v": "B"}, "before": {"id": 2, "v": "b"},
                      "id": 0}]
+
+
+MAPPED = {"delta.columnMapping.mode": "name"}
+
+
+def described(columns: list[tuple[str, int]], configuration: dict | None = None, partitioned_by: tuple = ()):
+    """A side as its metaData action describes it: (name, column-mapping id) per column; with
+    column mapping, each column's physical name is `col-<id>`."""
+    fields = [{"name": name, "type": "string", "nullable": True, "metadata": {
+        "delta.columnMapping.id": column_id, "delta.columnMapping.physicalName": f"col-{column_id}"}}
+        for name, column_id in columns]
+    return _described("c1", None, {"schemaString": json.dumps({"type": "struct", "fields": fields}),
+                                   "configuration": configuration or {}, "partitionColumns": list(partitioned_by)})
+
+
+def test_a_renamed_column_keeps_its_identity_and_takes_its_new_name_on_the_left():
+    left = described([("id", 1), ("amount", 2), ("day", 3)], MAPPED, partitioned_by=("day",))
+    right = described([("id", 1), ("total", 2), ("date", 3)], MAPPED, partitioned_by=("date",))
+
+    named, renamed = _named_as_right(left, right)
+
+    assert renamed == [{"from": "amount", "to": "total"}, {"from": "day", "to": "date"}]
+    assert named.columns == ["id", "total", "date"] and named.partition_columns == ["date"]
+    assert named.physical == {"id": "col-1", "total": "col-2", "date": "col-3"}  # still read from the same data
+
+
+def test_without_column_mapping_on_both_sides_columns_are_their_names():
+    left = described([("id", 1), ("amount", 2)])  # mapping ids present but the mode is off: names rule
+    right = described([("id", 1), ("total", 2)], MAPPED)
+
+    named, renamed = _named_as_right(left, right)
+
+    assert renamed == [] and named.columns == ["id", "amount"]
+
+
+def test_a_dropped_column_whose_name_a_renamed_one_took_never_hides_it():
+    # `total` (id 3) dropped, then `amount` (id 2) renamed to `total`: the left's `total` is a different column
+    left = described([("id", 1), ("amount", 2), ("total", 3)], MAPPED)
+    right = described([("id", 1), ("total", 2)], MAPPED)
+
+    named, renamed = _named_as_right(left, right)
+
+    assert renamed == [{"from": "amount", "to": "total"}]
+    assert named.columns == ["id", "total", "total (dropped)"]
+    assert named.physical == {"id": "col-1", "total": "col-2", "total (dropped)": "col-3"}
 
 
 def test_rows_are_paged_by_their_position():
