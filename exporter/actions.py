@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from importlib import resources
 
+import yaml
+
+from exporter.config import Config
 from exporter.errors import ExporterError, NotFound
 from exporter.lakefs import LakeFS
 from exporter.tables import DESCRIPTORS_PREFIX, parse_descriptor
@@ -29,6 +32,21 @@ def branch_table_patterns(action: dict) -> list[str]:
         value = query.get("branch_tables") or ""
         patterns += [p.strip() for p in (value if isinstance(value, list) else str(value).split(",")) if p.strip()]
     return patterns
+
+
+def installed_action(lakefs: LakeFS, repository: str) -> dict | None:
+    """The action `install-actions` committed to the default branch; None when absent or unreadable."""
+    try:
+        action = yaml.safe_load(lakefs.get_object(repository, lakefs.default_branch(repository), ACTION_PATH))
+    except (NotFound, yaml.YAMLError):
+        return None
+    return action if isinstance(action, dict) else {}
+
+
+def branch_tables_kept(config: Config, action: dict | None) -> list[str]:
+    """The branch patterns that keep branch tables in a repository: the config's and those of its
+    installed action (`installed_action`), never what an event's request claims alone."""
+    return [*config.branch_tables, *branch_table_patterns(action or {})]
 
 
 def render_descriptor(name: str, path: str) -> bytes:

@@ -31,22 +31,24 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from exporter.actions import branch_tables_kept, installed_action
 from exporter.config import Config
 from exporter.deltalog import LogListing, parse_action_line, parse_actions
-from exporter.errors import CorruptLog, NotFound
+from exporter.errors import BranchTableRefused, CorruptLog, NotFound
 from exporter.export import LAST_CHECKPOINT, MANIFEST, discard_export, export_location, location_segment, write_log
 from exporter.lakefs import LakeFS
 from exporter.lakefs_paths import LakeFSPaths
 from exporter.exported import ExportedLog, LiveFiles, read_exported_log
 from exporter.logstore import LOG_DIR, list_log, read_log_files
 from exporter.objectstore import ObjectStore
-from exporter.paths import PathResolver
+from exporter.paths import PathResolver, is_absolute
 from exporter.rewrite import add_member, rewrite_commit
 from exporter.snapshot import checkpoint_row_groups
 
 LATEST = "latest"  # never a commit id (those are 64 hex digits)
 STATE = "_lakefs_branch_table.json"
 SYNC_OPERATION = "LAKEFS SYNC"
+LINE_LIMIT = 1000  # first-parent commits searched for the event's commit, from the branch head
 
 
 def follows(branch: str, patterns: Iterable[str]) -> bool:
@@ -117,12 +119,19 @@ def lagging_branch_tables(config: Config, lakefs: LakeFS, repository: str, branc
 
 def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, commit_id: str,
                   table: str) -> AppendOutcome:
-    """Bring the branch table of `table` on `branch` to the commit's complete export."""
+    """Bring the branch table of `table` on `branch` to the commit's complete export.
+
+    Refused (BranchTableRefused) unless the branch keeps branch tables by the config or the
+    installed action, and the commit is on the branch's first-parent line: an event's own claims
+    (its `branch_id`, its `branch_tables` query) never move a branch table alone."""
     started, calls_before = time.monotonic(), lakefs.calls
     store = ObjectStore(config, lakefs.storage_namespace(repository))
     target = branch_table_location(config, branch, table)
     outcome = AppendOutcome(table=table, location=store.uri(target))
     try:
+        if not follows(branch, branch_tables_kept(config, installed_action(lakefs, repository))):
+            raise BranchTableRefused(f"branch {branch!r} keeps no branch tables: neither the config's `branch_tables` "
+                                     "nor the installed action's names it")
         export = export_location(config, branch, commit_id, table)
         try:
             manifest = json.loads(store.get(export + MANIFEST))
@@ -134,18 +143,19 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
             raise CorruptLog(f"the export {store.uri(export)} has a manifest but no _delta_log/")
         commit = lakefs.commit(repository, commit_id)
         state = read_state(store, target)
+        relation, between = _place_on_branch(lakefs, repository, branch, commit_id, state and state["last_commit"])
         if state is None:
             state = _create(store, target, exported, repository, branch, commit_id, manifest)
             outcome.appended = list(range(state["first_version"], state["head_version"] + 1))
         else:
-            relation = _relation(lakefs, repository, state, commit_id, commit.creation_date)
             if relation != "newer":
                 outcome.skipped = ("the branch table already follows this commit" if relation == "same" else
                                    f"commit {commit_id} is older than {state['last_commit']}, which the branch table follows")
                 outcome.head_version = state["head_version"]
                 return outcome
             _drop_orphans(store, target, state["head_version"])
-            _append(config, lakefs, store, target, exported, state, repository, branch, commit_id, manifest, outcome)
+            _append(config, lakefs, store, target, exported, state, repository, branch, commit_id, manifest, outcome,
+                    between)
         state.update(last_commit=commit_id, last_commit_created=commit.creation_date)
         store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")  # last: the commit point
         outcome.head_version = state["head_version"]
@@ -155,18 +165,25 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
         outcome.lakefs_calls = lakefs.calls - calls_before
 
 
-def _relation(lakefs: LakeFS, repository: str, state: dict, commit_id: str, created: int) -> str:
-    """`same`, `older` (an ancestor of the commit the table follows, or older on another line) or `newer`."""
-    followed = state["last_commit"]
+def _place_on_branch(lakefs: LakeFS, repository: str, branch: str, commit_id: str,
+                     followed: str | None) -> tuple[str, list[str]]:
+    """Where the commit sits on the branch's first-parent line against the commit the branch table
+    follows: `same`, `older` (a late event: an ancestor of the followed commit) or `newer` (on the
+    line, above the followed commit or with the followed commit off the line after a reset), with,
+    for `newer` on one line, the commits strictly between the two, oldest first.
+    BranchTableRefused when the commit is not on the line."""
     if commit_id == followed:
-        return "same"
-    base = lakefs.merge_base(repository, commit_id, followed)
-    if base == commit_id:
-        return "older"
-    if base == followed:
-        return "newer"
-    # different lines (the branch was reset, or a late event of a commit no longer on it): the later one wins
-    return "newer" if created >= state.get("last_commit_created", 0) else "older"
+        return "same", []
+    line, _ = lakefs.first_parent_line(repository, branch, stop_at=followed, limit=LINE_LIMIT)
+    ids = [c.id for c in line]
+    if commit_id in ids:
+        above = ids[:ids.index(followed)] if followed in ids else \
+            ids if line and line[-1].parents[:1] == [followed] else None
+        return "newer", list(reversed(above[above.index(commit_id) + 1:])) if above and commit_id in above else []
+    if followed is not None and lakefs.merge_base(repository, commit_id, followed) == commit_id:
+        return "older", []
+    raise BranchTableRefused(f"commit {commit_id} is not on the first-parent line of branch {branch!r} (its head and "
+                             f"the {LINE_LIMIT} commits below it): the event names a branch its commit is not on")
 
 
 def _create(store: ObjectStore, target: str, exported: ExportedLog, repository: str, branch: str, commit_id: str,
@@ -199,17 +216,19 @@ def _create(store: ObjectStore, target: str, exported: ExportedLog, repository: 
 
 
 def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exported: ExportedLog, state: dict,
-            repository: str, branch: str, commit_id: str, manifest: dict, outcome: AppendOutcome) -> None:
+            repository: str, branch: str, commit_id: str, manifest: dict, outcome: AppendOutcome,
+            between: list[str]) -> None:
     followed, head = state["source_version"], exported.segment.head_version
     offset, branch_head = state["offset"], state["head_version"]
     versions = {v: exported.raw(name) for v, name in exported.listing.commits.items() if followed <= v <= head}
+    table_path = manifest["table_path"]
     reason = None
     if head < followed:
         reason = f"the source's head moved back from version {followed} to {head}"
     else:
         gaps = [v for v in range(followed, head + 1) if v not in versions]
         if gaps:  # the export starts at a checkpoint after the versions the branch table has
-            versions.update(_source_versions(config, lakefs, store, repository, commit_id, manifest["table_path"], gaps))
+            versions.update(_source_versions(config, lakefs, store, repository, commit_id, table_path, gaps))
         lost = [v for v in range(followed + 1, head + 1) if v not in versions]
         if lost:
             reason = f"the source's log no longer holds version(s) {lost[0]}..{lost[-1]}"
@@ -218,18 +237,31 @@ def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exp
         elif followed not in versions and state.get("table_id") and \
                 _table_id(_parsed(versions), exported) not in (None, state["table_id"]):  # nothing else to compare
             reason = "the source is a different table (its metaData id changed)"
+    mapped: list[tuple[str, int]] = []  # (lakeFS commit, source head version) of each commit this append covers
     if reason is None:
         new = list(range(followed + 1, head + 1))
+        gone = _with_gone_files_resolved(config, lakefs, store, repository, state["last_commit"], table_path,
+                                         {v: versions[v] for v in new})
+        mapped = _commits_between(lakefs, repository, table_path, between, commit_id, followed, head) + [(commit_id, head)]
+        introduced_by = {}
+        for (first, last), (introducing, _) in zip(_ranges(followed, mapped), mapped):
+            introduced_by.update((v, introducing) for v in range(first, last + 1))
         for version in new:
             store.put(target + LOG_DIR + f"{version + offset:020d}.json",
-                      _annotated(versions[version], repository, commit_id, version))
+                      _annotated(gone.get(version, versions[version]), repository, introduced_by[version], version))
         outcome.appended = [v + offset for v in new]
-    else:
+        if gone and _live_files_differ(store, target, exported):  # a remove matched no add: never left live
+            reason = (f"after versions {new[0]}..{new[-1]} the branch table's live files differed from the "
+                      "source's (a removed file it could not match)")
+            mapped = []
+    if reason is not None:
         outcome.synthetic = reason
-        offset = branch_head + 1 - head
-        store.put(target + LOG_DIR + f"{branch_head + 1:020d}.json",
+        sync_version = branch_head + 1 + len(outcome.appended)
+        offset = sync_version - head
+        store.put(target + LOG_DIR + f"{sync_version:020d}.json",
                   _sync_commit(store, target, exported, reason, repository, commit_id))
-        outcome.appended = [branch_head + 1]
+        outcome.appended.append(sync_version)
+        mapped = [(commit_id, head)]
     _copy_checkpoint(store, target, exported, offset, branch_head)
     new_head = head + offset
     table_id = _table_id(_parsed({v: raw for v, raw in versions.items() if v > followed}), exported,
@@ -238,9 +270,80 @@ def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exp
                  source_sha256=_sha256(versions[head]) if head in versions else
                  (_sha256(exported.raw(exported.listing.commits[head])) if head in exported.listing.commits else None),
                  table_id=table_id)
-    state["commits"].append({"commit_id": commit_id, "version": new_head, "source_version": head,
-                             "appended": [outcome.appended[0], outcome.appended[-1]] if outcome.appended else None,
-                             "synthetic": reason, "at": _now_iso()})
+    ranges = [(outcome.appended[0], outcome.appended[-1])] if reason is not None else \
+        [(first + offset, last + offset) for first, last in _ranges(followed, mapped)]
+    for (mapped_commit, source_version), (first, last) in zip(mapped, ranges):
+        state["commits"].append({"commit_id": mapped_commit, "version": source_version + offset,
+                                 "source_version": source_version, "appended": [first, last] if first <= last else None,
+                                 "synthetic": reason, "at": _now_iso()})
+
+
+def _ranges(followed: int, mapped: list[tuple[str, int]]) -> list[tuple[int, int]]:
+    """The source versions each mapped commit brought, from the one after the previous commit's head."""
+    heads = [followed] + [version for _, version in mapped]
+    return list(zip([h + 1 for h in heads[:-1]], heads[1:]))
+
+
+def _commits_between(lakefs: LakeFS, repository: str, table_path: str, between: list[str], commit_id: str,
+                     followed: int, head: int) -> list[tuple[str, int]]:
+    """Of the commits between the followed one and this one (oldest first), those that moved the
+    table, each with its log's head: the version that reads as that commit, when its commits are
+    byte for byte (lakeFS checksums) the ones appended now. One lakeFS listing per commit."""
+    if not between:
+        return []
+    appended = _log_checksums(lakefs, repository, commit_id, table_path, followed)
+    mapped, last = [], followed
+    for commit in between:
+        found = _log_checksums(lakefs, repository, commit, table_path, followed)
+        version = max(found, default=followed)
+        if last < version < head and all(found.get(v) == appended.get(v) for v in range(followed + 1, version + 1)):
+            mapped.append((commit, version))
+            last = version
+    return mapped
+
+
+def _log_checksums(lakefs: LakeFS, repository: str, ref: str, table_path: str, after: int) -> dict[int, str]:
+    """Checksums of the table's commit files above version `after` at a ref."""
+    log = table_path.strip("/") + "/" + LOG_DIR
+    entries = {e["path"][len(log):]: e.get("checksum") for e in
+               lakefs.list_objects(repository, ref, log, delimiter="/", after=f"{log}{after:020d}.json")
+               if e.get("path_type", "object") == "object"}
+    listing = LogListing.from_names((name, 0) for name in entries)
+    return {version: entries[name] for version, name in listing.commits.items()}
+
+
+def _with_gone_files_resolved(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, followed: str,
+                              table_path: str, versions: dict[int, bytes]) -> dict[int, bytes]:
+    """The versions whose removes name a file by a relative path, rewritten with the addresses at
+    the followed commit.
+
+    An export keeps a remove's path relative when its object is gone at the commit (vacuumed), while
+    the branch table holds that file's add, appended earlier, with its absolute address: readers
+    reconcile on the raw string (PROTOCOL.md#action-reconciliation), so the file would stay live.
+    Every file live in the branch table is live in the source at the followed commit, so its object
+    is there. Returns only the versions that needed it (none: no lakeFS call)."""
+    def names_gone_file(raw: bytes, version: int) -> bool:
+        for action in parse_actions(f"{version:020d}.json", raw):
+            remove = action.get("remove")
+            if isinstance(remove, dict) and (not is_absolute(str(remove.get("path", ""))) or
+                                             (remove.get("deletionVector") or {}).get("storageType") == "u"):
+                return True
+        return False
+
+    relative = {v: raw for v, raw in versions.items() if names_gone_file(raw, v)}
+    if not relative:
+        return {}
+    layout = list_log(lakefs, store, repository, followed, table_path)
+    resolver = PathResolver(layout.addresses)  # absolute paths stay: the export already pinned them
+    return {v: rewrite_commit(f"{v:020d}.json", raw, resolver).content for v, raw in relative.items()}
+
+
+def _live_files_differ(store: ObjectStore, target: str, exported: ExportedLog) -> bool:
+    """Whether the branch table as written reads other files than the export (by path and
+    deletion vector, as readers reconcile)."""
+    written = read_exported_log(store, target)
+    mine, theirs = LiveFiles(written).keys(), LiveFiles(exported).keys()
+    return len(mine) != len(theirs) or not pc.all(pc.is_in(mine, value_set=theirs)).as_py()
 
 
 def _copy_checkpoint(store: ObjectStore, target: str, exported: ExportedLog, offset: int, branch_head: int) -> None:

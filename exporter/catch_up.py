@@ -14,12 +14,10 @@ import fnmatch
 import time
 from dataclasses import dataclass, field
 
-import yaml
-
-from exporter.actions import ACTION_PATH, branch_table_patterns
+from exporter.actions import ACTION_PATH, branch_tables_kept, installed_action
 from exporter.branch_table import follows, lagging_branch_tables
 from exporter.config import Config
-from exporter.errors import ExporterError, NotFound
+from exporter.errors import ExporterError
 from exporter.export import missing_exports
 from exporter.lakefs import LakeFS
 from exporter.retention import within_policy
@@ -53,15 +51,6 @@ class CatchUpPlan:
                 + (", more left for the next run" if self.truncated else ""))
 
 
-def installed_action(lakefs: LakeFS, repository: str) -> dict | None:
-    """The action `install-actions` committed to the default branch; None when absent or unreadable."""
-    try:
-        action = yaml.safe_load(lakefs.get_object(repository, lakefs.default_branch(repository), ACTION_PATH))
-    except (NotFound, yaml.YAMLError):
-        return None
-    return action if isinstance(action, dict) else {}
-
-
 def followed_branches(lakefs: LakeFS, repository: str, config: Config, action: dict | None) -> list[str] | None:
     """Branches whose commits are exported: the configured patterns, else those the installed action
     names for commits and merges; None when the repository has no action installed."""
@@ -89,7 +78,7 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
         try:
             action = installed_action(lakefs, repository)
             branches = followed_branches(lakefs, repository, config, action)
-            keeps_tables = [*config.branch_tables, *branch_table_patterns(action or {})]
+            keeps_tables = branch_tables_kept(config, action)
         except ExporterError as exc:
             plan.skipped_repositories.append(f"{repository}: {exc}")
             continue

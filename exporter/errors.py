@@ -53,3 +53,8 @@ class NotFound(ExporterError):
 
 class ConfigError(ExporterError):
     """The configuration is invalid; the message names the key."""
+
+
+class BranchTableRefused(ExporterError):
+    """An append a branch table must not take: the branch keeps no branch tables, or the commit is
+    not on the branch's first-parent line (an event naming one branch with another's commit)."""

@@ -86,9 +86,10 @@ class LakeFS:
         found = self._call(f"get commit {repository}@{ref}", self.commits.get_commit, repository, ref)
         return Commit(found.id, list(found.parents), found.creation_date, found.message, dict(found.metadata or {}))
 
-    def list_objects(self, repository: str, ref: str, prefix: str, delimiter: str | None = None) -> Iterator[dict[str, Any]]:
-        """Every entry under `prefix` with its physical address, one call per 1000."""
-        after = ""
+    def list_objects(self, repository: str, ref: str, prefix: str, delimiter: str | None = None,
+                     after: str = "") -> Iterator[dict[str, Any]]:
+        """Every entry under `prefix` (after the path `after`) with its physical address and checksum,
+        one call per 1000."""
         while True:
             response = self._call(f"list {repository}@{ref}/{prefix}", self.objects.list_objects_with_http_info,
                                   repository, ref, prefix=prefix, after=after, amount=PAGE_SIZE,
@@ -132,6 +133,25 @@ class LakeFS:
         found = self._call(f"log {repository}@{ref}", self.refs.log_commits, repository, ref,
                            amount=amount, limit=True, first_parent=first_parent)
         return [Commit(c.id, list(c.parents), c.creation_date, c.message, dict(c.metadata or {})) for c in found.results]
+
+    def first_parent_line(self, repository: str, branch: str, stop_at: str | None = None,
+                          limit: int = PAGE_SIZE) -> tuple[list[Commit], bool]:
+        """The branch's commits from its head back along first parents, newest first, down to
+        `stop_at` (included when on the line), at most `limit`; and whether the walk ended (it
+        reached `stop_at` or the first commit) before the limit."""
+        line: list[Commit] = []
+        after = ""
+        while len(line) < limit:
+            page = self._call(f"log {repository}@{branch}", self.refs.log_commits, repository, branch, after=after,
+                              amount=min(PAGE_SIZE, limit - len(line)), first_parent=True, stop_at=stop_at)
+            for c in page.results:
+                line.append(Commit(c.id, list(c.parents), c.creation_date, c.message, dict(c.metadata or {})))
+                if c.id == stop_at:
+                    return line, True
+            if not page.pagination.has_more:
+                return line, True
+            after = page.pagination.next_offset
+        return line, False
 
     def list_repositories(self) -> list[str]:
         ids, after = [], ""

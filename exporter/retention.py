@@ -22,12 +22,13 @@ from urllib.parse import unquote
 from exporter.branch_table import LATEST, branch_table_location
 from exporter.config import Config, RetentionConfig
 from exporter.errors import NotFound
-from exporter.export import MANIFEST, discard_export, export_location, location_segment
+from exporter.export import MANIFEST, discard_export, export_location, location_segment, segment_name
 from exporter.exported import LiveFiles, read_exported_log
 from exporter.lakefs import LakeFS
 from exporter.logstore import IO_THREADS
 from exporter.objectstore import ObjectStore, split_uri
 from exporter.rewrite import deletion_vector_file
+from exporter.status import StatusStore
 
 HOUR = 3600
 
@@ -53,9 +54,13 @@ def within_policy(commit_position: int, commit_age_seconds: float, policy: Reten
 
 
 def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConfig | None = None,
-          dry_run: bool = False, now: float | None = None) -> PrunePlan:
-    """Delete the per-commit exports of a repository outside the policy (default: the config's)."""
+          dry_run: bool = False, now: float | None = None, status: StatusStore | None = None) -> PrunePlan:
+    """Delete the per-commit exports of a repository outside the policy (default: the config's).
+
+    Each table's export is deleted under its export lock (the one its writers hold): an export
+    being written is left alone, whatever its age."""
     policy, now = policy or config.retention, time.time() if now is None else now
+    status = status or StatusStore(config.redis)
     store = ObjectStore(config, lakefs.storage_namespace(repository))
     root = config.export_prefix.strip("/") + "/"
     tags = {location_segment(tag) for tag, _ in lakefs.list_tags(repository)}
@@ -79,13 +84,28 @@ def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConf
                 plan.kept[store.uri(location)] = f"among the newest {policy.keep_last} commits of the branch"
             elif now - modified < policy.keep_hours * HOUR:
                 plan.kept[store.uri(location)] = f"exported less than {policy.keep_hours:g} hours ago"
-            else:
+            elif dry_run:
                 plan.deleted.append(store.uri(location))
-                if not dry_run:
-                    plan.objects_deleted += sum(discard_export(store, f"{location}{table}/")
-                                                for table in store.list_folders(location)) \
-                        + _discard_rest(store, location)
+            else:
+                busy = [table for table in store.list_folders(location)
+                        if not _discard_unless_written(status, store, plan, repository, ref_segment, commit_folder,
+                                                       f"{location}{table}/", table, config.lock_ttl_seconds)]
+                if busy:
+                    plan.kept[store.uri(location)] = f"being exported now: {', '.join(segment_name(t) for t in busy)}"
+                else:
+                    plan.deleted.append(store.uri(location))
+                    plan.objects_deleted += _discard_rest(store, location)
     return plan
+
+
+def _discard_unless_written(status: StatusStore, store: ObjectStore, plan: PrunePlan, repository: str,
+                            ref_segment: str, commit_id: str, location: str, table_segment: str, ttl: int) -> bool:
+    """Discard one table's export under its export lock; False when a delivery holds it (writing)."""
+    name = status.export_lock(repository, segment_name(ref_segment), commit_id, segment_name(table_segment))
+    with status.lock(name, ttl) as held:
+        if held:
+            plan.objects_deleted += discard_export(store, location)
+        return held
 
 
 def _discard_rest(store: ObjectStore, location: str) -> int:

@@ -16,14 +16,15 @@ STATES = ("queued", "running", "retrying", "done", "failed")
 COMMIT_RECORD = "_commit"  # the commit-level record of a ref: which tables were queued, or why none
 RECORD_TTL_SECONDS = 30 * 24 * 3600
 # One atomic read-modify-write: facts merged into the record, retries counted, and a `done` record
-# never changed back (a late or duplicate delivery must not overwrite a finished export).
+# never changed back (a late or duplicate delivery must not overwrite a finished export). An empty
+# state adds facts to an existing record and keeps its state.
 _SET_STATE = """
 local current = redis.call('hget', KEYS[1], ARGV[1])
 local record = {retries = 0}
-if current then record = cjson.decode(current) end
-if record.state == 'done' and ARGV[2] ~= 'done' then return 0 end
+if current then record = cjson.decode(current) elseif ARGV[2] == '' then return 0 end
+if record.state == 'done' and ARGV[2] ~= 'done' and ARGV[2] ~= '' then return 0 end
 for k, v in pairs(cjson.decode(ARGV[3])) do record[k] = v end
-record.state = ARGV[2]
+if ARGV[2] ~= '' then record.state = ARGV[2] end
 if ARGV[2] == 'retrying' then record.retries = (record.retries or 0) + 1 end
 redis.call('hset', KEYS[1], ARGV[1], cjson.encode(record))
 redis.call('expire', KEYS[1], ARGV[4])
@@ -48,6 +49,12 @@ class StatusStore:
         assert state in STATES, state
         record = {**facts, "ref": ref, "table": table, "updated_at": round(time.time(), 3)}
         return bool(self.redis.eval(_SET_STATE, 1, self._key(repository, commit_id), f"{ref}/{table}", state,
+                                    json.dumps(record), RECORD_TTL_SECONDS))
+
+    def add_facts(self, repository: str, ref: str, commit_id: str, table: str, **facts) -> bool:
+        """Facts added to a table's existing record, its state kept; False when there is no record."""
+        record = {**facts, "updated_at": round(time.time(), 3)}
+        return bool(self.redis.eval(_SET_STATE, 1, self._key(repository, commit_id), f"{ref}/{table}", "",
                                     json.dumps(record), RECORD_TTL_SECONDS))
 
     def tables(self, repository: str, commit_id: str, ref: str | None = None) -> dict[str, dict[str, dict]]:
@@ -79,6 +86,11 @@ class StatusStore:
         self.redis.delete(f"{PREFIX}:started:{work}")
 
     # ------------------------------------------------------------ locks
+
+    @staticmethod
+    def export_lock(repository: str, ref: str, commit_id: str, table: str) -> str:
+        """The lock name of one export: whoever writes or discards its objects holds it."""
+        return f"{repository}:{ref}:{commit_id}:{table}"
 
     @contextmanager
     def lock(self, name: str, ttl_seconds: int) -> Iterator[bool]:

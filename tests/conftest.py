@@ -38,10 +38,11 @@ def config(stack_env):
 
 
 @pytest.fixture(scope="session")
-def lakefs(config):
+def lakefs(stack_env):
+    from exporter.config import load_config
     from exporter.lakefs import LakeFS
 
-    return LakeFS(config.lakefs)
+    return LakeFS(load_config().lakefs)  # not from `config`, which a module may override
 
 
 @pytest.fixture

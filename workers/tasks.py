@@ -23,7 +23,7 @@ from exporter.datasets import DatasetsCache
 from exporter.datasets import list_datasets as find_datasets
 from exporter.diff import DiffCache, cached_diff
 from exporter.diff import compute_diff as diff_of
-from exporter.errors import BadRequest, ExporterError, NotFound
+from exporter.errors import BadRequest, BranchTableRefused, ExporterError, NotFound
 from exporter.export import ExportOutcome, abandon_export, find_table
 from exporter.export import export_table as export_one_table
 from exporter.lakefs import LakeFS
@@ -144,7 +144,8 @@ class ExportTableTask(RetriedTask):
         repository, ref, commit_id, table_name = args[:4]
         config = current_config()
         status, _ = _services(config)
-        _abandon(config, repository, ref, commit_id, table_name)
+        if not _abandon(config, status, repository, ref, commit_id, table_name):
+            return  # another delivery is writing it: its outcome is the record's
         _record(status, repository, ref, commit_id, table_name, "failed", permanent=False,
                 reason=f"gave up after {self.request.retries} retries: {exc}")
         status_count(status, "export_table", "failed")
@@ -161,7 +162,7 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
     started = time.monotonic()
     line = f"export {repository}/{ref}/{commit_id}/{table_name} attempt={self.request.retries + 1}"
     try:
-        with status.lock(f"{repository}:{ref}:{commit_id}:{table_name}", config.lock_ttl_seconds) as held:
+        with status.lock(status.export_lock(repository, ref, commit_id, table_name), config.lock_ttl_seconds) as held:
             if not held:  # another delivery is exporting it: look again later, without spending a retry
                 export_table.apply_async((repository, ref, commit_id, table_name, table_path),
                                          {"branch_table": branch_table}, countdown=config.lock_ttl_seconds / 3, retries=self.request.retries,
@@ -240,13 +241,22 @@ def status_count(status: StatusStore, task: str, outcome: str) -> None:
         pass  # a counter is not worth failing a task for
 
 
-def _abandon(config: Config, repository: str, ref: str, commit_id: str, table_name: str) -> None:
-    """No retry will complete this export: remove what it wrote, so nothing half-written stays."""
+def _abandon(config: Config, status: StatusStore, repository: str, ref: str, commit_id: str,
+             table_name: str) -> bool:
+    """No retry of this delivery will complete the export: remove what it wrote, under the export's
+    lock, so a delivery still writing it is never emptied under its feet. False when another
+    delivery holds the lock (that one completes the export, or abandons it in turn)."""
     try:
-        removed = abandon_export(config, repository, ref, commit_id, table_name)
+        with status.lock(status.export_lock(repository, ref, commit_id, table_name), config.lock_ttl_seconds) as held:
+            if not held:
+                log.info("export %s/%s/%s/%s: not abandoned, another delivery is writing it", repository, ref,
+                         commit_id, table_name)
+                return False
+            removed = abandon_export(config, repository, ref, commit_id, table_name)
         log.info("export %s/%s/%s abandoned: %d object(s) removed", repository, commit_id, table_name, removed)
-    except ExporterError as exc:
+    except (ExporterError, redis.RedisError) as exc:
         log.error("export %s/%s/%s abandoned, but removing its objects failed: %s", repository, commit_id, table_name, exc)
+    return True
 
 
 @app.task(name="lakefs_delta.catch_up")
@@ -291,13 +301,27 @@ def append_branch_table(self, repository: str, branch: str, commit_id: str, tabl
         if reason is not None:
             log.warning("%s outcome=retrying reason=%s", line, reason)
             raise Transient(reason) from exc
-        log.error("%s outcome=failed reason=%s", line, exc)
+        log.error("%s outcome=%s reason=%s", line, "refused" if isinstance(exc, BranchTableRefused) else "failed", exc)
+        _note_branch_table(status, repository, branch, commit_id, table_name,
+                           {"state": "refused" if isinstance(exc, BranchTableRefused) else "failed", "reason": str(exc)})
         status_count(status, "append_branch_table", "failed")
         return {"ok": False, "error": str(exc)}
+    _note_branch_table(status, repository, branch, commit_id, table_name,
+                       {"state": "unchanged" if outcome.skipped else "appended", "reason": outcome.skipped or outcome.synthetic,
+                        "head_version": outcome.head_version, "appended": outcome.appended})
     status_count(status, "append_branch_table", "succeeded")
     log.info("%s outcome=%s", line, outcome.summary())
     return {"ok": True, "head_version": outcome.head_version, "appended": outcome.appended,
             "synthetic": outcome.synthetic, "skipped": outcome.skipped}
+
+
+def _note_branch_table(status: StatusStore, repository: str, branch: str, commit_id: str, table_name: str,
+                       branch_table: dict) -> None:
+    """What the branch table did with this commit, on the commit's export record (`branch_table`)."""
+    try:
+        status.add_facts(repository, branch, commit_id, table_name, branch_table=branch_table)
+    except redis.RedisError as exc:
+        log.warning("branch table outcome of %s/%s/%s not recorded: %s", repository, commit_id, table_name, exc)
 
 
 @app.task(name="lakefs_delta.prune")

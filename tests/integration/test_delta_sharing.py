@@ -23,6 +23,13 @@ from tests.integration.writers import isolated_python
 
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture(scope="module")
+def config(config):
+    """The session's config, keeping branch tables on `main`: this module appends from library calls,
+    with no action installed to name the branch (`append_commit` refuses a branch nobody named)."""
+    return config.model_copy(update={"branch_tables": ("main",)})
+
 SHARING_PORT = SERVICE_PORT + 40  # a port no other test serves on (they stay up until the session ends)
 CONNECTOR = ["delta-sharing==1.4.2"]
 SHARE = "partner"

@@ -277,3 +277,61 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
         monkeypatch.undo()
         assert not failed.ok and failed.permanent
         assert location_keys(s3, failed.location) == [], f"a permanent failure at write {fail_at} left objects"
+
+
+# ---------------------------------------------------------------- a delivery that gives up, prune
+
+
+def test_a_delivery_giving_up_and_prune_never_empty_an_export_another_delivery_is_writing(
+        spark, lakefs, config, repository, monkeypatch):
+    """Delivery A is held inside `write_log` (the object store blocks on the head commit's put: the
+    checkpoint's commit and version 4 are written, the checkpoint is not). Meanwhile delivery B runs
+    out of retries (the task's `on_failure`) and prune runs with nothing kept by age or count. A then
+    completes: every version is there."""
+    from exporter.config import RetentionConfig
+    from exporter.retention import prune
+    from exporter.status import StatusStore
+    from workers import tasks
+    from workers.app import configure
+
+    configure(config)
+    uri = table_uri(repository, "main", "tables/held")
+    create(spark, uri, "id INT", {"delta.checkpointInterval": "3"})
+    for value in range(1, 6):  # versions 1..5; a checkpoint at 3
+        spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({value})")
+    add_descriptor(lakefs, repository, "held", "tables/held")
+    commit_id = lakefs.commit_branch(repository, "main", "versions 0-5")
+
+    entered, release = threading.Event(), threading.Event()
+    put = ObjectStore.put
+
+    def held_at_the_head(store, relative, body, *args):
+        if relative.endswith(f"_delta_log/{5:020d}.json") and "/exported/" in relative:
+            entered.set()
+            assert release.wait(120), "never released"
+        return put(store, relative, body, *args)
+
+    monkeypatch.setattr(ObjectStore, "put", held_at_the_head)
+    arguments = (repository, "main", commit_id, "held", "tables/held")
+    first: dict = {}
+    delivery = threading.Thread(target=lambda: first.update(tasks.export_table.apply(arguments).get()))
+    delivery.start()
+    try:
+        assert entered.wait(120), "the first delivery never reached the head commit"
+        tasks.export_table.on_failure(ServiceUnavailable("injected: the second delivery's retries ran out"),
+                                      "second-delivery", arguments, {}, None)
+        pruned = prune(config, lakefs, repository, RetentionConfig(keep_last=0, keep_hours=0))
+    finally:
+        release.set()
+        delivery.join(120)
+    assert first.get("ok") is True, first
+    location = first["location"]
+    source = table_uri(repository, commit_id, "tables/held")
+    for version in (3, 4, 5):  # the checkpoint's version and every later commit
+        assert rows(read_version(spark, location, version)) == rows(read_version(spark, source, version)), version
+    assert delta_rs_rows(location) == rows(read_version(spark, source))
+    record = StatusStore(config.redis).record(repository, "main", commit_id, "held")
+    assert record["state"] == "done", record
+    commit_folder = location.removesuffix("held/")
+    assert pruned.kept.get(commit_folder) == "being exported now: held", pruned
+    assert commit_folder not in pruned.deleted

@@ -95,3 +95,46 @@ def test_checkpoint_keys_are_the_logical_files_reconciliation_matches_on():
     keys = _keys(pa.array(adds))
     assert keys.to_pylist() == ["\0".join(file_key(add, "add")) for add in adds]
     assert _keys(pa.array([{"path": "s3://b/x"}])).to_pylist() == ["s3://b/x\0"]
+
+
+class _Line:
+    """lakeFS's first-parent log and merge bases over a list of commits (newest first), for `_place_on_branch`."""
+
+    def __init__(self, line: list[str], ancestors: dict[str, set[str]] | None = None):
+        from exporter.lakefs import Commit
+
+        self.commits = [Commit(c, [p] if p else [], 0, "", {}) for c, p in zip(line, line[1:] + [None])]
+        self.ancestors = ancestors or {}
+
+    def first_parent_line(self, repository, branch, stop_at=None, limit=1000):
+        ids = [c.id for c in self.commits]
+        end = ids.index(stop_at) + 1 if stop_at in ids else len(ids)
+        return self.commits[:min(end, limit)], True
+
+    def merge_base(self, repository, source, destination):
+        return source if source in self.ancestors.get(destination, set()) else "elsewhere"
+
+
+def test_an_append_is_placed_on_the_branch_first_parent_line_or_refused():
+    from exporter.branch_table import _place_on_branch
+    from exporter.errors import BranchTableRefused
+
+    branch = _Line(["c5", "c4", "c3", "c2", "c1"], ancestors={"c3": {"c2", "c1"}})
+    assert _place_on_branch(branch, "r", "main", "c3", "c3") == ("same", [])
+    assert _place_on_branch(branch, "r", "main", "c5", "c2") == ("newer", ["c3", "c4"])  # between, oldest first
+    assert _place_on_branch(branch, "r", "main", "c3", "c2") == ("newer", [])
+    assert _place_on_branch(branch, "r", "main", "c1", "c3") == ("older", [])  # a late event
+    assert _place_on_branch(branch, "r", "main", "c4", None) == ("newer", [])  # the first append
+    with pytest.raises(BranchTableRefused, match="not on the first-parent line of branch 'main'"):
+        _place_on_branch(branch, "r", "main", "feat1", "c3")  # another branch's commit
+    with pytest.raises(BranchTableRefused):
+        _place_on_branch(branch, "r", "main", "feat1", None)
+    reset = _Line(["n2", "n1", "c1"])  # the followed commit c3 is off the line after a reset
+    assert _place_on_branch(reset, "r", "main", "n2", "c3") == ("newer", [])
+
+
+def test_each_commit_an_append_covers_brings_the_versions_after_the_previous_ones_head():
+    from exporter.branch_table import _ranges
+
+    assert _ranges(7, [("a", 9), ("b", 10), ("c", 12)]) == [(8, 9), (10, 10), (11, 12)]
+    assert _ranges(7, [("c", 7)]) == [(8, 7)]  # nothing new: recorded without a range
