@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import time
 
-
 from exporter.config import Config
 from exporter.deltalog import parse_actions
 from exporter.errors import NotFound, TableNotFound
-from exporter.history import NO_BASE, diff_history
-from exporter.snapshot import TableLog, TableState, snapshot_state
+from exporter.history import NO_BASE, diff_history, same_table
+from exporter.snapshot import TableLog, TableState, snapshot_state, with_older_commits
 from exporter.lakefs import LakeFS
 from exporter.logstore import LoadedLog, load_log
 from exporter.objectstore import ObjectStore
@@ -28,24 +27,29 @@ def load_table(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: s
 
 
 def table_state(store: ObjectStore, loaded: LoadedLog | None, history_after: int | None = None) -> TableState | None:
-    """The table as its log stands (None when absent). History reaches back past the checkpoint to
-    `history_after` with the older JSON commits the log still holds (only their commitInfo is used)."""
+    """The table as its log stands (None when absent); with `history_after`, its history reaches
+    back past the checkpoint to there (`older_history`)."""
     if loaded is None:
         return None
     segment = loaded.segment
     checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
-    older = []
-    if checkpoint_version is not None and history_after is not None:
-        older = [(v, n) for v, n in sorted(loaded.listing.commits.items()) if history_after < v < checkpoint_version]
-        loaded.read_more(store, [n for _, n in older])
     checkpoint = [(n, loaded.source(store, n)) for n in loaded.checkpoint_files if n.endswith(".parquet")]
     checkpoint_actions = [a for n in loaded.checkpoint_files if n.endswith(".json")
                           for a in parse_actions(n, loaded.files[n])]
-    commits = [(v, parse_actions(n, loaded.files[n])) for v, n in older]
+    commits = []
     if segment.checkpoint_commit:  # c.json: only its commitInfo is used
         commits.append((checkpoint_version, parse_actions(segment.checkpoint_commit, loaded.files[segment.checkpoint_commit])))
     commits += [(v, parse_actions(n, loaded.files[n])) for v, n in segment.commits]
-    return snapshot_state(TableLog(checkpoint_version, checkpoint, checkpoint_actions, commits))
+    state = snapshot_state(TableLog(checkpoint_version, checkpoint, checkpoint_actions, commits))
+    return state if history_after is None else older_history(store, loaded, state, history_after)
+
+
+def older_history(store: ObjectStore, loaded: LoadedLog, state: TableState, history_after: int) -> TableState:
+    """`state` with its history reaching back to `history_after` through the JSON commits older
+    than its checkpoint that the log still holds (only what identifies each commit is used)."""
+    older = [(v, n) for v, n in sorted(loaded.listing.commits.items()) if history_after < v < state.earliest_version]
+    loaded.read_more(store, [n for _, n in older])
+    return with_older_commits(state, [(v, parse_actions(n, loaded.files[n])) for v, n in older])
 
 
 def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: str | None, right_commit: str,
@@ -71,8 +75,11 @@ def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: s
             base = table_state(store, load(base_commit))
     # history is needed back to where the two sides share a version: the base's head, if known
     history_after = base.version if isinstance(base, TableState) else -1
-    right = table_state(store, load(right_commit), history_after)
+    right_log = load(right_commit)
+    right = table_state(store, right_log, history_after)
     left = table_state(store, load(left_commit), history_after) if left_commit else None
+    if right_log and right and (left is None or not same_table(left, right)):
+        right = older_history(store, right_log, right, -1)  # nothing shared: every version of right is new
     result = diff_history(left, right, base)
     result.update(table_path=table_path, left_commit=left_commit, right_commit=right_commit, base_commit=base_commit,
                   computed_seconds=round(time.monotonic() - started, 4))

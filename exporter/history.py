@@ -40,12 +40,14 @@ def diff_history(
     """What right (topic) has that left (base branch) has not, as a JSON-serialisable dict.
 
     `results` holds right's commits that are not on left, newest first. A right commit is on left
-    when left's history has the same version with an equal fingerprint (timestamp, operation,
-    operationParameters, operationMetrics, txnId, engineInfo; for a commit without commitInfo, a
-    digest of its actions). Delta logs are chains, so the highest version matched this way — or
-    `base.version` when `base` is given and agrees with right — is where the two sides diverged:
-    right versions at or below it that left no longer lists (its old JSON commits cleaned up) are
-    taken as shared; right versions above it are reported.
+    when left is the same table (`same_table`) and its history has the same version with an equal
+    fingerprint (timestamp, operation, operationParameters, operationMetrics, txnId, engineInfo;
+    for a commit without commitInfo, a digest of its actions). Delta logs are chains, so the highest
+    version matched this way — or `base.version` when `base` is given, is the same table and agrees
+    with right — is where the two sides diverged: right versions at or below it that left no longer
+    lists (its old JSON commits cleaned up) are taken as shared; right versions above it are
+    reported. A table dropped and created again at the same path shares no version with the old
+    one, whatever their numbers: all of right's versions are reported.
 
     `history_truncated` is True when the report may be incomplete or overstated:
     - right's history lacks a version above the divergence point (cleaned-up JSON commits, or a
@@ -58,9 +60,10 @@ def diff_history(
     the table did not exist there.
 
     `diff_type`: "created" when right has the table and left (or, when given, base) has not;
-    "dropped" when left has it and right has not; "changed" when anything reported differs;
-    "none" otherwise, including when neither side has the table. An absent side compares as an
-    empty table: its schema, properties and protocol are empty, its counts None.
+    "dropped" when left has it and right has not; "replaced" when both have a table there but not
+    the same one (`table_ids` tells them apart); "changed" when anything reported differs; "none"
+    otherwise, including when neither side has the table. An absent side compares as an empty
+    table: its schema, properties and protocol are empty, its counts None.
     """
     fork = _divergence_version(left, right, base)
     results = _operations_not_on_left(left, right, fork)
@@ -74,6 +77,7 @@ def diff_history(
         "row_count": _row_count(left, right),
         "files": {"left": _files(left), "right": _files(right)},
         "versions": {"left": _version(left), "right": _version(right), "base": _version(_given(base))},
+        "table_ids": {"left": left.table_id if left else None, "right": right.table_id if right else None},
     }
     diff["diff_type"] = _diff_type(left, right, base, diff)
     return diff
@@ -94,6 +98,8 @@ def _diff_type(
         return "dropped" if left is not None else "none"
     if left is None or base is None:
         return "created"
+    if not same_table(left, right):
+        return "replaced"
     changed = (
         diff["results"]
         or diff["schema_changes"]
@@ -115,6 +121,12 @@ def _fingerprint(state: TableState, version: int) -> Any:
     return tuple(json.dumps(info.get(name), sort_keys=True, default=str) for name in _FINGERPRINT_FIELDS)
 
 
+def same_table(one: TableState, other: TableState) -> bool:
+    """Two states of one table, not two tables that took turns at one path: metaData.id names a
+    table for its whole life (PROTOCOL.md#change-metadata). A log without one is taken to be the same."""
+    return one.table_id is None or other.table_id is None or one.table_id == other.table_id
+
+
 def _same_commit(one: TableState, other: TableState, version: int) -> bool:
     if version not in one.history or version not in other.history:
         return False
@@ -126,7 +138,7 @@ def _divergence_version(
     left: TableState | None, right: TableState | None, base: TableState | None | _NoBase
 ) -> int:
     """The highest version right shares with left; -1 when none is known to be shared."""
-    if left is None or right is None:
+    if left is None or right is None or not same_table(left, right):
         return -1
     shared = [version for version in right.history if _same_commit(left, right, version)]
     fork = max(shared, default=-1)
@@ -137,7 +149,7 @@ def _divergence_version(
 
 def _base_precedes(base: TableState, right: TableState) -> bool:
     """Base's head is in right's past, as far as right's history can tell."""
-    if base.version > right.version:
+    if base.version > right.version or not same_table(base, right):
         return False
     if base.version in base.history and base.version in right.history:
         return _fingerprint(base, base.version) == _fingerprint(right, base.version)
@@ -165,8 +177,8 @@ def _history_truncated(left: TableState | None, right: TableState | None, fork: 
     listed_after_fork = sum(1 for version in right.history if fork < version <= right.version)
     if listed_after_fork < right.version - fork:
         return True
-    if left is None or fork >= 0:
-        return False
+    if left is None or fork >= 0 or not same_table(left, right):
+        return False  # another table's log tells nothing about right's versions
     return any(int(result["id"]) < left.earliest_version for result in results)
 
 

@@ -1,5 +1,5 @@
 """Results computed once and kept in Redis, keyed by immutable ids (commit ids), so an entry never
-goes stale; bounded by a TTL.
+goes stale; bounded by a TTL (and by `RULES`).
 
 The API never computes them itself: it asks the cache, and on a miss `claim`s the work (so one
 caller queues it, however many ask), queues it on the workers and waits a little. The worker
@@ -16,6 +16,10 @@ import redis
 
 from exporter.status import PREFIX
 
+# Raised when the rules behind an answer change (2: columns matched by identity, replaced tables in
+# the history diff): answers cached under older rules are never served, whatever their TTL.
+RULES = 2
+
 
 class ResultCache:
     FAILURE_TTL_SECONDS = 300
@@ -25,7 +29,7 @@ class ResultCache:
         self.ttl_seconds, self.kind = ttl_seconds, kind
 
     def key(self, *parts: str | None) -> str:
-        return f"{PREFIX}:{self.kind}:" + ":".join("-" if part is None else part.strip("/") for part in parts)
+        return f"{PREFIX}:{self.kind}:r{RULES}:" + ":".join("-" if part is None else part.strip("/") for part in parts)
 
     def get(self, *parts: str | None) -> Any | None:
         raw = self.redis.get(self.key(*parts))

@@ -11,6 +11,7 @@ that later commits name are kept one by one; every other checkpoint add is summe
 so memory follows the row group and the change since the checkpoint, not the table.
 """
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
@@ -34,6 +35,7 @@ class TableLog:
 @dataclass
 class TableState:
     version: int  # head version
+    table_id: str | None  # metaData.id at the head: which table this is (PROTOCOL.md#change-metadata)
     earliest_version: int  # first version whose commitInfo is available
     history: dict[int, dict | None]  # version -> commitInfo, None when that commit has none
     schema: dict  # parsed metaData.schemaString
@@ -90,9 +92,10 @@ def snapshot_state(log: TableLog) -> TableState:
         raise CorruptLog(f"no metaData action in the log up to version {head}")
     if protocol is None:
         raise CorruptLog(f"no protocol action in the log up to version {head}")
-    history = {version: _commit_info(actions) for version, actions in commits.items()}
+    history, commit_digests = _history(commits)
     return TableState(
         version=head,
+        table_id=metadata.get("id"),
         earliest_version=min(commits) if commits else head,
         history=history,
         schema=_schema(metadata),
@@ -102,8 +105,26 @@ def snapshot_state(log: TableLog) -> TableState:
         num_files=summed.files,
         size_bytes=summed.size,
         num_rows=summed.rows,
-        commit_digests={version: _digest(commits[version]) for version, info in history.items() if info is None},
+        commit_digests=commit_digests,
     )
+
+
+def with_older_commits(state: TableState, commits: Iterable[tuple[int, list[dict]]]) -> TableState:
+    """`state` with the history of JSON commits older than those it was replayed from (the ones
+    before its checkpoint): only what identifies each commit is kept, its actions are not replayed."""
+    older = {version: actions for version, actions in _ordered_commits(commits).items()
+             if version < state.earliest_version}
+    if not older:
+        return state
+    history, commit_digests = _history(older)
+    return dataclasses.replace(state, earliest_version=min(older), history={**history, **state.history},
+                               commit_digests={**commit_digests, **state.commit_digests})
+
+
+def _history(commits: Mapping[int, list[dict]]) -> tuple[dict[int, dict | None], dict[int, str]]:
+    """Each commit's commitInfo, and a digest of the actions of those without one."""
+    history = {version: _commit_info(actions) for version, actions in commits.items()}
+    return history, {version: _digest(commits[version]) for version, info in history.items() if info is None}
 
 
 def _ordered_commits(commits: Iterable[tuple[int, list[dict]]]) -> dict[int, list[dict]]:

@@ -40,6 +40,14 @@ class EventIgnored(BaseModel):
     event_type: str
 
 
+class BranchTableOutcome(BaseModel):
+    state: Literal["appended", "unchanged", "refused", "failed"] = Field(
+        description="`refused`: the branch keeps no branch tables, or the commit is not on its first-parent line")
+    reason: str | None = None
+    head_version: int | None = None
+    appended: list[int] | None = None
+
+
 class ExportRecord(BaseModel):
     """One (ref, commit, table)'s export, or the commit-level record of a ref."""
 
@@ -55,6 +63,8 @@ class ExportRecord(BaseModel):
     files_rewritten: int | None = None
     retries: int | None = None
     permanent: bool | None = None
+    branch_table: BranchTableOutcome | None = Field(None, description="for a branch that keeps branch tables: what "
+                                                    "the append did with this commit's export")
 
 
 class RefExports(BaseModel):
@@ -147,10 +157,21 @@ class Pagination(BaseModel):
     results: int
 
 
+DiffType = Literal["created", "dropped", "replaced", "changed", "none"]
+
+
+class TableIds(BaseModel):
+    """Each side's metaData.id: they differ when the table was dropped and created again."""
+
+    left: str | None
+    right: str | None
+
+
 class TableDiff(BaseModel):
     """How a Delta table changed from the left ref to the right one."""
 
-    diff_type: Literal["created", "dropped", "changed", "none"]
+    diff_type: DiffType = Field(description="`replaced`: both refs have a table at the path, but not the same "
+                                            "one (`table_ids`); every version of the right one is listed")
     results: list[Operation]
     history_truncated: bool
     schema_changes: list[SchemaChange]
@@ -160,6 +181,7 @@ class TableDiff(BaseModel):
     row_count: RowCount
     files: Files
     versions: Versions
+    table_ids: TableIds
     table_path: str
     left_commit: str | None
     right_commit: str
@@ -203,10 +225,18 @@ class RowDiffFiles(BaseModel):
     deletion_vector_changed: list[VectorChange]
 
 
+class RenamedColumn(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    from_: str = Field(alias="from", description="the column's name on the left")
+    to: str = Field(description="its name on the right, under which rows show it")
+
+
 class RowDiffColumns(BaseModel):
-    left: list[str]
+    left: list[str] = Field(description="the left side's columns, under the right side's names where they are "
+                                        "the same column (column-mapping id, else name)")
     right: list[str]
-    matched_on: list[str] = Field(description="the columns rows are matched on: those both sides have")
+    matched_on: list[str] = Field(description="the columns rows are matched on: the same column on both sides")
+    renamed: list[RenamedColumn] = Field(default_factory=list, description="columns renamed from left to right")
 
 
 class RowDiff(BaseModel):
@@ -235,7 +265,7 @@ class ChangedTable(BaseModel):
     name: str
     path: str
     source: Literal["descriptor", "detected"]
-    diff_type: Literal["created", "dropped", "changed", "none"]
+    diff_type: DiffType
     rows: RowCount
     files: Pair = Field(description="live files on each side (null where the table is absent)")
     schema_changed: bool

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from exporter.diff import DiffCache, cached_diff
+from exporter.overview import compare_refs
 from tests.integration.deltatables import add_descriptor, table_uri
 
 pytestmark = pytest.mark.integration
@@ -197,6 +198,63 @@ def test_history_reaches_past_the_checkpoint_and_says_when_it_is_gone(config, la
     cleaned = diff(config, lakefs, repository, "main", "topic", "tables/history")
     assert [int(op["id"]) for op in cleaned["results"]] == list(range(25, 14, -1))
     assert cleaned["history_truncated"]
+
+
+def test_a_table_dropped_and_created_again_on_a_branch_is_replaced_with_its_whole_history(spark, config, lakefs,
+                                                                                          repository):
+    """The recreated table shares version numbers 0-2 with main's, not its commits: every one of its
+    versions is listed, those before its checkpoints too, and the diff says the table was replaced."""
+    spark.sql(f"CREATE TABLE delta.`{table_uri(repository, 'main', 'tables/t')}` (id INT, day STRING) USING delta")
+    for day in ("2024-01-01", "2024-01-02"):
+        spark.sql(f"INSERT INTO delta.`{table_uri(repository, 'main', 'tables/t')}` VALUES (1, '{day}')")
+    lakefs.commit_branch(repository, "main", "table t, versions 0-2")
+    lakefs.create_branch(repository, "recreate", "main")
+    for entry in list(lakefs.list_objects(repository, "recreate", "tables/t/")):  # DROP: the folder deleted
+        lakefs.delete_object(repository, "recreate", entry["path"])
+    uri = table_uri(repository, "recreate", "tables/t")
+    spark.sql(f"CREATE TABLE delta.`{uri}` (name STRING, score DOUBLE) USING delta "
+              "TBLPROPERTIES ('delta.checkpointInterval' = '2')")
+    for score in range(1, 6):
+        spark.sql(f"INSERT INTO delta.`{uri}` VALUES ('n{score}', {score}.5)")
+    lakefs.commit_branch(repository, "recreate", "table t dropped and created again, versions 0-5")
+    log = [e["path"].rsplit("/", 1)[-1] for e in lakefs.list_objects(repository, "recreate", "tables/t/_delta_log/")]
+    assert {f"{v:020d}.checkpoint.parquet" for v in (2, 4)} <= set(log)
+
+    result = diff(config, lakefs, repository, "main", "recreate", "tables/t")
+
+    assert [int(op["id"]) for op in result["results"]] == [5, 4, 3, 2, 1, 0]
+    assert result["diff_type"] == "replaced"
+    assert result["results"][-1]["operation"] == "CREATE TABLE"
+    assert not result["history_truncated"]
+    assert result["versions"] == {"left": 2, "right": 5, "base": 2}
+    assert None not in result["table_ids"].values() and result["table_ids"]["left"] != result["table_ids"]["right"]
+    assert sorted((c["change"], c["column"]) for c in result["schema_changes"]) == \
+        [("added", "name"), ("added", "score"), ("removed", "day"), ("removed", "id")]
+    assert result["row_count"] == {"left": 2, "right": 5, "difference": 3}
+    overview = compare_refs(config, lakefs, DiffCache(config.redis, 60), repository, result["left_commit"],
+                            result["right_commit"])
+    assert [(t["path"], t["diff_type"], t["operations"]) for t in overview["tables"]] == [("tables/t", "replaced", 6)]
+
+
+def test_a_table_whose_commits_before_a_checkpoint_were_cleaned_up_is_truncated_not_replaced(spark, config, lakefs,
+                                                                                              repository):
+    uri_main = table_uri(repository, "main", "tables/t")
+    spark.sql(f"CREATE TABLE delta.`{uri_main}` (id INT) USING delta TBLPROPERTIES ('delta.checkpointInterval' = '2')")
+    spark.sql(f"INSERT INTO delta.`{uri_main}` VALUES (0)")
+    lakefs.commit_branch(repository, "main", "table t, versions 0-1")
+    lakefs.create_branch(repository, "cleanup", "main")
+    for row in range(1, 5):  # versions 2-5, checkpoints at 2 and 4
+        spark.sql(f"INSERT INTO delta.`{table_uri(repository, 'cleanup', 'tables/t')}` VALUES ({row})")
+    for version in range(4):  # log cleanup: the JSON commits before the checkpoint at 4
+        lakefs.delete_object(repository, "cleanup", f"tables/t/_delta_log/{version:020d}.json")
+    lakefs.commit_branch(repository, "cleanup", "versions 2-5, log cleaned up to the checkpoint")
+
+    result = diff(config, lakefs, repository, "main", "cleanup", "tables/t")
+
+    assert result["diff_type"] == "changed"
+    assert [int(op["id"]) for op in result["results"]] == [5, 4]
+    assert result["history_truncated"]  # versions 2 and 3 are gone: their operations cannot be listed
+    assert result["table_ids"]["left"] == result["table_ids"]["right"]
 
 
 def test_the_api_reference_page_lists_every_operation(service):

@@ -86,10 +86,11 @@ def struct(*fields: dict) -> dict:
 DEFAULT_SCHEMA = struct(column("id", "long", False), column("name", "string"))
 
 
-def metadata(schema: dict = DEFAULT_SCHEMA, partition_columns: tuple = (), configuration: dict | None = None) -> dict:
+def metadata(schema: dict = DEFAULT_SCHEMA, partition_columns: tuple = (), configuration: dict | None = None,
+             table_id: str | None = "table-1") -> dict:
     return {
         "metaData": {
-            "id": "table-1",
+            "id": table_id,
             "format": {"provider": "parquet", "options": {}},
             "schemaString": json.dumps(schema),
             "partitionColumns": list(partition_columns),
@@ -421,6 +422,7 @@ def test_history_is_truncated_when_right_log_starts_after_the_divergence() -> No
 
     assert (ids(without_base), without_base["history_truncated"]) == (["8", "7", "6"], True)
     assert (ids(with_base), with_base["history_truncated"]) == (["8", "7", "6"], True)  # 4 and 5 are not listed
+    assert with_base["diff_type"] == without_base["diff_type"] == "changed"  # the same table, checkpointed
 
 
 def test_history_is_complete_when_right_log_reaches_back_to_the_base() -> None:
@@ -444,6 +446,48 @@ def test_a_left_log_cleaned_past_the_divergence_needs_the_base_to_tell() -> None
 
     assert (ids(without_base), without_base["history_truncated"]) == (["4", "3", "2", "1", "0"], True)
     assert (ids(with_base), with_base["history_truncated"]) == (["4"], False)
+
+
+# ---------------------------------------------------------------- a table dropped and created again
+
+
+def test_a_table_created_again_at_the_path_shares_no_version_with_the_old_one() -> None:
+    """The same version numbers, even an equal CREATE TABLE entry: another metaData.id is another table."""
+    old = [created(), [write(BASE_TIME + 1), add("a.parquet")], [write(BASE_TIME + 2), add("b.parquet")]]
+    new = [created(table_id="table-2"), *([write(BASE_TIME + 10 + v), add(f"n{v}.parquet")] for v in range(1, 6))]
+
+    for diff in (diff_history(state(*old), state(*new)), diff_history(state(*old), state(*new), state(*old))):
+        assert diff["diff_type"] == "replaced"
+        assert ids(diff) == ["5", "4", "3", "2", "1", "0"]
+        assert diff["history_truncated"] is False
+        assert diff["table_ids"] == {"left": "table-1", "right": "table-2"}
+
+
+def test_a_new_table_whose_commits_before_its_checkpoint_are_gone_is_replaced_and_truncated() -> None:
+    old = [created()] + [[write(BASE_TIME + v), add(f"{v}.parquet")] for v in (1, 2)]
+    checkpoint = [protocol(), metadata(table_id="table-2")] + [add(f"n{v}.parquet") for v in range(1, 5)]
+    commits = [(v, [write(BASE_TIME + 10 + v), add(f"n{v}.parquet")]) for v in (4, 5)]
+    right = snapshot_state(TableLog(4, [], checkpoint, commits))
+
+    diff = diff_history(state(*old), right, state(*old))
+
+    assert (diff["diff_type"], ids(diff), diff["history_truncated"]) == ("replaced", ["5", "4"], True)
+
+
+def test_a_table_created_again_on_left_leaves_every_version_of_right_unshared() -> None:
+    old = [created(), [write(BASE_TIME + 1), add("a.parquet")]]
+    left = state(created(BASE_TIME + 50, table_id="table-2"), [write(BASE_TIME + 51), add("l.parquet")])
+    right = state(*old, [write(BASE_TIME + 2), add("b.parquet")])
+
+    diff = diff_history(left, right, state(*old))
+
+    assert (diff["diff_type"], ids(diff), diff["history_truncated"]) == ("replaced", ["2", "1", "0"], False)
+
+
+def test_a_log_without_a_table_id_is_matched_by_content_alone() -> None:
+    shared = [created(table_id=None), [write(BASE_TIME + 1), add("a.parquet")]]
+    diff = diff_history(state(*shared), state(*shared, [write(BASE_TIME + 2), add("b.parquet")]), state(*shared))
+    assert (diff["diff_type"], ids(diff)) == ("changed", ["2"])
 
 
 # ---------------------------------------------------------------- schema and metadata

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from exporter.parquet_splice import BytesSource
-from exporter.snapshot import UNTRACKED, TableLog, reconcile, snapshot_state
+from exporter.snapshot import UNTRACKED, TableLog, reconcile, snapshot_state, with_older_commits
 
 pytestmark = pytest.mark.unit
 
@@ -99,3 +99,20 @@ def test_a_checkpoint_add_without_any_record_count_makes_the_rows_unknown():
     adds = [add("a", rows=3), {"add": {"path": "b", "size": 1, "stats": '{"minValues":{}}'}}]
     state = snapshot_state(TableLog(9, [checkpoint_file(adds, row_group_size=1)], [], []))
     assert (state.num_files, state.num_rows) == (2, None)
+
+
+def test_the_table_id_is_the_newest_metadata_id():
+    checkpoint = [checkpoint_file([add("a")], row_group_size=1)]
+    assert snapshot_state(TableLog(9, checkpoint, [], [])).table_id == "t"
+    created_again = {"metaData": {**METADATA["metaData"], "id": "u"}}
+    assert snapshot_state(TableLog(9, checkpoint, [], [(10, [created_again])])).table_id == "u"
+
+
+def test_commits_older_than_the_checkpoint_add_history_and_nothing_else():
+    head = snapshot_state(TableLog(9, [checkpoint_file([add("a")], row_group_size=1)], [], [(10, [add("b")])]))
+    older = [(v, [{"commitInfo": {"operation": "WRITE", "timestamp": v}}, add(f"old{v}")]) for v in (7, 8)]
+
+    extended = with_older_commits(head, [*older, (10, [add("not replayed twice")])])
+
+    assert (extended.earliest_version, sorted(extended.history), extended.history[7]["timestamp"]) == (7, [7, 8, 10], 7)
+    assert (extended.num_files, extended.num_rows, extended.commit_digests) == (2, 20, head.commit_digests)
