@@ -7,7 +7,7 @@ and writes it to bench/results/<date>.md.
    beside lakeFS's own Lua Delta exporter run as a post-commit hook on the same table (bench/lua_exporter.py);
 3. history diff of a table with N versions (checkpoint every 10): cold, and cached p50/p99;
 4. a commit storm (bench/webhooks.py): 200 commits at once, 3 tables each, 2 workers;
-5. Delta Sharing: presigning URLs (exporter.presign beside boto3's `generate_presigned_url`), and a
+5. Delta Sharing: presigning URLs (exporter.storage.presign beside boto3's `generate_presigned_url`), and a
    snapshot query of an N-file branch table through the real server (bench/sharing.py), in both
    response formats: time to first byte and to the last, lines and bytes, the server's peak RSS.
 """
@@ -253,7 +253,7 @@ def bench_branch_table_revert(lakefs, repository: str, files: int, child: str) -
 
 
 def bench_presign(urls: int) -> list[dict]:
-    """`urls` presigned GET URLs by `exporter.presign.Presigner` and by boto3's `generate_presigned_url`
+    """`urls` presigned GET URLs by `exporter.storage.presign.Presigner` and by boto3's `generate_presigned_url`
     (SigV4, path-style), each in its own process; one URL of each is fetched from MinIO (must be 200)."""
     from devtools import stack
     from bench.synthetic import object_store_client
@@ -273,7 +273,7 @@ def bench_presign(urls: int) -> list[dict]:
                           + (f", {faster:.0f}x faster" if how == "project" else "") + " (one fetched from MinIO: 200)",
              "seconds": measured[how]["seconds"], "files_per_s": urls / measured[how]["seconds"], "lakefs_calls": 0,
              "peak_rss_mib": measured[how]["peak_rss_mib"]}
-            for how, label in (("project", "exporter.presign.Presigner"),
+            for how, label in (("project", "exporter.storage.presign.Presigner"),
                                ("boto3", "alternative: boto3 generate_presigned_url (s3v4, path-style)"))]
     for row in rows:
         print(row, flush=True)
@@ -286,7 +286,7 @@ def bench_sharing(sizes: list[int], repository: str | None = None) -> list[dict]
     through `lakefs-delta serve` in its own process, once per response format; the answer's lines
     are checked against the live files delta-rs reads from the branch table."""
     from devtools import stack
-    from exporter.branch_table import branch_table_versions
+    from exporter.export.branch_table import branch_table_versions
     from bench.sharing import query_through_server
 
     state, config, lakefs = running_stack()
@@ -326,7 +326,7 @@ def bench_sharing(sizes: list[int], repository: str | None = None) -> list[dict]
 
 
 def bench_diffs(versions_list: list[int]) -> list[dict]:
-    from exporter.diff import DiffCache, cached_diff, compute_diff
+    from exporter.diff.table import DiffCache, cached_diff, compute_diff
 
     _, config, lakefs = running_stack()
     cache = DiffCache(config.redis, 600)
@@ -421,7 +421,7 @@ def main() -> None:
                         help="tables whose branch table is created and appended to")
     parser.add_argument("--storm", type=int, default=200, help="commits arriving at once (0: skip)")
     parser.add_argument("--presign-urls", type=int, default=100_000,
-                        help="URLs presigned by exporter.presign and by boto3 (0: skip)")
+                        help="URLs presigned by exporter.storage.presign and by boto3 (0: skip)")
     parser.add_argument("--sharing-sizes", type=int, nargs="*", default=[1_000_000],
                         help="tables whose branch table is queried through the Delta Sharing server")
     parser.add_argument("--sharing-repository",

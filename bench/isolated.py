@@ -40,8 +40,8 @@ def measure(*args: str) -> dict:
 
 def _export(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
     from exporter.config import load_config
-    from exporter.export import export_table, find_table
-    from exporter.lakefs import LakeFS
+    from exporter.export.cold import export_table, find_table
+    from exporter.lakefs.client import LakeFS
 
     config = load_config()
     lakefs = LakeFS(config.lakefs)
@@ -55,8 +55,8 @@ def _export(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
 def _rewrite(checkpoint_file: str, addresses_file: str, mode: str) -> dict:
     import pyarrow.parquet as pq
 
-    from exporter.paths import PathResolver
-    from exporter.rewrite import rewrite_checkpoint, rewrite_checkpoint_file
+    from exporter.delta.paths import PathResolver
+    from exporter.export.rewrite import rewrite_checkpoint, rewrite_checkpoint_file
 
     raw = Path(checkpoint_file).read_bytes()
     addresses = dict(line.split("\t") for line in Path(addresses_file).read_text().splitlines())
@@ -97,9 +97,9 @@ def _stream(addresses_file: str, *parts: str) -> dict:
     index loaded batch by batch: what a cold export does with each parquet file."""
     import pyarrow.parquet as pq
 
-    from exporter.addresses import AddressIndexBuilder
-    from exporter.paths import PathResolver
-    from exporter.rewrite import rewrite_checkpoint_to
+    from exporter.lakefs.addresses import AddressIndexBuilder
+    from exporter.delta.paths import PathResolver
+    from exporter.export.rewrite import rewrite_checkpoint_to
 
     started = time.perf_counter()
     builder = AddressIndexBuilder()
@@ -121,8 +121,8 @@ def _stream(addresses_file: str, *parts: str) -> dict:
 def _diff(repository: str, left: str, right: str, table_path: str) -> dict:
     """A history diff computed cold (no cache): both sides' logs replayed, checkpoints included."""
     from exporter.config import load_config
-    from exporter.diff import compute_diff
-    from exporter.lakefs import LakeFS
+    from exporter.diff.table import compute_diff
+    from exporter.lakefs.client import LakeFS
 
     config = load_config()
     lakefs = LakeFS(config.lakefs)
@@ -136,8 +136,8 @@ def _diff(repository: str, left: str, right: str, table_path: str) -> dict:
 def _rowdiff(repository: str, left: str, right: str, table_path: str) -> dict:
     """The row diff, cold: both snapshots compared, the differing files read."""
     from exporter.config import load_config
-    from exporter.lakefs import LakeFS
-    from exporter.row_diff import compute_row_diff
+    from exporter.lakefs.client import LakeFS
+    from exporter.diff.rows import compute_row_diff
 
     config = load_config()
     lakefs = LakeFS(config.lakefs)
@@ -167,9 +167,9 @@ def _exceptall(repository: str, left: str, right: str, table_path: str) -> dict:
 
 def _append(repository: str, branch: str, commit_id: str, table_name: str) -> dict:
     """Bring the branch table to a commit's export (the first one creates it)."""
-    from exporter.branch_table import append_commit
+    from exporter.export.branch_table import append_commit
     from exporter.config import load_config
-    from exporter.lakefs import LakeFS
+    from exporter.lakefs.client import LakeFS
 
     config = load_config()
     outcome = append_commit(config, LakeFS(config.lakefs), repository, branch, commit_id, table_name)
@@ -181,9 +181,9 @@ def _republish(repository: str, branch: str, commit_id: str, table_name: str) ->
     """The alternative to appending: copy a commit's whole export to a fixed location (server-side),
     as a table re-published at one path after every commit must."""
     from exporter.config import load_config
-    from exporter.export import MANIFEST, export_location
-    from exporter.lakefs import LakeFS
-    from exporter.objectstore import ObjectStore
+    from exporter.export.cold import MANIFEST, export_location
+    from exporter.lakefs.client import LakeFS
+    from exporter.storage.objectstore import ObjectStore
 
     config = load_config()
     lakefs = LakeFS(config.lakefs)
@@ -200,20 +200,20 @@ def _republish(repository: str, branch: str, commit_id: str, table_name: str) ->
 
 def _presign(how: str, count: str, real_object: str) -> dict:
     """`count` presigned GET URLs for synthetic data-file addresses (as a Delta log holds them:
-    URIs, in lakeFS imports' layout), by `exporter.presign.Presigner` (one instance, as one query
+    URIs, in lakeFS imports' layout), by `exporter.storage.presign.Presigner` (one instance, as one query
     uses) or by boto3's `generate_presigned_url` (SigV4, path-style; bucket and key given split).
     `real_object`'s URL is made first, outside the timing, and fetched: it must answer 200."""
     import httpx
 
     from exporter.config import load_config
-    from exporter.objectstore import split_uri
+    from exporter.storage.objectstore import split_uri
 
     config = load_config()
     lifetime = config.sharing.url_lifetime_seconds
     uris = [f"s3://{split_uri(real_object)[0]}/bulk-import/{uuid.UUID(int=i // 50_000).hex}/p={i % 100:04d}/"
             f"part-{i:07d}-{uuid.UUID(int=i).hex[:8]}.parquet" for i in range(int(count))]
     if how == "project":
-        from exporter.presign import Presigner
+        from exporter.storage.presign import Presigner
 
         presigner = Presigner(config, lifetime)
         sign = lambda uri: presigner.presign(uri).url  # noqa: E731

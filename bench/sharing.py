@@ -99,7 +99,7 @@ def query_through_server(config, repository: str, branch: str, table: str, fmt: 
     `POST .../query` with body `{}` in `fmt` (parquet or delta), read as a stream.
     `allowed_locations`: where the table's data lies outside the repository's storage namespace
     (`sharing.allowed_locations`; a lakeFS import's source)."""
-    from exporter.recipients import Recipients
+    from exporter.state.recipients import Recipients
 
     recipients = Recipients(config.redis)
     recipient, token = recipients.create(f"bench-{uuid.uuid4().hex[:8]}", [SHARE],

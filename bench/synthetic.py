@@ -113,7 +113,7 @@ def running_stack():
     import os
 
     from exporter.config import load_config
-    from exporter.lakefs import LakeFS
+    from exporter.lakefs.client import LakeFS
     from devtools import stack
 
     state = stack.up()

@@ -21,7 +21,7 @@ import httpx
 
 from bench.measure import peak_rss_mib, percentile
 from bench.synthetic import METADATA, PROTOCOL, build_table, gateway_client, new_repository, running_stack
-from exporter.status import COMMIT_RECORD, StatusStore
+from exporter.state.status import COMMIT_RECORD, StatusStore
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 18090  # not the demo's 18080, so a running demo does not take the events
@@ -81,7 +81,7 @@ def commit_on_branch(lakefs, repository: str, branch: str, commits: int, version
 
 
 def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2, concurrency: int = 1) -> list[dict]:
-    from exporter.actions import install_actions
+    from exporter.lakefs.actions import install_actions
 
     state, _, lakefs = running_stack()
     env = {**os.environ, **state.environment()}
@@ -126,7 +126,7 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
 
 def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
     """On an idle stack: a commit to a 1,000-file table, to its complete export, one commit at a time."""
-    from exporter.actions import install_actions
+    from exporter.lakefs.actions import install_actions
 
     state, _, lakefs = running_stack()
     env = {**os.environ, **state.environment()}

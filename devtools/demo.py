@@ -55,9 +55,9 @@ def external_count(location: str) -> int:
 def run_demo() -> dict:
     """Returns the facts it printed, for the test."""
     from examples.bank_pipeline import ingest, retention_and_column_remover, table_uri
-    from exporter.actions import install_actions
+    from exporter.lakefs.actions import install_actions
     from exporter.config import load_config
-    from exporter.lakefs import LakeFS
+    from exporter.lakefs.client import LakeFS
     from lakefs_delta.cli import render_diff
     from lakefs_delta.client import sign_in_link, table_diff, wait_for_branch_table, wait_for_exports
     from devtools.spark import stack_spark_session

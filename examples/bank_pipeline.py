@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from datetime import date, timedelta
 
-from exporter.lakefs import LakeFS
+from exporter.lakefs.client import LakeFS
 
 COLUMNS = "txn_id BIGINT, date STRING, amount DOUBLE, description STRING, account STRING, merchant STRING"
 DESCRIPTIONS = ["coffee at Café Zürich", "rent payment", "groceries – Ünïmarkt", "salary", "book: 北京 travel guide",

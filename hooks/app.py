@@ -31,11 +31,11 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 
 import exporter
 from exporter.config import Config
-from exporter.branch_table import branch_table_versions, follows
-from exporter.datasets import DatasetsCache, resolve_dataset
-from exporter.diff import DiffCache, diff_commits
+from exporter.export.branch_table import branch_table_versions, follows
+from exporter.diff.datasets import DatasetsCache, resolve_dataset
+from exporter.diff.table import DiffCache, diff_commits
 from exporter.errors import BadRequest, ExporterError, NotFound
-from exporter.export import exports_in_store
+from exporter.export.cold import exports_in_store
 from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, RepositoryAccess,
                         SignInRefused, Unauthenticated, caller_of, code_key, matching_token)
 from hooks.metrics import WorkerMetrics
@@ -43,13 +43,13 @@ from hooks.models import (BranchTableVersions, RefsOverview, RowDiff, Dataset, D
                           Readiness, Session, SignInCode, SignInLink, TableDiff, validation_message)
 from hooks.sharing import create_sharing_app
 from hooks.paging import MAX_PER_PAGE, paginate, paginate_rows, row_pagination, row_start
-from exporter.lakefs import LakeFS
-from exporter.results import ResultCache
-from exporter.overview import OverviewCache
-from exporter.objectstore import ObjectStore
-from exporter.row_diff import RowDiffCache, key_part
-from exporter.spark_row_diff import rows_page
-from exporter.status import COMMIT_RECORD, StatusStore
+from exporter.lakefs.client import LakeFS
+from exporter.state.results import ResultCache
+from exporter.diff.overview import OverviewCache
+from exporter.storage.objectstore import ObjectStore
+from exporter.diff.rows import RowDiffCache, key_part
+from exporter.diff.rows_spark import rows_page
+from exporter.state.status import COMMIT_RECORD, StatusStore
 
 log = logging.getLogger("lakefs_delta.hooks")
 MAX_BODY = 1024 * 1024

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from exporter.status import GAUGE
+from exporter.state.status import GAUGE
 
 HELP = {
     "lakefs_delta_tasks": "Celery tasks run by the workers, by task and outcome",

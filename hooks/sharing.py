@@ -1,5 +1,5 @@
 """The Delta Sharing server (delta-io/delta-sharing PROTOCOL.md), mounted at `/delta-sharing`: a
-thin adapter over `exporter.sharing`. Recipients authenticate with their bearer token; errors
+thin adapter over `exporter.sharing.protocol`. Recipients authenticate with their bearer token; errors
 carry the protocol's body, `{"errorCode": ..., "message": ...}`.
 """
 
@@ -20,11 +20,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from exporter.config import Config
 from exporter.errors import ExporterError, NotFound
-from exporter.lakefs import LakeFS
-from exporter.presign import Presigner
-from exporter.recipients import Recipient, Recipients, Unauthenticated
+from exporter.lakefs.client import LakeFS
+from exporter.storage.presign import Presigner
+from exporter.state.recipients import Recipient, Recipients, Unauthenticated
 from hooks.models import validation_message
-from exporter.sharing import (Catalog, SharingError, changes_lines, encode_lines, invalid, metadata_lines,
+from exporter.sharing.protocol import (Catalog, SharingError, changes_lines, encode_lines, invalid, metadata_lines,
                               query_lines, range_protocol, response_format)
 
 log = logging.getLogger("lakefs_delta.sharing")

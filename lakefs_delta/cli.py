@@ -17,7 +17,7 @@ def _config(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from exporter.config import load_config
-    from exporter.export import export_commit
+    from exporter.export.cold import export_commit
 
     config = load_config(args.config)
     outcomes = export_commit(config, args.repo, args.ref, args.commit, tables=args.table or None, export_all=args.all)
@@ -101,10 +101,10 @@ def _healthcheck(args: argparse.Namespace) -> int:
 
 
 def _catch_up(args: argparse.Namespace) -> int:
-    from exporter.catch_up import catch_up
+    from exporter.export.catch_up import catch_up
     from exporter.config import load_config
-    from exporter.lakefs import LakeFS
-    from exporter.status import StatusStore
+    from exporter.lakefs.client import LakeFS
+    from exporter.state.status import StatusStore
     from workers.app import configure
 
     config = load_config(args.config)
@@ -126,7 +126,7 @@ def _catch_up(args: argparse.Namespace) -> int:
 
 
 def _versions(args: argparse.Namespace) -> int:
-    from exporter.branch_table import branch_table_versions
+    from exporter.export.branch_table import branch_table_versions
     from exporter.config import load_config
 
     versions = branch_table_versions(load_config(args.config), None, args.repo, args.branch, args.table)
@@ -144,8 +144,8 @@ def _versions(args: argparse.Namespace) -> int:
 
 def _prune(args: argparse.Namespace) -> int:
     from exporter.config import load_config
-    from exporter.lakefs import LakeFS
-    from exporter.retention import prune
+    from exporter.lakefs.client import LakeFS
+    from exporter.export.retention import prune
 
     config = load_config(args.config)
     policy = config.retention.model_copy(update={k: v for k, v in (("keep_last", args.keep_last),
@@ -164,8 +164,8 @@ def _prune(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     from exporter.config import load_config
-    from exporter.lakefs import LakeFS
-    from exporter.retention import verify
+    from exporter.lakefs.client import LakeFS
+    from exporter.export.retention import verify
 
     config = load_config(args.config)
     result = verify(config, LakeFS(config.lakefs), args.repo, args.ref, args.table, args.commit)
@@ -174,9 +174,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _install_actions(args: argparse.Namespace) -> int:
-    from exporter.actions import install_actions
+    from exporter.lakefs.actions import install_actions
     from exporter.config import load_config
-    from exporter.lakefs import LakeFS
+    from exporter.lakefs.client import LakeFS
 
     config = load_config(args.config)
     tables = dict(item.split("=", 1) for item in args.table or [])
@@ -189,8 +189,8 @@ def _install_actions(args: argparse.Namespace) -> int:
 
 def _diff(args: argparse.Namespace) -> int:
     from exporter.config import load_config
-    from exporter.diff import DiffCache, cached_diff
-    from exporter.lakefs import LakeFS
+    from exporter.diff.table import DiffCache, cached_diff
+    from exporter.lakefs.client import LakeFS
 
     left, sep, right = args.refs.partition("..")
     if not sep or not left or not right:
@@ -201,8 +201,8 @@ def _diff(args: argparse.Namespace) -> int:
         if args.rows:
             print("error: --rows needs --table", file=sys.stderr)
             return 2
-        from exporter.diff import diff_commits
-        from exporter.overview import compare_refs
+        from exporter.diff.table import diff_commits
+        from exporter.diff.overview import compare_refs
 
         lakefs = LakeFS(config.lakefs)
         overview = compare_refs(config, lakefs, DiffCache(config.redis, config.diff_cache_ttl_seconds), args.repo,
@@ -210,15 +210,15 @@ def _diff(args: argparse.Namespace) -> int:
         print(json.dumps(overview, indent=2) if args.json else render_overview(overview, left, right))
         return 0
     if args.rows:
-        from exporter.row_diff import RowDiffCache, cached_row_diff
+        from exporter.diff.rows import RowDiffCache, cached_row_diff
 
         key = tuple(c.strip() for c in (args.key or "").split(",") if c.strip())
         lakefs = LakeFS(config.lakefs)
         diff, _ = cached_row_diff(config, lakefs, RowDiffCache(config.redis, config.diff_cache_ttl_seconds),
                                   args.repo, left, right, args.table.strip("/"), key)
         if diff.get("rows_location") and not args.json:  # the Spark job's rows: the first page of them
-            from exporter.objectstore import ObjectStore
-            from exporter.spark_row_diff import rows_page
+            from exporter.storage.objectstore import ObjectStore
+            from exporter.diff.rows_spark import rows_page
 
             store = ObjectStore(config, lakefs.storage_namespace(args.repo))
             diff["rows"] = rows_page(store, diff["rows_location"], 0, max(args.limit, 1))[0]
@@ -284,7 +284,7 @@ def _recipient_create(args: argparse.Namespace) -> int:
 
     from exporter.config import load_config
     from exporter.errors import ConfigError
-    from exporter.recipients import Recipients, profile
+    from exporter.state.recipients import Recipients, profile
 
     config = load_config(args.config)
     known = {share.name for share in config.sharing.shares}
@@ -314,7 +314,7 @@ def _recipient_list(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from exporter.config import load_config
-    from exporter.recipients import Recipients
+    from exporter.state.recipients import Recipients
 
     recipients = Recipients(load_config(args.config).redis).list()
     if args.json:
@@ -330,7 +330,7 @@ def _recipient_list(args: argparse.Namespace) -> int:
 
 def _recipient_revoke(args: argparse.Namespace) -> int:
     from exporter.config import load_config
-    from exporter.recipients import Recipients
+    from exporter.state.recipients import Recipients
 
     recipient = Recipients(load_config(args.config).redis).revoke(args.name)
     print(f"recipient {recipient.name} revoked at {recipient.revoked}: its token no longer works")

@@ -9,5 +9,5 @@ mkdir -p tests/artifacts
 eval "$(.venv/bin/python -m devtools.stack env)"
 
 .venv/bin/pytest -m unit -q --junitxml=tests/artifacts/unit.xml "$@"
-.venv/bin/pytest -m integration -v --junitxml=tests/artifacts/integration.xml "$@"
+.venv/bin/pytest -m integration -v --durations=30 --junitxml=tests/artifacts/integration.xml "$@"
 .venv/bin/python scripts/check_junit.py tests/artifacts/unit.xml tests/artifacts/integration.xml

@@ -40,7 +40,7 @@ def config(stack_env):
 @pytest.fixture(scope="session")
 def lakefs(stack_env):
     from exporter.config import load_config
-    from exporter.lakefs import LakeFS
+    from exporter.lakefs.client import LakeFS
 
     return LakeFS(load_config().lakefs)  # not from `config`, which a module may override
 

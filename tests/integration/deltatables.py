@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from exporter.export import MANIFEST, ExportOutcome, export_commit
+from exporter.export.cold import MANIFEST, ExportOutcome, export_commit
 
 
 def table_uri(repository: str, ref: str, path: str) -> str:

@@ -11,10 +11,10 @@ import uuid
 import httpx
 import pytest
 
-from exporter.actions import install_actions
-from exporter.branch_table import append_commit, branch_table_versions
+from exporter.lakefs.actions import install_actions
+from exporter.export.branch_table import append_commit, branch_table_versions
 from exporter.errors import BranchTableRefused
-from exporter.status import StatusStore
+from exporter.state.status import StatusStore
 from tests.conftest import SERVICE_PORT
 from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one, read_version, rows, table_uri
 from tests.integration.test_branch_tables import branch_commit, branch_log_versions

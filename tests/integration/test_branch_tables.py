@@ -14,14 +14,14 @@ from collections import Counter
 import httpx
 import pytest
 
-from exporter.actions import install_actions
-from exporter.branch_table import STATE, SYNC_OPERATION, append_commit, branch_table_versions
-from exporter.catch_up import catch_up
+from exporter.lakefs.actions import install_actions
+from exporter.export.branch_table import STATE, SYNC_OPERATION, append_commit, branch_table_versions
+from exporter.export.catch_up import catch_up
 from exporter.config import RetentionConfig
 from exporter.errors import ServiceUnavailable
-from exporter.objectstore import ObjectStore
-from exporter.retention import prune, verify
-from exporter.status import StatusStore
+from exporter.storage.objectstore import ObjectStore
+from exporter.export.retention import prune, verify
+from exporter.state.status import StatusStore
 from lakefs_delta.client import wait_for_exports
 from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one, read_version, rows, table_uri
 from tests.integration.test_webhooks import GOOD, WEBHOOK, api, token

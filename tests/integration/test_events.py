@@ -16,9 +16,9 @@ import httpx
 import pytest
 import redis
 
-from exporter.actions import install_actions
+from exporter.lakefs.actions import install_actions
 from exporter.config import load_config
-from exporter.export import MANIFEST
+from exporter.export.cold import MANIFEST
 from devtools import stack
 from lakefs_delta.client import export_status, wait_for_exports
 from tests.conftest import SERVICE_PORT
@@ -351,7 +351,7 @@ def test_an_export_that_kills_its_worker_is_failed_after_three_deliveries(proces
 
     from celery import Celery
 
-    from exporter.status import StatusStore
+    from exporter.state.status import StatusStore
 
     # A queue and an object store of its own: an endpoint that accepts connections and never
     # answers hangs this worker's export (and no other worker's) long enough to kill it mid-way.

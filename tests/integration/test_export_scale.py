@@ -9,7 +9,7 @@ import pytest
 
 from bench.isolated import measure
 from bench.synthetic import build_table
-from exporter.objectstore import Upload
+from exporter.storage.objectstore import Upload
 
 pytestmark = pytest.mark.integration
 

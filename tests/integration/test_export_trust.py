@@ -13,8 +13,8 @@ import threading
 import pytest
 
 from exporter.errors import ExporterError, ServiceUnavailable
-from exporter.export import MANIFEST, export_table, find_table
-from exporter.objectstore import ObjectStore
+from exporter.export.cold import MANIFEST, export_table, find_table
+from exporter.storage.objectstore import ObjectStore
 from tests.integration.deltatables import (add_descriptor, assert_export_reads_like_source, delta_rs_rows, export_one,
                                            read_version, rows, table_uri)
 
@@ -289,8 +289,8 @@ def test_a_delivery_giving_up_and_prune_never_empty_an_export_another_delivery_i
     out of retries (the task's `on_failure`) and prune runs with nothing kept by age or count. A then
     completes: every version is there."""
     from exporter.config import RetentionConfig
-    from exporter.retention import prune
-    from exporter.status import StatusStore
+    from exporter.export.retention import prune
+    from exporter.state.status import StatusStore
     from workers import tasks
     from workers.app import configure
 

@@ -50,7 +50,7 @@ def run(python: Path, *args: str, env: dict[str, str] | None = None) -> subproce
 def test_the_wheel_holds_the_product_and_its_templates_and_no_development_tooling(installed_wheel):
     found = run(installed_wheel, "-c", "import exporter, hooks, workers, lakefs_delta, importlib.util as u; "
                                        "print(exporter.__file__); print(u.find_spec('devtools'));"
-                                       "print((__import__('exporter.actions').actions.TEMPLATES / 'delta-export.yaml').is_file())")
+                                       "print((__import__('exporter.lakefs.actions').lakefs.actions.TEMPLATES / 'delta-export.yaml').is_file())")
     assert found.returncode == 0, found.stderr
     location, devtools, template = found.stdout.split()
     assert location.startswith(str(installed_wheel.parent.parent)) and devtools == "None" and template == "True"

@@ -15,9 +15,9 @@ import pytest
 from examples.bank_pipeline import ingest, retention_and_column_remover
 from exporter.config import RowDiffSparkConfig
 from exporter.errors import ExporterError
-from exporter.objectstore import ObjectStore
-from exporter.row_diff import RowDiffCache, compute_row_diff
-from exporter.spark_row_diff import rows_page
+from exporter.storage.objectstore import ObjectStore
+from exporter.diff.rows import RowDiffCache, compute_row_diff
+from exporter.diff.rows_spark import rows_page
 from tests.integration.deltatables import table_uri
 from tests.integration.test_webhooks import api
 

@@ -56,7 +56,7 @@ def wait_for_action_run(lakefs, repository: str, commit_id: str, timeout: float 
 
 def setup_repository(lakefs, spark, repository: str, branches: list[str]) -> str:
     """Install the action and a descriptor, and write a small Delta table on main; returns the commit."""
-    from exporter.actions import install_actions
+    from exporter.lakefs.actions import install_actions
 
     install_actions(lakefs, repository, "main", WEBHOOK, branches, {"events": "tables/events"})
     uri = table_uri(repository, "main", "tables/events")
@@ -187,7 +187,7 @@ def test_killed_worker_task_is_finished_by_another_worker(service, processes, la
 
 
 def test_redis_outage_answers_503_and_catch_up_exports_the_missed_commit(service, lakefs, spark, repository, s3):
-    from exporter.export import missing_exports
+    from exporter.export.cold import missing_exports
 
     commit_id = setup_repository(lakefs, spark, repository, ["main"])
     wait_for_export(service, repository, commit_id, {"events"})

@@ -5,7 +5,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from exporter.addresses import _BINARY_SEARCH_LIMIT, AddressIndex
+from exporter.lakefs.addresses import _BINARY_SEARCH_LIMIT, AddressIndex
 
 pytestmark = pytest.mark.unit
 
@@ -41,7 +41,7 @@ def test_mapping_protocol():
 
 
 def test_a_checkpoints_paths_resolve_in_arrow_exactly_as_one_by_one():
-    from exporter.paths import PathResolver
+    from exporter.delta.paths import PathResolver
 
     keys = {f"p={i % 3}/part-{i}.parquet": f"s3://b/ns/data/g{i % 5}/c{i}" for i in range(3000)}
     keys["a b/x%.parquet"] = "s3://b/ns/data/g1/with space"  # an address that needs quoting
@@ -56,7 +56,7 @@ def test_a_checkpoints_paths_resolve_in_arrow_exactly_as_one_by_one():
 
 
 def test_folders_listed_apart_merge_into_one_index_in_any_order():
-    from exporter.addresses import AddressIndexBuilder
+    from exporter.lakefs.addresses import AddressIndexBuilder
 
     def folder(pairs):
         builder = AddressIndexBuilder()

@@ -8,13 +8,13 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from exporter.actions import branch_table_patterns, render_action
-from exporter.branch_table import _annotated, _remove_of, branch_table_location, follows
+from exporter.lakefs.actions import branch_table_patterns, render_action
+from exporter.export.branch_table import _annotated, _remove_of, branch_table_location, follows
 from exporter.config import Config, RetentionConfig
 from exporter.errors import ExporterError
-from exporter.exported import _keys, _plain
-from exporter.retention import HOUR, within_policy
-from exporter.snapshot import file_key
+from exporter.export.readback import _keys, _plain
+from exporter.export.retention import HOUR, within_policy
+from exporter.delta.replay import file_key
 
 pytestmark = pytest.mark.unit
 
@@ -101,7 +101,7 @@ class _Line:
     """lakeFS's first-parent log and merge bases over a list of commits (newest first), for `_place_on_branch`."""
 
     def __init__(self, line: list[str], ancestors: dict[str, set[str]] | None = None):
-        from exporter.lakefs import Commit
+        from exporter.lakefs.client import Commit
 
         self.commits = [Commit(c, [p] if p else [], 0, "", {}) for c, p in zip(line, line[1:] + [None])]
         self.ancestors = ancestors or {}
@@ -116,7 +116,7 @@ class _Line:
 
 
 def test_an_append_is_placed_on_the_branch_first_parent_line_or_refused():
-    from exporter.branch_table import _place_on_branch
+    from exporter.export.branch_table import _place_on_branch
     from exporter.errors import BranchTableRefused
 
     branch = _Line(["c5", "c4", "c3", "c2", "c1"], ancestors={"c3": {"c2", "c1"}})
@@ -134,7 +134,7 @@ def test_an_append_is_placed_on_the_branch_first_parent_line_or_refused():
 
 
 def test_each_commit_an_append_covers_brings_the_versions_after_the_previous_ones_head():
-    from exporter.branch_table import _ranges
+    from exporter.export.branch_table import _ranges
 
     assert _ranges(7, [("a", 9), ("b", 10), ("c", 12)]) == [(8, 9), (10, 10), (11, 12)]
     assert _ranges(7, [("c", 7)]) == [(8, 7)]  # nothing new: recorded without a range

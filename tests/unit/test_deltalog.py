@@ -2,7 +2,7 @@
 
 import pytest
 
-from exporter.deltalog import (
+from exporter.delta.log import (
     Checkpoint,
     LogListing,
     check_protocol,

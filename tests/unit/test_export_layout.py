@@ -11,12 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from exporter.deltalog import LogListing, select_segment
+from exporter.delta.log import LogListing, select_segment
 from exporter.errors import NotFound, PathIntoLakeFS
-from exporter.export import _last_checkpoint, discard_export, location_segment, write_log
-from exporter.lakefs_paths import LakeFSPaths
-from exporter.logstore import LogLayout
-from exporter.paths import PathResolver
+from exporter.export.cold import _last_checkpoint, discard_export, location_segment, write_log
+from exporter.lakefs.gateway_paths import LakeFSPaths
+from exporter.lakefs.table_log import LogLayout
+from exporter.delta.paths import PathResolver
 
 pytestmark = pytest.mark.unit
 
@@ -244,8 +244,8 @@ def test_a_p_deletion_vector_into_lakefs_is_pinned_too():
 
 def test_a_checkpoint_opened_again_reads_its_footer_once():
     """The export opens each parquet checkpoint file several times (sidecars, summary, rewrite)."""
-    from exporter.objectstore import ObjectSource
-    from exporter.parquet_splice import open_parquet
+    from exporter.storage.objectstore import ObjectSource
+    from exporter.parquet.splice import open_parquet
 
     sink = io.BytesIO()
     pq.write_table(pa.table({"add": pa.array([{"path": "a"}], pa.struct([("path", pa.string())]))}), sink)

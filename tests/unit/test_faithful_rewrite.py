@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from exporter.errors import CorruptLog
-from exporter.parquet_splice import read_footer
-from exporter.paths import PathResolver
-from exporter.rewrite import rewrite_checkpoint_file, rewrite_commit, splice_json
-from exporter.thrift import decode_struct, encode_struct
+from exporter.parquet.splice import read_footer
+from exporter.delta.paths import PathResolver
+from exporter.export.rewrite import rewrite_checkpoint_file, rewrite_commit, splice_json
+from exporter.parquet.thrift import decode_struct, encode_struct
 
 pytestmark = pytest.mark.unit
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from exporter.logstore import _get_all, _RecentFiles
+from exporter.lakefs.table_log import _get_all, _RecentFiles
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from urllib.parse import unquote
 import pytest
 
 from exporter.errors import CorruptLog
-from exporter.paths import (
+from exporter.delta.paths import (
     PathResolver,
     deletion_vector_relative_path,
     is_absolute_uri,

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from exporter.deltalog import LogListing, parse_actions, select_segment
+from exporter.delta.log import LogListing, parse_actions, select_segment
 from exporter.errors import CorruptLog
-from exporter.paths import PathResolver, is_absolute_uri
-from exporter.rewrite import rewrite_checkpoint, rewrite_commit
+from exporter.delta.paths import PathResolver, is_absolute_uri
+from exporter.export.rewrite import rewrite_checkpoint, rewrite_commit
 
 pytestmark = pytest.mark.unit
 
@@ -379,8 +379,8 @@ def test_a_relative_deletion_vector_whose_id_looks_absolute_is_rewritten_in_a_ch
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from exporter.paths import PathResolver, deletion_vector_relative_path
-    from exporter.rewrite import rewrite_checkpoint_file
+    from exporter.delta.paths import PathResolver, deletion_vector_relative_path
+    from exporter.export.rewrite import rewrite_checkpoint_file
 
     dv_id = _z85(first_word.to_bytes(4, "big") + bytes(12))
     assert dv_id[0] == "/" or dv_id[1] == ":", dv_id

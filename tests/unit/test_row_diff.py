@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 from pyroaring import BitMap
 
-from exporter.deletion_vectors import MAGIC, deleted_rows
+from exporter.delta.deletion_vectors import MAGIC, deleted_rows
 from exporter.errors import CorruptLog
-from exporter.row_diff import _changes, _described, _named_as_right, _unmatched
+from exporter.diff.rows import _changes, _described, _named_as_right, _unmatched
 
 pytestmark = pytest.mark.unit
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"

@@ -13,9 +13,9 @@ import pytest
 
 from exporter.config import Config, ObjectStoreConfig, ShareConfig, load_config
 from exporter.errors import ConfigError
-from exporter.export import location_segment, segment_name
-from exporter.presign import Presigner
-from exporter.sharing import (Catalog, SharedTable, SharingError, _file_line, range_protocol, _schema_name, _shared_protocol, _split_schema,
+from exporter.export.cold import location_segment, segment_name
+from exporter.storage.presign import Presigner
+from exporter.sharing.protocol import (Catalog, SharedTable, SharingError, _file_line, range_protocol, _schema_name, _shared_protocol, _split_schema,
                               response_format)
 from hooks.sharing import page
 
@@ -40,7 +40,7 @@ def botocore_url(bucket: str, key: str, lifetime: int) -> str:
 @pytest.mark.parametrize("key", ["data/part-00000.snappy.parquet", "a b/c+d%e é~f=g&h.parquet",
                                  "region=eu/part-1.parquet", "deletion_vector_0a1b.bin"])
 def test_presigned_urls_are_the_ones_botocore_signs(key):
-    from exporter.paths import physical_uri
+    from exporter.delta.paths import physical_uri
 
     ours = Presigner(CONFIG, 900, now=NOW).presign(physical_uri(f"s3://lakefs-data/{key}"))
     assert ours.url == botocore_url("lakefs-data", key, 900)
@@ -221,7 +221,7 @@ def test_shares_are_listed_by_name_so_pages_miss_none():
 def logged(entries: dict[str, tuple[int, float]], head: int, ict: dict[int, int] | None = None) -> SharedTable:
     """A shared table over a listing, whose commits hold an in-commit timestamp where `ict` says."""
     table = SharedTable(mock.Mock(), "t/", "t", head)
-    with mock.patch("exporter.sharing._listing", return_value=entries):  # the listing, without a store
+    with mock.patch("exporter.sharing.protocol._listing", return_value=entries):  # the listing, without a store
         assert table.entries is not None
     table.actions = lambda version: [{"commitInfo": {"inCommitTimestamp": ict[version]}}] \
         if ict and version in ict else [{"commitInfo": {}}]
@@ -298,8 +298,8 @@ def test_a_snapshots_files_are_whole_add_actions_without_the_checkpoints_parsed_
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from exporter.deltalog import LogListing, select_segment
-    from exporter.exported import ExportedLog, LiveFiles
+    from exporter.delta.log import LogListing, select_segment
+    from exporter.export.readback import ExportedLog, LiveFiles
 
     add_type = pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string())),
                           ("size", pa.int64()), ("modificationTime", pa.int64()), ("dataChange", pa.bool_()),

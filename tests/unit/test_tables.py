@@ -3,7 +3,7 @@
 import pytest
 
 from exporter.errors import DescriptorError
-from exporter.tables import discover_tables, parse_descriptor
+from exporter.lakefs.descriptors import discover_tables, parse_descriptor
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,1 @@
+"""Diffs: a table's history between refs, schema and operation changes, rows."""

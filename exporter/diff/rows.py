@@ -1,0 +1,454 @@
+"""Which rows changed between two refs of one Delta table, read only from the files that differ.
+
+The two snapshots are compared by logical file (path, deletion-vector id; `exported.LiveFiles`):
+files only on one side are read whole (minus their deletion vector); a file on both sides whose
+deletion vector changed contributes exactly the rows whose bits differ; shared files cost nothing.
+Removed and added rows are then matched as multisets over the columns both sides have (a
+copy-on-write rewrite, OPTIMIZE or an identical overwrite cancels out), and, with a key, the rows
+left on both sides with the same key are updates. A column is the same column on both sides by
+its identity (`exporter.delta.columns`), so a renamed one is compared, and shown, under its new name.
+
+Memory follows the differing data; above `row_diff_max_bytes` of files to read the diff is refused
+(`RowDiffTooLarge`) rather than run out of memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import posixpath
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap
+
+from exporter.delta.columns import matched_by_id, paired_fields, physical_name
+from exporter.config import Config
+from exporter.delta.deletion_vectors import deleted_rows
+from exporter.diff.table import diff_commits, load_table
+from exporter.errors import BadRequest, ExporterError, NotFound
+from exporter.export.cold import location_segment
+from exporter.export.readback import LiveFiles
+from exporter.lakefs.client import LakeFS
+from exporter.lakefs.table_log import LoadedLog, checkpoint_files_hint
+from exporter.storage.objectstore import ObjectSource, ObjectStore
+from exporter.parquet.splice import open_parquet
+from exporter.state.results import ResultCache
+
+REMOVED, ADDED = -1, 1
+
+
+class RowDiffTooLarge(ExporterError):
+    """More differing data than `row_diff_max_bytes`: too much to diff in one process."""
+
+
+@dataclass
+class SourceLog:
+    """A table's log at a lakeFS commit, read as `LiveFiles` reads an exported one."""
+
+    loaded: LoadedLog
+    store: ObjectStore
+
+    @property
+    def segment(self):
+        return self.loaded.segment
+
+    def raw(self, name: str) -> bytes:
+        if name not in self.loaded.files:
+            self.loaded.read_more(self.store, [name])
+        return self.loaded.files[name]
+
+    def source(self, name: str):
+        return self.loaded.source(self.store, name)
+
+    def checkpoint_files(self) -> list[str]:
+        return self.loaded.checkpoint_files
+
+
+@dataclass
+class _Side:
+    """One ref's table: its logical columns (schema order), their physical names, partition columns."""
+
+    commit_id: str
+    files: LiveFiles | None
+    columns: list[str] = field(default_factory=list)
+    physical: dict[str, str] = field(default_factory=dict)  # logical -> physical (column mapping)
+    partition_columns: list[str] = field(default_factory=list)
+    fields: list[dict] = field(default_factory=list)  # the schema's columns, as metaData.schemaString has them
+    configuration: dict[str, str] = field(default_factory=dict)  # metaData.configuration
+
+
+def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: str | None, right_commit: str,
+                     table_path: str, key: tuple[str, ...] = (), max_bytes: int | None = None,
+                     progress: Callable[[dict], None] | None = None) -> dict:
+    """The row diff of `table_path` from `left_commit` to `right_commit` (no left: every row added).
+    Files to read above `max_bytes` (default `row_diff_max_bytes`): the Spark job when
+    `row_diff_spark.master` is set (and no `max_bytes` was given), else RowDiffTooLarge."""
+    use_spark = max_bytes is None and bool(config.row_diff_spark.master)
+    max_bytes = config.row_diff_max_bytes if max_bytes is None else max_bytes
+    started = time.monotonic()
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    prefix = table_path.strip("/") + "/"
+    right = _side(store, lakefs, repository, right_commit, table_path)
+    left, renamed = _named_as_right(_side(store, lakefs, repository, left_commit, table_path), right)
+    if left.files is None and right.files is None:
+        raise NotFound(f"no Delta table at {table_path!r} on either side")
+    unknown = [k for k in key if k not in left.columns + right.columns]
+    if unknown:
+        raise BadRequest(f"key column(s) {', '.join(unknown)} are in neither side's schema")
+
+    left_keys, right_keys = _keys(left), _keys(right)
+    only_left = left_keys.filter(pc.invert(pc.is_in(left_keys, value_set=right_keys)))
+    only_right = right_keys.filter(pc.invert(pc.is_in(right_keys, value_set=left_keys)))
+    removed_files = list(left.files.adds(only_left)) if left.files else []
+    added_files = list(right.files.adds(only_right)) if right.files else []
+    right_paths = {add["path"]: add for add in added_files}
+    left_paths = {add["path"]: add for add in removed_files}
+    vector_changed = sorted(set(left_paths) & set(right_paths))
+    to_read = [add for add in removed_files + added_files if add["path"] not in vector_changed] + \
+        [right_paths[p] for p in vector_changed]
+    size = sum(int(add.get("size") or 0) for add in to_read)
+    common = [c for c in left.columns if c in right.columns] if left.files and right.files else []
+    columns = {"left": left.columns, "right": right.columns, "matched_on": common, "renamed": renamed}
+    reader = _Reader(store, lakefs, repository, prefix)
+    if size > max_bytes and use_spark:
+        answer = _with_spark(config, store, reader, left, right, left_paths, right_paths, vector_changed, common,
+                             key, progress)
+        return {"table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
+                "columns": columns, **answer, "bytes_read": size,
+                "computed_seconds": round(time.monotonic() - started, 4)}
+    if size > max_bytes:
+        raise RowDiffTooLarge(f"the two sides differ in {len(to_read)} file(s), {size:,} bytes to read: more than "
+                              f"{max_bytes:,} (row_diff_max_bytes: {config.row_diff_max_bytes:,})")
+
+    removed, added, files = _RowsOf(left), _RowsOf(right), {"removed": [], "added": [], "deletion_vector_changed": []}
+    for add in removed_files:
+        if add["path"] not in vector_changed:
+            count = removed.extend(reader, left.commit_id, add, reader.deleted(left.commit_id, add), invert=True)
+            files["removed"].append(_file(left, add, count))
+    for add in added_files:
+        if add["path"] not in vector_changed:
+            count = added.extend(reader, right.commit_id, add, reader.deleted(right.commit_id, add), invert=True)
+            files["added"].append(_file(right, add, count))
+    for path in vector_changed:  # rows deleted on the right only are removed; rows deleted on the left only, added
+        before, after = reader.deleted(left.commit_id, left_paths[path]), reader.deleted(right.commit_id, right_paths[path])
+        gone = removed.extend(reader, left.commit_id, left_paths[path], after - before)
+        back = added.extend(reader, right.commit_id, right_paths[path], before - after)
+        files["deletion_vector_changed"].append({"path": path, "rows_deleted": gone, "rows_restored": back})
+
+    removed_rows, added_rows = removed.table(), added.table()
+    removed_left, added_left = _unmatched(removed_rows, added_rows, common)
+    rows, counts = _changes(removed_rows.take(removed_left), added_rows.take(added_left), [k for k in key if k in common])
+    return {
+        "table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
+        "columns": columns,
+        "counts": counts["total"], "partitions": counts["partitions"], "files": files,
+        "rows": rows, "engine": "in-process", "rows_location": None,
+        "bytes_read": size, "computed_seconds": round(time.monotonic() - started, 4),
+    }
+
+
+def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", left: _Side, right: _Side,
+                left_paths: dict[str, dict], right_paths: dict[str, dict], vector_changed: list[str],
+                common: list[str], key: tuple[str, ...], progress: Callable[[dict], None] | None) -> dict:
+    """The plan (which rows of which files, by physical address) run as the Spark job. `left_paths`
+    and `right_paths`: the add actions of the files only one side has, by path."""
+    from exporter.diff.rows_spark import run_job  # PySpark stays out of processes that never need it
+
+    def entry(side: _Side, name: str, add: dict, mode: str, rows: BitMap) -> dict:
+        return {"side": name, "address": reader.address(side.commit_id, add["path"]), "mode": mode, "rows": list(rows),
+                "partition": _partition(side, add), "label": _label(side, add), "path": add["path"]}
+
+    files = [entry(left, "removed", a, "except", reader.deleted(left.commit_id, a))
+             for path, a in left_paths.items() if path not in vector_changed]
+    files += [entry(right, "added", a, "except", reader.deleted(right.commit_id, a))
+              for path, a in right_paths.items() if path not in vector_changed]
+    for path in vector_changed:
+        before, after = reader.deleted(left.commit_id, left_paths[path]), reader.deleted(right.commit_id, right_paths[path])
+        files += [entry(left, "removed", left_paths[path], "only", after - before)] if after - before else []
+        files += [entry(right, "added", right_paths[path], "only", before - after)] if before - after else []
+    sides = {name: {"columns": side.columns, "physical": side.physical, "partition_columns": side.partition_columns}
+             for name, side in (("removed", left), ("added", right))}
+    plan = {"sides": sides, "files": files, "common": common, "key": [k for k in key if k in common]}
+    location = (f"{posixpath.dirname(config.export_prefix.strip('/'))}/rowdiff/{left.commit_id or '-'}/"
+                f"{right.commit_id}/{location_segment(reader.prefix.rstrip('/'))}/{location_segment(key_part(key))}.parquet")
+    summary = run_job(config, store, plan, location, progress) if files else \
+        {"counts": {"added": 0, "removed": 0, "updated": 0}, "partitions": {}, "file_rows": {}}
+    counted = summary["file_rows"]
+
+    def rows_of(item: dict) -> int:
+        return counted.get(f"{item['address']}|{item['side']}", 0)
+
+    changed = {"removed": [], "added": [], "deletion_vector_changed": []}
+    for item in files:
+        side, add = (left, left_paths) if item["side"] == "removed" else (right, right_paths)
+        if item["path"] not in vector_changed:
+            changed[item["side"]].append(_file(side, add[item["path"]], rows_of(item)))
+    for path in vector_changed:
+        found = {item["side"]: rows_of(item) for item in files if item["path"] == path}
+        changed["deletion_vector_changed"].append({"path": path, "rows_deleted": found.get("removed", 0),
+                                                   "rows_restored": found.get("added", 0)})
+    return {"counts": summary["counts"], "partitions": summary["partitions"], "files": changed, "rows": [],
+            "engine": "spark", "rows_location": location if files else None}
+
+
+def _label(side: _Side, add: dict) -> str:
+    """`column=value/...` of the partition a file is in; empty when unpartitioned."""
+    return "/".join(f"{column}={value}" for column, value in _partition(side, add).items())
+
+
+def _partition(side: _Side, add: dict) -> dict[str, str | None]:
+    """A file's partition values by logical column; the log keys them by physical name
+    (PROTOCOL.md#writer-requirements-for-column-mapping)."""
+    values = add.get("partitionValues") or {}
+    return {column: values.get(side.physical[column]) for column in side.partition_columns}
+
+
+def _side(store: ObjectStore, lakefs: LakeFS, repository: str, commit_id: str | None, table_path: str) -> _Side:
+    loaded = load_table(lakefs, store, repository, commit_id, table_path) if commit_id else None
+    if loaded is None:
+        return _Side(commit_id or "", None)
+    files = LiveFiles(SourceLog(loaded, store))
+    return _described(commit_id, files, files.metadata or {})
+
+
+def _described(commit_id: str, files: LiveFiles | None, metadata: dict) -> _Side:
+    """A side as its metaData action describes it."""
+    schema = json.loads(metadata.get("schemaString") or '{"fields": []}')
+    side = _Side(commit_id, files, partition_columns=list(metadata.get("partitionColumns") or []),
+                 fields=schema.get("fields", []), configuration=metadata.get("configuration") or {})
+    for column in side.fields:
+        side.columns.append(column["name"])
+        side.physical[column["name"]] = physical_name(column)
+    return side
+
+
+def _named_as_right(left: _Side, right: _Side) -> tuple[_Side, list[dict]]:
+    """Left with each column that is also a right column under the right's name (a rename: its new
+    name), so the rows of both sides compare by name; and the renames. A column only on the left keeps
+    its name, or is `name (dropped)` when a different right column has that name."""
+    names, renamed = {}, []
+    for left_field, right_field in paired_fields(left.fields, right.fields,
+                                                 matched_by_id(left.configuration, right.configuration)):
+        if left_field is None:
+            continue
+        if right_field is not None:
+            names[left_field["name"]] = right_field["name"]
+            if right_field["name"] != left_field["name"]:
+                renamed.append({"from": left_field["name"], "to": right_field["name"]})
+            continue
+        name = left_field["name"]
+        while name in right.columns:  # a different column has that name on the right
+            name += " (dropped)"
+        names[left_field["name"]] = name
+    return replace(left, columns=[names[c] for c in left.columns],
+                   physical={names[c]: physical for c, physical in left.physical.items()},
+                   partition_columns=[names[c] for c in left.partition_columns]), renamed
+
+
+def _keys(side: _Side) -> pa.Array:
+    return side.files.keys() if side.files else pa.array([], pa.string())
+
+
+class _Reader:
+    """Data files and deletion vectors of the table, read by physical address."""
+
+    def __init__(self, store: ObjectStore, lakefs: LakeFS, repository: str, prefix: str):
+        self.store, self.lakefs, self.repository, self.prefix = store, lakefs, repository, prefix
+
+    def address(self, commit_id: str, path: str) -> str:
+        """A log path's object: absolute URIs decoded once; relative ones looked up in lakeFS."""
+        decoded = unquote(path)
+        if "://" in decoded:
+            return decoded
+        address = self.lakefs.physical_address(self.repository, commit_id, self.prefix + decoded)
+        if address is None:
+            raise NotFound(f"{self.prefix}{decoded} is in the log at {commit_id} but not in the commit")
+        return address
+
+    def deleted(self, commit_id: str, add: dict) -> BitMap:
+        def read_range(file: str, start: int, end: int) -> bytes:
+            return self.store.get_range(self.address(commit_id, file), start, end)
+
+        return deleted_rows(add.get("deletionVector"), read_range)
+
+    def rows(self, commit_id: str, add: dict) -> pa.Table:
+        source = ObjectSource(self.store, self.address(commit_id, add["path"]), int(add["size"]))
+        return open_parquet(source, add["path"]).read()
+
+
+class _RowsOf:
+    """Rows read from one side's files, in its logical columns, with the partition each came from."""
+
+    def __init__(self, side: _Side):
+        self.side = side
+        self.tables: list[pa.Table] = []
+
+    def extend(self, reader: _Reader, commit_id: str, add: dict, rows: BitMap, invert: bool = False) -> int:
+        """The file's rows at the indexes `rows` (or, `invert`, all the others); how many."""
+        if not invert and not rows:
+            return 0
+        data = reader.rows(commit_id, add)
+        if invert:  # every row but those
+            positions = pa.array(range(data.num_rows), pa.int64())
+            data = data.filter(pc.invert(pc.is_in(positions, value_set=pa.array(list(rows), pa.int64())))) if rows else data
+        else:
+            data = data.take(pa.array(list(rows), pa.int64()))
+        partition = _partition(self.side, add)
+        columns = {}
+        for column in self.side.columns:
+            if column in self.side.partition_columns:
+                columns[column] = pa.array([partition.get(column)] * data.num_rows, pa.string())
+            elif self.side.physical[column] in data.column_names:
+                columns[column] = data.column(self.side.physical[column])
+            else:  # added to the schema after this file was written
+                columns[column] = pa.nulls(data.num_rows)
+        columns["__partition"] = pa.array([_label(self.side, add)] * data.num_rows, pa.string())
+        self.tables.append(pa.table(columns))
+        return data.num_rows
+
+    def table(self) -> pa.Table:
+        if not self.tables:
+            return pa.table({**{c: pa.nulls(0) for c in self.side.columns}, "__partition": pa.array([], pa.string())})
+        return pa.concat_tables(self.tables, promote_options="permissive")
+
+
+def _unmatched(removed: pa.Table, added: pa.Table, common: list[str]) -> tuple[pa.Array, pa.Array]:
+    """Indexes of the removed and added rows left once equal rows (over `common`) cancel as multisets."""
+    if not common or not removed.num_rows or not added.num_rows:
+        return pa.array(range(removed.num_rows), pa.int64()), pa.array(range(added.num_rows), pa.int64())
+    both = pa.concat_tables([_matchable(removed, common, REMOVED), _matchable(added, common, ADDED)])
+    groups = both.group_by(common, use_threads=False).aggregate([("__side", "sum"), ("__index", "list"),
+                                                                ("__side", "list")])
+    groups = groups.filter(pc.not_equal(groups.column("__side_sum"), 0))
+    left, right = [], []
+    for net, indexes, sides in zip(groups.column("__side_sum").to_pylist(), groups.column("__index_list").to_pylist(),
+                                   groups.column("__side_list").to_pylist()):
+        kept = [i for i, s in zip(indexes, sides) if s == (REMOVED if net < 0 else ADDED)][:abs(net)]
+        (left if net < 0 else right).extend(kept)
+    return pa.array(sorted(left), pa.int64()), pa.array(sorted(right), pa.int64())
+
+
+def _matchable(rows: pa.Table, common: list[str], side: int) -> pa.Table:
+    """The columns rows are matched on, as text (so a widened type or a nested value compares by value)."""
+    columns = {column: _as_text(rows.column(column)) for column in common}
+    columns["__side"] = pa.array([side] * rows.num_rows, pa.int8())
+    columns["__index"] = pa.array(range(rows.num_rows), pa.int64())
+    return pa.table(columns)
+
+
+def _as_text(column: pa.ChunkedArray) -> pa.Array:
+    if pa.types.is_null(column.type):
+        return pa.nulls(len(column), pa.string())
+    try:
+        return pc.cast(column, pa.string())
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        return pa.array([None if v is None else json.dumps(_jsonable(v), sort_keys=True) for v in column.to_pylist()],
+                        pa.string())
+
+
+def _changes(removed: pa.Table, added: pa.Table, key: list[str]) -> tuple[list[dict], dict]:
+    """The rows that changed, removed first, then added, then updates (with a key), and their counts."""
+    removed_rows, added_rows = _records(removed), _records(added)
+    updates = []
+    if key:
+        by_key: dict[tuple, list[int]] = {}
+        for index, row in enumerate(removed_rows):
+            by_key.setdefault(tuple(json.dumps(row["values"].get(k), sort_keys=True) for k in key), []).append(index)
+        paired_removed, paired_added = set(), set()
+        for index, row in enumerate(added_rows):
+            candidates = by_key.get(tuple(json.dumps(row["values"].get(k), sort_keys=True) for k in key))
+            if candidates:
+                before = candidates.pop(0)
+                paired_removed.add(before)
+                paired_added.add(index)
+                updates.append({"change": "updated", "partition": row["partition"], "values": row["values"],
+                                "before": removed_rows[before]["values"]})
+        removed_rows = [r for i, r in enumerate(removed_rows) if i not in paired_removed]
+        added_rows = [r for i, r in enumerate(added_rows) if i not in paired_added]
+    rows = [{"change": "removed", **r} for r in removed_rows] + [{"change": "added", **r} for r in added_rows] + updates
+    partitions: dict[str, dict[str, int]] = {}
+    total = {"added": 0, "removed": 0, "updated": 0}
+    for number, row in enumerate(rows):
+        row["id"] = number
+        total[row["change"]] += 1
+        counts = partitions.setdefault(row["partition"], {"added": 0, "removed": 0, "updated": 0})
+        counts[row["change"]] += 1
+    return rows, {"total": total, "partitions": partitions}
+
+
+def _records(table: pa.Table) -> list[dict]:
+    return [{"partition": row.pop("__partition"), "values": {k: _jsonable(v) for k, v in row.items()}}
+            for row in table.to_pylist()]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    return value
+
+
+def _file(side: _Side, add: dict, rows: int) -> dict:
+    return {"path": add["path"], "size": int(add.get("size") or 0), "rows": rows, "partition": _partition(side, add)}
+
+
+def worth_precomputing(config: Config, lakefs: LakeFS, repository: str, parent: str | None, commit_id: str,
+                       table_path: str) -> bool:
+    """Whether a commit's row diff against its parent is cheap enough to compute after every export:
+    not a large table (its snapshot comparison alone would cost seconds), and at most
+    `row_diff_precompute_bytes` of data objects changed (lakeFS's diff: one call per 1000)."""
+    if parent is None or checkpoint_files_hint(lakefs, repository, commit_id, table_path) >= config.large_table_files:
+        return False
+    changed = 0
+    for change in lakefs.diff(repository, parent, commit_id, prefix=table_path.strip("/") + "/"):
+        if "/_delta_log/" not in "/" + change["path"]:
+            changed += int(change.get("size_bytes") or 0)
+            if changed > config.row_diff_precompute_bytes:
+                return False
+    return True
+
+
+class RowDiffCache(ResultCache):
+    """Row diffs keyed by (repository, left commit, right commit, table path, key columns)."""
+
+    def __init__(self, redis_url: str, ttl_seconds: int):
+        super().__init__(redis_url, ttl_seconds, "rowdiff")
+
+
+def key_part(key: Iterable[str]) -> str:
+    """The key columns as one cache-key part ("-" for none)."""
+    return ",".join(key) or "-"
+
+
+def key_columns(part: str) -> tuple[str, ...]:
+    return () if part == "-" else tuple(part.split(","))
+
+
+def cached_row_diff(config: Config, lakefs: LakeFS, cache: RowDiffCache, repository: str, left_ref: str | None,
+                    right_ref: str, table_path: str, key: tuple[str, ...] = (),
+                    max_bytes: int | None = None) -> tuple[dict, bool]:
+    """The row diff between two refs, from the cache when present. Returns (diff, came from cache)."""
+    left_commit, right_commit = diff_commits(lakefs, repository, left_ref, right_ref)
+    found = cache.get(repository, left_commit, right_commit, table_path, key_part(key))
+    if found is not None:
+        return found, True
+    diff = compute_row_diff(config, lakefs, repository, left_commit, right_commit, table_path, key, max_bytes)
+    cache.put(diff, repository, left_commit, right_commit, table_path, key_part(key))
+    return diff, False

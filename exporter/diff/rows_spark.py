@@ -1,0 +1,226 @@
+"""The row diff as a Spark job, for differing data above `row_diff_max_bytes`.
+
+`row_diff.compute_row_diff` decides what differs (which files, and which rows of each by their
+deletion vectors) and hands that plan to this job, run as its own process with PySpark
+(`python -m exporter.diff.rows_spark PLAN SUMMARY ROWS`, master `row_diff_spark.master`). The job
+reads those rows by `_metadata.row_index`, cancels equal rows as multisets over the common columns
+(per group: the first min(removed, added) of each side), pairs updates by key, and streams the
+result to a Parquet file of 1,000-row row groups ordered by row id, which the caller uploads next
+to the exports: the API pages from it. It prints `PROGRESS {...}` lines (Spark's status tracker)
+while it runs. Object-store credentials reach it through the environment, never through files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from exporter.config import Config
+from exporter.errors import ExporterError
+from exporter.storage.objectstore import ObjectSource, ObjectStore
+from exporter.parquet.splice import open_parquet
+
+ROWS_PER_GROUP = 1000
+_UPLOAD_CHUNK = 8 << 20
+_RESULT_SCHEMA = pa.schema([("id", pa.int64()), ("change", pa.string()), ("partition", pa.string()),
+                            ("values", pa.string()), ("before", pa.string())])
+
+
+class SparkJobFailed(ExporterError):
+    """The Spark job exited with an error (its last lines are the message)."""
+
+    permanent = False
+
+
+def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str,
+            progress: Callable[[dict], None] | None = None) -> dict:
+    """Run the job on `plan`; upload its rows to `rows_location` (relative to the namespace) and
+    return its summary (counts, partitions, per-file rows)."""
+    spark = config.row_diff_spark
+    environment = {**os.environ, "LAKEFS_DELTA_JOB_S3_ENDPOINT": config.object_store.endpoint,
+                   "LAKEFS_DELTA_JOB_S3_REGION": config.object_store.region,
+                   "LAKEFS_DELTA_JOB_S3_ACCESS_KEY_ID": config.object_store.access_key_id,
+                   "LAKEFS_DELTA_JOB_S3_SECRET_ACCESS_KEY": config.object_store.secret_access_key.get_secret_value(),
+                   "LAKEFS_DELTA_JOB_MASTER": spark.master, "LAKEFS_DELTA_JOB_PACKAGES": spark.packages,
+                   "LAKEFS_DELTA_JOB_IVY_DIR": spark.ivy_dir}
+    with tempfile.TemporaryDirectory(prefix="lakefs-delta-rowdiff-") as folder:
+        plan_file, summary_file, rows_file = (Path(folder) / name for name in ("plan.json", "summary.json", "rows.parquet"))
+        plan_file.write_text(json.dumps(plan))
+        job = subprocess.Popen([sys.executable, "-m", "exporter.diff.rows_spark", str(plan_file), str(summary_file),
+                                str(rows_file)], env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        errors: list[str] = []
+        reader = threading.Thread(target=lambda: errors.extend(job.stderr), daemon=True)
+        reader.start()
+        for line in job.stdout:
+            if line.startswith("PROGRESS ") and progress is not None:
+                progress(json.loads(line[len("PROGRESS "):]))
+        job.wait()
+        reader.join(timeout=5)
+        if job.returncode != 0:
+            tail = "".join(errors[-15:]).strip()
+            raise SparkJobFailed(f"the row diff's Spark job exited with {job.returncode}: {tail[-1500:]}")
+        upload = store.upload(rows_location)
+        try:
+            with rows_file.open("rb") as rows:
+                while chunk := rows.read(_UPLOAD_CHUNK):
+                    upload.write(chunk)
+            upload.complete()
+        finally:
+            upload.abort()  # nothing when it completed
+        return json.loads(summary_file.read_text())
+
+
+def rows_page(store: ObjectStore, rows_location: str, start: int, amount: int) -> tuple[list[dict], int]:
+    """The job's rows from position `start` (`amount` of them), read by the row groups that hold
+    them, and how many rows there are in all."""
+    size = store.list_sizes(rows_location)[rows_location]
+    parquet_file = open_parquet(ObjectSource(store, store.uri(rows_location), size), rows_location)
+    total = parquet_file.metadata.num_rows
+    groups = range(start // ROWS_PER_GROUP, min(parquet_file.num_row_groups, -(-(start + amount) // ROWS_PER_GROUP)))
+    rows = []
+    if start < total and groups:
+        table = parquet_file.read_row_groups(list(groups))
+        rows = [row for row in table.to_pylist() if start <= row["id"] < start + amount]
+    return [{"id": row["id"], "change": row["change"], "partition": row["partition"],
+             "values": json.loads(row["values"]), **({"before": json.loads(row["before"])} if row["before"] else {})}
+            for row in rows], total
+
+
+# ---------------------------------------------------------------- the job (its own process)
+
+
+def _session():
+    from pyspark.sql import SparkSession
+
+    env = os.environ
+    builder = (SparkSession.builder.master(env["LAKEFS_DELTA_JOB_MASTER"]).appName("lakefs-delta-row-diff")
+               .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "8")
+               .config("spark.jars.packages", env["LAKEFS_DELTA_JOB_PACKAGES"]))
+    if env.get("LAKEFS_DELTA_JOB_IVY_DIR"):
+        builder = builder.config("spark.jars.ivy", env["LAKEFS_DELTA_JOB_IVY_DIR"])
+    hadoop = {"fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem", "fs.s3a.path.style.access": "true",
+              "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+              "fs.s3a.endpoint.region": env["LAKEFS_DELTA_JOB_S3_REGION"],
+              "fs.s3a.access.key": env["LAKEFS_DELTA_JOB_S3_ACCESS_KEY_ID"],
+              "fs.s3a.secret.key": env["LAKEFS_DELTA_JOB_S3_SECRET_ACCESS_KEY"]}
+    if env.get("LAKEFS_DELTA_JOB_S3_ENDPOINT"):
+        endpoint = env["LAKEFS_DELTA_JOB_S3_ENDPOINT"]
+        hadoop.update({"fs.s3a.endpoint": endpoint,
+                       "fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https")).lower()})
+    for key, value in hadoop.items():
+        builder = builder.config(f"spark.hadoop.{key}", value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def _report_progress(spark, stop: threading.Event) -> None:
+    tracker = spark.sparkContext.statusTracker()
+    while not stop.wait(1.0):
+        stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+        stages = [s for s in stages if s is not None]
+        print("PROGRESS " + json.dumps({"engine": "spark", "active_stages": len(stages),
+                                        "tasks": sum(s.numTasks for s in stages),
+                                        "tasks_done": sum(s.numCompletedTasks for s in stages)}), flush=True)
+
+
+def _file_rows(spark, entry: dict, side: dict):
+    """One file's rows the plan names: as text columns to match on, the row as JSON, its partition."""
+    from pyspark.sql import functions as F
+
+    frame = spark.read.parquet(entry["address"].replace("s3://", "s3a://", 1)).select("*", "_metadata.row_index")
+    if entry["rows"]:  # `only` these rows (deletion-vector bits that differ), or all `except` them (deleted)
+        chosen = spark.createDataFrame([(int(r),) for r in entry["rows"]], "row_index long")
+        frame = frame.join(chosen, "row_index", "left_semi" if entry["mode"] == "only" else "left_anti")
+    present = set(frame.columns)
+    columns = {}
+    for column in side["columns"]:
+        physical = side["physical"][column]
+        if column in side["partition_columns"]:
+            columns[column] = F.lit(entry["partition"].get(column)).cast("string")
+        elif physical in present:
+            columns[column] = F.col(f"`{physical}`")
+        else:
+            columns[column] = F.lit(None).cast("string")
+    values = F.to_json(F.struct(*[value.alias(name) for name, value in columns.items()]),
+                       {"ignoreNullFields": "false"})
+    matched = [F.coalesce(F.to_json(F.array(columns[c])), F.lit("null")).alias(f"m_{i}")
+               for i, c in enumerate(side["common"])]
+    return frame.select(*matched, values.alias("values"), F.lit(entry["label"]).alias("partition"),
+                        F.lit(entry["side"]).alias("side"), F.lit(entry["address"]).alias("file"))
+
+
+def _job(plan: dict, summary_path: str, rows_path: str) -> None:
+    from functools import reduce
+
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    spark = _session()
+    stop = threading.Event()
+    threading.Thread(target=_report_progress, args=(spark, stop), daemon=True).start()
+    try:
+        parts = [_file_rows(spark, entry, {**plan["sides"][entry["side"]], "common": plan["common"]})
+                 for entry in plan["files"]]
+        rows = reduce(lambda a, b: a.unionByName(b), parts).cache()
+        file_rows = {r["file"] + "|" + r["side"]: r["count"] for r in rows.groupBy("file", "side").count().collect()}
+        match = [f"m_{i}" for i in range(len(plan["common"]))]
+        side_is = lambda name: F.when(F.col("side") == name, 1).otherwise(0)  # noqa: E731
+        if match:  # equal rows cancel: of each group keep the rows past min(removed, added) on its side
+            group = Window.partitionBy(*match)
+            rows = (rows.withColumn("removed_n", F.sum(side_is("removed")).over(group))
+                    .withColumn("added_n", F.sum(side_is("added")).over(group))
+                    .withColumn("rn", F.row_number().over(Window.partitionBy(*match, "side").orderBy("values", "file")))
+                    .filter(F.col("rn") > F.least("removed_n", "added_n")))
+        key = [f"m_{plan['common'].index(k)}" for k in plan["key"] if k in plan["common"]]
+        if key:  # a removed and an added row with the same key are one update
+            numbered = rows.withColumn("krn", F.row_number().over(Window.partitionBy(*key, "side").orderBy("values")))
+            removed = numbered.filter(F.col("side") == "removed").select(*key, "krn", F.col("values").alias("before"),
+                                                                         F.col("partition").alias("before_partition"))
+            added = numbered.filter(F.col("side") == "added").select(*key, "krn", "values", "partition")
+            joined = removed.join(added, [*key, "krn"], "full_outer")
+            result = joined.select(
+                F.when(F.col("before").isNull(), "added").when(F.col("values").isNull(), "removed")
+                .otherwise("updated").alias("change"),
+                F.coalesce("partition", "before_partition").alias("partition"),
+                F.coalesce("values", "before").alias("values"),
+                F.when(F.col("before").isNotNull() & F.col("values").isNotNull(), F.col("before")).alias("before"))
+        else:
+            result = rows.select(F.col("side").alias("change"), "partition", "values", F.lit(None).cast("string")
+                                 .alias("before"))
+        order = F.when(F.col("change") == "removed", 0).when(F.col("change") == "added", 1).otherwise(2)
+        result = result.orderBy(order, "partition", "values")
+        counts = {"added": 0, "removed": 0, "updated": 0}
+        partitions: dict[str, dict[str, int]] = {}
+        with pq.ParquetWriter(rows_path, _RESULT_SCHEMA) as writer:
+            batch: list[dict] = []
+            for number, row in enumerate(result.toLocalIterator()):
+                change = row["change"]
+                counts[change] += 1
+                per = partitions.setdefault(row["partition"], {"added": 0, "removed": 0, "updated": 0})
+                per[change] += 1
+                batch.append({"id": number, "change": change, "partition": row["partition"], "values": row["values"],
+                              "before": row["before"]})
+                if len(batch) == ROWS_PER_GROUP:
+                    writer.write_table(pa.Table.from_pylist(batch, _RESULT_SCHEMA), row_group_size=ROWS_PER_GROUP)
+                    batch = []
+            if batch or not sum(counts.values()):
+                writer.write_table(pa.Table.from_pylist(batch, _RESULT_SCHEMA), row_group_size=ROWS_PER_GROUP)
+        Path(summary_path).write_text(json.dumps({"counts": counts, "partitions": partitions, "file_rows": file_rows}))
+    finally:
+        stop.set()
+        spark.stop()
+
+
+if __name__ == "__main__":
+    _job(json.loads(Path(sys.argv[1]).read_text()), sys.argv[2], sys.argv[3])

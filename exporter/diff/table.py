@@ -1,0 +1,117 @@
+"""A table's history diff between two refs, read from lakeFS, cached in Redis by commit ids.
+
+Refs are resolved to commit ids before the cache is asked, so a cached entry never goes stale:
+the same two commits always have the same diff.
+"""
+
+from __future__ import annotations
+
+import time
+
+from exporter.config import Config
+from exporter.delta.log import parse_actions
+from exporter.errors import NotFound, TableNotFound
+from exporter.diff.history import NO_BASE, diff_history, same_table
+from exporter.delta.replay import TableLog, TableState, snapshot_state, with_older_commits
+from exporter.lakefs.client import LakeFS
+from exporter.lakefs.table_log import LoadedLog, load_log
+from exporter.storage.objectstore import ObjectStore
+from exporter.state.results import ResultCache
+
+
+def load_table(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str) -> LoadedLog | None:
+    try:
+        return load_log(lakefs, store, repository, commit_id, table_path, log_only=True)
+    except TableNotFound:
+        return None
+
+
+def table_state(store: ObjectStore, loaded: LoadedLog | None, history_after: int | None = None) -> TableState | None:
+    """The table as its log stands (None when absent); with `history_after`, its history reaches
+    back past the checkpoint to there (`older_history`)."""
+    if loaded is None:
+        return None
+    segment = loaded.segment
+    checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
+    checkpoint = [(n, loaded.source(store, n)) for n in loaded.checkpoint_files if n.endswith(".parquet")]
+    checkpoint_actions = [a for n in loaded.checkpoint_files if n.endswith(".json")
+                          for a in parse_actions(n, loaded.files[n])]
+    commits = []
+    if segment.checkpoint_commit:  # c.json: only its commitInfo is used
+        commits.append((checkpoint_version, parse_actions(segment.checkpoint_commit, loaded.files[segment.checkpoint_commit])))
+    commits += [(v, parse_actions(n, loaded.files[n])) for v, n in segment.commits]
+    state = snapshot_state(TableLog(checkpoint_version, checkpoint, checkpoint_actions, commits))
+    return state if history_after is None else older_history(store, loaded, state, history_after)
+
+
+def older_history(store: ObjectStore, loaded: LoadedLog, state: TableState, history_after: int) -> TableState:
+    """`state` with its history reaching back to `history_after` through the JSON commits older
+    than its checkpoint that the log still holds (only what identifies each commit is used)."""
+    older = [(v, n) for v, n in sorted(loaded.listing.commits.items()) if history_after < v < state.earliest_version]
+    loaded.read_more(store, [n for _, n in older])
+    return with_older_commits(state, [(v, parse_actions(n, loaded.files[n])) for v, n in older])
+
+
+def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: str | None, right_commit: str,
+                 table_path: str) -> dict:
+    """`left_commit=None` compares against nothing (a repository's first commit)."""
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    started = time.monotonic()
+    loaded: dict[str, LoadedLog | None] = {}  # the base is often the left side itself (a parent)
+
+    def load(commit_id: str) -> LoadedLog | None:
+        if commit_id not in loaded:
+            loaded[commit_id] = load_table(lakefs, store, repository, commit_id, table_path)
+        return loaded[commit_id]
+
+    base_commit = None
+    base = NO_BASE
+    if left_commit:
+        try:
+            base_commit = lakefs.merge_base(repository, right_commit, left_commit)
+        except NotFound:
+            base_commit = None  # no common ancestor: compare by content alone
+        if base_commit:
+            base = table_state(store, load(base_commit))
+    # history is needed back to where the two sides share a version: the base's head, if known
+    history_after = base.version if isinstance(base, TableState) else -1
+    right_log = load(right_commit)
+    right = table_state(store, right_log, history_after)
+    left = table_state(store, load(left_commit), history_after) if left_commit else None
+    if right_log and right and (left is None or not same_table(left, right)):
+        right = older_history(store, right_log, right, -1)  # nothing shared: every version of right is new
+    result = diff_history(left, right, base)
+    result.update(table_path=table_path, left_commit=left_commit, right_commit=right_commit, base_commit=base_commit,
+                  computed_seconds=round(time.monotonic() - started, 4))
+    return result
+
+
+class DiffCache(ResultCache):
+    """Diffs keyed by (repository, left commit, right commit, table path), bounded by a TTL."""
+
+    def __init__(self, redis_url: str, ttl_seconds: int):
+        super().__init__(redis_url, ttl_seconds, "diff")
+
+
+def diff_commits(lakefs: LakeFS, repository: str, left_ref: str | None, right_ref: str) -> tuple[str | None, str]:
+    """The commit ids a diff between two refs is keyed by."""
+    return (_commit_id(lakefs, repository, left_ref) if left_ref else None), _commit_id(lakefs, repository, right_ref)
+
+
+def cached_diff(config: Config, lakefs: LakeFS, cache: DiffCache, repository: str, left_ref: str | None,
+                right_ref: str, table_path: str) -> tuple[dict, bool]:
+    """The diff between two refs, from the cache when present. Returns (diff, came from cache)."""
+    left_commit, right_commit = diff_commits(lakefs, repository, left_ref, right_ref)
+    found = cache.get(repository, left_commit, right_commit, table_path)
+    if found is not None:
+        return found, True
+    diff = compute_diff(config, lakefs, repository, left_commit, right_commit, table_path)
+    cache.put(diff, repository, left_commit, right_commit, table_path)
+    return diff, False
+
+
+def _commit_id(lakefs: LakeFS, repository: str, ref: str) -> str:
+    """A full commit id is already what the cache is keyed by; anything else is resolved by lakeFS."""
+    if len(ref) == 64 and all(c in "0123456789abcdef" for c in ref):
+        return ref
+    return lakefs.commit(repository, ref).id

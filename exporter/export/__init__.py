@@ -1,0 +1,1 @@
+"""Exports: cold and incremental, tag copies, branch tables, retention, catch-up."""

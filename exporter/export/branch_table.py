@@ -1,0 +1,471 @@
+"""Branch tables: one Delta table per (branch, table) at a location that never changes,
+`<export prefix>/<branch>/latest/<table>/`, whose log follows the branch.
+
+Each completed export of a commit on the branch appends the source versions the branch table does
+not have yet, under the same version numbers and with the export's bytes (absolute paths), plus
+the export's checkpoint and a true `_last_checkpoint`. Each appended commit's `commitInfo` gains
+a `lakeFS` member naming the lakeFS commit it came from.
+
+A lakeFS revert, reset or merge can replace the source's log (versions rewritten, the head moving
+back, a new table). The branch table's history is never rewritten under its readers: one
+synthetic version (operation `LAKEFS SYNC`) removes the files no longer live and adds the new
+ones, and from then on source version v is branch version v + offset. The state beside
+`_delta_log/` (`_lakefs_branch_table.json`, written last) holds the head, the offset and the
+lakeFS commit <-> version mapping.
+
+Appends are serialised per (branch, table) by the caller (a Redis lock in the worker); each is
+idempotent and ordered: a commit the branch table already followed, or an ancestor of it, is a
+no-op.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow.compute as pc
+
+from exporter.lakefs.actions import branch_tables_kept, installed_action
+from exporter.config import Config
+from exporter.delta.log import LogListing, parse_action_line, parse_actions
+from exporter.errors import BranchTableRefused, CorruptLog, NotFound
+from exporter.export.cold import LAST_CHECKPOINT, MANIFEST, discard_export, export_location, location_segment, write_log
+from exporter.lakefs.client import LakeFS
+from exporter.lakefs.gateway_paths import LakeFSPaths
+from exporter.export.readback import ExportedLog, LiveFiles, read_exported_log
+from exporter.lakefs.table_log import LOG_DIR, list_log, read_log_files
+from exporter.storage.objectstore import ObjectStore
+from exporter.delta.paths import PathResolver, is_absolute
+from exporter.export.rewrite import add_member, rewrite_commit
+from exporter.delta.replay import checkpoint_row_groups
+
+LATEST = "latest"  # never a commit id (those are 64 hex digits)
+STATE = "_lakefs_branch_table.json"
+SYNC_OPERATION = "LAKEFS SYNC"
+LINE_LIMIT = 1000  # first-parent commits searched for the event's commit, from the branch head
+
+
+def follows(branch: str, patterns: Iterable[str]) -> bool:
+    """Whether a branch keeps branch tables: it matches one of the patterns (`fnmatch`, `*` any)."""
+    return any(fnmatch.fnmatchcase(branch, pattern) for pattern in patterns)
+
+
+def branch_table_location(config: Config, branch: str, table: str) -> str:
+    """Relative to the storage namespace."""
+    return f"{config.export_prefix.strip('/')}/{location_segment(branch)}/{LATEST}/{location_segment(table)}/"
+
+
+@dataclass
+class AppendOutcome:
+    table: str
+    location: str
+    head_version: int | None = None
+    appended: list[int] = field(default_factory=list)  # branch-table versions written
+    synthetic: str = ""  # why one synthetic version brought the table to the source's state
+    skipped: str = ""  # why nothing was written
+    lakefs_calls: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        if self.skipped:
+            return f"UNCHANGED {self.table} -> {self.location}: {self.skipped}"
+        how = f" (synthetic: {self.synthetic})" if self.synthetic else ""
+        shown = f"{self.appended[0]}..{self.appended[-1]}" if self.appended else "none"
+        return (f"APPENDED {self.table} -> {self.location}  versions {shown}, head {self.head_version}{how}, "
+                f"{self.lakefs_calls} lakeFS calls, {self.seconds:.2f}s")
+
+
+def read_state(store: ObjectStore, location: str) -> dict | None:
+    try:
+        return json.loads(store.get(location + STATE))
+    except NotFound:
+        return None
+
+
+def branch_table_versions(config: Config, lakefs: LakeFS | None, repository: str, branch: str, table: str) -> dict:
+    """The branch table's location, head and lakeFS commit <-> version mapping; NotFound when none."""
+    lakefs = lakefs or LakeFS(config.lakefs)
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    location = branch_table_location(config, branch, table)
+    state = read_state(store, location)
+    if state is None:
+        raise NotFound(f"no branch table for table {table!r} on branch {branch!r} of {repository!r} "
+                       f"(is `branch_tables` set for the branch, and has a commit been exported since?)")
+    return {**state, "location": store.uri(location)}
+
+
+def lagging_branch_tables(config: Config, lakefs: LakeFS, repository: str, branch: str, head: str) -> list[str]:
+    """Tables whose export of the branch's head is complete but whose branch table does not follow
+    that commit yet (its append was lost: the worker died after the export)."""
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    root = f"{config.export_prefix.strip('/')}/{location_segment(branch)}/{head}/"
+    lagging = []
+    for folder in store.list_folders(root):
+        try:
+            table = json.loads(store.get(f"{root}{folder}/{MANIFEST}"))["table"]
+        except NotFound:
+            continue  # not complete: catch-up queues its export, which appends after
+        state = read_state(store, branch_table_location(config, branch, table))
+        if state is None or state.get("last_commit") != head:
+            lagging.append(table)
+    return lagging
+
+
+def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, commit_id: str,
+                  table: str) -> AppendOutcome:
+    """Bring the branch table of `table` on `branch` to the commit's complete export.
+
+    Refused (BranchTableRefused) unless the branch keeps branch tables by the config or the
+    installed action, and the commit is on the branch's first-parent line: an event's own claims
+    (its `branch_id`, its `branch_tables` query) never move a branch table alone."""
+    started, calls_before = time.monotonic(), lakefs.calls
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    target = branch_table_location(config, branch, table)
+    outcome = AppendOutcome(table=table, location=store.uri(target))
+    try:
+        if not follows(branch, branch_tables_kept(config, installed_action(lakefs, repository))):
+            raise BranchTableRefused(f"branch {branch!r} keeps no branch tables: neither the config's `branch_tables` "
+                                     "nor the installed action's names it")
+        export = export_location(config, branch, commit_id, table)
+        try:
+            manifest = json.loads(store.get(export + MANIFEST))
+        except NotFound:
+            raise NotFound(f"commit {commit_id} has no complete export of table {table!r} under {branch!r} "
+                           "(pruned, or not exported yet): nothing to append from") from None
+        exported = read_exported_log(store, export)
+        if exported is None:
+            raise CorruptLog(f"the export {store.uri(export)} has a manifest but no _delta_log/")
+        commit = lakefs.commit(repository, commit_id)
+        state = read_state(store, target)
+        relation, between = _place_on_branch(lakefs, repository, branch, commit_id, state and state["last_commit"])
+        if state is None:
+            state = _create(store, target, exported, repository, branch, commit_id, manifest)
+            outcome.appended = list(range(state["first_version"], state["head_version"] + 1))
+        else:
+            if relation != "newer":
+                outcome.skipped = ("the branch table already follows this commit" if relation == "same" else
+                                   f"commit {commit_id} is older than {state['last_commit']}, which the branch table follows")
+                outcome.head_version = state["head_version"]
+                return outcome
+            _drop_orphans(store, target, state["head_version"])
+            _append(config, lakefs, store, target, exported, state, repository, branch, commit_id, manifest, outcome,
+                    between)
+        state.update(last_commit=commit_id, last_commit_created=commit.creation_date)
+        store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")  # last: the commit point
+        outcome.head_version = state["head_version"]
+        return outcome
+    finally:
+        outcome.seconds = time.monotonic() - started
+        outcome.lakefs_calls = lakefs.calls - calls_before
+
+
+def _place_on_branch(lakefs: LakeFS, repository: str, branch: str, commit_id: str,
+                     followed: str | None) -> tuple[str, list[str]]:
+    """Where the commit sits on the branch's first-parent line against the commit the branch table
+    follows: `same`, `older` (a late event: an ancestor of the followed commit) or `newer` (on the
+    line, above the followed commit or with the followed commit off the line after a reset), with,
+    for `newer` on one line, the commits strictly between the two, oldest first.
+    BranchTableRefused when the commit is not on the line."""
+    if commit_id == followed:
+        return "same", []
+    line, _ = lakefs.first_parent_line(repository, branch, stop_at=followed, limit=LINE_LIMIT)
+    ids = [c.id for c in line]
+    if commit_id in ids:
+        above = ids[:ids.index(followed)] if followed in ids else \
+            ids if line and line[-1].parents[:1] == [followed] else None
+        return "newer", list(reversed(above[above.index(commit_id) + 1:])) if above and commit_id in above else []
+    if followed is not None and lakefs.merge_base(repository, commit_id, followed) == commit_id:
+        return "older", []
+    raise BranchTableRefused(f"commit {commit_id} is not on the first-parent line of branch {branch!r} (its head and "
+                             f"the {LINE_LIMIT} commits below it): the event names a branch its commit is not on")
+
+
+def _create(store: ObjectStore, target: str, exported: ExportedLog, repository: str, branch: str, commit_id: str,
+            manifest: dict) -> dict:
+    """The first append: the export's log, annotated, in the fail-closed write order of an export."""
+    discard_export(store, target)  # what an interrupted first append left: never a table to a reader
+    versions = {name: version for version, name in exported.listing.commits.items()}
+    raw: dict[str, bytes] = {}
+
+    def write(name: str) -> None:
+        if name in versions:
+            raw.setdefault(name, exported.raw(name))
+            store.put(target + LOG_DIR + name, _annotated(raw[name], repository, commit_id, versions[name]))
+        elif name in exported.sizes:
+            store.copy(exported.location + LOG_DIR + name, target + LOG_DIR + name)
+
+    segment = exported.segment
+    write_log(segment, [n for n in exported.sizes if n.startswith("_sidecars/")], write)
+    head = segment.head_version
+    first = segment.checkpoint.version if segment.checkpoint else 0
+    head_name = exported.listing.commits.get(head)
+    return {
+        "repository": repository, "branch": branch, "table": manifest["table"], "table_path": manifest["table_path"],
+        "first_version": first, "head_version": head, "offset": 0, "source_version": head,
+        "source_sha256": _sha256(raw[head_name]) if head_name in raw else None,
+        "table_id": _table_id(_parsed({versions[n]: content for n, content in raw.items()}), exported),
+        "commits": [{"commit_id": commit_id, "version": head, "source_version": head, "appended": [first, head],
+                     "synthetic": None, "at": _now_iso()}],
+    }
+
+
+def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exported: ExportedLog, state: dict,
+            repository: str, branch: str, commit_id: str, manifest: dict, outcome: AppendOutcome,
+            between: list[str]) -> None:
+    followed, head = state["source_version"], exported.segment.head_version
+    offset, branch_head = state["offset"], state["head_version"]
+    versions = {v: exported.raw(name) for v, name in exported.listing.commits.items() if followed <= v <= head}
+    table_path = manifest["table_path"]
+    reason = None
+    if head < followed:
+        reason = f"the source's head moved back from version {followed} to {head}"
+    else:
+        gaps = [v for v in range(followed, head + 1) if v not in versions]
+        if gaps:  # the export starts at a checkpoint after the versions the branch table has
+            versions.update(_source_versions(config, lakefs, store, repository, commit_id, table_path, gaps))
+        lost = [v for v in range(followed + 1, head + 1) if v not in versions]
+        if lost:
+            reason = f"the source's log no longer holds version(s) {lost[0]}..{lost[-1]}"
+        elif followed in versions and state.get("source_sha256") not in (None, _sha256(versions[followed])):
+            reason = f"the source's version {followed} was rewritten"
+        elif followed not in versions and state.get("table_id") and \
+                _table_id(_parsed(versions), exported) not in (None, state["table_id"]):  # nothing else to compare
+            reason = "the source is a different table (its metaData id changed)"
+    mapped: list[tuple[str, int]] = []  # (lakeFS commit, source head version) of each commit this append covers
+    if reason is None:
+        new = list(range(followed + 1, head + 1))
+        gone = _with_gone_files_resolved(config, lakefs, store, repository, state["last_commit"], table_path,
+                                         {v: versions[v] for v in new})
+        mapped = _commits_between(lakefs, repository, table_path, between, commit_id, followed, head) + [(commit_id, head)]
+        introduced_by = {}
+        for (first, last), (introducing, _) in zip(_ranges(followed, mapped), mapped):
+            introduced_by.update((v, introducing) for v in range(first, last + 1))
+        for version in new:
+            store.put(target + LOG_DIR + f"{version + offset:020d}.json",
+                      _annotated(gone.get(version, versions[version]), repository, introduced_by[version], version))
+        outcome.appended = [v + offset for v in new]
+        if gone and _live_files_differ(store, target, exported):  # a remove matched no add: never left live
+            reason = (f"after versions {new[0]}..{new[-1]} the branch table's live files differed from the "
+                      "source's (a removed file it could not match)")
+            mapped = []
+    if reason is not None:
+        outcome.synthetic = reason
+        sync_version = branch_head + 1 + len(outcome.appended)
+        offset = sync_version - head
+        store.put(target + LOG_DIR + f"{sync_version:020d}.json",
+                  _sync_commit(store, target, exported, reason, repository, commit_id))
+        outcome.appended.append(sync_version)
+        mapped = [(commit_id, head)]
+    _copy_checkpoint(store, target, exported, offset, branch_head)
+    new_head = head + offset
+    table_id = _table_id(_parsed({v: raw for v, raw in versions.items() if v > followed}), exported,
+                         from_checkpoint=reason is not None) or state.get("table_id")
+    state.update(head_version=new_head, offset=offset, source_version=head,
+                 source_sha256=_sha256(versions[head]) if head in versions else
+                 (_sha256(exported.raw(exported.listing.commits[head])) if head in exported.listing.commits else None),
+                 table_id=table_id)
+    ranges = [(outcome.appended[0], outcome.appended[-1])] if reason is not None else \
+        [(first + offset, last + offset) for first, last in _ranges(followed, mapped)]
+    for (mapped_commit, source_version), (first, last) in zip(mapped, ranges):
+        state["commits"].append({"commit_id": mapped_commit, "version": source_version + offset,
+                                 "source_version": source_version, "appended": [first, last] if first <= last else None,
+                                 "synthetic": reason, "at": _now_iso()})
+
+
+def _ranges(followed: int, mapped: list[tuple[str, int]]) -> list[tuple[int, int]]:
+    """The source versions each mapped commit brought, from the one after the previous commit's head."""
+    heads = [followed] + [version for _, version in mapped]
+    return list(zip([h + 1 for h in heads[:-1]], heads[1:]))
+
+
+def _commits_between(lakefs: LakeFS, repository: str, table_path: str, between: list[str], commit_id: str,
+                     followed: int, head: int) -> list[tuple[str, int]]:
+    """Of the commits between the followed one and this one (oldest first), those that moved the
+    table, each with its log's head: the version that reads as that commit, when its commits are
+    byte for byte (lakeFS checksums) the ones appended now. One lakeFS listing per commit."""
+    if not between:
+        return []
+    appended = _log_checksums(lakefs, repository, commit_id, table_path, followed)
+    mapped, last = [], followed
+    for commit in between:
+        found = _log_checksums(lakefs, repository, commit, table_path, followed)
+        version = max(found, default=followed)
+        if last < version < head and all(found.get(v) == appended.get(v) for v in range(followed + 1, version + 1)):
+            mapped.append((commit, version))
+            last = version
+    return mapped
+
+
+def _log_checksums(lakefs: LakeFS, repository: str, ref: str, table_path: str, after: int) -> dict[int, str]:
+    """Checksums of the table's commit files above version `after` at a ref."""
+    log = table_path.strip("/") + "/" + LOG_DIR
+    entries = {e["path"][len(log):]: e.get("checksum") for e in
+               lakefs.list_objects(repository, ref, log, delimiter="/", after=f"{log}{after:020d}.json")
+               if e.get("path_type", "object") == "object"}
+    listing = LogListing.from_names((name, 0) for name in entries)
+    return {version: entries[name] for version, name in listing.commits.items()}
+
+
+def _with_gone_files_resolved(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, followed: str,
+                              table_path: str, versions: dict[int, bytes]) -> dict[int, bytes]:
+    """The versions whose removes name a file by a relative path, rewritten with the addresses at
+    the followed commit.
+
+    An export keeps a remove's path relative when its object is gone at the commit (vacuumed), while
+    the branch table holds that file's add, appended earlier, with its absolute address: readers
+    reconcile on the raw string (PROTOCOL.md#action-reconciliation), so the file would stay live.
+    Every file live in the branch table is live in the source at the followed commit, so its object
+    is there. Returns only the versions that needed it (none: no lakeFS call)."""
+    def names_gone_file(raw: bytes, version: int) -> bool:
+        for action in parse_actions(f"{version:020d}.json", raw):
+            remove = action.get("remove")
+            if isinstance(remove, dict) and (not is_absolute(str(remove.get("path", ""))) or
+                                             (remove.get("deletionVector") or {}).get("storageType") == "u"):
+                return True
+        return False
+
+    relative = {v: raw for v, raw in versions.items() if names_gone_file(raw, v)}
+    if not relative:
+        return {}
+    layout = list_log(lakefs, store, repository, followed, table_path)
+    resolver = PathResolver(layout.addresses)  # absolute paths stay: the export already pinned them
+    return {v: rewrite_commit(f"{v:020d}.json", raw, resolver).content for v, raw in relative.items()}
+
+
+def _live_files_differ(store: ObjectStore, target: str, exported: ExportedLog) -> bool:
+    """Whether the branch table as written reads other files than the export (by path and
+    deletion vector, as readers reconcile)."""
+    written = read_exported_log(store, target)
+    mine, theirs = LiveFiles(written).keys(), LiveFiles(exported).keys()
+    return len(mine) != len(theirs) or not pc.all(pc.is_in(mine, value_set=theirs)).as_py()
+
+
+def _copy_checkpoint(store: ObjectStore, target: str, exported: ExportedLog, offset: int, branch_head: int) -> None:
+    """The export's checkpoint when it describes a version the branch table did not have, renamed
+    by the offset; a V2 checkpoint names its version inside, so it is copied only without one."""
+    checkpoint = exported.segment.checkpoint
+    if checkpoint is None or checkpoint.version + offset <= branch_head or (offset and checkpoint.kind == "v2"):
+        return
+    names = exported.checkpoint_files()
+    prefix = f"{checkpoint.version:020d}."
+
+    def copy(name: str) -> None:
+        renamed = f"{checkpoint.version + offset:020d}." + name[len(prefix):] if name.startswith(prefix) else name
+        store.copy(exported.location + LOG_DIR + name, target + LOG_DIR + renamed)
+
+    for name in names:  # sidecars, then parts: the last part makes the checkpoint complete
+        copy(name)
+    if LAST_CHECKPOINT in exported.sizes:
+        document = json.loads(exported.raw(LAST_CHECKPOINT))
+        document["version"] = checkpoint.version + offset
+        store.put(target + LOG_DIR + LAST_CHECKPOINT, json.dumps(document).encode())
+
+
+def _source_versions(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str,
+                     table_path: str, versions: list[int]) -> dict[int, bytes]:
+    """Commits the export does not hold (it starts at a later checkpoint), read from the source's log
+    at the commit and rewritten as an export would; those the log no longer holds are left out."""
+    layout = list_log(lakefs, store, repository, commit_id, table_path)  # data files too: their paths resolve
+    names = {v: layout.listing.commits[v] for v in versions if v in layout.listing.commits}
+    raw = read_log_files(store, layout.addresses, list(names.values()))
+    resolver = PathResolver(layout.addresses, LakeFSPaths(lakefs, store.bucket))
+    return {v: rewrite_commit(name, raw[name], resolver).content for v, name in names.items()}
+
+
+def _drop_orphans(store: ObjectStore, target: str, head: int) -> None:
+    """Versions above the recorded head are what an interrupted append wrote: never recorded, they go."""
+    log = target + LOG_DIR  # only what sorts after the head's commit: the cost does not grow with the log
+    listing = LogListing.from_names((name[len(log):], 0) for name, _, _ in
+                                    store.list_objects(log, start_after=f"{log}{head:020d}.json"))
+    orphans = [name for version, name in listing.commits.items() if version > head]
+    orphans += [name for version, checkpoint in listing.checkpoints.items() if version > head for name in checkpoint.files]
+    if not orphans:
+        return
+    if LAST_CHECKPOINT in listing.sizes and any(v > head for v in listing.checkpoints):
+        orphans.append(LAST_CHECKPOINT)  # it names a checkpoint about to go: readers list instead
+    store.delete([target + LOG_DIR + name for name in sorted(orphans, reverse=True)])
+
+
+def _annotated(raw: bytes, repository: str, commit_id: str, source_version: int) -> bytes:
+    """The commit with `commitInfo.lakeFS` naming the lakeFS commit it came from; other bytes kept."""
+    marker = {"repository": repository, "commit": commit_id, "sourceVersion": source_version}
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        if line.strip() and isinstance(parse_action_line("commit", number, line).get("commitInfo"), dict):
+            lines[number - 1] = add_member(line, ("commitInfo",), "lakeFS", marker)
+            break
+    return b"\n".join(lines)
+
+
+def _sync_commit(store: ObjectStore, target: str, exported: ExportedLog, reason: str, repository: str,
+                 commit_id: str) -> bytes:
+    """One commit taking the branch table from its head to the export's snapshot
+    (PROTOCOL.md#action-reconciliation): removes for files no longer live, adds for new ones,
+    protocol and metaData when they changed."""
+    before, after = LiveFiles(read_exported_log(store, target)), LiveFiles(exported)
+    before_keys, after_keys = before.keys(), after.keys()
+    removed = before_keys.filter(pc.invert(pc.is_in(before_keys, value_set=after_keys)))
+    added = after_keys.filter(pc.invert(pc.is_in(after_keys, value_set=before_keys)))
+    now = int(time.time() * 1000)
+    info: dict[str, Any] = {}
+    configuration = (after.metadata or {}).get("configuration") or {}
+    if str(configuration.get("delta.enableInCommitTimestamps", "")).lower() == "true":
+        info["inCommitTimestamp"] = max(now, before.in_commit_timestamp + 1)  # PROTOCOL.md#in-commit-timestamps
+    info.update(timestamp=now, operation=SYNC_OPERATION, isBlindAppend=False,
+                operationParameters={"reason": reason, "lakeFSCommit": commit_id,
+                                     "sourceVersion": str(exported.segment.head_version)},
+                lakeFS={"repository": repository, "commit": commit_id,
+                        "sourceVersion": exported.segment.head_version})
+    actions: list[dict] = [{"commitInfo": info}]
+    if after.protocol != before.protocol:
+        actions.append({"protocol": after.protocol})
+    if after.metadata != before.metadata:
+        actions.append({"metaData": after.metadata})
+    actions += [{"remove": _remove_of(add, now)} for add in before.adds(removed)]
+    actions += [{"add": {**add, "dataChange": True}} for add in after.adds(added)]
+    return "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions).encode()
+
+
+def _remove_of(add: Mapping[str, Any], now: int) -> dict:
+    """PROTOCOL.md#add-file-and-remove-file: the remove of a live file, with its extended metadata."""
+    kept = ("path", "deletionVector", "partitionValues", "size", "tags", "baseRowId", "defaultRowCommitVersion")
+    return {"path": add["path"], "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
+            **{k: add[k] for k in kept[1:] if k in add}}
+
+
+def _parsed(versions: Mapping[int, bytes]) -> list[list[dict]]:
+    return [parse_actions(f"{version:020d}.json", versions[version]) for version in sorted(versions)]
+
+
+def _table_id(commits: list[list[dict]], exported: ExportedLog, from_checkpoint: bool = True) -> str | None:
+    """The newest metaData id among the commits, else (when asked) the export's checkpoint's."""
+    ids = [a["metaData"].get("id") for actions in commits for a in actions if isinstance(a.get("metaData"), dict)]
+    if ids:
+        return ids[-1]
+    if not from_checkpoint:
+        return None
+    for name in exported.checkpoint_files():
+        if name.endswith(".parquet") and not name.startswith("_sidecars/"):
+            for group in checkpoint_row_groups(name, exported.source(name), ["metaData.id"]):
+                found = [i for i in group.column("metaData").to_pylist() if i]
+                if found:
+                    return found[0]["id"]
+        elif name.endswith(".json"):
+            found = [a["metaData"].get("id") for a in parse_actions(name, exported.raw(name)) if "metaData" in a]
+            if found:
+                return found[0]
+    return None
+
+
+def _sha256(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,155 @@
+"""Incremental export: a commit reuses its first parent's complete export of the table.
+
+When the table only gained objects since the parent (new data files, new JSON commits; no new
+checkpoint, nothing removed or overwritten), every file of the parent's export is exactly what a
+cold export of this commit would write, since each path resolves to the same physical address. So
+those files are copied server-side (no bytes through this process), and only the new commits are
+read and rewritten, their paths resolved one lakeFS stat each. Anything else falls back to the
+cold export, with the reason in the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+import exporter
+
+from exporter.config import Config
+from exporter.delta.log import LogListing, check_protocol, parse_actions, select_segment
+from exporter.errors import MissingDataFiles, NotFound
+from exporter.export.cold import (LAST_CHECKPOINT, MANIFEST, ExportOutcome, Snapshot, commit_timestamp, export_location,
+                             manifest_document, write_log)
+from exporter.lakefs.client import LakeFS
+from exporter.lakefs.gateway_paths import LakeFSPaths
+from exporter.lakefs.table_log import LOG_DIR, list_log, read_log_files
+from exporter.storage.objectstore import ObjectStore
+from exporter.delta.paths import PathResolver
+from exporter.export.rewrite import rewrite_commit
+from exporter.lakefs.descriptors import TableDescriptor
+
+MAX_STATS = 200  # paths resolved one call each; beyond this a cold export's listing costs fewer calls
+
+
+class ColdExportNeeded(Exception):
+    """Why the parent's export cannot be reused."""
+
+
+class _StatAddresses:
+    """Physical addresses looked up one object at a time, for the few paths of new commits."""
+
+    def __init__(self, lakefs: LakeFS, repository: str, commit_id: str, prefix: str):
+        self.lakefs, self.repository, self.commit_id, self.prefix = lakefs, repository, commit_id, prefix
+        self.found: dict[str, str | None] = {}
+
+    def get(self, key: str) -> str | None:
+        if key not in self.found:
+            if len(self.found) >= MAX_STATS:
+                raise ColdExportNeeded(f"the new commits name more than {MAX_STATS} files")
+            self.found[key] = self.lakefs.physical_address(self.repository, self.commit_id, self.prefix + key)
+        return self.found[key]
+
+    def get_many(self, keys: list[str | None]) -> list[str | None]:
+        return [None if key is None else self.get(key) for key in keys]
+
+
+def copy_export(config: Config, store: ObjectStore, repository: str, ref: str, commit_id: str,
+                table: TableDescriptor, target: str, outcome: ExportOutcome, from_ref: str) -> None:
+    """The same commit's complete export under another ref (a tag on an exported commit), copied
+    server-side in the fail-closed write order; or ColdExportNeeded before anything is written."""
+    source = export_location(config, from_ref, commit_id, table.name)
+    try:
+        manifest = json.loads(store.get(source + MANIFEST))
+    except NotFound:
+        raise ColdExportNeeded(f"no complete export of this commit under {from_ref!r}") from None
+    if manifest.get("table_path") != table.path or manifest.get("exporter_version") != exporter.__version__:
+        raise ColdExportNeeded(f"the export under {from_ref!r} is of another table path or exporter version")
+    names = [key[len(source + LOG_DIR):] for key in store.list_keys(source + LOG_DIR)]
+    segment = select_segment(LogListing.from_names((name, 0) for name in names))
+    write_log(segment, [n for n in names if n.startswith("_sidecars/")],
+              lambda name: store.copy(source + LOG_DIR + name, target + LOG_DIR + name))
+    outcome.checkpoint_version, outcome.head_version = manifest["checkpoint_version"], manifest["head_version"]
+    outcome.files_rewritten = manifest.get("files_rewritten", 0)
+    copied = {**manifest, "ref": ref, "location": outcome.location, "derived_from": store.uri(source),
+              "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    store.put(target + MANIFEST, json.dumps(copied, indent=2).encode(), "application/json")  # last: marks done
+
+
+def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, ref: str,
+                         commit_id: str, table: TableDescriptor, target: str, outcome: ExportOutcome,
+                         started: float) -> None:
+    """Export from the parent's export, or raise ColdExportNeeded (before anything is written)."""
+    parents = lakefs.commit(repository, commit_id).parents
+    if not parents:
+        raise ColdExportNeeded("the commit has no parent")
+    source = export_location(config, ref, parents[0], table.name)
+    try:
+        parent = json.loads(store.get(source + MANIFEST))
+    except NotFound:
+        raise ColdExportNeeded("the parent commit has no complete export under this ref") from None
+    if parent.get("table_path") != table.path:
+        raise ColdExportNeeded("the table's path changed since the parent")
+    if parent.get("exporter_version") != exporter.__version__:  # its bytes may differ from today's
+        raise ColdExportNeeded(f"the parent was exported by exporter {parent.get('exporter_version')}")
+    for change in lakefs.diff(repository, parents[0], commit_id, prefix=table.prefix):
+        if change.get("type") != "added":
+            raise ColdExportNeeded(f"{change['path']} was {change.get('type')} since the parent")
+        if change["path"] == table.prefix + LOG_DIR + LAST_CHECKPOINT:
+            raise ColdExportNeeded("the table gained a _last_checkpoint since the parent")
+    layout = list_log(lakefs, store, repository, commit_id, table.path, log_only=True)
+    segment = layout.segment
+    checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
+    if checkpoint_version != parent.get("checkpoint_version"):
+        raise ColdExportNeeded(f"a new checkpoint (version {checkpoint_version}) since the parent")
+    parent_head = parent["head_version"]
+    new = [(version, name) for version, name in segment.commits if version > parent_head]
+    read = time.monotonic()
+
+    raw = read_log_files(store, layout.addresses, [name for _, name in new])
+    resolver = PathResolver(_StatAddresses(lakefs, repository, commit_id, table.prefix),
+                            LakeFSPaths(lakefs, store.bucket))
+    outputs: dict[str, bytes] = {}
+    protocol_actions, missing, rewritten = [], [], 0
+    snapshot = Snapshot()
+    timestamps = {int(v): t for v, t in parent.get("source_timestamps_ms", {}).items()}
+    for version, name in new:
+        actions = parse_actions(name, raw[name])
+        protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
+        timestamps[version] = commit_timestamp(actions, layout.modification_times.get(name, 0))
+        result = rewrite_commit(name, raw[name], resolver)
+        outputs[name] = result.content
+        rewritten += result.files_rewritten
+        missing += result.missing
+        snapshot.apply(actions)
+    check_protocol(protocol_actions)
+    required = snapshot.required(missing)  # adds the new commits make live; older ones existed at the parent
+    if required:
+        raise MissingDataFiles(table.name, required)
+    rewritten_at = time.monotonic()
+
+    sidecars = [key[len(source + LOG_DIR):] for key in store.list_keys(source + LOG_DIR + "_sidecars/")] \
+        if checkpoint_version is not None else []  # only a checkpoint has sidecars
+    log = target + LOG_DIR
+
+    def write(name: str) -> None:
+        if name in outputs:
+            store.put(log + name, outputs[name])
+        else:
+            store.copy(source + LOG_DIR + name, log + name)
+
+    write_log(segment, sidecars, write)
+    outcome.checkpoint_version, outcome.head_version = checkpoint_version, segment.head_version
+    outcome.versions = len(new)
+    outcome.files_rewritten = rewritten
+    manifest = manifest_document(repository, ref, commit_id, table, outcome, segment, timestamps,
+                                 log_files_written=len(segment.commits) + len(sidecars) + (
+                                     len(segment.checkpoint.files) + 1 + (1 if segment.checkpoint_commit else 0)
+                                     if segment.checkpoint else 0),
+                                 lakefs_calls=lakefs.calls,
+                                 timings={"list_and_read": round(read - started, 3),
+                                          "rewrite": round(rewritten_at - read, 3),
+                                          "write": round(time.monotonic() - rewritten_at, 3)},
+                                 derived_from=store.uri(source))
+    store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")  # last: marks done
+

@@ -1,0 +1,187 @@
+"""Retention of per-commit exports (`prune`) and checking that an export still reads (`verify`).
+
+Per-commit exports accumulate: `prune` deletes those outside a policy (the newest `keep_last`
+first-parent commits of each branch, everything exported less than `keep_hours` ago, and every
+tag's export stay), never a branch table. Catch-up asks `within_policy` before re-exporting a
+commit, so it never brings back what prune removed.
+
+An export references data files by physical address; lakeFS garbage collection deletes an object
+once no retained commit references it. `verify` HEADs every live data file and deletion vector of
+an export or branch table and reports the ones that are gone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+from exporter.export.branch_table import LATEST, branch_table_location
+from exporter.config import Config, RetentionConfig
+from exporter.errors import NotFound
+from exporter.export.cold import MANIFEST, discard_export, export_location, location_segment, segment_name
+from exporter.export.readback import LiveFiles, read_exported_log
+from exporter.lakefs.client import LakeFS
+from exporter.lakefs.table_log import IO_THREADS
+from exporter.storage.objectstore import ObjectStore, split_uri
+from exporter.export.rewrite import deletion_vector_file
+from exporter.state.status import StatusStore
+
+HOUR = 3600
+
+
+@dataclass
+class PrunePlan:
+    repository: str
+    dry_run: bool
+    deleted: list[str] = field(default_factory=list)  # export locations removed (dry run: to remove)
+    kept: dict[str, str] = field(default_factory=dict)  # export location -> why it stays
+    objects_deleted: int = 0
+
+    def summary(self) -> str:
+        verb = "would delete" if self.dry_run else "deleted"
+        return (f"{self.repository}: {verb} {len(self.deleted)} export(s)"
+                + ("" if self.dry_run else f" ({self.objects_deleted} objects)") + f", kept {len(self.kept)}")
+
+
+def within_policy(commit_position: int, commit_age_seconds: float, policy: RetentionConfig) -> bool:
+    """Whether a branch commit's export is kept: among the newest `keep_last` first-parent commits
+    (position 0 is the head), or younger than `keep_hours`."""
+    return commit_position < policy.keep_last or commit_age_seconds < policy.keep_hours * HOUR
+
+
+def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConfig | None = None,
+          dry_run: bool = False, now: float | None = None, status: StatusStore | None = None) -> PrunePlan:
+    """Delete the per-commit exports of a repository outside the policy (default: the config's).
+
+    Each table's export is deleted under its export lock (the one its writers hold): an export
+    being written is left alone, whatever its age."""
+    policy, now = policy or config.retention, time.time() if now is None else now
+    status = status or StatusStore(config.redis)
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    root = config.export_prefix.strip("/") + "/"
+    tags = {location_segment(tag) for tag, _ in lakefs.list_tags(repository)}
+    branches = {location_segment(branch): branch for branch in lakefs.list_branches(repository)}
+    plan = PrunePlan(repository, dry_run)
+    for ref_segment in store.list_folders(root):
+        newest = []
+        if ref_segment in branches:
+            newest = [c.id for c in lakefs.log(repository, branches[ref_segment], amount=policy.keep_last,
+                                                first_parent=True)] if policy.keep_last else []
+        written: dict[str, float] = {}  # commit folder -> when its newest object was written
+        for name, _, modified in store.list_objects(f"{root}{ref_segment}/"):
+            commit_folder = name[len(root) + len(ref_segment) + 1:].split("/", 1)[0]
+            if commit_folder != LATEST:  # branch tables are never pruned
+                written[commit_folder] = max(written.get(commit_folder, 0.0), modified)
+        for commit_folder, modified in sorted(written.items()):
+            location = f"{root}{ref_segment}/{commit_folder}/"
+            if ref_segment in tags:
+                plan.kept[store.uri(location)] = "a tag's export"
+            elif commit_folder in newest:
+                plan.kept[store.uri(location)] = f"among the newest {policy.keep_last} commits of the branch"
+            elif now - modified < policy.keep_hours * HOUR:
+                plan.kept[store.uri(location)] = f"exported less than {policy.keep_hours:g} hours ago"
+            elif dry_run:
+                plan.deleted.append(store.uri(location))
+            else:
+                busy = [table for table in store.list_folders(location)
+                        if not _discard_unless_written(status, store, plan, repository, ref_segment, commit_folder,
+                                                       f"{location}{table}/", table, config.lock_ttl_seconds)]
+                if busy:
+                    plan.kept[store.uri(location)] = f"being exported now: {', '.join(segment_name(t) for t in busy)}"
+                else:
+                    plan.deleted.append(store.uri(location))
+                    plan.objects_deleted += _discard_rest(store, location)
+    return plan
+
+
+def _discard_unless_written(status: StatusStore, store: ObjectStore, plan: PrunePlan, repository: str,
+                            ref_segment: str, commit_id: str, location: str, table_segment: str, ttl: int) -> bool:
+    """Discard one table's export under its export lock; False when a delivery holds it (writing)."""
+    name = status.export_lock(repository, segment_name(ref_segment), commit_id, segment_name(table_segment))
+    with status.lock(name, ttl) as held:
+        if held:
+            plan.objects_deleted += discard_export(store, location)
+        return held
+
+
+def _discard_rest(store: ObjectStore, location: str) -> int:
+    """Objects left directly under a commit folder (none, normally)."""
+    keys = store.list_keys(location)
+    store.delete(keys)
+    return len(keys)
+
+
+@dataclass
+class Verification:
+    location: str
+    version: int
+    files_checked: int = 0
+    missing: list[str] = field(default_factory=list)  # data files and deletion vectors that are gone
+    unchecked: list[str] = field(default_factory=list)  # addresses outside S3 (abfss://, gs://): not checked
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+    def summary(self) -> str:
+        head = (f"{'OK' if self.ok else 'MISSING'}  {self.location} version {self.version}: "
+                f"{self.files_checked} file(s) checked, {len(self.missing)} missing"
+                + (f", {len(self.unchecked)} not on S3 (not checked)" if self.unchecked else ""))
+        return "\n".join([head, *(f"  missing {uri}" for uri in self.missing)])
+
+
+def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str, commit_id: str | None = None) -> Verification:
+    """Check the export of `table` at `commit_id` under `ref` (without a commit: the branch table
+    of `ref`): every live data file and deletion vector it references still exists."""
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    if commit_id is None:
+        location = branch_table_location(config, ref, table)
+    else:
+        location = export_location(config, ref, lakefs.commit(repository, commit_id).id, table)
+        if not store.exists(location + MANIFEST):
+            raise NotFound(f"no complete export of {table!r} at {commit_id} under {ref!r}: {store.uri(location)}")
+    log = read_exported_log(store, location)
+    if log is None:
+        raise NotFound(f"nothing exported at {store.uri(location)}")
+    table_root = store.uri(location)
+    result = Verification(table_root, log.segment.head_version)
+    stores: dict[str, ObjectStore] = {}
+
+    def exists(address: str) -> bool:
+        bucket, _ = split_uri(address)
+        if bucket not in stores:
+            stores[bucket] = ObjectStore(config, f"s3://{bucket}")
+        return stores[bucket].head_uri(address)
+
+    with ThreadPoolExecutor(IO_THREADS) as pool:  # a batch of addresses at a time: memory follows the batch
+        addresses = _addresses(table_root, LiveFiles(log).files())
+        while batch := list(dict.fromkeys(itertools.islice(addresses, 4096))):  # a DV file serves many data files
+            on_s3 = [a for a in batch if a.startswith(("s3://", "s3a://"))]
+            result.unchecked += [a for a in batch if a not in on_s3]
+            result.missing += [a for a, there in zip(on_s3, pool.map(exists, on_s3)) if not there]
+            result.files_checked += len(on_s3)
+    result.missing = sorted(set(result.missing))
+    result.unchecked = sorted(set(result.unchecked))
+    return result
+
+
+def _addresses(table_root: str, files: Iterable[dict]) -> Iterable[str]:
+    """The objects live files read: each data file, and its deletion vector's file when stored in one."""
+    for add in files:
+        yield _absolute(table_root, add["path"])
+        vector = add.get("deletionVector") or {}
+        if vector.get("storageType") in ("u", "p"):
+            yield _absolute(table_root, deletion_vector_file(vector["storageType"], vector["pathOrInlineDv"]))
+
+
+def _absolute(table_root: str, path: str) -> str:
+    """The object a log path names: exported paths are absolute URIs; a relative one (kept because
+    its object was gone at export) is under the table's root. Decoded once, as readers do."""
+    if "://" in path:
+        return unquote(path)
+    return unquote(table_root.rstrip("/") + "/" + path)
+

@@ -1,0 +1,82 @@
+"""Installing the lakeFS action and table descriptors into a repository."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import yaml
+
+from exporter.config import Config
+from exporter.errors import ExporterError, NotFound
+from exporter.lakefs.client import LakeFS
+from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, parse_descriptor
+
+TEMPLATES = resources.files("exporter") / "templates"  # package data: there in a wheel install too
+ACTION_PATH = "_lakefs_actions/delta-export.yaml"
+
+
+def render_action(url: str, branches: list[str], branch_tables: list[str] = ()) -> bytes:
+    template = (TEMPLATES / "delta-export.yaml").read_text()
+    if any("," in pattern or '"' in pattern for pattern in branch_tables):
+        raise ExporterError(f"branch table patterns cannot hold ',' or '\"': {branch_tables}")
+    return (template.replace("{{URL}}", url).replace("{{BRANCHES}}", json.dumps(branches))
+            .replace("{{BRANCH_TABLES}}", ",".join(branch_tables)).encode())
+
+
+def branch_table_patterns(action: dict) -> list[str]:
+    """The branch patterns an installed action asks branch tables for (its webhook's query)."""
+    patterns: list[str] = []
+    for hook in action.get("hooks") or []:
+        query = ((hook or {}).get("properties") or {}).get("query_params") or {}
+        value = query.get("branch_tables") or ""
+        patterns += [p.strip() for p in (value if isinstance(value, list) else str(value).split(",")) if p.strip()]
+    return patterns
+
+
+def installed_action(lakefs: LakeFS, repository: str) -> dict | None:
+    """The action `install-actions` committed to the default branch; None when absent or unreadable."""
+    try:
+        action = yaml.safe_load(lakefs.get_object(repository, lakefs.default_branch(repository), ACTION_PATH))
+    except (NotFound, yaml.YAMLError):
+        return None
+    return action if isinstance(action, dict) else {}
+
+
+def branch_tables_kept(config: Config, action: dict | None) -> list[str]:
+    """The branch patterns that keep branch tables in a repository: the config's and those of its
+    installed action (`installed_action`), never what an event's request claims alone."""
+    return [*config.branch_tables, *branch_table_patterns(action or {})]
+
+
+def render_descriptor(name: str, path: str) -> bytes:
+    content = f"name: {name}\ntype: delta\npath: {path}\n".encode()
+    parse_descriptor(f"{DESCRIPTORS_PREFIX}{name}.yaml", content)  # refuse what discovery would refuse
+    return content
+
+
+def install_actions(lakefs: LakeFS, repository: str, branch: str, url: str, branches: list[str],
+                    tables: dict[str, str], force: bool = False, branch_tables: list[str] = ()) -> str | None:
+    """Upload the action and descriptors, then commit. Returns the commit id, or None if all was in place.
+
+    A different file already at one of the paths is an error unless `force`.
+    """
+    wanted = {ACTION_PATH: render_action(url, branches, branch_tables)}
+    wanted.update({f"{DESCRIPTORS_PREFIX}{name}.yaml": render_descriptor(name, path) for name, path in tables.items()})
+    changes = {}
+    for path, content in wanted.items():
+        try:
+            existing = lakefs.get_object(repository, branch, path)
+        except NotFound:
+            existing = None
+        if existing == content:
+            continue
+        if existing is not None and not force:
+            raise ExporterError(f"{repository}/{branch}/{path} exists with different content; pass --force to replace it")
+        changes[path] = content
+    if not changes:
+        return None
+    for path, content in changes.items():
+        lakefs.upload_object(repository, branch, path, content)
+    return lakefs.commit_branch(repository, branch, "lakefs-delta: install export action and table descriptors",
+                                {"lakefs-delta.installed": ",".join(sorted(changes))})

@@ -1,0 +1,91 @@
+"""Table descriptors (`_lakefs_tables/<name>.yaml`, lakeFS's convention) and which tables a commit changed."""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+import yaml
+
+from exporter.errors import DescriptorError
+from exporter.lakefs.client import LakeFS
+
+DESCRIPTORS_PREFIX = "_lakefs_tables/"
+
+
+@dataclass(frozen=True)
+class TableDescriptor:
+    name: str
+    path: str  # from the repository root, no leading or trailing slash
+    descriptor: str  # the descriptor's own path, e.g. `_lakefs_tables/events.yaml`
+
+    @property
+    def prefix(self) -> str:
+        return self.path + "/"
+
+
+@dataclass(frozen=True)
+class Discovery:
+    tables: list[TableDescriptor]
+    errors: list[DescriptorError]  # one per bad descriptor; the other tables still export
+
+
+def parse_descriptor(descriptor: str, raw: bytes) -> TableDescriptor | None:
+    """A Delta table descriptor, `None` for another table type, `DescriptorError` when invalid."""
+    try:
+        document = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise DescriptorError(f"{descriptor}: not valid YAML: {exc}") from None
+    if not isinstance(document, dict):
+        raise DescriptorError(f"{descriptor}: expected a mapping with `name`, `type` and `path`")
+    table_type = document.get("type", "delta")
+    if table_type != "delta":
+        return None
+    name, path = document.get("name"), document.get("path")
+    if not isinstance(name, str) or not name.strip():
+        raise DescriptorError(f"{descriptor}: `name` is required")
+    if "/" in name or name in (".", ".."):
+        raise DescriptorError(f"{descriptor}: `name` {name!r} must not contain `/`; it names the export folder")
+    if not isinstance(path, str) or not path.strip("/ "):
+        raise DescriptorError(f"{descriptor}: `path` is required (the table's folder from the repository root)")
+    if path.startswith("/") or "://" in path:
+        raise DescriptorError(f"{descriptor}: `path` {path!r} must be relative to the repository root")
+    if ".." in path.split("/"):
+        raise DescriptorError(f"{descriptor}: `path` {path!r} escapes the repository")
+    return TableDescriptor(name=name.strip(), path=posixpath.normpath(path).strip("/"), descriptor=descriptor)
+
+
+def discover_tables(lakefs: LakeFS, repository: str, ref: str) -> Discovery:
+    tables: dict[str, TableDescriptor] = {}
+    errors: list[DescriptorError] = []
+    duplicates: set[str] = set()
+    for entry in lakefs.list_objects(repository, ref, DESCRIPTORS_PREFIX, delimiter="/"):
+        descriptor = entry["path"]
+        if entry.get("path_type") != "object" or not descriptor.endswith((".yaml", ".yml")):
+            continue
+        try:
+            table = parse_descriptor(descriptor, lakefs.get_object(repository, ref, descriptor))
+        except DescriptorError as exc:
+            errors.append(exc)
+            continue
+        if table is None:
+            continue
+        if table.name in tables:
+            duplicates.add(table.name)
+            errors.append(DescriptorError(f"{descriptor}: table name {table.name!r} is also used by "
+                                          f"{tables[table.name].descriptor}; neither is exported"))
+            continue
+        tables[table.name] = table
+    return Discovery([t for name, t in sorted(tables.items()) if name not in duplicates], errors)
+
+
+def changed_tables(lakefs: LakeFS, repository: str, commit_id: str, tables: list[TableDescriptor]) -> list[TableDescriptor]:
+    """Tables with any change under their path or in their descriptor since the first parent."""
+    commit = lakefs.commit(repository, commit_id)
+    if not commit.parents:
+        return list(tables)
+    parent = commit.parents[0]
+    changed_descriptors = {d["path"] for d in lakefs.diff(repository, parent, commit_id, prefix=DESCRIPTORS_PREFIX)}
+    return [table for table in tables
+            if table.descriptor in changed_descriptors
+            or next(iter(lakefs.diff(repository, parent, commit_id, prefix=table.prefix, amount=1)), None) is not None]

@@ -1,0 +1,240 @@
+"""Reading a table's `_delta_log` at a commit: one listing through lakeFS, files by physical address.
+
+The listing gives both the log's layout and every object's physical address; the log files
+themselves are read straight from the object store, in parallel, so lakeFS sees one call per
+1000 listed objects and none per file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import posixpath
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from exporter.lakefs.addresses import AddressIndex, AddressIndexBuilder
+from exporter.delta.log import LogListing, LogSegment, parse_actions, select_segment
+from exporter.errors import CorruptLog, ExporterError, NotFound, TableNotFound
+from exporter.lakefs.client import PAGE_SIZE, LakeFS
+from exporter.storage.objectstore import ObjectSource, ObjectStore
+from exporter.parquet.splice import BytesSource, ParquetSource, read_columns
+
+LOG_DIR = "_delta_log/"
+IO_THREADS = 16
+LIST_THREADS = 8  # folders of a table listed at once
+
+
+@dataclass
+class LoadedLog:
+    addresses: AddressIndex  # table-relative object key -> physical address
+    segment: LogSegment
+    files: dict[str, bytes]  # name under _delta_log/ -> raw bytes: the segment's JSON files
+    checkpoint_files: list[str]  # sidecars first, then the checkpoint's own files (write order)
+    listing: LogListing  # everything `_delta_log/` holds, e.g. JSON commits older than the checkpoint
+    modification_times: dict[str, int]  # name under _delta_log/ -> the source object's mtime (epoch seconds)
+    last_checkpoint: dict | None  # the source's `_last_checkpoint` document, when readable
+
+    def read_more(self, store: ObjectStore, names: list[str]) -> None:
+        """Read more `_delta_log/` files (e.g. older commits, for history) into `files`."""
+        self.files.update(_get_all(store, self.addresses, [n for n in names if n not in self.files]))
+
+    def source(self, store: ObjectStore, name: str) -> ParquetSource:
+        """A parquet log file, read by byte ranges from its physical address (never whole)."""
+        return ObjectSource(store, self.addresses[LOG_DIR + name], self.listing.sizes[name])
+
+
+@dataclass
+class LogLayout:
+    """A listing of `_delta_log/` (and, unless `log_only`, of the whole table) at a commit."""
+
+    addresses: AddressIndex  # table-relative object key -> physical address
+    listing: LogListing
+    segment: LogSegment
+    modification_times: dict[str, int]
+    last_checkpoint: dict | None
+
+
+def list_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str,
+             log_only: bool = False) -> LogLayout:
+    prefix = table_path.strip("/") + "/"
+    if log_only:
+        folders = [_list_folder(lakefs, repository, commit_id, prefix, prefix + LOG_DIR)]
+    else:
+        folders = _list_table(lakefs, repository, commit_id, prefix)
+    addresses = AddressIndexBuilder()
+    log_entries: list[tuple[str, int]] = []
+    modification_times: dict[str, int] = {}
+    for folder in folders:
+        addresses.extend(folder.addresses)
+        log_entries += folder.log_entries
+        modification_times.update(folder.modification_times)
+    if not log_entries:
+        raise TableNotFound(f"no Delta table at {repository}@{commit_id}/{table_path}: {prefix}{LOG_DIR} is empty")
+    listing = LogListing.from_names(log_entries)
+    index = addresses.build()
+    last_checkpoint = _last_checkpoint(store, index)
+    segment = select_segment(listing, last_checkpoint.get("version") if last_checkpoint else None)
+    return LogLayout(index, listing, segment, modification_times, last_checkpoint)
+
+
+@dataclass
+class _Folder:
+    """One folder's listing, compact: Arrow arrays, plus the `_delta_log/` entries' sizes and times."""
+
+    addresses: AddressIndexBuilder
+    log_entries: list[tuple[str, int]]
+    modification_times: dict[str, int]
+
+
+def _list_table(lakefs: LakeFS, repository: str, commit_id: str, prefix: str) -> list[_Folder]:
+    """Everything under the table, in key order. A table that fits one page is that one call.
+    A bigger one (that page is discarded: one call in a thousand) is listed at the top level with delimiter `/` (the files of an unpartitioned
+    table, and the folders), then each folder (partition, `_delta_log/`) on its own thread,
+    `LIST_THREADS` at a time, so a partitioned table is not one serial chain of pages."""
+    first_page = list(itertools.islice(lakefs.list_objects(repository, commit_id, prefix), PAGE_SIZE))
+    if len(first_page) < PAGE_SIZE:
+        return [_folder_of(first_page, prefix)]
+    top = _Folder(AddressIndexBuilder(), [], {})
+    folders: list[str] = []
+    for entry in lakefs.list_objects(repository, commit_id, prefix, delimiter="/"):
+        if entry.get("path_type") == "common_prefix":
+            folders.append(entry["path"])
+        else:
+            top.addresses.add(entry["path"][len(prefix):], entry["physical_address"])
+    with ThreadPoolExecutor(LIST_THREADS) as pool:
+        listed = list(pool.map(lambda folder: _list_folder(lakefs, repository, commit_id, prefix, folder), folders))
+    return [top, *listed]
+
+
+def _list_folder(lakefs: LakeFS, repository: str, commit_id: str, table_prefix: str, folder: str) -> _Folder:
+    return _folder_of(lakefs.list_objects(repository, commit_id, folder), table_prefix)
+
+
+def _folder_of(entries: Iterable[dict], table_prefix: str) -> _Folder:
+    listed = _Folder(AddressIndexBuilder(), [], {})
+    for entry in entries:
+        key = entry["path"][len(table_prefix):]
+        listed.addresses.add(key, entry["physical_address"])
+        if key.startswith(LOG_DIR):
+            listed.log_entries.append((key[len(LOG_DIR):], entry.get("size_bytes", 0)))
+            listed.modification_times[key[len(LOG_DIR):]] = entry.get("mtime", 0)
+    listed.addresses.flush()
+    return listed
+
+
+def checkpoint_files_hint(lakefs: LakeFS, repository: str, commit_id: str, table_path: str) -> int:
+    """How many files the table's newest checkpoint lists, from its `_last_checkpoint` (one call;
+    `numOfAddFiles`, else the checkpoint's action count); 0 when there is none or it is unreadable."""
+    try:
+        document = json.loads(lakefs.get_object(repository, commit_id, table_path.strip("/") + "/" + LOG_DIR
+                                                + "_last_checkpoint"))
+        return int(document.get("numOfAddFiles", document.get("size", 0)))
+    except NotFound:
+        return 0
+    except (ValueError, TypeError, AttributeError):
+        return 0  # only a hint: a broken one is the export's to report
+
+
+def read_log_files(store: ObjectStore, addresses: Mapping[str, str], names: list[str]) -> dict[str, bytes]:
+    """`_delta_log/` files by name, read in parallel by physical address."""
+    return _get_all(store, addresses, names)
+
+
+def load_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str,
+             log_only: bool = False) -> LoadedLog:
+    """The segment a reader needs at this commit. `log_only` lists `_delta_log/` alone (no data files)."""
+    layout = list_log(lakefs, store, repository, commit_id, table_path, log_only)
+    addresses, listing, segment = layout.addresses, layout.listing, layout.segment
+    modification_times, last_checkpoint = layout.modification_times, layout.last_checkpoint
+    names = [n for n in (segment.checkpoint.files if segment.checkpoint else []) if n.endswith(".json")]
+    names += [n for _, n in segment.commits] + ([segment.checkpoint_commit] if segment.checkpoint_commit else [])
+    files = _get_all(store, addresses, names)
+    loaded = LoadedLog(addresses, segment, files, [], listing, modification_times, last_checkpoint)
+    if segment.checkpoint:
+        loaded.checkpoint_files = checkpoint_files(addresses, segment, lambda name: BytesSource(files[name])
+                                                   if name in files else loaded.source(store, name))
+        loaded.read_more(store, [n for n in loaded.checkpoint_files if n.endswith(".json")])
+    return loaded
+
+
+def _last_checkpoint(store: ObjectStore, addresses: Mapping[str, str]) -> dict | None:
+    address = addresses.get(LOG_DIR + "_last_checkpoint")
+    if address is None:
+        return None
+    try:
+        document = json.loads(store.get_uri(address))
+        int(document["version"])
+        return document
+    except (ExporterError, ValueError, KeyError, TypeError):
+        return None  # only a hint: the listing decides
+
+
+def checkpoint_files(addresses: Mapping[str, str], segment: LogSegment, source_of: Callable[[str], ParquetSource]) -> list[str]:
+    """The checkpoint's files in write order: the sidecars its parts point at, then the parts.
+    `source_of(name)` reads a `_delta_log/` file (in memory, or by ranges from the object store)."""
+    sidecars: list[str] = []
+    for name in segment.checkpoint.files:  # V2 checkpoints, even classic-named ones, may point at sidecars
+        source = source_of(name)
+        if name.endswith(".json"):
+            paths = [a["sidecar"]["path"] for a in parse_actions(name, source.read_range(0, source.size)) if "sidecar" in a]
+        else:
+            column = read_columns(source, name, ["sidecar"])
+            paths = [row["path"] for row in column.column("sidecar").to_pylist() if row] if column.num_columns else []
+        # sidecars always live in the table's own _delta_log/_sidecars/ (PROTOCOL.md#sidecar-files)
+        sidecars += ["_sidecars/" + posixpath.basename(unquote(p)) for p in paths]
+    absent = [s for s in sidecars if LOG_DIR + s not in addresses]
+    if absent:
+        raise CorruptLog(f"V2 checkpoint {segment.checkpoint.files[0]} names sidecar(s) not in the log: {', '.join(absent)}")
+    return sidecars + list(segment.checkpoint.files)
+
+
+def _get_all(store: ObjectStore, addresses: Mapping[str, str], names: list[str]) -> dict[str, bytes]:
+    """Read by physical address; small files come from `_RECENT` when this process read them lately."""
+    wanted = {name: addresses[LOG_DIR + name] for name in names}
+    found = {name: _RECENT.get(address) for name, address in wanted.items()}
+    missing = [name for name, raw in found.items() if raw is None]
+    if len(missing) == 1:
+        found[missing[0]] = store.get_uri(wanted[missing[0]])
+    elif missing:
+        with ThreadPoolExecutor(min(IO_THREADS, len(missing))) as pool:
+            found.update(zip(missing, pool.map(lambda n: store.get_uri(wanted[n]), missing)))
+    for name in missing:
+        _RECENT.put(wanted[name], found[name])
+    return found
+
+
+class _RecentFiles:
+    """Log files this process read lately, by physical address: a lakeFS physical address is
+    written once, so its bytes never change. Exports of a branch's consecutive commits, and the
+    diffs against their parents, read mostly the same JSON commits. Bounded in bytes."""
+
+    def __init__(self, budget: int = 64 << 20, largest: int = 1 << 20):
+        self.budget, self.largest, self.size = budget, largest, 0
+        self.files: OrderedDict[str, bytes] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, address: str) -> bytes | None:
+        with self.lock:
+            raw = self.files.get(address)
+            if raw is not None:
+                self.files.move_to_end(address)
+            return raw
+
+    def put(self, address: str, raw: bytes) -> None:
+        if len(raw) > self.largest:
+            return
+        with self.lock:
+            if address in self.files:
+                return
+            self.files[address] = raw
+            self.size += len(raw)
+            while self.size > self.budget:
+                self.size -= len(self.files.popitem(last=False)[1])
+
+
+_RECENT = _RecentFiles()

@@ -1,0 +1,1 @@
+"""Parquet without a reader: the Thrift footer codec and the column-chunk splice."""

@@ -1,0 +1,1 @@
+"""Redis: export status and locks, result caches, Delta Sharing recipients."""

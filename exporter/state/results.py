@@ -1,0 +1,63 @@
+"""Results computed once and kept in Redis, keyed by immutable ids (commit ids), so an entry never
+goes stale; bounded by a TTL (and by `RULES`).
+
+The API never computes them itself: it asks the cache, and on a miss `claim`s the work (so one
+caller queues it, however many ask), queues it on the workers and waits a little. The worker
+`put`s the result, or `put_failure`s why there is none (kept briefly), so a request about a broken
+input is answered with that failure instead of "ask again" forever.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from exporter.state.status import PREFIX
+
+# Raised when the rules behind an answer change (2: columns matched by identity, replaced tables in
+# the history diff): answers cached under older rules are never served, whatever their TTL.
+RULES = 2
+
+
+class ResultCache:
+    FAILURE_TTL_SECONDS = 300
+
+    def __init__(self, redis_url: str, ttl_seconds: int, kind: str):
+        self.redis = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+        self.ttl_seconds, self.kind = ttl_seconds, kind
+
+    def key(self, *parts: str | None) -> str:
+        return f"{PREFIX}:{self.kind}:r{RULES}:" + ":".join("-" if part is None else part.strip("/") for part in parts)
+
+    def get(self, *parts: str | None) -> Any | None:
+        raw = self.redis.get(self.key(*parts))
+        return json.loads(raw) if raw else None
+
+    def put(self, value: Any, *parts: str | None) -> None:
+        self.redis.set(self.key(*parts), json.dumps(value), ex=self.ttl_seconds)
+
+    def put_failure(self, status: int, message: str, *parts: str | None) -> None:
+        key = self.key(*parts)
+        self.redis.set(key + ":failure", json.dumps({"status": status, "error": message}), ex=self.FAILURE_TTL_SECONDS)
+        self.redis.delete(key + ":pending")
+
+    def failure(self, *parts: str | None) -> dict | None:
+        raw = self.redis.get(self.key(*parts) + ":failure")
+        return json.loads(raw) if raw else None
+
+    def put_progress(self, progress: dict, *parts: str | None) -> None:
+        """How far a long computation is (the API shows it while answering 202)."""
+        self.redis.set(self.key(*parts) + ":progress", json.dumps(progress), ex=self.FAILURE_TTL_SECONDS)
+
+    def progress(self, *parts: str | None) -> dict | None:
+        raw = self.redis.get(self.key(*parts) + ":progress")
+        return json.loads(raw) if raw else None
+
+    def claim(self, seconds: int, *parts: str | None) -> bool:
+        """True for the one caller that should queue the computation (others wait for it)."""
+        return bool(self.redis.set(self.key(*parts) + ":pending", "1", nx=True, ex=seconds))
+
+    def release(self, *parts: str | None) -> None:
+        self.redis.delete(self.key(*parts) + ":pending")
