@@ -4,14 +4,13 @@ File names follow PROTOCOL.md#delta-log-entries and #checkpoint-naming-scheme; t
 `_last_checkpoint`, decides what exists.
 """
 
-import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import unquote
 
-from exporter.errors import CorruptLog, TableNotFound, UnsupportedTable
+from exporter.errors import CorruptLog, TableNotFound
 
 _COMMIT = re.compile(r"(\d{20})\.json")
 _CLASSIC_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint\.parquet")
@@ -25,28 +24,6 @@ CheckpointKind = Literal["classic", "multipart", "v2"]
 # At one version any complete checkpoint describes the same snapshot: take the simplest.
 _KIND_PREFERENCE: dict[str, int] = {"classic": 0, "v2": 1, "multipart": 2}
 
-# Reader features whose meaning the exporter knows (PROTOCOL.md#valid-feature-names-in-table-features,
-# plus names Delta Spark 4.4 defines): none moves commits or data files out of reach.
-KNOWN_READER_FEATURES = frozenset(
-    {
-        "columnMapping",
-        "deletionVectors",
-        "timestampNtz",
-        "v2Checkpoint",
-        "vacuumProtocolCheck",
-        "typeWidening",
-        "typeWidening-preview",
-        "variantType",
-        "variantType-preview",
-        "variantShredding",
-        "variantShredding-preview",
-        "geospatial",
-    }
-)
-# Commits of these tables may live in a catalog, not in `_delta_log` (PROTOCOL.md#catalog-managed-tables).
-_CATALOG_FEATURES = frozenset({"catalogManaged", "catalogOwned-preview", "coordinatedCommits-preview"})
-_COMMIT_COORDINATOR_PROPERTY = "delta.coordinatedCommits.commitCoordinator"
-_MAX_READER_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -91,8 +68,35 @@ class LogListing:
         return name if name in self.sidecars else None
 
 
+def commit_name(version: int) -> str:
+    """The file name of commit `version` in `_delta_log/` (PROTOCOL.md#delta-log-entries)."""
+    return f"{version:020d}.json"
+
+
+def commit_version(name: str) -> int | None:
+    """The version a commit file name holds; None for any other name."""
+    match = _COMMIT.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def log_file_version(name: str) -> int | None:
+    """The version of a commit or checkpoint file name (relative to `_delta_log/`); None for
+    `_last_checkpoint`, sidecars and names the protocol does not define."""
+    for pattern in (_COMMIT, _CLASSIC_CHECKPOINT, _MULTIPART_CHECKPOINT, _UUID_CHECKPOINT):
+        if match := pattern.fullmatch(name):
+            return int(match.group(1))
+    return None
+
+
+def with_version(name: str, version: int) -> str:
+    """A commit or checkpoint file name moved to `version` (its 20-digit prefix replaced)."""
+    if log_file_version(name) is None:
+        raise ValueError(f"{name!r} is not a commit or checkpoint file name")
+    return f"{version:020d}" + name[20:]
+
+
 def _commits(names: Iterable[str]) -> dict[int, str]:
-    return {int(match.group(1)): name for name in names if (match := _COMMIT.fullmatch(name))}
+    return {version: name for name in names if (version := commit_version(name)) is not None}
 
 
 def _complete_checkpoints(names: Iterable[str]) -> dict[int, Checkpoint]:
@@ -157,63 +161,3 @@ def _version_ranges(versions: list[int]) -> str:
         else:
             ranges.append([version, version])
     return ", ".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)
-
-
-def parse_actions(file_name: str, raw: bytes) -> list[dict[str, Any]]:
-    """The actions of a newline-delimited JSON commit or checkpoint; blank lines are skipped."""
-    actions = []
-    for line_number, line in enumerate(raw.split(b"\n"), start=1):
-        if line.strip():
-            actions.append(parse_action_line(file_name, line_number, line))
-    return actions
-
-
-def parse_action_line(file_name: str, line_number: int, line: bytes) -> dict[str, Any]:
-    """One action; CorruptLog names the file and 1-based line when it is not a JSON object."""
-    try:
-        action = json.loads(line)
-    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
-        raise CorruptLog(f"{file_name} line {line_number}: not valid JSON ({error})") from error
-    if not isinstance(action, dict):
-        kind = type(action).__name__
-        raise CorruptLog(f"{file_name} line {line_number}: an action must be a JSON object, got {kind}")
-    return action
-
-
-def check_protocol(actions: Iterable[Mapping[str, Any]]) -> None:
-    """Refuse a table the exporter cannot copy faithfully: raise UnsupportedTable naming why."""
-    for action in actions:
-        if isinstance(protocol := action.get("protocol"), Mapping):
-            _check_protocol_action(protocol)
-        if isinstance(metadata := action.get("metaData"), Mapping):
-            _check_configuration(metadata.get("configuration") or {})
-
-
-def _check_protocol_action(protocol: Mapping[str, Any]) -> None:
-    reader_version = protocol.get("minReaderVersion")
-    if isinstance(reader_version, int) and reader_version > _MAX_READER_VERSION:
-        raise UnsupportedTable(
-            f"table needs minReaderVersion {reader_version}; the exporter knows versions up to {_MAX_READER_VERSION}"
-        )
-    reader_features = protocol.get("readerFeatures") or []
-    for feature in [*reader_features, *(protocol.get("writerFeatures") or [])]:
-        if feature in _CATALOG_FEATURES:
-            raise UnsupportedTable(
-                f"table uses the {feature!r} feature: its commits may live in a catalog, not in _delta_log, "
-                "so an export of _delta_log could miss versions"
-            )
-    for feature in reader_features:
-        if feature not in KNOWN_READER_FEATURES:
-            raise UnsupportedTable(
-                f"table uses the reader feature {feature!r}, which the exporter does not know; "
-                "refusing rather than exporting a log it may misread"
-            )
-
-
-def _check_configuration(configuration: Mapping[str, Any]) -> None:
-    for key in configuration:
-        if key.startswith(_COMMIT_COORDINATOR_PROPERTY):
-            raise UnsupportedTable(
-                f"table property {key!r} is set: coordinated commits may not be in _delta_log, "
-                "so an export of _delta_log could miss versions"
-            )

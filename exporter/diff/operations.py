@@ -3,6 +3,8 @@
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from exporter.delta.actions import in_commit_timestamp
+
 _NOT_CONTENT = ("operation", "timestamp")  # shown as fields of their own in a result
 OperationType = Literal["create", "update", "delete", "unknown"]
 # Names from delta-io/delta DeltaOperations.scala and delta-rs DeltaOperation::name().
@@ -95,9 +97,11 @@ def operation_type(name: str) -> OperationType:
 
 
 def _timestamp(commit_info: Mapping[str, Any]) -> int | None:
-    value = commit_info.get("timestamp")
+    """When the commit happened: its in-commit timestamp (the one rule, `exporter.delta.actions`),
+    else the writer's `commitInfo.timestamp`."""
+    value = in_commit_timestamp([{"commitInfo": commit_info}])
     if value is None:
-        value = commit_info.get("inCommitTimestamp")
+        value = commit_info.get("timestamp")
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

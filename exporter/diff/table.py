@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from exporter.config import Config
-from exporter.delta.log import parse_actions
+from exporter.delta.actions import parse_actions
 from exporter.errors import NotFound, TableNotFound
 from exporter.diff.history import NO_BASE, diff_history, same_table
 from exporter.delta.replay import TableLog, TableState, snapshot_state, with_older_commits

@@ -33,7 +33,8 @@ import pyarrow.compute as pc
 
 from exporter.lakefs.actions import branch_tables_kept, installed_action
 from exporter.config import Config
-from exporter.delta.log import LogListing, parse_action_line, parse_actions
+from exporter.delta.actions import parse_action_line, parse_actions
+from exporter.delta.log import LogListing, commit_name, with_version
 from exporter.errors import BranchTableRefused, CorruptLog, NotFound
 from exporter.export.cold import LAST_CHECKPOINT, MANIFEST, discard_export, export_location, location_segment, write_log
 from exporter.lakefs.client import LakeFS
@@ -247,7 +248,7 @@ def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exp
         for (first, last), (introducing, _) in zip(_ranges(followed, mapped), mapped):
             introduced_by.update((v, introducing) for v in range(first, last + 1))
         for version in new:
-            store.put(target + LOG_DIR + f"{version + offset:020d}.json",
+            store.put(target + LOG_DIR + commit_name(version + offset),
                       _annotated(gone.get(version, versions[version]), repository, introduced_by[version], version))
         outcome.appended = [v + offset for v in new]
         if gone and _live_files_differ(store, target, exported):  # a remove matched no add: never left live
@@ -258,7 +259,7 @@ def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exp
         outcome.synthetic = reason
         sync_version = branch_head + 1 + len(outcome.appended)
         offset = sync_version - head
-        store.put(target + LOG_DIR + f"{sync_version:020d}.json",
+        store.put(target + LOG_DIR + commit_name(sync_version),
                   _sync_commit(store, target, exported, reason, repository, commit_id))
         outcome.appended.append(sync_version)
         mapped = [(commit_id, head)]
@@ -306,7 +307,7 @@ def _log_checksums(lakefs: LakeFS, repository: str, ref: str, table_path: str, a
     """Checksums of the table's commit files above version `after` at a ref."""
     log = table_path.strip("/") + "/" + LOG_DIR
     entries = {e["path"][len(log):]: e.get("checksum") for e in
-               lakefs.list_objects(repository, ref, log, delimiter="/", after=f"{log}{after:020d}.json")
+               lakefs.list_objects(repository, ref, log, delimiter="/", after=log + commit_name(after))
                if e.get("path_type", "object") == "object"}
     listing = LogListing.from_names((name, 0) for name in entries)
     return {version: entries[name] for version, name in listing.commits.items()}
@@ -323,7 +324,7 @@ def _with_gone_files_resolved(config: Config, lakefs: LakeFS, store: ObjectStore
     Every file live in the branch table is live in the source at the followed commit, so its object
     is there. Returns only the versions that needed it (none: no lakeFS call)."""
     def names_gone_file(raw: bytes, version: int) -> bool:
-        for action in parse_actions(f"{version:020d}.json", raw):
+        for action in parse_actions(commit_name(version), raw):
             remove = action.get("remove")
             if isinstance(remove, dict) and (not is_absolute(str(remove.get("path", ""))) or
                                              (remove.get("deletionVector") or {}).get("storageType") == "u"):
@@ -335,7 +336,7 @@ def _with_gone_files_resolved(config: Config, lakefs: LakeFS, store: ObjectStore
         return {}
     layout = list_log(lakefs, store, repository, followed, table_path)
     resolver = PathResolver(layout.addresses)  # absolute paths stay: the export already pinned them
-    return {v: rewrite_commit(f"{v:020d}.json", raw, resolver).content for v, raw in relative.items()}
+    return {v: rewrite_commit(commit_name(v), raw, resolver).content for v, raw in relative.items()}
 
 
 def _live_files_differ(store: ObjectStore, target: str, exported: ExportedLog) -> bool:
@@ -353,10 +354,9 @@ def _copy_checkpoint(store: ObjectStore, target: str, exported: ExportedLog, off
     if checkpoint is None or checkpoint.version + offset <= branch_head or (offset and checkpoint.kind == "v2"):
         return
     names = exported.checkpoint_files()
-    prefix = f"{checkpoint.version:020d}."
 
     def copy(name: str) -> None:
-        renamed = f"{checkpoint.version + offset:020d}." + name[len(prefix):] if name.startswith(prefix) else name
+        renamed = name if name.startswith("_sidecars/") else with_version(name, checkpoint.version + offset)
         store.copy(exported.location + LOG_DIR + name, target + LOG_DIR + renamed)
 
     for name in names:  # sidecars, then parts: the last part makes the checkpoint complete
@@ -382,7 +382,7 @@ def _drop_orphans(store: ObjectStore, target: str, head: int) -> None:
     """Versions above the recorded head are what an interrupted append wrote: never recorded, they go."""
     log = target + LOG_DIR  # only what sorts after the head's commit: the cost does not grow with the log
     listing = LogListing.from_names((name[len(log):], 0) for name, _, _ in
-                                    store.list_objects(log, start_after=f"{log}{head:020d}.json"))
+                                    store.list_objects(log, start_after=log + commit_name(head)))
     orphans = [name for version, name in listing.commits.items() if version > head]
     orphans += [name for version, checkpoint in listing.checkpoints.items() if version > head for name in checkpoint.files]
     if not orphans:
@@ -440,7 +440,7 @@ def _remove_of(add: Mapping[str, Any], now: int) -> dict:
 
 
 def _parsed(versions: Mapping[int, bytes]) -> list[list[dict]]:
-    return [parse_actions(f"{version:020d}.json", versions[version]) for version in sorted(versions)]
+    return [parse_actions(commit_name(version), versions[version]) for version in sorted(versions)]
 
 
 def _table_id(commits: list[list[dict]], exported: ExportedLog, from_checkpoint: bool = True) -> str | None:

@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 
 import exporter
 from exporter.config import Config
-from exporter.delta.log import LogSegment, check_protocol, parse_actions
+from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
+from exporter.delta.log import LogSegment, commit_name
 from exporter.errors import ExporterError, MissingDataFiles, NotFound, TableNotFound
 from exporter.delta.replay import UNTRACKED, checkpoint_row_groups, deletion_vector_id, reconcile
 from exporter.lakefs.client import LakeFS
@@ -288,7 +289,7 @@ def _export(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commi
             raw = log_files[name]
             actions = parse_actions(name, raw)
             protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
-            timestamps[version] = commit_timestamp(actions, layout.modification_times.get(name, 0))
+            timestamps[version] = commit_timestamp(actions, layout.modification_times.get(name, 0) * 1000)
             result = rewrite_commit(name, raw, resolver)
             outputs[name] = result.content
             rewritten += result.files_rewritten
@@ -393,19 +394,10 @@ def discard_export(store: ObjectStore, target: str) -> int:
     keys = store.list_keys(target)
     log = target + LOG_DIR
     starts = [k for k in keys if k == target + MANIFEST or k == log + "_last_checkpoint"
-              or (k.startswith(log) and (".checkpoint." in k or k.endswith(f"{0:020d}.json")))]
+              or (k.startswith(log) and (".checkpoint." in k or k.endswith(commit_name(0))))]
     store.delete(starts)
     store.delete([k for k in keys if k not in set(starts)])
     return len(keys)
-
-
-def commit_timestamp(actions: list[dict], modification_time_seconds: int) -> int:
-    """PROTOCOL.md#in-commit-timestamps: `commitInfo.inCommitTimestamp` when set, else the file's time."""
-    for action in actions[:1]:
-        commit_info = action.get("commitInfo")
-        if isinstance(commit_info, dict) and isinstance(commit_info.get("inCommitTimestamp"), int):
-            return commit_info["inCommitTimestamp"]
-    return modification_time_seconds * 1000
 
 
 class Snapshot:

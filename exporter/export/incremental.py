@@ -17,9 +17,10 @@ from datetime import datetime, timezone
 import exporter
 
 from exporter.config import Config
-from exporter.delta.log import LogListing, check_protocol, parse_actions, select_segment
+from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
+from exporter.delta.log import LogListing, select_segment
 from exporter.errors import MissingDataFiles, NotFound
-from exporter.export.cold import (LAST_CHECKPOINT, MANIFEST, ExportOutcome, Snapshot, commit_timestamp, export_location,
+from exporter.export.cold import (LAST_CHECKPOINT, MANIFEST, ExportOutcome, Snapshot, export_location,
                              manifest_document, write_log)
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.gateway_paths import LakeFSPaths
@@ -116,7 +117,7 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
     for version, name in new:
         actions = parse_actions(name, raw[name])
         protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
-        timestamps[version] = commit_timestamp(actions, layout.modification_times.get(name, 0))
+        timestamps[version] = commit_timestamp(actions, layout.modification_times.get(name, 0) * 1000)
         result = rewrite_commit(name, raw[name], resolver)
         outputs[name] = result.content
         rewritten += result.files_rewritten

@@ -10,7 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.delta.log import LogListing, LogSegment, parse_actions, select_segment
+from exporter.delta.actions import in_commit_timestamp, parse_actions
+from exporter.delta.log import LogListing, LogSegment, select_segment
 from exporter.lakefs.table_log import LOG_DIR, checkpoint_files
 from exporter.storage.objectstore import ObjectSource, ObjectStore
 from exporter.parquet.splice import BytesSource, ParquetSource
@@ -75,9 +76,7 @@ class LiveFiles:
         for _, name in log.segment.commits:
             actions = parse_actions(name, log.raw(name))
             self._apply(actions)
-            infos = [a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)]
-            timestamp = infos[0].get("inCommitTimestamp") if infos else None
-            self.in_commit_timestamp = timestamp if isinstance(timestamp, int) else 0
+            self.in_commit_timestamp = in_commit_timestamp(actions) or 0
         for group in self._row_groups(["metaData", "protocol"]):
             if self.metadata is not None and self.protocol is not None:
                 break  # one ranged read per row group: stop once both are known

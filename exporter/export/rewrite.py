@@ -18,7 +18,7 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.delta.log import parse_action_line
+from exporter.delta.actions import parse_action_line
 from exporter.errors import CorruptLog
 from exporter.parquet.splice import BytesSource, ParquetSource, splice_leaves_to
 from exporter.delta.paths import PathResolver, deletion_vector_relative_path, is_absolute

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from exporter.lakefs.addresses import AddressIndex, AddressIndexBuilder
-from exporter.delta.log import LogListing, LogSegment, parse_actions, select_segment
+from exporter.delta.actions import parse_actions
+from exporter.delta.log import LogListing, LogSegment, select_segment
 from exporter.errors import CorruptLog, ExporterError, NotFound, TableNotFound
 from exporter.lakefs.client import PAGE_SIZE, LakeFS
 from exporter.storage.objectstore import ObjectSource, ObjectStore

@@ -29,7 +29,8 @@ from urllib.parse import unquote
 
 from exporter.export.branch_table import LATEST, STATE
 from exporter.config import Config, ShareConfig
-from exporter.delta.log import LogListing, parse_actions, select_segment
+from exporter.delta.actions import commit_timestamp, parse_actions
+from exporter.delta.log import LogListing, commit_version, log_file_version, select_segment
 from exporter.errors import ExporterError, NotFound
 from exporter.export.cold import MANIFEST, export_location, location_segment, segment_name
 from exporter.export.readback import ExportedLog, LiveFiles
@@ -42,7 +43,6 @@ NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")  # a name every client can put 
 _SEPARATOR = "__"
 # Reader features about the log's own layout: a recipient reads a flat list of files, never this log.
 _LAYOUT_FEATURES = frozenset({"v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"})
-_COMMIT_NAME = re.compile(r"(\d{20})\.json")
 
 
 class SharingError(ExporterError):
@@ -186,11 +186,11 @@ class SharedTable:
         """Name under _delta_log/ -> (size, modification time), up to the head (versions past it are an
         interrupted append's: not committed)."""
         return {name: meta for name, meta in _listing(self.store, self.location).items()
-                if _version_of(name) <= self.head_version}
+                if _at_or_below(name, self.head_version)}
 
     @functools.cached_property
     def commits(self) -> dict[int, str]:
-        return {int(m.group(1)): name for name in self.entries if (m := _COMMIT_NAME.fullmatch(name))}
+        return {version: name for name in self.entries if (version := commit_version(name)) is not None}
 
     @functools.cached_property
     def first_version(self) -> int:
@@ -228,7 +228,7 @@ class SharedTable:
 
     def snapshot(self, version: int | None = None) -> "Snapshot":
         version = self.head_version if version is None else self.check_version(version)
-        entries = [(name, size) for name, (size, _) in self.entries.items() if _version_of(name) <= version]
+        entries = [(name, size) for name, (size, _) in self.entries.items() if _at_or_below(name, version)]
         listing = LogListing.from_names(entries)
         log = ExportedLog(self.store, self.location, dict(entries), listing, select_segment(listing))
         return Snapshot(self, version, LiveFiles(log))
@@ -242,7 +242,7 @@ class SharedTable:
                 if version not in self.commits:
                     raise invalid(f"version {version} of table {self.name!r} has no commit in its log")
                 actions = self.actions(version) if actions is None else actions
-                self._timestamps[version] = _in_commit_timestamp(actions) or self._written[version]
+                self._timestamps[version] = commit_timestamp(actions, self._written[version])
         return self._timestamps[version]
 
     def version_at(self, timestamp: str, at_or_after: bool) -> int:
@@ -353,18 +353,10 @@ def _listing(store: ObjectStore, location: str) -> dict[str, tuple[int, float]]:
     return {key[len(prefix):]: (size, modified) for key, size, modified in store.list_objects(location + LOG_DIR)}
 
 
-def _version_of(name: str) -> int:
-    digits = name.removeprefix("_sidecars/")[:20]
-    return int(digits) if digits.isdigit() else -1  # sidecars and _last_checkpoint: kept, never a version
-
-
-def _in_commit_timestamp(actions: list[dict]) -> int | None:
-    for action in actions:
-        info = action.get("commitInfo")
-        if isinstance(info, dict) and isinstance(info.get("inCommitTimestamp"), int):
-            return info["inCommitTimestamp"]
-    return None
-
+def _at_or_below(name: str, version: int) -> bool:
+    """Log files of versions up to `version`; `_last_checkpoint` and sidecars are kept."""
+    file_version = log_file_version(name)
+    return file_version is None or file_version <= version
 
 def _parse_timestamp(text: str) -> int:
     """The protocol's timestamp format (ISO 8601, UTC: `2022-01-01T00:00:00Z`) as epoch ms."""

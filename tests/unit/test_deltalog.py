@@ -2,13 +2,8 @@
 
 import pytest
 
-from exporter.delta.log import (
-    Checkpoint,
-    LogListing,
-    check_protocol,
-    parse_actions,
-    select_segment,
-)
+from exporter.delta.actions import check_protocol, parse_actions
+from exporter.delta.log import Checkpoint, LogListing, select_segment
 from exporter.errors import CorruptLog, TableNotFound, UnsupportedTable
 
 pytestmark = pytest.mark.unit

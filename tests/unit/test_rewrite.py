@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from exporter.delta.log import LogListing, parse_actions, select_segment
+from exporter.delta.actions import parse_actions
+from exporter.delta.log import LogListing, select_segment
 from exporter.errors import CorruptLog
 from exporter.delta.paths import PathResolver, is_absolute_uri
 from exporter.export.rewrite import rewrite_checkpoint, rewrite_commit
