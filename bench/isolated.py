@@ -181,7 +181,7 @@ def _republish(repository: str, branch: str, commit_id: str, table_name: str) ->
     """The alternative to appending: copy a commit's whole export to a fixed location (server-side),
     as a table re-published at one path after every commit must."""
     from exporter.config import load_config
-    from exporter.export.cold import MANIFEST, export_location
+    from exporter.storage.layout import MANIFEST, export_location
     from exporter.lakefs.client import LakeFS
     from exporter.storage.objectstore import ObjectStore
 

@@ -12,6 +12,9 @@ from urllib.parse import unquote
 
 from exporter.errors import CorruptLog, TableNotFound
 
+LOG_DIR = "_delta_log/"  # a table's log, under its root
+LAST_CHECKPOINT = "_last_checkpoint"  # PROTOCOL.md#last-checkpoint-file: a hint, never the truth
+
 _COMMIT = re.compile(r"(\d{20})\.json")
 _CLASSIC_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint\.parquet")
 _MULTIPART_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet")

@@ -18,7 +18,6 @@ import base64
 import datetime
 import decimal
 import json
-import posixpath
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -34,13 +33,13 @@ from exporter.config import Config
 from exporter.delta.deletion_vectors import deleted_rows
 from exporter.diff.table import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
-from exporter.export.cold import location_segment
 from exporter.export.readback import LiveFiles
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.table_log import LoadedLog, checkpoint_files_hint
 from exporter.storage.objectstore import ObjectSource, ObjectStore
 from exporter.parquet.splice import open_parquet
 from exporter.state.results import ResultCache
+from exporter.storage.layout import row_diff_location
 
 REMOVED, ADDED = -1, 1
 
@@ -177,8 +176,7 @@ def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", left: _Si
     sides = {name: {"columns": side.columns, "physical": side.physical, "partition_columns": side.partition_columns}
              for name, side in (("removed", left), ("added", right))}
     plan = {"sides": sides, "files": files, "common": common, "key": [k for k in key if k in common]}
-    location = (f"{posixpath.dirname(config.export_prefix.strip('/'))}/rowdiff/{left.commit_id or '-'}/"
-                f"{right.commit_id}/{location_segment(reader.prefix.rstrip('/'))}/{location_segment(key_part(key))}.parquet")
+    location = row_diff_location(config, left.commit_id, right.commit_id, reader.prefix, key_part(key))
     summary = run_job(config, store, plan, location, progress) if files else \
         {"counts": {"added": 0, "removed": 0, "updated": 0}, "partitions": {}, "file_rows": {}}
     counted = summary["file_rows"]

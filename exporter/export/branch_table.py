@@ -34,20 +34,19 @@ import pyarrow.compute as pc
 from exporter.lakefs.actions import branch_tables_kept, installed_action
 from exporter.config import Config
 from exporter.delta.actions import parse_action_line, parse_actions
-from exporter.delta.log import LogListing, commit_name, with_version
+from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, commit_name, with_version
 from exporter.errors import BranchTableRefused, CorruptLog, NotFound
-from exporter.export.cold import LAST_CHECKPOINT, MANIFEST, discard_export, export_location, location_segment, write_log
+from exporter.export.cold import discard_export, write_log
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.gateway_paths import LakeFSPaths
 from exporter.export.readback import ExportedLog, LiveFiles, read_exported_log
-from exporter.lakefs.table_log import LOG_DIR, list_log, read_log_files
+from exporter.lakefs.table_log import list_log, read_log_files
 from exporter.storage.objectstore import ObjectStore
 from exporter.delta.paths import PathResolver, is_absolute
 from exporter.export.rewrite import add_member, rewrite_commit
 from exporter.delta.replay import checkpoint_row_groups
+from exporter.storage.layout import MANIFEST, STATE, branch_table_location, commit_root, export_location
 
-LATEST = "latest"  # never a commit id (those are 64 hex digits)
-STATE = "_lakefs_branch_table.json"
 SYNC_OPERATION = "LAKEFS SYNC"
 LINE_LIMIT = 1000  # first-parent commits searched for the event's commit, from the branch head
 
@@ -55,11 +54,6 @@ LINE_LIMIT = 1000  # first-parent commits searched for the event's commit, from 
 def follows(branch: str, patterns: Iterable[str]) -> bool:
     """Whether a branch keeps branch tables: it matches one of the patterns (`fnmatch`, `*` any)."""
     return any(fnmatch.fnmatchcase(branch, pattern) for pattern in patterns)
-
-
-def branch_table_location(config: Config, branch: str, table: str) -> str:
-    """Relative to the storage namespace."""
-    return f"{config.export_prefix.strip('/')}/{location_segment(branch)}/{LATEST}/{location_segment(table)}/"
 
 
 @dataclass
@@ -105,7 +99,7 @@ def lagging_branch_tables(config: Config, lakefs: LakeFS, repository: str, branc
     """Tables whose export of the branch's head is complete but whose branch table does not follow
     that commit yet (its append was lost: the worker died after the export)."""
     store = ObjectStore(config, lakefs.storage_namespace(repository))
-    root = f"{config.export_prefix.strip('/')}/{location_segment(branch)}/{head}/"
+    root = commit_root(config, branch, head)
     lagging = []
     for folder in store.list_folders(root):
         try:

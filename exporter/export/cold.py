@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import posixpath
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
@@ -23,21 +22,20 @@ import pyarrow.parquet as pq
 import exporter
 from exporter.config import Config
 from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
-from exporter.delta.log import LogSegment, commit_name
+from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogSegment, commit_name
 from exporter.errors import ExporterError, MissingDataFiles, NotFound, TableNotFound
 from exporter.delta.replay import UNTRACKED, checkpoint_row_groups, deletion_vector_id, reconcile
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.gateway_paths import LakeFSPaths
-from exporter.lakefs.table_log import IO_THREADS, LOG_DIR, LogLayout, checkpoint_files, list_log, read_log_files
+from exporter.lakefs.table_log import IO_THREADS, LogLayout, checkpoint_files, list_log, read_log_files
 from exporter.storage.objectstore import ObjectSource, ObjectStore, Upload
 from exporter.parquet.splice import BytesSource, ParquetSource, open_parquet, read_present_columns
 from exporter.delta.paths import PathResolver
 from exporter.export.rewrite import deletion_vector_file, rewrite_checkpoint_to, rewrite_commit
 from exporter.delta.spark_schema import spark_schema
 from exporter.lakefs.descriptors import TableDescriptor, changed_tables, discover_tables
+from exporter.storage.layout import MANIFEST, export_location, exports_root, location_segment
 
-MANIFEST = "_lakefs_export.json"
-_SEGMENT_SAFE = re.compile(r"[A-Za-z0-9._-]")
 
 
 @dataclass
@@ -67,28 +65,6 @@ class ExportOutcome:
         return (f"OK      {self.table} -> {self.location}  versions {self.checkpoint_version if self.checkpoint_version is not None else 0}"
                 f"..{self.head_version}, {self.files_rewritten} paths rewritten, {self.lakefs_calls} lakeFS calls, "
                 f"{self.seconds:.2f}s ({how})")
-
-
-def export_location(config: Config, ref: str, commit_id: str, table: str) -> str:
-    """Relative to the storage namespace."""
-    return f"{config.export_prefix.strip('/')}/{location_segment(ref)}/{commit_id}/{location_segment(table)}/"
-
-
-def location_segment(name: str) -> str:
-    """A ref or table name as a path segment that is the same string as an object key, a URI and a
-    Hadoop path: letters, digits, `.`, `_` and `-` as they are, every other byte of its UTF-8 as `~XX`.
-
-    A tag may hold `#`, `%`, `+`, `&`, `~`, ...: percent-encoding would give a URI that Hadoop paths
-    (Spark) take literally and URL parsers (delta-rs) decode, so the two would name different keys.
-    """
-    return "".join(char if _SEGMENT_SAFE.fullmatch(char) else "".join(f"~{b:02X}" for b in char.encode("utf-8"))
-                   for char in name)
-
-
-def segment_name(segment: str) -> str:
-    """`location_segment` undone: `~XX` bytes back to UTF-8."""
-    raw = re.sub(rb"~([0-9A-F]{2})", lambda m: bytes([int(m.group(1), 16)]), segment.encode())
-    return raw.decode("utf-8", errors="replace")
 
 
 def export_commit(config: Config, repository: str, ref: str, commit_id: str | None = None,
@@ -131,7 +107,7 @@ def exports_in_store(config: Config, repository: str, commit_id: str, ref: str |
     the status API answers when Redis has no record (it was flushed, or restarted without persistence)."""
     lakefs = lakefs or LakeFS(config.lakefs)
     store = ObjectStore(config, lakefs.storage_namespace(repository))
-    root = config.export_prefix.strip("/") + "/"
+    root = exports_root(config)
     segments = [location_segment(ref)] if ref is not None else store.list_folders(root)
     found: dict[str, dict[str, dict]] = {}
     for segment in segments:
@@ -355,7 +331,6 @@ def manifest_document(repository: str, ref: str, commit_id: str, table: TableDes
     }
 
 
-LAST_CHECKPOINT = "_last_checkpoint"
 
 
 def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], None]) -> None:
@@ -393,7 +368,7 @@ def discard_export(store: ObjectStore, target: str) -> int:
     """Remove what an export wrote, first the files that make it a table, so it never reads as one."""
     keys = store.list_keys(target)
     log = target + LOG_DIR
-    starts = [k for k in keys if k == target + MANIFEST or k == log + "_last_checkpoint"
+    starts = [k for k in keys if k == target + MANIFEST or k == log + LAST_CHECKPOINT
               or (k.startswith(log) and (".checkpoint." in k or k.endswith(commit_name(0))))]
     store.delete(starts)
     store.delete([k for k in keys if k not in set(starts)])

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.delta.actions import in_commit_timestamp, parse_actions
-from exporter.delta.log import LogListing, LogSegment, select_segment
-from exporter.lakefs.table_log import LOG_DIR, checkpoint_files
+from exporter.delta.log import LOG_DIR, LogListing, LogSegment, select_segment
+from exporter.lakefs.table_log import checkpoint_files
 from exporter.storage.objectstore import ObjectSource, ObjectStore
 from exporter.parquet.splice import BytesSource, ParquetSource
 from exporter.delta.replay import checkpoint_row_groups, deletion_vector_ids, reconcile

@@ -19,16 +19,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from exporter.export.branch_table import LATEST, branch_table_location
 from exporter.config import Config, RetentionConfig
 from exporter.errors import NotFound
-from exporter.export.cold import MANIFEST, discard_export, export_location, location_segment, segment_name
+from exporter.export.cold import discard_export
 from exporter.export.readback import LiveFiles, read_exported_log
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.table_log import IO_THREADS
 from exporter.storage.objectstore import ObjectStore, split_uri
 from exporter.export.rewrite import deletion_vector_file
 from exporter.state.status import StatusStore
+from exporter.storage.layout import LATEST, MANIFEST, branch_table_location, export_location, exports_root, location_segment, segment_name
 
 HOUR = 3600
 
@@ -62,7 +62,7 @@ def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConf
     policy, now = policy or config.retention, time.time() if now is None else now
     status = status or StatusStore(config.redis)
     store = ObjectStore(config, lakefs.storage_namespace(repository))
-    root = config.export_prefix.strip("/") + "/"
+    root = exports_root(config)
     tags = {location_segment(tag) for tag, _ in lakefs.list_tags(repository)}
     branches = {location_segment(branch): branch for branch in lakefs.list_branches(repository)}
     plan = PrunePlan(repository, dry_run)

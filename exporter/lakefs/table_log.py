@@ -19,13 +19,12 @@ from urllib.parse import unquote
 
 from exporter.lakefs.addresses import AddressIndex, AddressIndexBuilder
 from exporter.delta.actions import parse_actions
-from exporter.delta.log import LogListing, LogSegment, select_segment
+from exporter.delta.log import LOG_DIR, LogListing, LogSegment, select_segment
 from exporter.errors import CorruptLog, ExporterError, NotFound, TableNotFound
 from exporter.lakefs.client import PAGE_SIZE, LakeFS
 from exporter.storage.objectstore import ObjectSource, ObjectStore
 from exporter.parquet.splice import BytesSource, ParquetSource, read_columns
 
-LOG_DIR = "_delta_log/"
 IO_THREADS = 16
 LIST_THREADS = 8  # folders of a table listed at once
 

@@ -27,17 +27,15 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote
 
-from exporter.export.branch_table import LATEST, STATE
 from exporter.config import Config, ShareConfig
 from exporter.delta.actions import commit_timestamp, parse_actions
-from exporter.delta.log import LogListing, commit_version, log_file_version, select_segment
+from exporter.delta.log import LOG_DIR, LogListing, commit_version, log_file_version, select_segment
 from exporter.errors import ExporterError, NotFound
-from exporter.export.cold import MANIFEST, export_location, location_segment, segment_name
 from exporter.export.readback import ExportedLog, LiveFiles
 from exporter.lakefs.client import LakeFS
-from exporter.lakefs.table_log import LOG_DIR
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.presign import PresignedUrl, Presigner
+from exporter.storage.layout import MANIFEST, STATE, branch_table_location, branch_tables_root, commit_root, export_location, segment_name
 
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")  # a name every client can put in `profile#share.schema.table`
 _SEPARATOR = "__"
@@ -105,7 +103,7 @@ class Catalog:
         for repository in share.repositories:
             store = self._store(repository)
             for branch in self.lakefs.list_branches(repository):
-                if _offered(branch, share.refs) and store.list_folders(_branch_root(self.config, branch)):
+                if _offered(branch, share.refs) and store.list_folders(branch_tables_root(self.config, branch)):
                     found.append(Schema(_schema_name(share, repository, branch), repository, branch, "branch"))
             for tag, commit_id in self.lakefs.list_tags(repository):
                 if _offered(tag, share.refs):
@@ -126,8 +124,8 @@ class Catalog:
 
     def tables(self, share: ShareConfig, schema: Schema) -> list[str]:
         store = self._store(schema.repository)
-        root = _branch_root(self.config, schema.ref) if schema.kind == "branch" else \
-            f"{self.config.export_prefix.strip('/')}/{location_segment(schema.ref)}/{schema.commit_id}/"
+        root = branch_tables_root(self.config, schema.ref) if schema.kind == "branch" else \
+            commit_root(self.config, schema.ref, schema.commit_id)
         names = (segment_name(folder) for folder in store.list_folders(root))
         return sorted(name for name in names if NAME.fullmatch(name) and _offered(name, share.tables))
 
@@ -159,10 +157,6 @@ def _split_schema(share: ShareConfig, name: str) -> tuple[str | None, str]:
         return share.repositories[0], name
     repository, separator, ref = name.partition(_SEPARATOR)
     return (repository if separator and repository in share.repositories else None), ref
-
-
-def _branch_root(config: Config, branch: str) -> str:
-    return f"{config.export_prefix.strip('/')}/{location_segment(branch)}/{LATEST}/"
 
 
 # ------------------------------------------------------------------ one shared table
@@ -304,7 +298,7 @@ class _Timestamps:
 
 
 def _branch_table(config: Config, store: ObjectStore, schema: Schema, table: str) -> SharedTable:
-    location = f"{_branch_root(config, schema.ref)}{location_segment(table)}/"
+    location = branch_table_location(config, schema.ref, table)
     try:
         state = json.loads(store.get(location + STATE))
     except NotFound:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from exporter.export.cold import MANIFEST, ExportOutcome, export_commit
+from exporter.export.cold import ExportOutcome, export_commit
+from exporter.storage.layout import MANIFEST
 
 
 def table_uri(repository: str, ref: str, path: str) -> str:

@@ -18,7 +18,7 @@ import redis
 
 from exporter.lakefs.actions import install_actions
 from exporter.config import load_config
-from exporter.export.cold import MANIFEST
+from exporter.storage.layout import MANIFEST
 from devtools import stack
 from lakefs_delta.client import export_status, wait_for_exports
 from tests.conftest import SERVICE_PORT

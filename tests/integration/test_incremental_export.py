@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.export.cold import MANIFEST
+from exporter.storage.layout import MANIFEST
 from tests.integration.deltatables import (add_descriptor, assert_export_reads_like_source, delta_rs_rows, export_one,
                                            read_version, rows, table_uri)
 

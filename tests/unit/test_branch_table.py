@@ -9,12 +9,13 @@ import pytest
 import yaml
 
 from exporter.lakefs.actions import branch_table_patterns, render_action
-from exporter.export.branch_table import _annotated, _remove_of, branch_table_location, follows
+from exporter.export.branch_table import _annotated, _remove_of, follows
 from exporter.config import Config, RetentionConfig
 from exporter.errors import ExporterError
 from exporter.export.readback import _keys, _plain
 from exporter.export.retention import HOUR, within_policy
 from exporter.delta.replay import file_key
+from exporter.storage.layout import branch_table_location
 
 pytestmark = pytest.mark.unit
 

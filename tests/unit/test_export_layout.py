@@ -13,10 +13,11 @@ import pytest
 
 from exporter.delta.log import LogListing, select_segment
 from exporter.errors import NotFound, PathIntoLakeFS
-from exporter.export.cold import _last_checkpoint, discard_export, location_segment, write_log
+from exporter.export.cold import _last_checkpoint, discard_export, write_log
 from exporter.lakefs.gateway_paths import LakeFSPaths
 from exporter.lakefs.table_log import LogLayout
 from exporter.delta.paths import PathResolver
+from exporter.storage.layout import location_segment
 
 pytestmark = pytest.mark.unit
 

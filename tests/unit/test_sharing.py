@@ -13,10 +13,9 @@ import pytest
 
 from exporter.config import Config, ObjectStoreConfig, ShareConfig, load_config
 from exporter.errors import ConfigError
-from exporter.export.cold import location_segment, segment_name
 from exporter.storage.presign import Presigner
-from exporter.sharing.protocol import (Catalog, SharedTable, SharingError, _file_line, range_protocol, _schema_name, _shared_protocol, _split_schema,
-                              response_format)
+from exporter.sharing.protocol import Catalog, SharedTable, SharingError, _file_line, range_protocol, _schema_name, _shared_protocol, _split_schema, response_format
+from exporter.storage.layout import location_segment, segment_name
 from hooks.sharing import page
 
 pytestmark = pytest.mark.unit
