@@ -40,7 +40,7 @@ def measure(*args: str) -> dict:
 
 def _export(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
     from exporter.config import load_config
-    from exporter.export.cold import export_table, find_table
+    from exporter.export.commit import export_table, find_table
     from exporter.lakefs.client import LakeFS
 
     config = load_config()

@@ -17,7 +17,7 @@ def _config(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from exporter.config import load_config
-    from exporter.export.cold import export_commit
+    from exporter.export.commit import export_commit
 
     config = load_config(args.config)
     outcomes = export_commit(config, args.repo, args.ref, args.commit, tables=args.table or None, export_all=args.all)

@@ -14,8 +14,8 @@ from typing import Any
 
 from pyroaring import BitMap
 
-from exporter.errors import CorruptLog, UnsupportedTable
 from exporter.delta.paths import _z85_decode, deletion_vector_relative_path
+from exporter.errors import CorruptLog, UnsupportedTable
 
 MAGIC = 1681511377
 

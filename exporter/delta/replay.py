@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from exporter.errors import CorruptLog
 from exporter.parquet.splice import ParquetSource, open_parquet, read_row_group
 
+
 @dataclass
 class TableLog:
     checkpoint_version: int | None  # version of the checkpoint the log starts from, None if read from version 0

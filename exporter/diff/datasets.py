@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from exporter.delta.log import LogListing
 from exporter.lakefs.client import LakeFS
-from exporter.state.results import ResultCache
 from exporter.lakefs.descriptors import discover_tables
+from exporter.state.results import ResultCache
 
 MAX_DEPTH = 6  # folders below the root searched for undeclared tables
 MAX_FOLDERS = 2000  # a bound on the walk for repositories with very many folders

@@ -8,9 +8,9 @@ Pure logic: the caller replays each ref's `_delta_log` (`exporter.delta.replay`)
 import json
 from typing import Any
 
+from exporter.delta.replay import TableState
 from exporter.diff.operations import operation
 from exporter.diff.schema import schema_changes
-from exporter.delta.replay import TableState
 
 # Fields of commitInfo that identify one commit; equal fingerprints at one version = the same commit.
 _FINGERPRINT_FIELDS = (

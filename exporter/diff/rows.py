@@ -28,18 +28,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from exporter.delta.columns import matched_by_id, paired_fields, physical_name
 from exporter.config import Config
+from exporter.delta.columns import matched_by_id, paired_fields, physical_name
 from exporter.delta.deletion_vectors import deleted_rows
 from exporter.diff.table import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.export.readback import LiveFiles
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.table_log import LoadedLog, checkpoint_files_hint
-from exporter.storage.objectstore import ObjectSource, ObjectStore
 from exporter.parquet.splice import open_parquet
 from exporter.state.results import ResultCache
 from exporter.storage.layout import row_diff_location
+from exporter.storage.objectstore import ObjectSource, ObjectStore
 
 REMOVED, ADDED = -1, 1
 

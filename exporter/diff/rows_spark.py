@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 
 from exporter.config import Config
 from exporter.errors import ExporterError
-from exporter.storage.objectstore import ObjectSource, ObjectStore
 from exporter.parquet.splice import open_parquet
+from exporter.storage.objectstore import ObjectSource, ObjectStore
 
 ROWS_PER_GROUP = 1000
 _UPLOAD_CHUNK = 8 << 20

@@ -10,13 +10,13 @@ import time
 
 from exporter.config import Config
 from exporter.delta.actions import parse_actions
-from exporter.errors import NotFound, TableNotFound
-from exporter.diff.history import NO_BASE, diff_history, same_table
 from exporter.delta.replay import TableLog, TableState, snapshot_state, with_older_commits
+from exporter.diff.history import NO_BASE, diff_history, same_table
+from exporter.errors import NotFound, TableNotFound
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.table_log import LoadedLog, load_log
-from exporter.storage.objectstore import ObjectStore
 from exporter.state.results import ResultCache
+from exporter.storage.objectstore import ObjectStore
 
 
 def load_table(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str) -> LoadedLog | None:

@@ -31,21 +31,21 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from exporter.lakefs.actions import branch_tables_kept, installed_action
 from exporter.config import Config
 from exporter.delta.actions import parse_action_line, parse_actions
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, commit_name, with_version
+from exporter.delta.paths import PathResolver, is_absolute
+from exporter.delta.replay import checkpoint_row_groups
 from exporter.errors import BranchTableRefused, CorruptLog, NotFound
-from exporter.export.cold import discard_export, write_log
+from exporter.export.log_writer import discard_export, write_log
+from exporter.export.readback import ExportedLog, LiveFiles, read_exported_log
+from exporter.export.rewrite import add_member, rewrite_commit
+from exporter.lakefs.actions import branch_tables_kept, installed_action
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.gateway_paths import LakeFSPaths
-from exporter.export.readback import ExportedLog, LiveFiles, read_exported_log
 from exporter.lakefs.table_log import list_log, read_log_files
-from exporter.storage.objectstore import ObjectStore
-from exporter.delta.paths import PathResolver, is_absolute
-from exporter.export.rewrite import add_member, rewrite_commit
-from exporter.delta.replay import checkpoint_row_groups
 from exporter.storage.layout import MANIFEST, STATE, branch_table_location, commit_root, export_location
+from exporter.storage.objectstore import ObjectStore
 
 SYNC_OPERATION = "LAKEFS SYNC"
 LINE_LIMIT = 1000  # first-parent commits searched for the event's commit, from the branch head

@@ -14,13 +14,13 @@ import fnmatch
 import time
 from dataclasses import dataclass, field
 
-from exporter.lakefs.actions import ACTION_PATH, branch_tables_kept, installed_action
-from exporter.export.branch_table import follows, lagging_branch_tables
 from exporter.config import Config
 from exporter.errors import ExporterError
-from exporter.export.cold import missing_exports
-from exporter.lakefs.client import LakeFS
+from exporter.export.branch_table import follows, lagging_branch_tables
+from exporter.export.commit import missing_exports
 from exporter.export.retention import within_policy
+from exporter.lakefs.actions import ACTION_PATH, branch_tables_kept, installed_action
+from exporter.lakefs.client import LakeFS
 from exporter.state.status import StatusStore
 
 _BRANCH_EVENTS = ("post-commit", "post-merge")

@@ -15,20 +15,20 @@ import time
 from datetime import datetime, timezone
 
 import exporter
-
 from exporter.config import Config
 from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, select_segment
+from exporter.delta.paths import PathResolver
 from exporter.errors import MissingDataFiles, NotFound
-from exporter.export.cold import ExportOutcome, Snapshot, manifest_document, write_log
+from exporter.export.log_writer import ExportOutcome, manifest_document, write_log
+from exporter.export.missing import Snapshot
+from exporter.export.rewrite import rewrite_commit
 from exporter.lakefs.client import LakeFS
+from exporter.lakefs.descriptors import TableDescriptor
 from exporter.lakefs.gateway_paths import LakeFSPaths
 from exporter.lakefs.table_log import list_log, read_log_files
-from exporter.storage.objectstore import ObjectStore
-from exporter.delta.paths import PathResolver
-from exporter.export.rewrite import rewrite_commit
-from exporter.lakefs.descriptors import TableDescriptor
 from exporter.storage.layout import MANIFEST, export_location
+from exporter.storage.objectstore import ObjectStore
 
 MAX_STATS = 200  # paths resolved one call each; beyond this a cold export's listing costs fewer calls
 

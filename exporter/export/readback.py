@@ -12,10 +12,10 @@ import pyarrow.compute as pc
 
 from exporter.delta.actions import in_commit_timestamp, parse_actions
 from exporter.delta.log import LOG_DIR, LogListing, LogSegment, select_segment
-from exporter.lakefs.table_log import checkpoint_files
-from exporter.storage.objectstore import ObjectSource, ObjectStore
-from exporter.parquet.splice import BytesSource, ParquetSource
 from exporter.delta.replay import checkpoint_row_groups, deletion_vector_ids, reconcile
+from exporter.lakefs.table_log import checkpoint_files
+from exporter.parquet.splice import BytesSource, ParquetSource
+from exporter.storage.objectstore import ObjectSource, ObjectStore
 
 _MAPS = {"partitionValues", "tags", "configuration", "options"}  # parquet maps read back as (key, value) lists
 _DERIVED = {"stats_parsed", "partitionValues_parsed"}  # checkpoint-only columns, not action fields

@@ -21,14 +21,22 @@ from urllib.parse import unquote
 
 from exporter.config import Config, RetentionConfig
 from exporter.errors import NotFound
-from exporter.export.cold import discard_export
+from exporter.export.log_writer import discard_export
 from exporter.export.readback import LiveFiles, read_exported_log
+from exporter.export.rewrite import deletion_vector_file
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.table_log import IO_THREADS
-from exporter.storage.objectstore import ObjectStore, split_uri
-from exporter.export.rewrite import deletion_vector_file
 from exporter.state.status import StatusStore
-from exporter.storage.layout import LATEST, MANIFEST, branch_table_location, export_location, exports_root, location_segment, segment_name
+from exporter.storage.layout import (
+    LATEST,
+    MANIFEST,
+    branch_table_location,
+    export_location,
+    exports_root,
+    location_segment,
+    segment_name,
+)
+from exporter.storage.objectstore import ObjectStore, split_uri
 
 HOUR = 3600
 

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.delta.actions import parse_action_line
+from exporter.delta.paths import PathResolver, deletion_vector_relative_path, is_absolute
 from exporter.errors import CorruptLog
 from exporter.parquet.splice import BytesSource, ParquetSource, splice_leaves_to
-from exporter.delta.paths import PathResolver, deletion_vector_relative_path, is_absolute
 
 FILE_ACTIONS = ("add", "remove", "cdc")
 # Only a missing `add` (or its deletion vector) breaks the snapshot; a vacuumed `remove`/`cdc` keeps its path.

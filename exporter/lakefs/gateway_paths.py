@@ -13,9 +13,9 @@ import re
 from collections import defaultdict
 from urllib.parse import unquote, urlsplit
 
+from exporter.delta.paths import physical_uri
 from exporter.errors import NotFound, PathIntoLakeFS
 from exporter.lakefs.client import LakeFS
-from exporter.delta.paths import physical_uri
 
 _GATEWAY_SCHEMES = ("s3", "s3a", "s3n")
 # lakeFS repository ids (pkg/validator: `^[a-z0-9][a-z0-9-]{2,62}$`)

@@ -12,18 +12,18 @@ import json
 import posixpath
 import threading
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from exporter.lakefs.addresses import AddressIndex, AddressIndexBuilder
 from exporter.delta.actions import parse_actions
 from exporter.delta.log import LOG_DIR, LogListing, LogSegment, select_segment
 from exporter.errors import CorruptLog, ExporterError, NotFound, TableNotFound
+from exporter.lakefs.addresses import AddressIndex, AddressIndexBuilder
 from exporter.lakefs.client import PAGE_SIZE, LakeFS
-from exporter.storage.objectstore import ObjectSource, ObjectStore
 from exporter.parquet.splice import BytesSource, ParquetSource, read_columns
+from exporter.storage.objectstore import ObjectSource, ObjectStore
 
 IO_THREADS = 16
 LIST_THREADS = 8  # folders of a table listed at once

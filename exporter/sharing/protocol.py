@@ -33,9 +33,17 @@ from exporter.delta.log import LOG_DIR, LogListing, commit_version, log_file_ver
 from exporter.errors import ExporterError, NotFound
 from exporter.export.readback import ExportedLog, LiveFiles
 from exporter.lakefs.client import LakeFS
+from exporter.storage.layout import (
+    MANIFEST,
+    STATE,
+    branch_table_location,
+    branch_tables_root,
+    commit_root,
+    export_location,
+    segment_name,
+)
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.presign import PresignedUrl, Presigner
-from exporter.storage.layout import MANIFEST, STATE, branch_table_location, branch_tables_root, commit_root, export_location, segment_name
 
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")  # a name every client can put in `profile#share.schema.table`
 _SEPARATOR = "__"

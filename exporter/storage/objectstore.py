@@ -10,8 +10,8 @@ import botocore.config
 import botocore.exceptions
 
 from exporter.config import Config
-from exporter.errors import ExporterError, NotFound, ServiceUnavailable
 from exporter.delta.paths import physical_uri
+from exporter.errors import ExporterError, NotFound, ServiceUnavailable
 
 
 def split_uri(uri: str) -> tuple[str, str]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from exporter.export.cold import ExportOutcome, export_commit
+from exporter.export.log_writer import ExportOutcome
+from exporter.export.commit import export_commit
 from exporter.storage.layout import MANIFEST
 
 

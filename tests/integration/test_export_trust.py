@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from exporter.errors import ExporterError, ServiceUnavailable
-from exporter.export.cold import export_table, find_table
+from exporter.export.commit import export_table, find_table
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.layout import MANIFEST
 from tests.integration.deltatables import (add_descriptor, assert_export_reads_like_source, delta_rs_rows, export_one,

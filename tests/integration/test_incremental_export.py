@@ -70,7 +70,7 @@ def test_a_new_checkpoint_or_a_removed_file_exports_cold(spark, lakefs, config, 
 
 
 def test_a_tag_on_an_exported_commit_copies_the_export(spark, lakefs, config, repository, s3):
-    from exporter.export.cold import export_table, find_table
+    from exporter.export.commit import export_table, find_table
 
     uri = table_uri(repository, "main", "tables/release")
     spark.sql(f"CREATE TABLE delta.`{uri}` (id INT) USING delta TBLPROPERTIES ('delta.checkpointInterval' = '2')")

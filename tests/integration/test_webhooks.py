@@ -187,7 +187,7 @@ def test_killed_worker_task_is_finished_by_another_worker(service, processes, la
 
 
 def test_redis_outage_answers_503_and_catch_up_exports_the_missed_commit(service, lakefs, spark, repository, s3):
-    from exporter.export.cold import missing_exports
+    from exporter.export.commit import missing_exports
 
     commit_id = setup_repository(lakefs, spark, repository, ["main"])
     wait_for_export(service, repository, commit_id, {"events"})

@@ -13,7 +13,8 @@ import pytest
 
 from exporter.delta.log import LogListing, select_segment
 from exporter.errors import NotFound, PathIntoLakeFS
-from exporter.export.cold import _last_checkpoint, discard_export, write_log
+from exporter.export.cold import _last_checkpoint
+from exporter.export.log_writer import discard_export, write_log
 from exporter.lakefs.gateway_paths import LakeFSPaths
 from exporter.lakefs.table_log import LogLayout
 from exporter.delta.paths import PathResolver

@@ -1,0 +1,152 @@
+"""Exporting a commit: which tables, and for each the cheapest complete export (a copy of a tag's,
+the parent's plus the new commits, else cold); failures come back as outcomes, never half-marked done.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from exporter.config import Config
+from exporter.errors import ExporterError, NotFound, TableNotFound
+from exporter.export.cold import export_cold
+from exporter.export.incremental import ColdExportNeeded, copy_export, export_incrementally
+from exporter.export.log_writer import ExportOutcome, discard_export
+from exporter.lakefs.client import LakeFS
+from exporter.lakefs.descriptors import TableDescriptor, changed_tables, discover_tables
+from exporter.storage.layout import MANIFEST, export_location, exports_root, location_segment
+from exporter.storage.objectstore import ObjectStore
+
+
+def export_commit(config: Config, repository: str, ref: str, commit_id: str | None = None,
+                  tables: list[str] | None = None, export_all: bool = False, lakefs: LakeFS | None = None) -> list[ExportOutcome]:
+    """Export the tables a commit changed (or the named ones, or all). One bad table never stops the others."""
+    lakefs = lakefs or LakeFS(config.lakefs)
+    commit_id = lakefs.commit(repository, commit_id or ref).id
+    discovery = discover_tables(lakefs, repository, commit_id)
+    outcomes = [ExportOutcome(table=err.args[0].split(":")[0], table_path="", ok=False, error=str(err))
+                for err in discovery.errors]
+    selected = discovery.tables
+    if tables:
+        unknown = set(tables) - {t.name for t in selected}
+        outcomes += [ExportOutcome(table=name, table_path="", ok=False, error="no such table in _lakefs_tables/")
+                     for name in sorted(unknown)]
+        selected = [t for t in selected if t.name in tables]
+    elif not export_all:
+        selected = changed_tables(lakefs, repository, commit_id, selected)
+    for table in selected:
+        outcomes.append(export_table(config, repository, ref, commit_id, table, lakefs=lakefs))
+    return outcomes
+
+
+def missing_exports(config: Config, repository: str, ref: str, commit_id: str, lakefs: LakeFS | None = None,
+                    all_tables: bool = False) -> list[str]:
+    """Names of the tables this commit changed (or of all its tables) that have no complete export
+    (no manifest) under `ref` yet."""
+    lakefs = lakefs or LakeFS(config.lakefs)
+    namespace = lakefs.storage_namespace(repository)
+    store = ObjectStore(config, namespace)
+    tables = discover_tables(lakefs, repository, commit_id).tables
+    tables = tables if all_tables else changed_tables(lakefs, repository, commit_id, tables)
+    return [t.name for t in tables
+            if not store.exists(export_location(config, ref, commit_id, t.name) + MANIFEST)]
+
+
+def exports_in_store(config: Config, repository: str, commit_id: str, ref: str | None = None,
+                     lakefs: LakeFS | None = None) -> dict[str, dict[str, dict]]:
+    """{ref: {table: record}} of the complete exports of a commit, read from their manifests: what
+    the status API answers when Redis has no record (it was flushed, or restarted without persistence)."""
+    lakefs = lakefs or LakeFS(config.lakefs)
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    root = exports_root(config)
+    segments = [location_segment(ref)] if ref is not None else store.list_folders(root)
+    found: dict[str, dict[str, dict]] = {}
+    for segment in segments:
+        for table_segment in store.list_folders(f"{root}{segment}/{commit_id}/"):
+            target = f"{root}{segment}/{commit_id}/{table_segment}/"
+            try:
+                manifest = json.loads(store.get(target + MANIFEST))
+            except NotFound:
+                continue  # not complete
+            found.setdefault(manifest["ref"], {})[manifest["table"]] = {
+                "state": "done", "ref": manifest["ref"], "table": manifest["table"], "location": store.uri(target),
+                "checkpoint_version": manifest.get("checkpoint_version"), "head_version": manifest.get("head_version"),
+                "files_rewritten": manifest.get("files_rewritten"), "source": "manifest"}
+    return found
+
+
+def find_table(lakefs: LakeFS, repository: str, commit_id: str, name: str) -> TableDescriptor:
+    for table in discover_tables(lakefs, repository, commit_id).tables:
+        if table.name == name:
+            return table
+    raise TableNotFound(f"no valid descriptor for table {name!r} in _lakefs_tables/ at commit {commit_id}")
+
+
+def export_table(config: Config, repository: str, ref: str, commit_id: str, table: TableDescriptor,
+                 lakefs: LakeFS | None = None, copy_from: tuple[str, ...] = ()) -> ExportOutcome:
+    """Export one table; failures come back as an outcome with the reason, never half-marked as done.
+
+    Cheapest first: a copy of this commit's export under one of the refs `copy_from` (a tag on an
+    exported commit), else the parent's export plus the new commits, else a cold export."""
+    lakefs = lakefs or LakeFS(config.lakefs)
+    started, calls_before = time.monotonic(), lakefs.calls
+    outcome = ExportOutcome(table=table.name, table_path=table.path, ok=False)
+    try:
+        namespace = lakefs.storage_namespace(repository)
+        store = ObjectStore(config, namespace)
+        target = export_location(config, ref, commit_id, table.name)
+        outcome.location = store.uri(target)
+        if store.exists(target + MANIFEST):
+            outcome.ok = outcome.skipped = True
+            return outcome
+        try:
+            _export_incrementally_or_cold(config, lakefs, store, repository, ref, commit_id, table, target, outcome,
+                                          started, copy_from)
+        except ExporterError as exc:
+            if exc.permanent:  # a retry cannot complete it: leave nothing a reader could take for a table
+                _discard_after(store, target, exc)
+            raise
+        outcome.ok = True
+    except ExporterError as exc:
+        outcome.error, outcome.permanent = str(exc), exc.permanent
+    finally:
+        outcome.seconds = time.monotonic() - started
+        outcome.lakefs_calls = lakefs.calls - calls_before
+    return outcome
+
+
+def abandon_export(config: Config, repository: str, ref: str, commit_id: str, table_name: str,
+                   lakefs: LakeFS | None = None) -> int:
+    """Remove an export that will not be retried any more (its transient errors ran out); the
+    number of objects removed. A complete export (its manifest exists) is kept."""
+    lakefs = lakefs or LakeFS(config.lakefs)
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    target = export_location(config, ref, commit_id, table_name)
+    if store.exists(target + MANIFEST):
+        return 0
+    return discard_export(store, target)
+
+
+def _export_incrementally_or_cold(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, ref: str,
+                                  commit_id: str, table: TableDescriptor, target: str, outcome: ExportOutcome,
+                                  started: float, copy_from: tuple[str, ...]) -> None:
+    for other_ref in copy_from:
+        try:
+            copy_export(config, store, repository, ref, commit_id, table, target, outcome, other_ref)
+            outcome.incremental = True
+            return
+        except ColdExportNeeded:
+            continue
+    try:
+        export_incrementally(config, lakefs, store, repository, ref, commit_id, table, target, outcome, started)
+        outcome.incremental = True
+    except ColdExportNeeded as reason:
+        outcome.cold_reason = str(reason)
+        export_cold(lakefs, store, repository, ref, commit_id, table, target, outcome, started)
+
+
+def _discard_after(store: ObjectStore, target: str, error: ExporterError) -> None:
+    try:
+        discard_export(store, target)
+    except ExporterError as cleanup:
+        error.args = (f"{error}; and removing the partial export failed: {cleanup}",)

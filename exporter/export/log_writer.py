@@ -1,0 +1,111 @@
+"""Writing an export's `_delta_log`, in the one order that makes it trustworthy, and its outcome.
+
+Order of writes (`write_log`): commits in version order, then the file that starts the log segment,
+so no reader sees a table before all of it is written; then `_last_checkpoint`, and last the
+manifest `_lakefs_export.json` that marks the export complete. `discard_export` undoes it in the
+reverse order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import exporter
+from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogSegment, commit_name
+from exporter.lakefs.descriptors import TableDescriptor
+from exporter.lakefs.table_log import IO_THREADS
+from exporter.storage.layout import MANIFEST
+from exporter.storage.objectstore import ObjectStore
+
+
+@dataclass
+class ExportOutcome:
+    table: str
+    table_path: str
+    ok: bool
+    location: str = ""
+    skipped: bool = False  # already exported: the manifest exists
+    checkpoint_version: int | None = None
+    head_version: int | None = None
+    versions: int = 0
+    files_rewritten: int = 0
+    lakefs_calls: int = 0
+    seconds: float = 0.0
+    error: str = ""
+    permanent: bool = True  # for failures: False means a retry may succeed
+    incremental: bool = False  # copied the parent's export and added the new commits
+    cold_reason: str = ""  # why the parent's export could not be reused
+
+    def summary(self) -> str:
+        if not self.ok:
+            return f"FAILED  {self.table} ({self.table_path}): {self.error}"
+        if self.skipped:
+            return f"EXISTS  {self.table} -> {self.location} (already exported)"
+        how = "incremental" if self.incremental else "cold"
+        return (f"OK      {self.table} -> {self.location}  versions {self.checkpoint_version if self.checkpoint_version is not None else 0}"
+                f"..{self.head_version}, {self.files_rewritten} paths rewritten, {self.lakefs_calls} lakeFS calls, "
+                f"{self.seconds:.2f}s ({how})")
+
+
+def manifest_document(repository: str, ref: str, commit_id: str, table: TableDescriptor, outcome: ExportOutcome,
+                      segment: LogSegment, timestamps: dict[int, int], log_files_written: int, lakefs_calls: int,
+                      timings: dict[str, float], derived_from: str | None = None) -> dict:
+    """`_lakefs_export.json`: what was exported, from where, and each version's source timestamp."""
+    return {
+        "repository": repository, "ref": ref, "commit_id": commit_id, "table": table.name, "table_path": table.path,
+        "location": outcome.location,
+        "checkpoint_version": outcome.checkpoint_version, "head_version": segment.head_version,
+        "versions": [v for v, _ in segment.commits], "files_rewritten": outcome.files_rewritten,
+        # what the source's readers took as each version's time: in-commit timestamp, else file mtime
+        "source_timestamps_ms": {str(v): t for v, t in sorted(timestamps.items())},
+        # an incremental export copies the parent's export and adds the new commits
+        "derived_from": derived_from,
+        "log_files_written": log_files_written, "lakefs_calls": lakefs_calls, "timings_seconds": timings,
+        "exporter_version": exporter.__version__,
+        "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], None]) -> None:
+    """Write an exported `_delta_log` so that no reader sees a table until all of it is there.
+
+    Readers (Delta Spark, delta-rs) build a snapshot from a checkpoint or from version 0 and refuse a
+    log that has neither below the commits they need. So the file that starts the segment (the
+    checkpoint's last part, or `0.json` without a checkpoint) is written last: before it exists every
+    read fails (latest, time travel, CDF); once it exists every version is there. Commits go in
+    version order, so their modification times (the commit timestamps of readers without in-commit
+    timestamps) increase; without a checkpoint, `0.json` is written last and so the later commits
+    are written once more after it, with identical bytes, to keep the times in order.
+    `write(name)` writes one file (name under `_delta_log/`): a put of new bytes, or a copy.
+    """
+    commits = [n for _, n in segment.commits]
+    if segment.checkpoint is None:
+        start, later = commits[0], commits[1:]
+        for name in later:
+            write(name)
+        write(start)  # the table exists from here on
+        for name in later:
+            write(name)
+        return
+    for name in ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + commits:
+        write(name)
+    parts = segment.checkpoint.files
+    with ThreadPoolExecutor(IO_THREADS) as pool:
+        list(pool.map(write, sidecars))
+        list(pool.map(write, parts[:-1]))  # an incomplete part set is no checkpoint
+    write(parts[-1])  # the table exists from here on
+    write(LAST_CHECKPOINT)
+
+
+def discard_export(store: ObjectStore, target: str) -> int:
+    """Remove what an export wrote, first the files that make it a table, so it never reads as one."""
+    keys = store.list_keys(target)
+    log = target + LOG_DIR
+    starts = [k for k in keys if k == target + MANIFEST or k == log + LAST_CHECKPOINT
+              or (k.startswith(log) and (".checkpoint." in k or k.endswith(commit_name(0))))]
+    store.delete(starts)
+    store.delete([k for k in keys if k not in set(starts)])
+    return len(keys)
