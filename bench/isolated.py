@@ -55,7 +55,7 @@ def _export(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
 def _rewrite(checkpoint_file: str, addresses_file: str, mode: str) -> dict:
     import pyarrow.parquet as pq
 
-    from exporter.delta.paths import PathResolver
+    from exporter.export.resolve import PathResolver
     from exporter.export.rewrite import rewrite_checkpoint, rewrite_checkpoint_file
 
     raw = Path(checkpoint_file).read_bytes()
@@ -97,9 +97,9 @@ def _stream(addresses_file: str, *parts: str) -> dict:
     index loaded batch by batch: what a cold export does with each parquet file."""
     import pyarrow.parquet as pq
 
-    from exporter.lakefs.addresses import AddressIndexBuilder
-    from exporter.delta.paths import PathResolver
+    from exporter.export.resolve import PathResolver
     from exporter.export.rewrite import rewrite_checkpoint_to
+    from exporter.lakefs.addresses import AddressIndexBuilder
 
     started = time.perf_counter()
     builder = AddressIndexBuilder()
@@ -136,8 +136,8 @@ def _diff(repository: str, left: str, right: str, table_path: str) -> dict:
 def _rowdiff(repository: str, left: str, right: str, table_path: str) -> dict:
     """The row diff, cold: both snapshots compared, the differing files read."""
     from exporter.config import load_config
-    from exporter.lakefs.client import LakeFS
     from exporter.diff.rows import compute_row_diff
+    from exporter.lakefs.client import LakeFS
 
     config = load_config()
     lakefs = LakeFS(config.lakefs)
@@ -167,8 +167,8 @@ def _exceptall(repository: str, left: str, right: str, table_path: str) -> dict:
 
 def _append(repository: str, branch: str, commit_id: str, table_name: str) -> dict:
     """Bring the branch table to a commit's export (the first one creates it)."""
-    from exporter.export.branch_table import append_commit
     from exporter.config import load_config
+    from exporter.export.branch_table import append_commit
     from exporter.lakefs.client import LakeFS
 
     config = load_config()
@@ -181,8 +181,8 @@ def _republish(repository: str, branch: str, commit_id: str, table_name: str) ->
     """The alternative to appending: copy a commit's whole export to a fixed location (server-side),
     as a table re-published at one path after every commit must."""
     from exporter.config import load_config
-    from exporter.storage.layout import MANIFEST, export_location
     from exporter.lakefs.client import LakeFS
+    from exporter.storage.layout import MANIFEST, export_location
     from exporter.storage.objectstore import ObjectStore
 
     config = load_config()

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from exporter.delta.deletion_vectors import unique_id, unique_ids
 from exporter.errors import CorruptLog
 from exporter.parquet.splice import ParquetSource, open_parquet, read_row_group
 
@@ -170,7 +171,7 @@ UNTRACKED = object()  # what `reconcile`'s `value` returns for an add the caller
 
 def file_key(file_action: Mapping[str, Any], kind: str) -> tuple[str, str]:
     """The logical file an add or remove names: (path, deletion vector unique id)."""
-    return _path(file_action, kind), deletion_vector_id(file_action.get("deletionVector"))
+    return _path(file_action, kind), unique_id(file_action.get("deletionVector"))
 
 
 def _apply(
@@ -195,15 +196,6 @@ def _path(file_action: Mapping[str, Any], kind: str) -> str:
     if not isinstance(path, str):
         raise CorruptLog(f"an {kind} action has no path: {json.dumps(file_action, default=str)[:200]}")
     return path
-
-
-def deletion_vector_id(deletion_vector: Mapping[str, Any] | None) -> str:
-    """PROTOCOL.md#deletion-vector-descriptor-schema uniqueId; "" for a file without one."""
-    if not deletion_vector:
-        return ""
-    offset = deletion_vector.get("offset")
-    suffix = "" if offset is None else f"@{offset}"
-    return f"{deletion_vector.get('storageType', '')}{deletion_vector.get('pathOrInlineDv', '')}{suffix}"
 
 
 def checkpoint_row_groups(name: str, source: ParquetSource, columns: list[str]) -> Iterable[pa.Table]:
@@ -314,11 +306,11 @@ def _add_columns(adds: pa.ChunkedArray) -> Iterable[tuple[tuple[str, str], _Live
         stats = _with_parsed_records(stats, pc.struct_field(adds, "stats_parsed"))
     if "deletionVector" in fields:
         deletion_vectors = pc.struct_field(adds, "deletionVector")
-        unique_ids = deletion_vector_ids(deletion_vectors)
+        vector_ids = unique_ids(deletion_vectors)
         cardinalities = pc.fill_null(pc.struct_field(deletion_vectors, "cardinality"), 0).to_pylist()
     else:
-        unique_ids, cardinalities = [""] * count, [0] * count
-    return zip(zip(paths, unique_ids), zip(sizes, stats, cardinalities))
+        vector_ids, cardinalities = [""] * count, [0] * count
+    return zip(zip(paths, vector_ids), zip(sizes, stats, cardinalities))
 
 
 def _records_or_stats(stats: pa.ChunkedArray) -> list[str | int | None]:
@@ -335,18 +327,6 @@ def _with_parsed_records(stats: list[str | int | None], stats_parsed: pa.Chunked
         return list(stats)
     records = pc.struct_field(stats_parsed, "numRecords").to_pylist()
     return [json_stats if json_stats is not None else count for json_stats, count in zip(stats, records)]
-
-
-def deletion_vector_ids(deletion_vectors: pa.ChunkedArray) -> list[str]:
-    """Vectorised `deletion_vector_id`: storageType + pathOrInlineDv [+ "@" + offset]."""
-    names = {dv_field.name for dv_field in deletion_vectors.type}
-    storage = pc.struct_field(deletion_vectors, "storageType")
-    location = pc.struct_field(deletion_vectors, "pathOrInlineDv")
-    suffix = pa.scalar("")
-    if "offset" in names:
-        offset = pc.cast(pc.struct_field(deletion_vectors, "offset"), pa.string())
-        suffix = pc.fill_null(pc.binary_join_element_wise("@", offset, ""), "")
-    return pc.fill_null(pc.binary_join_element_wise(storage, location, suffix, ""), "").to_pylist()
 
 
 def _first_valid(table: pa.Table, column: str) -> dict | None:

@@ -33,12 +33,14 @@ import pyarrow.compute as pc
 
 from exporter.config import Config
 from exporter.delta.actions import parse_action_line, parse_actions
+from exporter.delta.deletion_vectors import RELATIVE
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, commit_name, with_version
-from exporter.delta.paths import PathResolver, is_absolute
+from exporter.delta.paths import is_absolute
 from exporter.delta.replay import checkpoint_row_groups
 from exporter.errors import BranchTableRefused, CorruptLog, NotFound
 from exporter.export.log_writer import discard_export, write_log
 from exporter.export.readback import ExportedLog, LiveFiles, read_exported_log
+from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import add_member, rewrite_commit
 from exporter.lakefs.actions import branch_tables_kept, installed_action
 from exporter.lakefs.client import LakeFS
@@ -321,7 +323,7 @@ def _with_gone_files_resolved(config: Config, lakefs: LakeFS, store: ObjectStore
         for action in parse_actions(commit_name(version), raw):
             remove = action.get("remove")
             if isinstance(remove, dict) and (not is_absolute(str(remove.get("path", ""))) or
-                                             (remove.get("deletionVector") or {}).get("storageType") == "u"):
+                                             (remove.get("deletionVector") or {}).get("storageType") == RELATIVE):
                 return True
         return False
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pyarrow.compute as pc
 
-from exporter.delta.replay import UNTRACKED, checkpoint_row_groups, deletion_vector_id, reconcile
-from exporter.export.rewrite import deletion_vector_file
+from exporter.delta.deletion_vectors import stored_file, unique_id
+from exporter.delta.replay import UNTRACKED, checkpoint_row_groups, reconcile
 from exporter.parquet.splice import ParquetSource
 
 
@@ -31,27 +31,20 @@ class Snapshot:
         lost = set(missing)
 
         def names_lost(path: str | None, dv: dict | None) -> bool:
-            return path in lost or _stored_file(dv) in lost
+            return path in lost or stored_file(dv) in lost
 
         # logical file = (path, deletion vector id), as readers reconcile (PROTOCOL.md#action-reconciliation)
         live: dict[tuple, dict | None] = {}
         for name, source in self.checkpoints:
             for paths, dvs in _checkpoint_adds(name, source):
-                live.update(((p, deletion_vector_id(dv)), dv) for p, dv in zip(paths, dvs) if names_lost(p, dv))
+                live.update(((p, unique_id(dv)), dv) for p, dv in zip(paths, dvs) if names_lost(p, dv))
         for actions in self.commits:
             for action in actions:
                 reconcile(live, action, lambda add: add.get("deletionVector")
                           if names_lost(add.get("path"), add.get("deletionVector")) else UNTRACKED)
         live_paths = {path for path, _ in live}
-        live_dvs = {_stored_file(dv) for dv in live.values()}
+        live_dvs = {stored_file(dv) for dv in live.values()}
         return sorted({m for m in missing if m in live_paths or m in live_dvs})
-
-
-def _stored_file(deletion_vector: dict | None) -> str | None:
-    """The file a deletion vector stored in one (`u`, `p`) lives in; None for inline or none."""
-    if deletion_vector and deletion_vector.get("storageType") in ("u", "p"):
-        return deletion_vector_file(deletion_vector["storageType"], deletion_vector["pathOrInlineDv"])
-    return None
 
 
 def _checkpoint_adds(name: str, source: ParquetSource):

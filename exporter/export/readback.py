@@ -11,8 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.delta.actions import in_commit_timestamp, parse_actions
+from exporter.delta.deletion_vectors import unique_ids
 from exporter.delta.log import LOG_DIR, LogListing, LogSegment, select_segment
-from exporter.delta.replay import checkpoint_row_groups, deletion_vector_ids, reconcile
+from exporter.delta.replay import checkpoint_row_groups, reconcile
 from exporter.lakefs.table_log import checkpoint_files
 from exporter.parquet.splice import BytesSource, ParquetSource
 from exporter.storage.objectstore import ObjectSource, ObjectStore
@@ -145,11 +146,11 @@ def _joined(key: tuple[str, str]) -> str:
 
 
 def _keys(adds: pa.StructArray) -> pa.Array:
-    """`path NUL deletion vector id` of each add (`snapshot.deletion_vector_id`, vectorised)."""
+    """`path NUL deletion vector id` of each add (`snapshot.unique_id`, vectorised)."""
     paths = pc.struct_field(adds, "path")
     if "deletionVector" not in {f.name for f in adds.type}:
         return pc.binary_join_element_wise(paths, pa.scalar(""), "\0")
-    return pc.binary_join_element_wise(paths, pa.array(deletion_vector_ids(pc.struct_field(adds, "deletionVector")),
+    return pc.binary_join_element_wise(paths, pa.array(unique_ids(pc.struct_field(adds, "deletionVector")),
                                                        pa.string()), "\0")
 
 

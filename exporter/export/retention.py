@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from exporter.config import Config, RetentionConfig
+from exporter.delta.deletion_vectors import stored_file
 from exporter.errors import NotFound
 from exporter.export.log_writer import discard_export
 from exporter.export.readback import LiveFiles, read_exported_log
-from exporter.export.rewrite import deletion_vector_file
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.table_log import IO_THREADS
 from exporter.state.status import StatusStore
@@ -181,9 +181,8 @@ def _addresses(table_root: str, files: Iterable[dict]) -> Iterable[str]:
     """The objects live files read: each data file, and its deletion vector's file when stored in one."""
     for add in files:
         yield _absolute(table_root, add["path"])
-        vector = add.get("deletionVector") or {}
-        if vector.get("storageType") in ("u", "p"):
-            yield _absolute(table_root, deletion_vector_file(vector["storageType"], vector["pathOrInlineDv"]))
+        if (vector_file := stored_file(add.get("deletionVector"))) is not None:
+            yield _absolute(table_root, vector_file)
 
 
 def _absolute(table_root: str, path: str) -> str:

@@ -19,15 +19,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.delta.actions import parse_action_line
-from exporter.delta.paths import PathResolver, deletion_vector_relative_path, is_absolute
+from exporter.delta.deletion_vectors import ABSOLUTE, RELATIVE, file_of
+from exporter.delta.paths import is_absolute
 from exporter.errors import CorruptLog
+from exporter.export.resolve import PathResolver
 from exporter.parquet.splice import BytesSource, ParquetSource, splice_leaves_to
 
 FILE_ACTIONS = ("add", "remove", "cdc")
 # Only a missing `add` (or its deletion vector) breaks the snapshot; a vacuumed `remove`/`cdc` keeps its path.
 _REQUIRED_ACTION = "add"
-_RELATIVE_DV = "u"  # PROTOCOL.md#deletion-vector-descriptor-schema
-_ABSOLUTE_DV = "p"
 
 
 @dataclass
@@ -83,23 +83,18 @@ def _rewrite_file_action(kind: str, file_action: dict[str, Any], resolver: PathR
             replacements[(kind, "path")] = uri
     deletion_vector = file_action.get("deletionVector")
     storage_type = deletion_vector.get("storageType") if isinstance(deletion_vector, dict) else None
-    if storage_type in (_RELATIVE_DV, _ABSOLUTE_DV):
+    if storage_type in (RELATIVE, ABSOLUTE):
         path_or_inline_dv = deletion_vector.get("pathOrInlineDv")
         if not isinstance(path_or_inline_dv, str):
             raise CorruptLog(f"{kind} {path!r}: deletion vector of storageType {storage_type!r} has no pathOrInlineDv")
         uri = resolver.resolve_deletion_vector(storage_type, path_or_inline_dv)
         if uri is None and kind == _REQUIRED_ACTION:
-            missing.append(deletion_vector_file(storage_type, path_or_inline_dv))
+            missing.append(file_of(storage_type, path_or_inline_dv))
         elif uri is not None and uri != path_or_inline_dv:
             # offset, sizeInBytes, cardinality and unknown keys stay as written
-            replacements[(kind, "deletionVector", "storageType")] = _ABSOLUTE_DV
+            replacements[(kind, "deletionVector", "storageType")] = ABSOLUTE
             replacements[(kind, "deletionVector", "pathOrInlineDv")] = uri
     return replacements
-
-
-def deletion_vector_file(storage_type: str, path_or_inline_dv: str) -> str:
-    """The file a `u` or `p` deletion vector is stored in: relative to the table, or absolute."""
-    return path_or_inline_dv if storage_type == _ABSOLUTE_DV else deletion_vector_relative_path(path_or_inline_dv)
 
 
 def _sidecar_update(sidecar: dict[str, Any], sizes: dict[str, int]) -> dict[tuple[str, ...], Any]:
@@ -258,7 +253,7 @@ def _rewrite_action_column(
     missing = []
     if kind == _REQUIRED_ACTION:
         missing += paths.missing if paths else []
-        missing += [deletion_vector_file(*_typed(value)) for value in dvs.missing] if dvs else []
+        missing += [file_of(*_typed(value)) for value in dvs.missing] if dvs else []
     paths = paths if paths and paths.changes_anything else None
     dvs = dvs if dvs and dvs.changes_anything else None
     if not paths and not dvs:
@@ -310,7 +305,7 @@ def _stored_deletion_vectors(chunk: pa.StructArray, dv_fields: tuple[int, int, i
     dv_index, storage_index, path_index = dv_fields
     storage_type = pc.struct_field(chunk, [dv_index, storage_index])
     path_or_inline_dv = pc.struct_field(chunk, [dv_index, path_index])
-    stored = pc.is_in(storage_type, pa.array([_RELATIVE_DV, _ABSOLUTE_DV], storage_type.type))
+    stored = pc.is_in(storage_type, pa.array([RELATIVE, ABSOLUTE], storage_type.type))
     typed = pc.binary_join_element_wise(storage_type.cast(pa.string()), path_or_inline_dv.cast(pa.string()),
                                         _TYPE_SEPARATOR)
     return pc.if_else(stored, typed, pa.scalar(None, pa.string()))
@@ -333,10 +328,10 @@ def _typed(value: str) -> tuple[str, str]:
 def _resolve_deletion_vectors(values: list[str], resolver: PathResolver) -> list[str | None]:
     """Each distinct stored descriptor's URI: the `u` ones in one lookup, `p` ones as paths."""
     typed = [_typed(v) for v in values]
-    relative = [dv for storage_type, dv in typed if storage_type == _RELATIVE_DV]
-    absolute = [dv for storage_type, dv in typed if storage_type == _ABSOLUTE_DV]
-    uris = {(_RELATIVE_DV, dv): uri for dv, uri in zip(relative, resolver.resolve_deletion_vectors(relative))}
-    uris.update({(_ABSOLUTE_DV, dv): uri for dv, uri in zip(absolute, resolver.resolve_many(absolute))})
+    relative = [dv for storage_type, dv in typed if storage_type == RELATIVE]
+    absolute = [dv for storage_type, dv in typed if storage_type == ABSOLUTE]
+    uris = {(RELATIVE, dv): uri for dv, uri in zip(relative, resolver.resolve_deletion_vectors(relative))}
+    uris.update({(ABSOLUTE, dv): uri for dv, uri in zip(absolute, resolver.resolve_many(absolute))})
     # an absolute path that stays as it is answers with the value itself: unchanged, not rewritten
     return [value if uris[key] == key[1] else uris[key] for value, key in zip(values, typed)]
 
@@ -350,7 +345,7 @@ def _rewrite_deletion_vectors(
     rewritten = dvs.changed_rows(chunk_number)
     storage_type = deletion_vectors.field(storage_index)
     replaced = {
-        storage_index: pc.if_else(rewritten, pa.scalar(_ABSOLUTE_DV, storage_type.type), storage_type),
+        storage_index: pc.if_else(rewritten, pa.scalar(ABSOLUTE, storage_type.type), storage_type),
         path_index: pc.if_else(rewritten, dvs.targets_of(chunk_number).cast(deletion_vectors.field(path_index).type),
                                deletion_vectors.field(path_index)),
     }

@@ -29,6 +29,7 @@ from urllib.parse import unquote
 
 from exporter.config import Config, ShareConfig
 from exporter.delta.actions import commit_timestamp, parse_actions
+from exporter.delta.deletion_vectors import ABSOLUTE, RELATIVE
 from exporter.delta.log import LOG_DIR, LogListing, commit_version, log_file_version, select_segment
 from exporter.errors import ExporterError, NotFound
 from exporter.export.readback import ExportedLog, LiveFiles
@@ -527,11 +528,11 @@ def _file_line(wrapper: str, kind: str, action: dict, fmt: str, sign: Callable[[
         shared = {**action, "path": url.url}
         line: dict[str, Any] = {"id": _file_id(path)}
         vector = action.get("deletionVector")
-        if isinstance(vector, dict) and vector.get("storageType") == "p":
+        if isinstance(vector, dict) and vector.get("storageType") == ABSOLUTE:
             vector_path, vector_url = sign(vector["pathOrInlineDv"])
             shared["deletionVector"] = {**vector, "pathOrInlineDv": vector_url.url}
             line["deletionVectorFileId"] = _file_id(vector_path)
-        elif isinstance(vector, dict) and vector.get("storageType") == "u":
+        elif isinstance(vector, dict) and vector.get("storageType") == RELATIVE:
             raise SharingError(500, "INTERNAL_ERROR", f"a deletion vector relative to the table ({vector}) in an "
                                                       "exported log: the export should have made it absolute")
         if version is not None:

@@ -41,7 +41,7 @@ def test_mapping_protocol():
 
 
 def test_a_checkpoints_paths_resolve_in_arrow_exactly_as_one_by_one():
-    from exporter.delta.paths import PathResolver
+    from exporter.export.resolve import PathResolver
 
     keys = {f"p={i % 3}/part-{i}.parquet": f"s3://b/ns/data/g{i % 5}/c{i}" for i in range(3000)}
     keys["a b/x%.parquet"] = "s3://b/ns/data/g1/with space"  # an address that needs quoting

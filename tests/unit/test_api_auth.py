@@ -9,8 +9,16 @@ import pytest
 
 from exporter.config import load_config
 from exporter.errors import ConfigError
-from hooks.auth import (ALLOWED, FORBIDDEN, LAKEFS_DOWN, NO_REPOSITORY, UNAUTHENTICATED, RepositoryAccess,
-                        Unauthenticated, caller_of)
+from hooks.auth import (
+    ALLOWED,
+    FORBIDDEN,
+    LAKEFS_DOWN,
+    NO_REPOSITORY,
+    UNAUTHENTICATED,
+    RepositoryAccess,
+    Unauthenticated,
+    caller_of,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -8,13 +8,13 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from exporter.lakefs.actions import branch_table_patterns, render_action
-from exporter.export.branch_table import _annotated, _remove_of, follows
 from exporter.config import Config, RetentionConfig
+from exporter.delta.replay import file_key
 from exporter.errors import ExporterError
+from exporter.export.branch_table import _annotated, _remove_of, follows
 from exporter.export.readback import _keys, _plain
 from exporter.export.retention import HOUR, within_policy
-from exporter.delta.replay import file_key
+from exporter.lakefs.actions import branch_table_patterns, render_action
 from exporter.storage.layout import branch_table_location
 
 pytestmark = pytest.mark.unit
@@ -117,8 +117,8 @@ class _Line:
 
 
 def test_an_append_is_placed_on_the_branch_first_parent_line_or_refused():
-    from exporter.export.branch_table import _place_on_branch
     from exporter.errors import BranchTableRefused
+    from exporter.export.branch_table import _place_on_branch
 
     branch = _Line(["c5", "c4", "c3", "c2", "c1"], ancestors={"c3": {"c2", "c1"}})
     assert _place_on_branch(branch, "r", "main", "c3", "c3") == ("same", [])

@@ -15,9 +15,9 @@ from exporter.delta.log import LogListing, select_segment
 from exporter.errors import NotFound, PathIntoLakeFS
 from exporter.export.cold import _last_checkpoint
 from exporter.export.log_writer import discard_export, write_log
+from exporter.export.resolve import PathResolver
 from exporter.lakefs.gateway_paths import LakeFSPaths
 from exporter.lakefs.table_log import LogLayout
-from exporter.delta.paths import PathResolver
 from exporter.storage.layout import location_segment
 
 pytestmark = pytest.mark.unit
@@ -246,8 +246,8 @@ def test_a_p_deletion_vector_into_lakefs_is_pinned_too():
 
 def test_a_checkpoint_opened_again_reads_its_footer_once():
     """The export opens each parquet checkpoint file several times (sidecars, summary, rewrite)."""
-    from exporter.storage.objectstore import ObjectSource
     from exporter.parquet.splice import open_parquet
+    from exporter.storage.objectstore import ObjectSource
 
     sink = io.BytesIO()
     pq.write_table(pa.table({"add": pa.array([{"path": "a"}], pa.struct([("path", pa.string())]))}), sink)

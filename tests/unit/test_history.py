@@ -7,11 +7,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from exporter.errors import CorruptLog
+from exporter.delta.replay import TableLog, TableState, snapshot_state
 from exporter.diff.history import diff_history
 from exporter.diff.operations import operation_type
+from exporter.errors import CorruptLog
 from exporter.parquet.splice import BytesSource
-from exporter.delta.replay import TableLog, TableState, snapshot_state
 from hooks.paging import paginate
 
 pytestmark = pytest.mark.unit

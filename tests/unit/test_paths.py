@@ -4,14 +4,10 @@ from urllib.parse import unquote
 
 import pytest
 
+from exporter.delta.deletion_vectors import relative_path
+from exporter.delta.paths import is_absolute_uri, log_path_to_key, physical_uri
 from exporter.errors import CorruptLog
-from exporter.delta.paths import (
-    PathResolver,
-    deletion_vector_relative_path,
-    is_absolute_uri,
-    log_path_to_key,
-    physical_uri,
-)
+from exporter.export.resolve import PathResolver
 
 pytestmark = pytest.mark.unit
 
@@ -80,7 +76,7 @@ def test_a_reader_decoding_the_uri_once_gets_the_physical_key_back(key: str) -> 
 def test_protocol_example_deletion_vector_with_random_prefix() -> None:
     # PROTOCOL.md#json-example-1--on-disk-with-relative-path-with-random-prefix
     assert (
-        deletion_vector_relative_path("ab^-aqEH.-t@S}K{vb[*k^")
+        relative_path("ab^-aqEH.-t@S}K{vb[*k^")
         == "ab/deletion_vector_d2c639aa-8816-431a-aaf6-d3fe2512ff61.bin"
     )
 
@@ -88,7 +84,7 @@ def test_protocol_example_deletion_vector_with_random_prefix() -> None:
 def test_deletion_vector_written_by_delta_spark() -> None:
     # Delta Spark 4.4.0 DELETE wrote this descriptor and the file beside it, with no prefix.
     assert (
-        deletion_vector_relative_path("Ys#IoS6<adOUyLC}FIGm")
+        relative_path("Ys#IoS6<adOUyLC}FIGm")
         == "deletion_vector_bbbeccd0-a844-4684-9da2-7dbdfa6e9319.bin"
     )
 
@@ -103,7 +99,7 @@ def test_deletion_vector_written_by_delta_spark() -> None:
 )
 def test_malformed_deletion_vector_is_a_corrupt_log(value: str, complaint: str) -> None:
     with pytest.raises(CorruptLog, match=complaint):
-        deletion_vector_relative_path(value)
+        relative_path(value)
 
 
 ADDRESSES = {

@@ -11,8 +11,9 @@ import pytest
 
 from exporter.delta.actions import parse_actions
 from exporter.delta.log import LogListing, select_segment
+from exporter.delta.paths import is_absolute_uri
 from exporter.errors import CorruptLog
-from exporter.delta.paths import PathResolver, is_absolute_uri
+from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_checkpoint, rewrite_commit
 
 pytestmark = pytest.mark.unit
@@ -380,12 +381,13 @@ def test_a_relative_deletion_vector_whose_id_looks_absolute_is_rewritten_in_a_ch
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from exporter.delta.paths import PathResolver, deletion_vector_relative_path
+    from exporter.delta.deletion_vectors import relative_path
+    from exporter.export.resolve import PathResolver
     from exporter.export.rewrite import rewrite_checkpoint_file
 
     dv_id = _z85(first_word.to_bytes(4, "big") + bytes(12))
     assert dv_id[0] == "/" or dv_id[1] == ":", dv_id
-    file_name = deletion_vector_relative_path(dv_id)
+    file_name = relative_path(dv_id)
     assert file_name == f"deletion_vector_{uuid_module.UUID(bytes=first_word.to_bytes(4, 'big') + bytes(12))}.bin"
     dv_type = pa.struct([("storageType", pa.string()), ("pathOrInlineDv", pa.string()), ("offset", pa.int32()),
                          ("sizeInBytes", pa.int32()), ("cardinality", pa.int64())])

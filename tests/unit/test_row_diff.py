@@ -12,8 +12,8 @@ import pytest
 from pyroaring import BitMap
 
 from exporter.delta.deletion_vectors import MAGIC, deleted_rows
-from exporter.errors import CorruptLog
 from exporter.diff.rows import _changes, _described, _named_as_right, _unmatched
+from exporter.errors import CorruptLog
 
 pytestmark = pytest.mark.unit
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"

@@ -13,9 +13,19 @@ import pytest
 
 from exporter.config import Config, ObjectStoreConfig, ShareConfig, load_config
 from exporter.errors import ConfigError
-from exporter.storage.presign import Presigner
-from exporter.sharing.protocol import Catalog, SharedTable, SharingError, _file_line, range_protocol, _schema_name, _shared_protocol, _split_schema, response_format
+from exporter.sharing.protocol import (
+    Catalog,
+    SharedTable,
+    SharingError,
+    _file_line,
+    _schema_name,
+    _shared_protocol,
+    _split_schema,
+    range_protocol,
+    response_format,
+)
 from exporter.storage.layout import location_segment, segment_name
+from exporter.storage.presign import Presigner
 from hooks.sharing import page
 
 pytestmark = pytest.mark.unit

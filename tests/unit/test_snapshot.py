@@ -6,8 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from exporter.parquet.splice import BytesSource
 from exporter.delta.replay import UNTRACKED, TableLog, reconcile, snapshot_state, with_older_commits
+from exporter.parquet.splice import BytesSource
 
 pytestmark = pytest.mark.unit
 
