@@ -10,6 +10,10 @@ class ExporterError(Exception):
 class DescriptorError(ExporterError):
     """A table descriptor under `_lakefs_tables/` is unreadable or invalid."""
 
+    def __init__(self, descriptor: str, problem: str):
+        super().__init__(f"{descriptor}: {problem}")
+        self.descriptor = descriptor  # its path, e.g. `_lakefs_tables/events.yaml`
+
 
 class TableNotFound(ExporterError):
     """No Delta log where a table is expected."""

@@ -24,8 +24,9 @@ from exporter.diff.datasets import list_datasets as find_datasets
 from exporter.diff.table import DiffCache, cached_diff
 from exporter.diff.table import compute_diff as diff_of
 from exporter.errors import BadRequest, BranchTableRefused, ExporterError, NotFound
-from exporter.export.cold import ExportOutcome, abandon_export, find_table
-from exporter.export.cold import export_table as export_one_table
+from exporter.export.log_writer import ExportOutcome
+from exporter.export.commit import abandon_export, find_table
+from exporter.export.commit import export_table as export_one_table
 from exporter.lakefs.client import LakeFS
 from exporter.diff.overview import OverviewCache
 from exporter.diff.overview import compare_refs as overview_of
@@ -35,7 +36,7 @@ from exporter.diff.rows import compute_row_diff as row_diff_of
 from exporter.export.retention import prune as prune_exports
 from exporter.lakefs.table_log import checkpoint_files_hint
 from exporter.state.status import COMMIT_RECORD, StatusStore
-from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableDescriptor, changed_tables, discover_tables
+from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableDescriptor, tables_to_export
 from workers.app import app, current_config
 
 log = logging.getLogger("lakefs_delta.worker")
@@ -107,12 +108,11 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
     status, _ = _services(config)
     try:
         lakefs = _lakefs(config)
-        discovery = discover_tables(lakefs, repository, commit_id)
-        tables = discovery.tables if all_tables else changed_tables(lakefs, repository, commit_id, discovery.tables)
-        for error in discovery.errors:
-            descriptor = str(error).split(":", 1)[0]
-            status.set_table(repository, ref, commit_id, descriptor, "failed", reason=str(error), permanent=True)
-            log.warning("commit %s/%s: %s", repository, commit_id, error)
+        selection = tables_to_export(lakefs, repository, commit_id, every_table=all_tables)
+        tables = selection.tables
+        for descriptor, reason in selection.refused.items():
+            status.set_table(repository, ref, commit_id, descriptor, "failed", reason=reason, permanent=True)
+            log.warning("commit %s/%s: %s", repository, commit_id, reason)
         for table in tables:
             queue = export_queue(config, checkpoint_files_hint(lakefs, repository, commit_id, table.path))
             status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path,

@@ -13,7 +13,7 @@ from exporter.export.cold import export_cold
 from exporter.export.incremental import ColdExportNeeded, copy_export, export_incrementally
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.lakefs.client import LakeFS
-from exporter.lakefs.descriptors import TableDescriptor, changed_tables, discover_tables
+from exporter.lakefs.descriptors import TableDescriptor, discover_tables, tables_to_export
 from exporter.storage.layout import MANIFEST, export_location, exports_root, location_segment
 from exporter.storage.objectstore import ObjectStore
 
@@ -23,18 +23,10 @@ def export_commit(config: Config, repository: str, ref: str, commit_id: str | No
     """Export the tables a commit changed (or the named ones, or all). One bad table never stops the others."""
     lakefs = lakefs or LakeFS(config.lakefs)
     commit_id = lakefs.commit(repository, commit_id or ref).id
-    discovery = discover_tables(lakefs, repository, commit_id)
-    outcomes = [ExportOutcome(table=err.args[0].split(":")[0], table_path="", ok=False, error=str(err))
-                for err in discovery.errors]
-    selected = discovery.tables
-    if tables:
-        unknown = set(tables) - {t.name for t in selected}
-        outcomes += [ExportOutcome(table=name, table_path="", ok=False, error="no such table in _lakefs_tables/")
-                     for name in sorted(unknown)]
-        selected = [t for t in selected if t.name in tables]
-    elif not export_all:
-        selected = changed_tables(lakefs, repository, commit_id, selected)
-    for table in selected:
+    selection = tables_to_export(lakefs, repository, commit_id, tables or (), every_table=export_all)
+    outcomes = [ExportOutcome(table=name, table_path="", ok=False, error=reason)
+                for name, reason in selection.refused.items()]
+    for table in selection.tables:
         outcomes.append(export_table(config, repository, ref, commit_id, table, lakefs=lakefs))
     return outcomes
 
@@ -46,8 +38,7 @@ def missing_exports(config: Config, repository: str, ref: str, commit_id: str, l
     lakefs = lakefs or LakeFS(config.lakefs)
     namespace = lakefs.storage_namespace(repository)
     store = ObjectStore(config, namespace)
-    tables = discover_tables(lakefs, repository, commit_id).tables
-    tables = tables if all_tables else changed_tables(lakefs, repository, commit_id, tables)
+    tables = tables_to_export(lakefs, repository, commit_id, every_table=all_tables).tables
     return [t.name for t in tables
             if not store.exists(export_location(config, ref, commit_id, t.name) + MANIFEST)]
 
@@ -63,7 +54,7 @@ def exports_in_store(config: Config, repository: str, commit_id: str, ref: str |
     found: dict[str, dict[str, dict]] = {}
     for segment in segments:
         for table_segment in store.list_folders(f"{root}{segment}/{commit_id}/"):
-            target = f"{root}{segment}/{commit_id}/{table_segment}/"
+            target = f"{root}{segment}/{commit_id}/{table_segment}/"  # export_location, from its segments
             try:
                 manifest = json.loads(store.get(target + MANIFEST))
             except NotFound:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import yaml
@@ -35,23 +36,23 @@ def parse_descriptor(descriptor: str, raw: bytes) -> TableDescriptor | None:
     try:
         document = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise DescriptorError(f"{descriptor}: not valid YAML: {exc}") from None
+        raise DescriptorError(descriptor, f"not valid YAML: {exc}") from None
     if not isinstance(document, dict):
-        raise DescriptorError(f"{descriptor}: expected a mapping with `name`, `type` and `path`")
+        raise DescriptorError(descriptor, "expected a mapping with `name`, `type` and `path`")
     table_type = document.get("type", "delta")
     if table_type != "delta":
         return None
     name, path = document.get("name"), document.get("path")
     if not isinstance(name, str) or not name.strip():
-        raise DescriptorError(f"{descriptor}: `name` is required")
+        raise DescriptorError(descriptor, "`name` is required")
     if "/" in name or name in (".", ".."):
-        raise DescriptorError(f"{descriptor}: `name` {name!r} must not contain `/`; it names the export folder")
+        raise DescriptorError(descriptor, f"`name` {name!r} must not contain `/`; it names the export folder")
     if not isinstance(path, str) or not path.strip("/ "):
-        raise DescriptorError(f"{descriptor}: `path` is required (the table's folder from the repository root)")
+        raise DescriptorError(descriptor, "`path` is required (the table's folder from the repository root)")
     if path.startswith("/") or "://" in path:
-        raise DescriptorError(f"{descriptor}: `path` {path!r} must be relative to the repository root")
+        raise DescriptorError(descriptor, f"`path` {path!r} must be relative to the repository root")
     if ".." in path.split("/"):
-        raise DescriptorError(f"{descriptor}: `path` {path!r} escapes the repository")
+        raise DescriptorError(descriptor, f"`path` {path!r} escapes the repository")
     return TableDescriptor(name=name.strip(), path=posixpath.normpath(path).strip("/"), descriptor=descriptor)
 
 
@@ -72,7 +73,7 @@ def discover_tables(lakefs: LakeFS, repository: str, ref: str) -> Discovery:
             continue
         if table.name in tables:
             duplicates.add(table.name)
-            errors.append(DescriptorError(f"{descriptor}: table name {table.name!r} is also used by "
+            errors.append(DescriptorError(descriptor, f"table name {table.name!r} is also used by "
                                           f"{tables[table.name].descriptor}; neither is exported"))
             continue
         tables[table.name] = table
@@ -89,3 +90,26 @@ def changed_tables(lakefs: LakeFS, repository: str, commit_id: str, tables: list
     return [table for table in tables
             if table.descriptor in changed_descriptors
             or next(iter(lakefs.diff(repository, parent, commit_id, prefix=table.prefix, amount=1)), None) is not None]
+
+
+@dataclass
+class Selection:
+    """The tables a commit exports, and what was asked for but cannot be."""
+
+    tables: list[TableDescriptor]
+    refused: dict[str, str]  # descriptor path (or a name asked for) -> why it is not exported
+
+
+def tables_to_export(lakefs: LakeFS, repository: str, commit_id: str, names: Iterable[str] = (),
+                     every_table: bool = False) -> Selection:
+    """The one rule for which tables a commit exports: the named ones, or all (a tag), or those the
+    commit changed since its first parent. An invalid descriptor is refused, never guessed at."""
+    discovery = discover_tables(lakefs, repository, commit_id)
+    refused = {error.descriptor: str(error) for error in discovery.errors}
+    tables, names = discovery.tables, set(names)
+    if names:
+        refused.update((name, "no such table in _lakefs_tables/") for name in sorted(names - {t.name for t in tables}))
+        tables = [t for t in tables if t.name in names]
+    elif not every_table:
+        tables = changed_tables(lakefs, repository, commit_id, tables)
+    return Selection(tables, refused)

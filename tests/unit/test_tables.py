@@ -3,7 +3,7 @@
 import pytest
 
 from exporter.errors import DescriptorError
-from exporter.lakefs.descriptors import discover_tables, parse_descriptor
+from exporter.lakefs.descriptors import discover_tables, parse_descriptor, tables_to_export
 
 pytestmark = pytest.mark.unit
 
@@ -59,3 +59,25 @@ def test_one_bad_descriptor_does_not_stop_the_others_and_duplicates_export_neith
     assert len(discovery.errors) == 2
     assert any("b.yaml" in str(e) for e in discovery.errors)
     assert any("'c'" in str(e) and "neither" in str(e) for e in discovery.errors)
+
+
+def test_the_tables_a_commit_exports_are_named_all_or_changed_and_refusals_keep_their_descriptor():
+    files = {"_lakefs_tables/a.yaml": b"name: a\ntype: delta\npath: tables/a\n",
+             "_lakefs_tables/b.yaml": b"name: b\ntype: delta\npath: tables/b\n",
+             "_lakefs_tables/bad:name.yaml": b"name: [broken\n"}
+
+    class Lakefs(Descriptors):
+        def commit(self, repository, commit_id):
+            return type("Commit", (), {"parents": ["parent"]})()
+
+        def diff(self, repository, left, right, prefix="", amount=None):
+            changed = ["tables/b/_delta_log/00000000000000000001.json"]
+            return [{"path": path} for path in changed if path.startswith(prefix)]
+
+    lakefs = Lakefs(files)
+    named = tables_to_export(lakefs, "repo", "c1", ["a", "nope"])
+    assert [t.name for t in named.tables] == ["a"]
+    assert named.refused["nope"] == "no such table in _lakefs_tables/"
+    assert named.refused["_lakefs_tables/bad:name.yaml"].startswith("_lakefs_tables/bad:name.yaml: not valid YAML")
+    assert [t.name for t in tables_to_export(lakefs, "repo", "c1", every_table=True).tables] == ["a", "b"]
+    assert [t.name for t in tables_to_export(lakefs, "repo", "c1").tables] == ["b"]
