@@ -67,7 +67,11 @@ class RetriedTask(app.Task):
     retry_jitter = True
 
 
-def _transient_reason(exc: BaseException, config: Config) -> str | None:
+# What a task may meet that is not a bug: the library's errors, Redis, its own soft time limit.
+TASK_ERRORS = (ExporterError, redis.RedisError, SoftTimeLimitExceeded)
+
+
+def _transient_reason(exc: BaseException) -> str | None:
     """Why a retry may succeed, or None when the error is permanent."""
     if isinstance(exc, SoftTimeLimitExceeded):
         return "timed out: the task ran past its soft time limit (task_time_limits, task_time_limit_seconds)"
@@ -76,6 +80,15 @@ def _transient_reason(exc: BaseException, config: Config) -> str | None:
     if isinstance(exc, ExporterError) and not exc.permanent:
         return str(exc)
     return None
+
+
+def retry_if_transient(exc: BaseException, line: str, retries_left: bool = True) -> None:
+    """The one retry policy: a transient error raises `Transient` (Celery retries it with backoff)
+    while retries are left; a permanent one returns, for the task to record as it ends."""
+    reason = _transient_reason(exc)
+    if reason is not None and retries_left:
+        log.warning("%s outcome=retrying reason=%s", line, reason)
+        raise Transient(reason) from exc
 
 
 def export_queue(config: Config, checkpoint_files: int) -> str | None:
@@ -121,15 +134,13 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
                                      {"branch_table": branch_table}, queue=queue)
         status.set_table(repository, ref, commit_id, COMMIT_RECORD, "done", reason="",
                          tables=[t.name for t in tables], all_tables=all_tables)
-    except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
-        reason = _transient_reason(exc, config)
-        if reason is not None:
+    except TASK_ERRORS as exc:
+        if (reason := _transient_reason(exc)) is not None:
             _record(status, repository, ref, commit_id, COMMIT_RECORD, "retrying", reason=reason)
             status_count(status, "export_commit", "retried")
-            raise Transient(reason) from exc
+        retry_if_transient(exc, f"commit {repository}/{commit_id} ({ref})")
         log.error("commit %s/%s (%s): cannot list tables: %s", repository, commit_id, ref, exc)
-        _record(status, repository, ref, commit_id, COMMIT_RECORD, "failed", reason=reason or str(exc),
-                permanent=reason is None)
+        _record(status, repository, ref, commit_id, COMMIT_RECORD, "failed", reason=str(exc), permanent=True)
         status_count(status, "export_commit", "failed")
         return []
     log.info("commit %s/%s (%s): %d table(s) queued: %s", repository, commit_id, ref, len(tables),
@@ -189,8 +200,8 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
                                                copy_from=done_under)
                 finally:
                     status.finished(work)
-    except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
-        reason = _transient_reason(exc, config)
+    except TASK_ERRORS as exc:
+        reason = _transient_reason(exc)
         outcome = ExportOutcome(table=table_name, table_path=table_path, ok=False, error=reason or str(exc),
                                 permanent=reason is None)
     facts = {"location": outcome.location, "checkpoint_version": outcome.checkpoint_version,
@@ -296,11 +307,8 @@ def append_branch_table(self, repository: str, branch: str, commit_id: str, tabl
                 log.info("%s outcome=requeued reason=another append holds the lock", line)
                 return {"ok": None, "requeued": True}
             outcome = append_commit(config, _lakefs(config), repository, branch, commit_id, table_name)
-    except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
-        reason = _transient_reason(exc, config)
-        if reason is not None:
-            log.warning("%s outcome=retrying reason=%s", line, reason)
-            raise Transient(reason) from exc
+    except TASK_ERRORS as exc:
+        retry_if_transient(exc, line)
         log.error("%s outcome=%s reason=%s", line, "refused" if isinstance(exc, BranchTableRefused) else "failed", exc)
         _note_branch_table(status, repository, branch, commit_id, table_name,
                            {"state": "refused" if isinstance(exc, BranchTableRefused) else "failed", "reason": str(exc)})
@@ -363,12 +371,10 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
                                 max_bytes=config.row_diff_precompute_bytes)
             except RowDiffTooLarge:
                 pass  # deletion vectors made it bigger than the objects that changed: computed when asked
-    except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
-        reason = _transient_reason(exc, config)
-        if reason is None:
-            log.warning("diff %s/%s %s outcome=failed reason=%s", repository, commit_id, table_path, exc)
-            return False
-        raise Transient(reason) from exc
+    except TASK_ERRORS as exc:
+        retry_if_transient(exc, f"diff {repository}/{commit_id} {table_path}")
+        log.warning("diff %s/%s %s outcome=failed reason=%s", repository, commit_id, table_path, exc)
+        return False
     status.observe("lakefs_delta_diff_precompute_seconds", time.monotonic() - started)
     log.info("diff %s/%s %s outcome=%s seconds=%.2f", repository, commit_id, table_path,
              "cached" if cached else "computed", time.monotonic() - started)
@@ -431,16 +437,14 @@ def _datasets_cache(config: Config) -> DatasetsCache:
 def _compute_for_api(task, cache: ResultCache, parts: tuple, compute) -> bool:
     """Put `compute()` in the cache under `parts`, or why it cannot be had (the API answers with
     that status); transient errors retry while retries last."""
-    config = current_config()
     started = time.monotonic()
     try:
         if cache.get(*parts) is None:  # another task (the precompute after an export) may have made it since
             cache.put(compute(), *parts)
         cache.release(*parts)
-    except (ExporterError, redis.RedisError, SoftTimeLimitExceeded) as exc:
-        reason = _transient_reason(exc, config)
-        if reason is not None and task.request.retries < task.max_retries:
-            raise Transient(reason) from exc
+    except TASK_ERRORS as exc:
+        retry_if_transient(exc, f"{cache.kind} {' '.join(map(str, parts))}", task.request.retries < task.max_retries)
+        reason = _transient_reason(exc)
         status_code = 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, BadRequest) else \
             422 if reason is None else 503
         cache.put_failure(status_code, reason or str(exc), *parts)

@@ -17,7 +17,7 @@ from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR
 from exporter.delta.spark_schema import spark_schema
 from exporter.errors import MissingDataFiles
 from exporter.export.log_writer import ExportOutcome, manifest_document, write_log
-from exporter.export.missing import Snapshot
+from exporter.export.missing import HeadFiles
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_checkpoint_to, rewrite_commit
 from exporter.lakefs.client import LakeFS
@@ -59,7 +59,7 @@ def export_cold(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, c
     rewritten = 0
     checkpoint_rows = 0
     protocol_actions: list[dict] = []
-    snapshot = Snapshot()
+    snapshot = HeadFiles()
     try:
         for name in ordered:  # sidecars first: the checkpoint records their new sizes
             sidecar_sizes = None if name.startswith("_sidecars/") else \

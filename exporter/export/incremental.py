@@ -20,7 +20,7 @@ from exporter.delta.actions import check_protocol, commit_timestamp, parse_actio
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, select_segment
 from exporter.errors import MissingDataFiles, NotFound
 from exporter.export.log_writer import ExportOutcome, manifest_document, write_log
-from exporter.export.missing import Snapshot
+from exporter.export.missing import HeadFiles
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_commit
 from exporter.lakefs.client import LakeFS
@@ -112,7 +112,7 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
                             LakeFSPaths(lakefs, store.bucket))
     outputs: dict[str, bytes] = {}
     protocol_actions, missing, rewritten = [], [], 0
-    snapshot = Snapshot()
+    snapshot = HeadFiles()
     timestamps = {int(v): t for v, t in parent.get("source_timestamps_ms", {}).items()}
     for version, name in new:
         actions = parse_actions(name, raw[name])

@@ -11,7 +11,7 @@ from exporter.delta.replay import UNTRACKED, checkpoint_row_groups, reconcile
 from exporter.parquet.splice import ParquetSource
 
 
-class Snapshot:
+class HeadFiles:
     """Which of the missing add paths (and deletion-vector files) the head reads. Replayed only
     when something is missing, tracking only the logical files that name a missing object."""
 
