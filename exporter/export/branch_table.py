@@ -21,35 +21,34 @@ no-op.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
-
-import pyarrow.compute as pc
 
 from exporter.config import Config
-from exporter.delta.actions import parse_action_line, parse_actions
-from exporter.delta.deletion_vectors import RELATIVE
-from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, commit_name, with_version
-from exporter.delta.paths import is_absolute
-from exporter.delta.replay import checkpoint_row_groups
+from exporter.delta.log import LOG_DIR, LogListing, commit_name
 from exporter.errors import BranchTableRefused, CorruptLog, NotFound
+from exporter.export.branch_log import (
+    annotated,
+    copy_checkpoint,
+    digest,
+    drop_orphans,
+    live_files_differ,
+    now_iso,
+    parsed_commits,
+    source_versions,
+    sync_commit,
+    table_id_of,
+    with_gone_files_resolved,
+)
 from exporter.export.log_writer import discard_export, write_log
-from exporter.export.readback import ExportedLog, LiveFiles, read_exported_log
-from exporter.export.resolve import PathResolver
-from exporter.export.rewrite import add_member, rewrite_commit
+from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.lakefs.actions import branch_tables_kept, installed_action
 from exporter.lakefs.client import LakeFS
-from exporter.lakefs.gateway_paths import LakeFSPaths
-from exporter.lakefs.table_log import list_log, read_log_files
 from exporter.storage.layout import MANIFEST, STATE, branch_table_location, commit_root, export_location
 from exporter.storage.objectstore import ObjectStore
 
-SYNC_OPERATION = "LAKEFS SYNC"
 LINE_LIMIT = 1000  # first-parent commits searched for the event's commit, from the branch head
 
 
@@ -150,7 +149,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
                                    f"commit {commit_id} is older than {state['last_commit']}, which the branch table follows")
                 outcome.head_version = state["head_version"]
                 return outcome
-            _drop_orphans(store, target, state["head_version"])
+            drop_orphans(store, target, state["head_version"])
             _append(config, lakefs, store, target, exported, state, repository, branch, commit_id, manifest, outcome,
                     between)
         state.update(last_commit=commit_id, last_commit_created=commit.creation_date)
@@ -193,7 +192,7 @@ def _create(store: ObjectStore, target: str, exported: ExportedLog, repository: 
     def write(name: str) -> None:
         if name in versions:
             raw.setdefault(name, exported.raw(name))
-            store.put(target + LOG_DIR + name, _annotated(raw[name], repository, commit_id, versions[name]))
+            store.put(target + LOG_DIR + name, annotated(raw[name], repository, commit_id, versions[name]))
         elif name in exported.sizes:
             store.copy(exported.location + LOG_DIR + name, target + LOG_DIR + name)
 
@@ -205,10 +204,10 @@ def _create(store: ObjectStore, target: str, exported: ExportedLog, repository: 
     return {
         "repository": repository, "branch": branch, "table": manifest["table"], "table_path": manifest["table_path"],
         "first_version": first, "head_version": head, "offset": 0, "source_version": head,
-        "source_sha256": _sha256(raw[head_name]) if head_name in raw else None,
-        "table_id": _table_id(_parsed({versions[n]: content for n, content in raw.items()}), exported),
+        "source_sha256": digest(raw[head_name]) if head_name in raw else None,
+        "table_id": table_id_of(parsed_commits({versions[n]: content for n, content in raw.items()}), exported),
         "commits": [{"commit_id": commit_id, "version": head, "source_version": head, "appended": [first, head],
-                     "synthetic": None, "at": _now_iso()}],
+                     "synthetic": None, "at": now_iso()}],
     }
 
 
@@ -225,19 +224,19 @@ def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exp
     else:
         gaps = [v for v in range(followed, head + 1) if v not in versions]
         if gaps:  # the export starts at a checkpoint after the versions the branch table has
-            versions.update(_source_versions(config, lakefs, store, repository, commit_id, table_path, gaps))
+            versions.update(source_versions(config, lakefs, store, repository, commit_id, table_path, gaps))
         lost = [v for v in range(followed + 1, head + 1) if v not in versions]
         if lost:
             reason = f"the source's log no longer holds version(s) {lost[0]}..{lost[-1]}"
-        elif followed in versions and state.get("source_sha256") not in (None, _sha256(versions[followed])):
+        elif followed in versions and state.get("source_sha256") not in (None, digest(versions[followed])):
             reason = f"the source's version {followed} was rewritten"
         elif followed not in versions and state.get("table_id") and \
-                _table_id(_parsed(versions), exported) not in (None, state["table_id"]):  # nothing else to compare
+                table_id_of(parsed_commits(versions), exported) not in (None, state["table_id"]):  # nothing else to compare
             reason = "the source is a different table (its metaData id changed)"
     mapped: list[tuple[str, int]] = []  # (lakeFS commit, source head version) of each commit this append covers
     if reason is None:
         new = list(range(followed + 1, head + 1))
-        gone = _with_gone_files_resolved(config, lakefs, store, repository, state["last_commit"], table_path,
+        gone = with_gone_files_resolved(config, lakefs, store, repository, state["last_commit"], table_path,
                                          {v: versions[v] for v in new})
         mapped = _commits_between(lakefs, repository, table_path, between, commit_id, followed, head) + [(commit_id, head)]
         introduced_by = {}
@@ -245,9 +244,9 @@ def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exp
             introduced_by.update((v, introducing) for v in range(first, last + 1))
         for version in new:
             store.put(target + LOG_DIR + commit_name(version + offset),
-                      _annotated(gone.get(version, versions[version]), repository, introduced_by[version], version))
+                      annotated(gone.get(version, versions[version]), repository, introduced_by[version], version))
         outcome.appended = [v + offset for v in new]
-        if gone and _live_files_differ(store, target, exported):  # a remove matched no add: never left live
+        if gone and live_files_differ(store, target, exported):  # a remove matched no add: never left live
             reason = (f"after versions {new[0]}..{new[-1]} the branch table's live files differed from the "
                       "source's (a removed file it could not match)")
             mapped = []
@@ -256,23 +255,23 @@ def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exp
         sync_version = branch_head + 1 + len(outcome.appended)
         offset = sync_version - head
         store.put(target + LOG_DIR + commit_name(sync_version),
-                  _sync_commit(store, target, exported, reason, repository, commit_id))
+                  sync_commit(store, target, exported, reason, repository, commit_id))
         outcome.appended.append(sync_version)
         mapped = [(commit_id, head)]
-    _copy_checkpoint(store, target, exported, offset, branch_head)
+    copy_checkpoint(store, target, exported, offset, branch_head)
     new_head = head + offset
-    table_id = _table_id(_parsed({v: raw for v, raw in versions.items() if v > followed}), exported,
+    table_id = table_id_of(parsed_commits({v: raw for v, raw in versions.items() if v > followed}), exported,
                          from_checkpoint=reason is not None) or state.get("table_id")
     state.update(head_version=new_head, offset=offset, source_version=head,
-                 source_sha256=_sha256(versions[head]) if head in versions else
-                 (_sha256(exported.raw(exported.listing.commits[head])) if head in exported.listing.commits else None),
+                 source_sha256=digest(versions[head]) if head in versions else
+                 (digest(exported.raw(exported.listing.commits[head])) if head in exported.listing.commits else None),
                  table_id=table_id)
     ranges = [(outcome.appended[0], outcome.appended[-1])] if reason is not None else \
         [(first + offset, last + offset) for first, last in _ranges(followed, mapped)]
     for (mapped_commit, source_version), (first, last) in zip(mapped, ranges):
         state["commits"].append({"commit_id": mapped_commit, "version": source_version + offset,
                                  "source_version": source_version, "appended": [first, last] if first <= last else None,
-                                 "synthetic": reason, "at": _now_iso()})
+                                 "synthetic": reason, "at": now_iso()})
 
 
 def _ranges(followed: int, mapped: list[tuple[str, int]]) -> list[tuple[int, int]]:
@@ -307,161 +306,3 @@ def _log_checksums(lakefs: LakeFS, repository: str, ref: str, table_path: str, a
                if e.get("path_type", "object") == "object"}
     listing = LogListing.from_names((name, 0) for name in entries)
     return {version: entries[name] for version, name in listing.commits.items()}
-
-
-def _with_gone_files_resolved(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, followed: str,
-                              table_path: str, versions: dict[int, bytes]) -> dict[int, bytes]:
-    """The versions whose removes name a file by a relative path, rewritten with the addresses at
-    the followed commit.
-
-    An export keeps a remove's path relative when its object is gone at the commit (vacuumed), while
-    the branch table holds that file's add, appended earlier, with its absolute address: readers
-    reconcile on the raw string (PROTOCOL.md#action-reconciliation), so the file would stay live.
-    Every file live in the branch table is live in the source at the followed commit, so its object
-    is there. Returns only the versions that needed it (none: no lakeFS call)."""
-    def names_gone_file(raw: bytes, version: int) -> bool:
-        for action in parse_actions(commit_name(version), raw):
-            remove = action.get("remove")
-            if isinstance(remove, dict) and (not is_absolute(str(remove.get("path", ""))) or
-                                             (remove.get("deletionVector") or {}).get("storageType") == RELATIVE):
-                return True
-        return False
-
-    relative = {v: raw for v, raw in versions.items() if names_gone_file(raw, v)}
-    if not relative:
-        return {}
-    layout = list_log(lakefs, store, repository, followed, table_path)
-    resolver = PathResolver(layout.addresses)  # absolute paths stay: the export already pinned them
-    return {v: rewrite_commit(commit_name(v), raw, resolver).content for v, raw in relative.items()}
-
-
-def _live_files_differ(store: ObjectStore, target: str, exported: ExportedLog) -> bool:
-    """Whether the branch table as written reads other files than the export (by path and
-    deletion vector, as readers reconcile)."""
-    written = read_exported_log(store, target)
-    mine, theirs = LiveFiles(written).keys(), LiveFiles(exported).keys()
-    return len(mine) != len(theirs) or not pc.all(pc.is_in(mine, value_set=theirs)).as_py()
-
-
-def _copy_checkpoint(store: ObjectStore, target: str, exported: ExportedLog, offset: int, branch_head: int) -> None:
-    """The export's checkpoint when it describes a version the branch table did not have, renamed
-    by the offset; a V2 checkpoint names its version inside, so it is copied only without one."""
-    checkpoint = exported.segment.checkpoint
-    if checkpoint is None or checkpoint.version + offset <= branch_head or (offset and checkpoint.kind == "v2"):
-        return
-    names = exported.checkpoint_files()
-
-    def copy(name: str) -> None:
-        renamed = name if name.startswith("_sidecars/") else with_version(name, checkpoint.version + offset)
-        store.copy(exported.location + LOG_DIR + name, target + LOG_DIR + renamed)
-
-    for name in names:  # sidecars, then parts: the last part makes the checkpoint complete
-        copy(name)
-    if LAST_CHECKPOINT in exported.sizes:
-        document = json.loads(exported.raw(LAST_CHECKPOINT))
-        document["version"] = checkpoint.version + offset
-        store.put(target + LOG_DIR + LAST_CHECKPOINT, json.dumps(document).encode())
-
-
-def _source_versions(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str,
-                     table_path: str, versions: list[int]) -> dict[int, bytes]:
-    """Commits the export does not hold (it starts at a later checkpoint), read from the source's log
-    at the commit and rewritten as an export would; those the log no longer holds are left out."""
-    layout = list_log(lakefs, store, repository, commit_id, table_path)  # data files too: their paths resolve
-    names = {v: layout.listing.commits[v] for v in versions if v in layout.listing.commits}
-    raw = read_log_files(store, layout.addresses, list(names.values()))
-    resolver = PathResolver(layout.addresses, LakeFSPaths(lakefs, store.bucket))
-    return {v: rewrite_commit(name, raw[name], resolver).content for v, name in names.items()}
-
-
-def _drop_orphans(store: ObjectStore, target: str, head: int) -> None:
-    """Versions above the recorded head are what an interrupted append wrote: never recorded, they go."""
-    log = target + LOG_DIR  # only what sorts after the head's commit: the cost does not grow with the log
-    listing = LogListing.from_names((name[len(log):], 0) for name, _, _ in
-                                    store.list_objects(log, start_after=log + commit_name(head)))
-    orphans = [name for version, name in listing.commits.items() if version > head]
-    orphans += [name for version, checkpoint in listing.checkpoints.items() if version > head for name in checkpoint.files]
-    if not orphans:
-        return
-    if LAST_CHECKPOINT in listing.sizes and any(v > head for v in listing.checkpoints):
-        orphans.append(LAST_CHECKPOINT)  # it names a checkpoint about to go: readers list instead
-    store.delete([target + LOG_DIR + name for name in sorted(orphans, reverse=True)])
-
-
-def _annotated(raw: bytes, repository: str, commit_id: str, source_version: int) -> bytes:
-    """The commit with `commitInfo.lakeFS` naming the lakeFS commit it came from; other bytes kept."""
-    marker = {"repository": repository, "commit": commit_id, "sourceVersion": source_version}
-    lines = raw.split(b"\n")
-    for number, line in enumerate(lines, start=1):
-        if line.strip() and isinstance(parse_action_line("commit", number, line).get("commitInfo"), dict):
-            lines[number - 1] = add_member(line, ("commitInfo",), "lakeFS", marker)
-            break
-    return b"\n".join(lines)
-
-
-def _sync_commit(store: ObjectStore, target: str, exported: ExportedLog, reason: str, repository: str,
-                 commit_id: str) -> bytes:
-    """One commit taking the branch table from its head to the export's snapshot
-    (PROTOCOL.md#action-reconciliation): removes for files no longer live, adds for new ones,
-    protocol and metaData when they changed."""
-    before, after = LiveFiles(read_exported_log(store, target)), LiveFiles(exported)
-    before_keys, after_keys = before.keys(), after.keys()
-    removed = before_keys.filter(pc.invert(pc.is_in(before_keys, value_set=after_keys)))
-    added = after_keys.filter(pc.invert(pc.is_in(after_keys, value_set=before_keys)))
-    now = int(time.time() * 1000)
-    info: dict[str, Any] = {}
-    configuration = (after.metadata or {}).get("configuration") or {}
-    if str(configuration.get("delta.enableInCommitTimestamps", "")).lower() == "true":
-        info["inCommitTimestamp"] = max(now, before.in_commit_timestamp + 1)  # PROTOCOL.md#in-commit-timestamps
-    info.update(timestamp=now, operation=SYNC_OPERATION, isBlindAppend=False,
-                operationParameters={"reason": reason, "lakeFSCommit": commit_id,
-                                     "sourceVersion": str(exported.segment.head_version)},
-                lakeFS={"repository": repository, "commit": commit_id,
-                        "sourceVersion": exported.segment.head_version})
-    actions: list[dict] = [{"commitInfo": info}]
-    if after.protocol != before.protocol:
-        actions.append({"protocol": after.protocol})
-    if after.metadata != before.metadata:
-        actions.append({"metaData": after.metadata})
-    actions += [{"remove": _remove_of(add, now)} for add in before.adds(removed)]
-    actions += [{"add": {**add, "dataChange": True}} for add in after.adds(added)]
-    return "".join(json.dumps(action, separators=(",", ":")) + "\n" for action in actions).encode()
-
-
-def _remove_of(add: Mapping[str, Any], now: int) -> dict:
-    """PROTOCOL.md#add-file-and-remove-file: the remove of a live file, with its extended metadata."""
-    kept = ("path", "deletionVector", "partitionValues", "size", "tags", "baseRowId", "defaultRowCommitVersion")
-    return {"path": add["path"], "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
-            **{k: add[k] for k in kept[1:] if k in add}}
-
-
-def _parsed(versions: Mapping[int, bytes]) -> list[list[dict]]:
-    return [parse_actions(commit_name(version), versions[version]) for version in sorted(versions)]
-
-
-def _table_id(commits: list[list[dict]], exported: ExportedLog, from_checkpoint: bool = True) -> str | None:
-    """The newest metaData id among the commits, else (when asked) the export's checkpoint's."""
-    ids = [a["metaData"].get("id") for actions in commits for a in actions if isinstance(a.get("metaData"), dict)]
-    if ids:
-        return ids[-1]
-    if not from_checkpoint:
-        return None
-    for name in exported.checkpoint_files():
-        if name.endswith(".parquet") and not name.startswith("_sidecars/"):
-            for group in checkpoint_row_groups(name, exported.source(name), ["metaData.id"]):
-                found = [i for i in group.column("metaData").to_pylist() if i]
-                if found:
-                    return found[0]["id"]
-        elif name.endswith(".json"):
-            found = [a["metaData"].get("id") for a in parse_actions(name, exported.raw(name)) if "metaData" in a]
-            if found:
-                return found[0]
-    return None
-
-
-def _sha256(raw: bytes) -> str:
-    return hashlib.sha256(raw).hexdigest()
-
-
-def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

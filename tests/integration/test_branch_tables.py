@@ -14,15 +14,16 @@ from collections import Counter
 import httpx
 import pytest
 
-from exporter.lakefs.actions import install_actions
-from exporter.export.branch_table import SYNC_OPERATION, append_commit, branch_table_versions
-from exporter.export.catch_up import catch_up
 from exporter.config import RetentionConfig
 from exporter.errors import ServiceUnavailable
-from exporter.storage.objectstore import ObjectStore
+from exporter.export.branch_log import SYNC_OPERATION
+from exporter.export.branch_table import append_commit, branch_table_versions
+from exporter.export.catch_up import catch_up
 from exporter.export.retention import prune, verify
+from exporter.lakefs.actions import install_actions
 from exporter.state.status import StatusStore
 from exporter.storage.layout import STATE
+from exporter.storage.objectstore import ObjectStore
 from lakefs_delta.client import wait_for_exports
 from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one, read_version, rows, table_uri
 from tests.integration.test_webhooks import GOOD, WEBHOOK, api, token

@@ -11,7 +11,8 @@ import yaml
 from exporter.config import Config, RetentionConfig
 from exporter.delta.replay import file_key
 from exporter.errors import ExporterError
-from exporter.export.branch_table import _annotated, _remove_of, follows
+from exporter.export.branch_log import annotated, remove_of
+from exporter.export.branch_table import follows
 from exporter.export.readback import _keys, _plain
 from exporter.export.retention import HOUR, within_policy
 from exporter.lakefs.actions import branch_table_patterns, render_action
@@ -25,8 +26,8 @@ COMMIT = "c" * 64
 def test_the_annotation_adds_one_member_to_commit_info_and_keeps_every_other_byte():
     raw = (b'{"commitInfo": {"timestamp": 1, "operationMetrics": {"x": 1.10}, "big": 12345678901234567890}}\n'
            b'{"add":{"path":"s3://b/k","size":1e400,"dataChange":true}}\n')
-    annotated = _annotated(raw, "repo", COMMIT, 7)
-    first, rest = annotated.split(b"\n", 1)
+    written = annotated(raw, "repo", COMMIT, 7)
+    first, rest = written.split(b"\n", 1)
     assert rest == raw.split(b"\n", 1)[1]  # the add line is byte-identical
     assert first == (b'{"commitInfo": {"timestamp": 1, "operationMetrics": {"x": 1.10}, "big": 12345678901234567890,'
                      b'"lakeFS":{"repository":"repo","commit":"' + COMMIT.encode() + b'","sourceVersion":7}}}')
@@ -34,10 +35,10 @@ def test_the_annotation_adds_one_member_to_commit_info_and_keeps_every_other_byt
 
 
 def test_the_annotation_of_an_empty_commit_info_and_of_a_commit_without_one():
-    assert json.loads(_annotated(b'{"commitInfo":{ }}', "r", COMMIT, 0))["commitInfo"] == \
+    assert json.loads(annotated(b'{"commitInfo":{ }}', "r", COMMIT, 0))["commitInfo"] == \
         {"lakeFS": {"repository": "r", "commit": COMMIT, "sourceVersion": 0}}
     no_info = b'{"add":{"path":"a","size":1}}\n'
-    assert _annotated(no_info, "r", COMMIT, 0) == no_info  # nothing to annotate: the mapping has it
+    assert annotated(no_info, "r", COMMIT, 0) == no_info  # nothing to annotate: the mapping has it
 
 
 def test_a_branch_table_lives_at_one_location_per_branch_and_table():
@@ -84,7 +85,7 @@ def test_the_synthetic_remove_of_a_live_file_keeps_what_readers_match_on():
     add = {"path": "s3://b/k", "size": 9, "partitionValues": {"d": "1"}, "stats": "{}", "dataChange": False,
            "deletionVector": {"storageType": "p", "pathOrInlineDv": "s3://b/dv", "offset": 1, "sizeInBytes": 4,
                               "cardinality": 2}}
-    remove = _remove_of(add, 1000)
+    remove = remove_of(add, 1000)
     assert remove == {"path": "s3://b/k", "deletionTimestamp": 1000, "dataChange": True, "extendedFileMetadata": True,
                       "deletionVector": add["deletionVector"], "partitionValues": {"d": "1"}, "size": 9}
 
