@@ -4,7 +4,6 @@ commit, paths rewritten to absolute physical addresses, checkpoints streamed row
 
 from __future__ import annotations
 
-import functools
 import json
 import posixpath
 import time
@@ -30,112 +29,139 @@ from exporter.storage.objectstore import ObjectSource, ObjectStore, Upload
 
 
 def export_cold(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commit_id: str, table: TableDescriptor,
-            target: str, outcome: ExportOutcome, started: float) -> None:
+                target: str, outcome: ExportOutcome, started: float) -> None:
     """A cold export. JSON files are rewritten in memory; parquet checkpoints, parts and sidecars
     are streamed row group by row group from their physical addresses into uploads that appear
     only when `write_log` completes them, so memory does not grow with the table."""
     layout = list_log(lakefs, store, repository, commit_id, table.path)
-    segment, sizes = layout.segment, layout.listing.sizes
-
-    @functools.cache
-    def source_of(name: str) -> ObjectSource:  # one per file: it keeps the footer it read
-        return ObjectSource(store, layout.addresses[LOG_DIR + name], sizes[name])
-
-    commits = ([(segment.checkpoint.version, segment.checkpoint_commit)] if segment.checkpoint_commit else []) \
-        + segment.commits
-    json_names = [n for n in (segment.checkpoint.files if segment.checkpoint else []) if n.endswith(".json")]
-    log_files = read_log_files(store, layout.addresses, json_names + [name for _, name in commits])
-    ordered = checkpoint_files(layout.addresses, segment,
-                               lambda n: BytesSource(log_files[n]) if n in log_files else source_of(n)) \
-        if segment.checkpoint else []
-    log_files.update(read_log_files(store, layout.addresses,
-                                    [n for n in ordered if n.endswith(".json") and n not in log_files]))
+    source = _SourceLog(store, layout)
     read = time.monotonic()
-
-    resolver = PathResolver(layout.addresses, LakeFSPaths(lakefs, store.bucket))
-    outputs: dict[str, bytes] = {}  # name relative to _delta_log/ -> rewritten bytes (JSON files)
-    uploads: dict[str, Upload] = {}  # name relative to _delta_log/ -> streamed parquet file, not yet visible
-    missing: list[str] = []
-    rewritten = 0
-    checkpoint_rows = 0
-    protocol_actions: list[dict] = []
-    snapshot = HeadFiles()
+    rewrite = _Rewrite(store, target, PathResolver(layout.addresses, LakeFSPaths(lakefs, store.bucket)))
+    segment = layout.segment
     try:
-        for name in ordered:  # sidecars first: the checkpoint records their new sizes
-            sidecar_sizes = None if name.startswith("_sidecars/") else \
-                {posixpath.basename(n): _written_size(n, outputs, uploads) for n in ordered if n.startswith("_sidecars/")}
-            if name.endswith(".json"):
-                raw = log_files[name]
-                actions = parse_actions(name, raw)
-                protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
-                snapshot.apply(actions)
-                result = rewrite_commit(name, raw, resolver, sidecar_sizes)
-                checkpoint_rows += len(actions)
-                outputs[name] = result.content
-            else:
-                source = source_of(name)
-                rows, protocol_rows = _checkpoint_summary(name, source)
-                protocol_actions += protocol_rows
-                checkpoint_rows += rows
-                snapshot.apply_checkpoint(name, source)
-                upload = uploads[name] = store.upload(target + LOG_DIR + name)
-                result = rewrite_checkpoint_to(name, source, resolver, upload, sidecar_sizes)
-                if result.changed:
-                    upload.finish_writing()
-                else:
-                    upload.copy_of(source.uri, source.size)
-            rewritten += result.files_rewritten
-            missing += result.missing
-        timestamps: dict[int, int] = {}  # version -> the source's commit timestamp (epoch ms)
-        for version, name in commits:
-            raw = log_files[name]
-            actions = parse_actions(name, raw)
-            protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
-            timestamps[version] = commit_timestamp(actions, layout.modification_times.get(name, 0) * 1000)
-            result = rewrite_commit(name, raw, resolver)
-            outputs[name] = result.content
-            rewritten += result.files_rewritten
-            if name != segment.checkpoint_commit:  # c.json's adds are already in the checkpoint
-                snapshot.apply(actions)
-                missing += result.missing
-        check_protocol(protocol_actions)
+        for name in source.ordered:  # sidecars first: the checkpoint records their new sizes
+            rewrite.checkpoint_file(source, name)
+        timestamps = rewrite.commits(source)
+        check_protocol(rewrite.protocol_actions)
         # Only files the head snapshot reads must exist: an add removed later may be vacuumed (its
         # versions do not time-travel in the source either); it keeps its original path.
-        required = snapshot.required(missing)
+        required = rewrite.head_files.required(rewrite.missing)
         if required:
             raise MissingDataFiles(table.name, required)
         rewritten_at = time.monotonic()
-
         outcome.checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
         outcome.head_version = segment.head_version
         outcome.versions = len(segment.commits) + (1 if segment.checkpoint else 0)
-        outcome.files_rewritten = rewritten
+        outcome.files_rewritten = rewrite.files_rewritten
         if segment.checkpoint:
-            written = {n: _written_size(n, outputs, uploads) for n in ordered}
-            outputs[LAST_CHECKPOINT] = _last_checkpoint(layout, checkpoint_rows, written,
-                                                        lambda: open_parquet(source_of(segment.checkpoint.files[0]),
-                                                                             segment.checkpoint.files[0]))
-
-        def write(name: str) -> None:
-            if name in uploads:
-                uploads[name].complete()
-            else:
-                store.put(target + LOG_DIR + name, outputs[name])
-
-        write_log(segment, [n for n in ordered if n.startswith("_sidecars/")], write)
+            first = segment.checkpoint.files[0]
+            written = {n: rewrite.written_size(n) for n in source.ordered}
+            rewrite.outputs[LAST_CHECKPOINT] = _last_checkpoint(layout, rewrite.checkpoint_rows, written,
+                                                                lambda: open_parquet(source.source_of(first), first))
+        write_log(segment, [n for n in source.ordered if n.startswith("_sidecars/")], rewrite.write)
     finally:
-        for upload in uploads.values():
-            upload.abort()  # nothing when it completed
+        rewrite.abort()
     manifest = manifest_document(repository, ref, commit_id, table, outcome, segment, timestamps,
-                                 log_files_written=len(outputs) + len(uploads), lakefs_calls=lakefs.calls,
+                                 log_files_written=len(rewrite.outputs) + len(rewrite.uploads), lakefs_calls=lakefs.calls,
                                  timings={"list_and_read": round(read - started, 3),
                                           "rewrite": round(rewritten_at - read, 3),
                                           "write": round(time.monotonic() - rewritten_at, 3)})
     store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")  # last: marks done
 
 
-def _written_size(name: str, outputs: dict[str, bytes], uploads: dict[str, Upload]) -> int:
-    return uploads[name].size if name in uploads else len(outputs[name])
+class _SourceLog:
+    """The source log segment a cold export reads: its JSON files read whole (few and small), its
+    parquet files opened by physical address when streamed."""
+
+    def __init__(self, store: ObjectStore, layout: LogLayout):
+        self.store, self.layout = store, layout
+        self._sources: dict[str, ObjectSource] = {}
+        segment = layout.segment
+        self.commits = ([(segment.checkpoint.version, segment.checkpoint_commit)] if segment.checkpoint_commit
+                        else []) + segment.commits
+        json_names = [n for n in (segment.checkpoint.files if segment.checkpoint else []) if n.endswith(".json")]
+        self.files = read_log_files(store, layout.addresses, json_names + [name for _, name in self.commits])
+        self.ordered = checkpoint_files(layout.addresses, segment, lambda n: BytesSource(self.files[n])
+                                        if n in self.files else self.source_of(n)) if segment.checkpoint else []
+        self.files.update(read_log_files(store, layout.addresses,
+                                         [n for n in self.ordered if n.endswith(".json") and n not in self.files]))
+
+    def source_of(self, name: str) -> ObjectSource:
+        """One source per file: it keeps the footer it read."""
+        if name not in self._sources:
+            self._sources[name] = ObjectSource(self.store, self.layout.addresses[LOG_DIR + name],
+                                               self.layout.listing.sizes[name])
+        return self._sources[name]
+
+
+class _Rewrite:
+    """What a cold export has rewritten so far: JSON files in memory, parquet files as uploads not
+    yet visible, the missing objects they name, and what the protocol check and manifest need."""
+
+    def __init__(self, store: ObjectStore, target: str, resolver: PathResolver):
+        self.store, self.target, self.resolver = store, target, resolver
+        self.outputs: dict[str, bytes] = {}  # name relative to _delta_log/ -> rewritten bytes (JSON files)
+        self.uploads: dict[str, Upload] = {}  # name relative to _delta_log/ -> streamed parquet file
+        self.missing: list[str] = []
+        self.files_rewritten = self.checkpoint_rows = 0
+        self.protocol_actions: list[dict] = []
+        self.head_files = HeadFiles()
+
+    def checkpoint_file(self, source: _SourceLog, name: str) -> None:
+        sidecar_sizes = None if name.startswith("_sidecars/") else \
+            {posixpath.basename(n): self.written_size(n) for n in source.ordered if n.startswith("_sidecars/")}
+        if name.endswith(".json"):
+            raw = source.files[name]
+            actions = parse_actions(name, raw)
+            self.protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
+            self.head_files.apply(actions)
+            result = rewrite_commit(name, raw, self.resolver, sidecar_sizes)
+            self.checkpoint_rows += len(actions)
+            self.outputs[name] = result.content
+        else:
+            parquet = source.source_of(name)
+            rows, protocol_rows = _checkpoint_summary(name, parquet)
+            self.protocol_actions += protocol_rows
+            self.checkpoint_rows += rows
+            self.head_files.apply_checkpoint(name, parquet)
+            upload = self.uploads[name] = self.store.upload(self.target + LOG_DIR + name)
+            result = rewrite_checkpoint_to(name, parquet, self.resolver, upload, sidecar_sizes)
+            if result.changed:
+                upload.finish_writing()
+            else:
+                upload.copy_of(parquet.uri, parquet.size)
+        self.files_rewritten += result.files_rewritten
+        self.missing += result.missing
+
+    def commits(self, source: _SourceLog) -> dict[int, int]:
+        """Rewrite the commits; each version's commit timestamp (epoch ms), for the manifest."""
+        timestamps: dict[int, int] = {}
+        checkpoint_commit = source.layout.segment.checkpoint_commit
+        for version, name in source.commits:
+            raw = source.files[name]
+            actions = parse_actions(name, raw)
+            self.protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
+            timestamps[version] = commit_timestamp(actions, source.layout.modification_times.get(name, 0) * 1000)
+            result = rewrite_commit(name, raw, self.resolver)
+            self.outputs[name] = result.content
+            self.files_rewritten += result.files_rewritten
+            if name != checkpoint_commit:  # c.json's adds are already in the checkpoint
+                self.head_files.apply(actions)
+                self.missing += result.missing
+        return timestamps
+
+    def written_size(self, name: str) -> int:
+        return self.uploads[name].size if name in self.uploads else len(self.outputs[name])
+
+    def write(self, name: str) -> None:
+        if name in self.uploads:
+            self.uploads[name].complete()
+        else:
+            self.store.put(self.target + LOG_DIR + name, self.outputs[name])
+
+    def abort(self) -> None:
+        for upload in self.uploads.values():
+            upload.abort()  # nothing when it completed
 
 
 def _checkpoint_summary(name: str, source: ParquetSource) -> tuple[int, list[dict]]:
