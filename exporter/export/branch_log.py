@@ -20,9 +20,10 @@ from exporter.delta.deletion_vectors import RELATIVE
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, commit_name, with_version
 from exporter.delta.paths import is_absolute
 from exporter.delta.replay import checkpoint_row_groups
+from exporter.export.json_splice import add_member
 from exporter.export.readback import ExportedLog, LiveFiles, read_exported_log
 from exporter.export.resolve import PathResolver
-from exporter.export.rewrite import add_member, rewrite_commit
+from exporter.export.rewrite import rewrite_commit
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.gateway_paths import LakeFSPaths
 from exporter.lakefs.table_log import list_log, read_log_files

@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from exporter.errors import CorruptLog
+from exporter.export.json_splice import splice_json
 from exporter.export.resolve import PathResolver
-from exporter.export.rewrite import rewrite_checkpoint_file, rewrite_commit, splice_json
+from exporter.export.rewrite import rewrite_checkpoint_file, rewrite_commit
 from exporter.parquet.splice import read_footer
 from exporter.parquet.thrift import decode_struct, encode_struct
 

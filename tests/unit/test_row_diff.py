@@ -12,7 +12,8 @@ import pytest
 from pyroaring import BitMap
 
 from exporter.delta.deletion_vectors import MAGIC, deleted_rows
-from exporter.diff.rows import _changes, _described, _named_as_right, _unmatched
+from exporter.diff.rows import _described, _named_as_right
+from exporter.diff.rows_compare import changes, unmatched
 from exporter.errors import CorruptLog
 
 pytestmark = pytest.mark.unit
@@ -62,8 +63,8 @@ def table(rows: list[tuple], partition: str = "") -> pa.Table:
 
 def diff(removed: list[tuple], added: list[tuple], key: list[str] = ()) -> tuple[list[dict], dict]:
     left, right = table(removed), table(added)
-    kept_left, kept_right = _unmatched(left, right, ["id", "v"])
-    return _changes(left.take(kept_left), right.take(kept_right), list(key))
+    kept_left, kept_right = unmatched(left, right, ["id", "v"])
+    return changes(left.take(kept_left), right.take(kept_right), list(key))
 
 
 def test_a_rewrite_of_the_same_rows_changes_nothing_and_duplicates_count():
