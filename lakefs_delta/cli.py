@@ -357,12 +357,8 @@ def render_diff(diff: dict, left: str, right: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lakefs-delta", description=__doc__)
-    parser.add_argument("--config", help="YAML config file (default: $LAKEFS_DELTA_CONFIG)")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-
+def _add_export_commands(commands) -> None:
+    """The subcommands for commands that export."""
     config_cmd = commands.add_parser("config", help="show the effective configuration, secrets masked")
     config_cmd.add_argument("action", choices=["show"])
     config_cmd.set_defaults(run=_config)
@@ -375,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     export_cmd.add_argument("--all", action="store_true", help="export every table, changed or not")
     export_cmd.set_defaults(run=_export)
 
+
+def _add_process_commands(commands) -> None:
+    """The subcommands for the long-running processes."""
     serve_cmd = commands.add_parser("serve", help="the webhook receiver and API (uvicorn)")
     serve_cmd.add_argument("--host", default="127.0.0.1")
     serve_cmd.add_argument("--port", type=int, default=18080)
@@ -389,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
                                              "large_table_queue), e.g. `lakefs_delta.large` for a worker of its own")
     worker_cmd.set_defaults(run=_worker)
 
+
+def _add_repository_commands(commands) -> None:
+    """The subcommands for commands that act on repositories."""
     catch_up_cmd = commands.add_parser("catch-up", help="queue recent commits and tags whose export is incomplete")
     catch_up_cmd.add_argument("--repo", action="append",
                               help="repository (repeatable; default: catch_up_repositories, else every repository)")
@@ -405,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
                              help="branch globs that keep a branch table per table (<ref>/latest/<table>/)")
     install_cmd.set_defaults(run=_install_actions)
 
+
+def _add_diff_command(commands) -> None:
+    """The subcommands for the diff."""
     diff_cmd = commands.add_parser("diff", help="how a Delta table changed between two refs")
     diff_cmd.add_argument("--repo", required=True)
     diff_cmd.add_argument("refs", help="LEFT..RIGHT, e.g. main..exp1")
@@ -415,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
     diff_cmd.add_argument("--limit", type=int, default=50, help="with --rows: rows printed (default 50)")
     diff_cmd.set_defaults(run=_diff)
 
+
+def _add_retention_commands(commands) -> None:
+    """The subcommands for branch tables' versions, prune and verify."""
     versions_cmd = commands.add_parser("versions", help="a branch table's lakeFS commit <-> Delta version mapping")
     versions_cmd.add_argument("--repo", required=True)
     versions_cmd.add_argument("--branch", required=True)
@@ -441,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     verify_cmd.add_argument("--commit", help="the export of this commit (default: the branch table of --ref)")
     verify_cmd.set_defaults(run=_verify)
 
+
+def _add_access_commands(commands) -> None:
+    """The subcommands for health and sign-in."""
     health_cmd = commands.add_parser("healthcheck", help="exit 0 when this container's serve or worker is healthy")
     health_cmd.add_argument("--role", choices=["serve", "worker"], help="default: from the command PID 1 runs")
     health_cmd.add_argument("--cmdline", default="/proc/1/cmdline", help=argparse.SUPPRESS)
@@ -455,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     link_cmd.add_argument("--table", help="table path from the repository root")
     link_cmd.set_defaults(run=_sign_in_link)
 
+
+def _add_sharing_commands(commands) -> list[argparse.ArgumentParser]:
+    """`sharing recipient create|list|revoke`; returns the leaf commands."""
     sharing_cmd = commands.add_parser("sharing", help="Delta Sharing: the recipients of the shares in `sharing.shares`")
     sharing_commands = sharing_cmd.add_subparsers(dest="sharing_command", required=True)
     recipient_cmd = sharing_commands.add_parser("recipient", help="create, list or revoke recipients")
@@ -474,10 +488,24 @@ def main(argv: list[str] | None = None) -> int:
     revoke_cmd = recipient_commands.add_parser("revoke", help="the recipient's token stops working at once")
     revoke_cmd.add_argument("name")
     revoke_cmd.set_defaults(run=_recipient_revoke)
+    return [create_cmd, list_cmd, revoke_cmd]
 
-    for command in [*commands.choices.values(), create_cmd, list_cmd, revoke_cmd]:
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakefs-delta", description=__doc__)
+    parser.add_argument("--config", help="YAML config file (default: $LAKEFS_DELTA_CONFIG)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_export_commands, _add_process_commands, _add_repository_commands, _add_diff_command,
+                _add_retention_commands, _add_access_commands):
+        add(commands)
+    leaves = _add_sharing_commands(commands)
+    for command in [*commands.choices.values(), *leaves]:
         command.add_argument("--config", default=argparse.SUPPRESS, help="YAML config file")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     from exporter.errors import ExporterError
 
     try:
