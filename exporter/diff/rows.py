@@ -27,10 +27,10 @@ from pyroaring import BitMap
 from exporter.config import Config
 from exporter.delta.columns import matched_by_id, paired_fields, physical_name
 from exporter.delta.deletion_vectors import deleted_rows
+from exporter.delta.live_files import LiveFiles
 from exporter.diff.rows_compare import changes, unmatched
 from exporter.diff.table import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
-from exporter.export.readback import LiveFiles
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.table_log import LoadedLog, checkpoint_files_hint
 from exporter.parquet.splice import open_parquet

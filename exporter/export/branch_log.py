@@ -17,11 +17,12 @@ import pyarrow.compute as pc
 from exporter.config import Config
 from exporter.delta.actions import parse_action_line, parse_actions
 from exporter.delta.deletion_vectors import RELATIVE
+from exporter.delta.live_files import LiveFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, commit_name, with_version
 from exporter.delta.paths import is_absolute
 from exporter.delta.replay import checkpoint_row_groups
 from exporter.export.json_splice import add_member
-from exporter.export.readback import ExportedLog, LiveFiles, read_exported_log
+from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_commit
 from exporter.lakefs.client import LakeFS

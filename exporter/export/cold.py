@@ -12,11 +12,11 @@ from collections.abc import Callable
 import pyarrow.parquet as pq
 
 from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
+from exporter.delta.head_files import HeadFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR
 from exporter.delta.spark_schema import spark_schema
 from exporter.errors import MissingDataFiles
 from exporter.export.log_writer import ExportOutcome, manifest_document, write_log
-from exporter.export.missing import HeadFiles
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_checkpoint_to, rewrite_commit
 from exporter.lakefs.client import LakeFS

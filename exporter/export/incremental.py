@@ -17,10 +17,10 @@ from datetime import datetime, timezone
 import exporter
 from exporter.config import Config
 from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
+from exporter.delta.head_files import HeadFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, select_segment
 from exporter.errors import MissingDataFiles, NotFound
 from exporter.export.log_writer import ExportOutcome, manifest_document, write_log
-from exporter.export.missing import HeadFiles
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_commit
 from exporter.lakefs.client import LakeFS

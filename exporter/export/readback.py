@@ -1,25 +1,14 @@
 """Reading a `_delta_log/` this exporter wrote (an export, a branch table) back from the object
-store: its layout, its files, and the live files of its snapshot."""
+store: its layout and its files (`exporter.delta.live_files` replays it)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from exporter.delta.actions import in_commit_timestamp, parse_actions
-from exporter.delta.deletion_vectors import unique_ids
 from exporter.delta.log import LOG_DIR, LogListing, LogSegment, select_segment
-from exporter.delta.replay import checkpoint_row_groups, reconcile
 from exporter.lakefs.table_log import checkpoint_files
 from exporter.parquet.splice import BytesSource, ParquetSource
 from exporter.storage.objectstore import ObjectSource, ObjectStore
-
-_MAPS = {"partitionValues", "tags", "configuration", "options"}  # parquet maps read back as (key, value) lists
-_DERIVED = {"stats_parsed", "partitionValues_parsed"}  # checkpoint-only columns, not action fields
 
 
 @dataclass
@@ -54,118 +43,3 @@ def read_exported_log(store: ObjectStore, location: str) -> ExportedLog | None:
         return None
     listing = LogListing.from_names(sizes.items())
     return ExportedLog(store, location, sizes, listing, select_segment(listing))
-
-
-class LiveFiles:
-    """The live files of an exported log's snapshot (PROTOCOL.md#action-reconciliation), streamed:
-    the JSON actions after the checkpoint are held (they are few), the checkpoint's adds are read a
-    row-group slice at a time and never held whole, so memory follows the change, not the table.
-    A logical file's key is `path NUL deletion-vector id`."""
-
-    def __init__(self, log: ExportedLog):
-        self.log = log
-        self.later: dict[tuple[str, str], dict | None] = {}  # logical file -> add action, or None once removed
-        self.metadata: dict | None = None
-        self.protocol: dict | None = None
-        self.in_commit_timestamp = 0  # the head commit's, 0 without one
-        self.checkpoint_parquet: list[str] = []
-        for name in log.checkpoint_files():
-            if name.endswith(".json"):
-                self._apply(parse_actions(name, log.raw(name)))
-            else:
-                self.checkpoint_parquet.append(name)
-        for _, name in log.segment.commits:
-            actions = parse_actions(name, log.raw(name))
-            self._apply(actions)
-            self.in_commit_timestamp = in_commit_timestamp(actions) or 0
-        for group in self._row_groups(["metaData", "protocol"]):
-            if self.metadata is not None and self.protocol is not None:
-                break  # one ranged read per row group: stop once both are known
-            self.metadata = self.metadata or _first(group, "metaData")
-            self.protocol = self.protocol or _first(group, "protocol")
-
-    def _apply(self, actions: list[dict]) -> None:
-        for action in map(_plain, actions):
-            self.metadata = action.get("metaData", self.metadata)
-            self.protocol = action.get("protocol", self.protocol)
-            reconcile(self.later, action, keep_removed=True)
-
-    def _row_groups(self, columns: list[str]) -> Iterable[pa.Table]:
-        for name in self.checkpoint_parquet:
-            yield from checkpoint_row_groups(name, self.log.source(name), columns)
-
-    def _checkpoint_adds(self, columns: list[str]) -> Iterable[tuple[pa.Array, pa.StructArray]]:
-        """(keys, adds) of the checkpoint's adds still live at the head, a slice at a time."""
-        later = pa.array([_joined(key) for key in self.later], pa.string())
-        for group in self._row_groups(columns):
-            if "add" not in group.column_names:
-                continue
-            adds = group.column("add")
-            adds = adds.filter(adds.is_valid())
-            for start in range(0, len(adds), _SLICE):
-                chunk = adds.slice(start, _SLICE).combine_chunks()
-                keys = _keys(chunk)
-                live = pc.invert(pc.is_in(keys, value_set=later))
-                yield keys.filter(live), chunk.filter(live)
-
-    def keys(self) -> pa.Array:
-        """Every live file's key."""
-        keys = [keys for keys, _ in self._checkpoint_adds(_KEY_COLUMNS)]
-        keys.append(pa.array([_joined(key) for key, add in self.later.items() if add is not None], pa.string()))
-        return pa.concat_arrays(keys)
-
-    def files(self, whole: bool = False) -> Iterable[dict]:
-        """Every live file's add action; from the checkpoint only `path` and `deletionVector`
-        unless `whole` (then with partition values, size, stats, ...)."""
-        yield from (add for add in self.later.values() if add is not None)
-        for _, adds in self._checkpoint_adds(_WHOLE_ADD_COLUMNS if whole else _KEY_COLUMNS):
-            yield from map(_plain, adds.to_pylist())
-
-    def adds(self, wanted: pa.Array) -> Iterable[dict]:
-        """The add actions of the live files whose keys are `wanted`."""
-        chosen = set(wanted.to_pylist())
-        yield from (add for key, add in self.later.items() if add is not None and _joined(key) in chosen)
-        for keys, adds in self._checkpoint_adds(["add"]):
-            chosen = pc.is_in(keys, value_set=wanted)
-            if pc.any(chosen).as_py():
-                yield from (_plain(add) for add in adds.filter(chosen).to_pylist())
-
-
-_SLICE = 65_536
-_KEY_COLUMNS = ["add.path", *(f"add.deletionVector.{name}" for name in ("storageType", "pathOrInlineDv", "offset"))]
-# an add action's fields (PROTOCOL.md#add-file-and-remove-file), not the checkpoint-only parsed
-# columns (`stats_parsed` can be the widest column of all, and is dropped from the action anyway)
-_WHOLE_ADD_COLUMNS = [f"add.{name}" for name in ("path", "partitionValues", "size", "modificationTime", "dataChange",
-                                                 "stats", "tags", "deletionVector", "baseRowId",
-                                                 "defaultRowCommitVersion", "clusteringProvider")]
-
-
-def _joined(key: tuple[str, str]) -> str:
-    """A logical file's key as the Arrow key columns hold it."""
-    return f"{key[0]}\0{key[1]}"
-
-
-def _keys(adds: pa.StructArray) -> pa.Array:
-    """`path NUL deletion vector id` of each add (`snapshot.unique_id`, vectorised)."""
-    paths = pc.struct_field(adds, "path")
-    if "deletionVector" not in {f.name for f in adds.type}:
-        return pc.binary_join_element_wise(paths, pa.scalar(""), "\0")
-    return pc.binary_join_element_wise(paths, pa.array(unique_ids(pc.struct_field(adds, "deletionVector")),
-                                                       pa.string()), "\0")
-
-
-def _first(group: pa.Table, column: str) -> dict | None:
-    if column not in group.column_names:
-        return None
-    values = group.column(column)
-    values = values.filter(values.is_valid())
-    return _plain(values[0].as_py(), column) if len(values) else None
-
-
-def _plain(value: Any, name: str = "") -> Any:
-    """An action as JSON has it: parquet's absent fields (None) dropped, maps as objects."""
-    if name in _MAPS and isinstance(value, list):
-        return {k: v for k, v in value}
-    if isinstance(value, dict):
-        return {k: _plain(v, k) for k, v in value.items() if v is not None and k not in _DERIVED}
-    return value

@@ -21,9 +21,10 @@ from urllib.parse import unquote
 
 from exporter.config import Config, RetentionConfig
 from exporter.delta.deletion_vectors import stored_file
+from exporter.delta.live_files import LiveFiles
 from exporter.errors import NotFound
 from exporter.export.log_writer import discard_export
-from exporter.export.readback import LiveFiles, read_exported_log
+from exporter.export.readback import read_exported_log
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.table_log import IO_THREADS
 from exporter.state.status import StatusStore

@@ -30,9 +30,10 @@ from urllib.parse import unquote
 from exporter.config import Config, ShareConfig
 from exporter.delta.actions import commit_timestamp, parse_actions
 from exporter.delta.deletion_vectors import ABSOLUTE, RELATIVE
+from exporter.delta.live_files import LiveFiles
 from exporter.delta.log import LOG_DIR, LogListing, commit_version, log_file_version, select_segment
 from exporter.errors import ExporterError, NotFound
-from exporter.export.readback import ExportedLog, LiveFiles
+from exporter.export.readback import ExportedLog
 from exporter.lakefs.client import LakeFS
 from exporter.storage.layout import (
     MANIFEST,

@@ -9,11 +9,11 @@ import pytest
 import yaml
 
 from exporter.config import Config, RetentionConfig
+from exporter.delta.live_files import _keys, _plain
 from exporter.delta.replay import file_key
 from exporter.errors import ExporterError
 from exporter.export.branch_log import annotated, remove_of
 from exporter.export.branch_table import follows
-from exporter.export.readback import _keys, _plain
 from exporter.export.retention import HOUR, within_policy
 from exporter.lakefs.actions import branch_table_patterns, render_action
 from exporter.storage.layout import branch_table_location

@@ -307,8 +307,9 @@ def test_a_snapshots_files_are_whole_add_actions_without_the_checkpoints_parsed_
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from exporter.delta.live_files import LiveFiles
     from exporter.delta.log import LogListing, select_segment
-    from exporter.export.readback import ExportedLog, LiveFiles
+    from exporter.export.readback import ExportedLog
 
     add_type = pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string())),
                           ("size", pa.int64()), ("modificationTime", pa.int64()), ("dataChange", pa.bool_()),

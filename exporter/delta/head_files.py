@@ -1,5 +1,5 @@
 """Which missing data files (and deletion-vector files) the head of a table still reads: an
-export refuses a table only for those.
+export refuses a table only for those. One of the replay's processors (see `live_files`).
 """
 
 from __future__ import annotations
