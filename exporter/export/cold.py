@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pyarrow.parquet as pq
 
 from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
+from exporter.delta.checkpoint import checkpoint_files
 from exporter.delta.head_files import HeadFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR
 from exporter.delta.spark_schema import spark_schema
@@ -22,7 +23,7 @@ from exporter.export.rewrite import rewrite_checkpoint_to, rewrite_commit
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import TableDescriptor
 from exporter.lakefs.gateway_paths import LakeFSPaths
-from exporter.lakefs.table_log import LogLayout, checkpoint_files, list_log, read_log_files
+from exporter.lakefs.table_log import LogLayout, list_log, read_log_files
 from exporter.parquet.splice import BytesSource, ParquetSource, open_parquet, read_present_columns
 from exporter.storage.layout import MANIFEST
 from exporter.storage.objectstore import ObjectSource, ObjectStore, Upload

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.delta.checkpoint import checkpoint_files
 from exporter.delta.log import LOG_DIR, LogListing, LogSegment, select_segment
-from exporter.lakefs.table_log import checkpoint_files
 from exporter.parquet.splice import BytesSource, ParquetSource
 from exporter.storage.objectstore import ObjectSource, ObjectStore
 
