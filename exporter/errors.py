@@ -62,3 +62,16 @@ class ConfigError(ExporterError):
 class BranchTableRefused(ExporterError):
     """An append a branch table must not take: the branch keeps no branch tables, or the commit is
     not on the branch's first-parent line (an event naming one branch with another's commit)."""
+
+
+def rebuilt(kind: str, message: str) -> ExporterError:
+    """An error recorded by its class name and message (a worker's, read back by the API): the same
+    class, so the one mapping to an HTTP answer applies; `ExporterError` for a name it does not know."""
+    classes = {cls.__name__: cls for cls in _subclasses(ExporterError)}
+    error = Exception.__new__(classes.get(kind, ExporterError))
+    Exception.__init__(error, message)
+    return error
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [cls] + [sub for child in cls.__subclasses__() for sub in _subclasses(child)]

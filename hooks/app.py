@@ -35,7 +35,7 @@ from exporter.export.branch_table import branch_table_versions, follows
 from exporter.diff.datasets import DatasetsCache, resolve_dataset
 from exporter.diff.table import DiffCache, diff_commits
 from exporter.errors import BadRequest, ExporterError, NotFound
-from exporter.export.cold import exports_in_store
+from exporter.export.commit import exports_in_store
 from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, RepositoryAccess,
                         SignInRefused, Unauthenticated, caller_of, code_key, matching_token)
 from hooks.metrics import WorkerMetrics
@@ -68,6 +68,17 @@ class Refusal(Exception):
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.headers = status, headers or {}
+
+
+def refusal_of(exc: BaseException) -> "Refusal":
+    """The one mapping of the library's errors (and Redis's) to HTTP answers."""
+    if isinstance(exc, NotFound):
+        return Refusal(404, str(exc))
+    if isinstance(exc, BadRequest):
+        return Refusal(400, str(exc))
+    if isinstance(exc, ExporterError):
+        return Refusal(422 if exc.permanent else 503, str(exc))
+    return Refusal(503, f"Redis cannot be reached: {type(exc).__name__}")
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -192,14 +203,8 @@ def create_app(config: Config) -> FastAPI:
         """Run a library call on the threadpool; its errors as answers (lakeFS's 400 is the caller's)."""
         try:
             return await run_in_threadpool(function, *args)
-        except NotFound as exc:
-            raise Refusal(404, str(exc)) from None
-        except BadRequest as exc:
-            raise Refusal(400, str(exc)) from None
-        except ExporterError as exc:
-            raise Refusal(422 if exc.permanent else 503, str(exc)) from None
-        except redis.RedisError as exc:
-            raise Refusal(503, f"Redis cannot be reached: {type(exc).__name__}") from None
+        except (ExporterError, redis.RedisError) as exc:
+            raise refusal_of(exc) from None
 
     # ------------------------------------------------------------ lakeFS's webhook
 
@@ -400,12 +405,12 @@ def create_app(config: Config) -> FastAPI:
                     return False, found
                 failure = await run_in_threadpool(cache.failure, *parts)
                 if failure is not None:
-                    raise Refusal(failure["status"], failure["error"])
+                    raise refusal_of(failure)
                 if time.monotonic() >= deadline:
                     return False, None
                 await asyncio.sleep(0.25)
         except redis.RedisError as exc:
-            raise Refusal(503, f"Redis cannot be reached: {type(exc).__name__}") from None
+            raise refusal_of(exc) from None
 
     def still_computing(progress: dict | None = None) -> Response:
         return JSONResponse({"status": "computing", "retry_after_seconds": 2, "progress": progress}, status_code=202,

@@ -23,7 +23,7 @@ from exporter.diff.datasets import DatasetsCache
 from exporter.diff.datasets import list_datasets as find_datasets
 from exporter.diff.table import DiffCache, cached_diff
 from exporter.diff.table import compute_diff as diff_of
-from exporter.errors import BadRequest, BranchTableRefused, ExporterError, NotFound
+from exporter.errors import BranchTableRefused, ExporterError, ServiceUnavailable
 from exporter.export.log_writer import ExportOutcome
 from exporter.export.commit import abandon_export, find_table
 from exporter.export.commit import export_table as export_one_table
@@ -445,9 +445,7 @@ def _compute_for_api(task, cache: ResultCache, parts: tuple, compute) -> bool:
     except TASK_ERRORS as exc:
         retry_if_transient(exc, f"{cache.kind} {' '.join(map(str, parts))}", task.request.retries < task.max_retries)
         reason = _transient_reason(exc)
-        status_code = 404 if isinstance(exc, NotFound) else 400 if isinstance(exc, BadRequest) else \
-            422 if reason is None else 503
-        cache.put_failure(status_code, reason or str(exc), *parts)
+        cache.put_failure(exc if reason is None else ServiceUnavailable(reason), *parts)
         log.warning("%s %s outcome=failed reason=%s", cache.kind, " ".join(map(str, parts)), reason or exc)
         return False
     log.info("%s %s outcome=computed seconds=%.2f", cache.kind, " ".join(map(str, parts)), time.monotonic() - started)

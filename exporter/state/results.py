@@ -14,6 +14,7 @@ from typing import Any
 
 import redis
 
+from exporter.errors import ExporterError, rebuilt
 from exporter.state.status import PREFIX
 
 # Raised when the rules behind an answer change (2: columns matched by identity, replaced tables in
@@ -38,14 +39,19 @@ class ResultCache:
     def put(self, value: Any, *parts: str | None) -> None:
         self.redis.set(self.key(*parts), json.dumps(value), ex=self.ttl_seconds)
 
-    def put_failure(self, status: int, message: str, *parts: str | None) -> None:
+    def put_failure(self, error: ExporterError, *parts: str | None) -> None:
+        """Why there is no result (kept briefly): the error's class and message, never an HTTP status."""
         key = self.key(*parts)
-        self.redis.set(key + ":failure", json.dumps({"status": status, "error": message}), ex=self.FAILURE_TTL_SECONDS)
+        self.redis.set(key + ":failure", json.dumps({"kind": type(error).__name__, "error": str(error)}),
+                       ex=self.FAILURE_TTL_SECONDS)
         self.redis.delete(key + ":pending")
 
-    def failure(self, *parts: str | None) -> dict | None:
+    def failure(self, *parts: str | None) -> ExporterError | None:
         raw = self.redis.get(self.key(*parts) + ":failure")
-        return json.loads(raw) if raw else None
+        if not raw:
+            return None
+        document = json.loads(raw)
+        return rebuilt(document.get("kind", ""), document["error"])
 
     def put_progress(self, progress: dict, *parts: str | None) -> None:
         """How far a long computation is (the API shows it while answering 202)."""
