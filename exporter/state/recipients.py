@@ -16,9 +16,10 @@ from datetime import datetime, timezone
 import redis
 
 from exporter.errors import ExporterError
+from exporter.state.connection import connection, key
 
-_RECIPIENTS = "lakefs-delta:sharing:recipients"  # hash: name -> record (JSON)
-_TOKENS = "lakefs-delta:sharing:tokens"  # hash: sha256(token) -> name
+_RECIPIENTS = key("sharing", "recipients")  # hash: name -> record (JSON)
+_TOKENS = key("sharing", "tokens")  # hash: sha256(token) -> name
 _NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 TOKEN_PREFIX = "lds_"  # recognisable in a leaked-secret scan
 
@@ -47,7 +48,7 @@ class Recipient:
 
 class Recipients:
     def __init__(self, redis_url: str):
-        self.redis = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5)
+        self.redis = connection(redis_url)
 
     def create(self, name: str, shares: list[str], expires: datetime) -> tuple[Recipient, str]:
         """A new recipient and its token (shown once: only its hash is kept)."""

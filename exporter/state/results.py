@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import redis
-
 from exporter.errors import ExporterError, rebuilt
-from exporter.state.status import PREFIX
+from exporter.state.connection import PREFIX, connection
 
 # Raised when the rules behind an answer change (2: columns matched by identity, replaced tables in
 # the history diff): answers cached under older rules are never served, whatever their TTL.
@@ -26,7 +24,7 @@ class ResultCache:
     FAILURE_TTL_SECONDS = 300
 
     def __init__(self, redis_url: str, ttl_seconds: int, kind: str):
-        self.redis = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+        self.redis = connection(redis_url)
         self.ttl_seconds, self.kind = ttl_seconds, kind
 
     def key(self, *parts: str | None) -> str:

@@ -11,7 +11,8 @@ from typing import Iterator
 
 import redis
 
-PREFIX = "lakefs-delta"
+from exporter.state.connection import PREFIX, connection
+
 STATES = ("queued", "running", "retrying", "done", "failed")
 COMMIT_RECORD = "_commit"  # the commit-level record of a ref: which tables were queued, or why none
 RECORD_TTL_SECONDS = 30 * 24 * 3600
@@ -37,7 +38,7 @@ _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expir
 
 class StatusStore:
     def __init__(self, redis_url: str):
-        self.redis = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+        self.redis = connection(redis_url)
 
     # ------------------------------------------------------------ per (ref, commit, table) status
 
