@@ -1,5 +1,5 @@
 """The Delta Sharing server (delta-io/delta-sharing PROTOCOL.md), mounted at `/delta-sharing`: a
-thin adapter over `exporter.sharing.protocol`. Recipients authenticate with their bearer token; errors
+thin adapter over `exporter.sharing`. Recipients authenticate with their bearer token; errors
 carry the protocol's body, `{"errorCode": ..., "message": ...}`.
 """
 
@@ -24,8 +24,9 @@ from exporter.lakefs.client import LakeFS
 from exporter.storage.presign import Presigner
 from exporter.state.recipients import Recipient, Recipients, Unauthenticated
 from hooks.models import validation_message
-from exporter.sharing.protocol import (Catalog, SharingError, changes_lines, encode_lines, invalid, metadata_lines,
-                              query_lines, range_protocol, response_format)
+from exporter.sharing.catalog import Catalog
+from exporter.sharing.refusals import SharingError, invalid
+from exporter.sharing.lines import changes_lines, encode_lines, metadata_lines, query_lines, range_protocol, response_format
 
 log = logging.getLogger("lakefs_delta.sharing")
 NDJSON = "application/x-ndjson; charset=utf-8"

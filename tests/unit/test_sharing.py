@@ -13,17 +13,10 @@ import pytest
 
 from exporter.config import Config, ObjectStoreConfig, ShareConfig, load_config
 from exporter.errors import ConfigError
-from exporter.sharing.protocol import (
-    Catalog,
-    SharedTable,
-    SharingError,
-    _file_line,
-    _schema_name,
-    _shared_protocol,
-    _split_schema,
-    range_protocol,
-    response_format,
-)
+from exporter.sharing.catalog import Catalog, _schema_name, _split_schema
+from exporter.sharing.lines import _file_line, range_protocol, response_format
+from exporter.sharing.refusals import SharingError
+from exporter.sharing.versions import SharedTable, shared_protocol
 from exporter.storage.layout import location_segment, segment_name
 from exporter.storage.presign import Presigner
 from hooks.sharing import page
@@ -102,10 +95,10 @@ def test_a_table_with_reader_features_is_refused_in_a_format_that_cannot_carry_t
 def test_features_of_the_log_layout_are_not_shown_to_recipients():
     v2 = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["v2Checkpoint"],
           "writerFeatures": ["v2Checkpoint", "appendOnly"]}
-    assert _shared_protocol(v2) == {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": ["appendOnly"]}
-    assert response_format(None, _shared_protocol(v2)) == "parquet"
+    assert shared_protocol(v2) == {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": ["appendOnly"]}
+    assert response_format(None, shared_protocol(v2)) == "parquet"
     both = {**DV, "readerFeatures": ["deletionVectors", "v2Checkpoint"]}
-    assert _shared_protocol(both)["readerFeatures"] == ["deletionVectors"]
+    assert shared_protocol(both)["readerFeatures"] == ["deletionVectors"]
 
 
 def table_in(namespace: str, allowed: tuple[str, ...] = ()) -> SharedTable:
@@ -230,7 +223,7 @@ def test_shares_are_listed_by_name_so_pages_miss_none():
 def logged(entries: dict[str, tuple[int, float]], head: int, ict: dict[int, int] | None = None) -> SharedTable:
     """A shared table over a listing, whose commits hold an in-commit timestamp where `ict` says."""
     table = SharedTable(mock.Mock(), "t/", "t", head)
-    with mock.patch("exporter.sharing.protocol._listing", return_value=entries):  # the listing, without a store
+    with mock.patch("exporter.sharing.versions._listing", return_value=entries):  # the listing, without a store
         assert table.entries is not None
     table.actions = lambda version: [{"commitInfo": {"inCommitTimestamp": ict[version]}}] \
         if ict and version in ict else [{"commitInfo": {}}]

@@ -1,0 +1,124 @@
+"""Delta Sharing over lakeFS refs (delta-io/delta-sharing PROTOCOL.md): what a share offers, and
+the protocol's answers for one shared table, streamed.
+
+A share (config `sharing.shares`) is a set of repositories; a schema is a ref of one of them (a
+branch, read through its branch table; a tag, through its export); a table is a table name. With
+one repository the schema is the ref's name, with several `<repository>__<ref>` (repository names
+hold no `_`). A ref or table whose name a client cannot address (`.`, `/`, `#`, ...) is not offered.
+
+Versions are the shared location's own: a branch table's (`branch_table`), or a tag export's
+(the source's, from its checkpoint on). A version's timestamp is the one its readers take: the
+in-commit timestamp when the commit has one, else the log file's modification time (for a tag
+export, the source's, from the manifest). File URLs are presigned (`presign`); no byte of data
+passes through the service.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+
+from exporter.config import Config, ShareConfig
+from exporter.errors import NotFound
+from exporter.lakefs.client import LakeFS
+from exporter.sharing.refusals import forbidden, not_found
+from exporter.sharing.versions import Schema, SharedTable, branch_table, tag_export
+from exporter.storage.layout import (
+    branch_tables_root,
+    commit_root,
+    segment_name,
+)
+from exporter.storage.objectstore import ObjectStore
+
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")  # a name every client can put in `profile#share.schema.table`
+_SEPARATOR = "__"
+
+
+# ------------------------------------------------------------------ what a share offers
+
+
+class Catalog:
+    """Shares, their schemas and tables, as one recipient may see them."""
+
+    def __init__(self, config: Config, lakefs: LakeFS, shares: Iterable[str]):
+        self.config, self.lakefs = config, lakefs
+        self.granted = {name.lower() for name in shares}
+
+    def shares(self) -> list[ShareConfig]:
+        return sorted((share for share in self.config.sharing.shares if share.name.lower() in self.granted),
+                      key=lambda share: share.name)  # by name: the order pages follow
+
+    def share(self, name: str) -> ShareConfig:
+        for share in self.config.sharing.shares:
+            if share.name.lower() == name.lower():
+                if share.name.lower() not in self.granted:
+                    raise forbidden(f"share {share.name!r} is not shared with this recipient")
+                return share
+        raise not_found(f"no share {name!r}")
+
+    def schemas(self, share: ShareConfig) -> list[Schema]:
+        found = []
+        for repository in share.repositories:
+            store = self._store(repository)
+            for branch in self.lakefs.list_branches(repository):
+                if _offered(branch, share.refs) and store.list_folders(branch_tables_root(self.config, branch)):
+                    found.append(Schema(_schema_name(share, repository, branch), repository, branch, "branch"))
+            for tag, commit_id in self.lakefs.list_tags(repository):
+                if _offered(tag, share.refs):
+                    found.append(Schema(_schema_name(share, repository, tag), repository, tag, "tag", commit_id))
+        return sorted(found, key=lambda schema: schema.name)
+
+    def schema(self, share: ShareConfig, name: str) -> Schema:
+        repository, ref = _split_schema(share, name)
+        if repository is None or not _offered(ref, share.refs):
+            raise not_found(f"no schema {name!r} in share {share.name!r}")
+        branches = self.lakefs.list_branches(repository)
+        if ref in branches:
+            return Schema(name, repository, ref, "branch")
+        for tag, commit_id in self.lakefs.list_tags(repository):
+            if tag == ref:
+                return Schema(name, repository, ref, "tag", commit_id)
+        raise not_found(f"no schema {name!r} in share {share.name!r}: {repository!r} has no branch or tag {ref!r}")
+
+    def tables(self, share: ShareConfig, schema: Schema) -> list[str]:
+        store = self._store(schema.repository)
+        root = branch_tables_root(self.config, schema.ref) if schema.kind == "branch" else \
+            commit_root(self.config, schema.ref, schema.commit_id)
+        names = (segment_name(folder) for folder in store.list_folders(root))
+        return sorted(name for name in names if NAME.fullmatch(name) and _offered(name, share.tables))
+
+    def table(self, share_name: str, schema_name: str, table: str) -> "SharedTable":
+        share = self.share(share_name)
+        schema = self.schema(share, schema_name)
+        if not _offered(table, share.tables):  # before any read: whether it exists is not the recipient's to learn
+            raise forbidden(f"table {table!r} is not in share {share.name!r}")
+        read = branch_table if schema.kind == "branch" else tag_export
+        return read(self.config, self._store(schema.repository), schema, table)
+
+    def _store(self, repository: str) -> ObjectStore:
+        try:
+            return ObjectStore(self.config, self.lakefs.storage_namespace(repository))
+        except NotFound:
+            raise not_found(f"repository {repository!r} of this share does not exist") from None
+
+
+def _offered(name: str, patterns: Iterable[str]) -> bool:
+    return bool(NAME.fullmatch(name)) and any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _schema_name(share: ShareConfig, repository: str, ref: str) -> str:
+    return ref if len(share.repositories) == 1 else f"{repository}{_SEPARATOR}{ref}"
+
+
+def _split_schema(share: ShareConfig, name: str) -> tuple[str | None, str]:
+    if len(share.repositories) == 1:
+        return share.repositories[0], name
+    repository, separator, ref = name.partition(_SEPARATOR)
+    return (repository if separator and repository in share.repositories else None), ref
+
+
+# ------------------------------------------------------------------ one shared table
+
+
+# ------------------------------------------------------------------ the answers

@@ -1,0 +1,280 @@
+"""One shared table's versions: a branch table's own (read up to its state file's committed head), or
+a tag export's (the source's, from its checkpoint on); each version's timestamp (the in-commit
+timestamp, else the log file's time; for a tag, the source's from the manifest); the snapshot at a
+version; and which objects it may presign.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import unquote
+
+from exporter.config import Config
+from exporter.delta.actions import commit_timestamp, parse_actions
+from exporter.delta.live_files import LiveFiles
+from exporter.delta.log import LOG_DIR, LogListing, commit_version, log_file_version, select_segment
+from exporter.errors import NotFound
+from exporter.export.readback import ExportedLog
+from exporter.sharing.refusals import SharingError, invalid, not_found
+from exporter.storage.layout import (
+    MANIFEST,
+    STATE,
+    branch_table_location,
+    export_location,
+)
+from exporter.storage.objectstore import ObjectStore
+from exporter.storage.presign import PresignedUrl, Presigner
+
+
+@dataclass
+class SharedTable:
+    """A shared table's log: its versions and their timestamps, from one listing made when first needed
+    (the head comes from the state file or manifest: `/version` lists nothing)."""
+
+    store: ObjectStore
+    location: str  # relative to the storage namespace
+    name: str
+    head_version: int
+    source_timestamps: dict[int, int] = field(default_factory=dict)  # a tag export's, from its manifest
+    allowed: tuple[str, ...] = ()  # prefixes whose objects may be presigned (the storage namespace, ...)
+    _timestamps: dict[int, int] = field(default_factory=dict)
+
+    @functools.cached_property
+    def entries(self) -> dict[str, tuple[int, float]]:
+        """Name under _delta_log/ -> (size, modification time), up to the head (versions past it are an
+        interrupted append's: not committed)."""
+        return {name: meta for name, meta in _listing(self.store, self.location).items()
+                if _at_or_below(name, self.head_version)}
+
+    @functools.cached_property
+    def commits(self) -> dict[int, str]:
+        return {version: name for name in self.entries if (version := commit_version(name)) is not None}
+
+    @functools.cached_property
+    def first_version(self) -> int:
+        """The oldest version a snapshot can be read at: the oldest complete checkpoint, or 0."""
+        listing = LogListing.from_names((name, size) for name, (size, _) in self.entries.items())
+        if 0 in listing.commits:
+            return 0
+        if not listing.checkpoints:
+            raise SharingError(500, "INTERNAL_ERROR", f"the log of table {self.name!r} has no start")
+        return min(listing.checkpoints)
+
+    @functools.cached_property
+    def _written(self) -> dict[int, int]:
+        """Each commit's write time (ms), made increasing as Delta readers make them (a time not after
+        the previous version's becomes that one + 1 ms)."""
+        written, previous = {}, None
+        for version in sorted(self.commits):
+            at = int(self.entries[self.commits[version]][1] * 1000)
+            previous = written[version] = at if previous is None or at > previous else previous + 1
+        return written
+
+    def check_version(self, version: int) -> int:
+        if not self.first_version <= version <= self.head_version:
+            raise invalid(f"version {version} of table {self.name!r} is not available: "
+                          f"versions {self.first_version} to {self.head_version} are")
+        return version
+
+    def check_commits(self, start: int, end: int) -> None:
+        """Every version of a change range has its commit in the log (checked before an answer starts)."""
+        missing = [v for v in range(start, end + 1) if v not in self.commits]
+        if missing:
+            first = min((v for v in self.commits if v >= self.first_version), default=self.first_version)
+            raise invalid(f"version {missing[0]} of table {self.name!r} is not in its log: changes can be read "
+                          f"from version {first} to {self.head_version}")
+
+    def snapshot(self, version: int | None = None) -> "Snapshot":
+        version = self.head_version if version is None else self.check_version(version)
+        entries = [(name, size) for name, (size, _) in self.entries.items() if _at_or_below(name, version)]
+        listing = LogListing.from_names(entries)
+        log = ExportedLog(self.store, self.location, dict(entries), listing, select_segment(listing))
+        return Snapshot(self, version, LiveFiles(log))
+
+    def timestamp(self, version: int, actions: list[dict] | None = None) -> int:
+        """The version's commit timestamp, epoch ms: in-commit timestamp, else when its file was written."""
+        if version not in self._timestamps:
+            if version in self.source_timestamps:
+                self._timestamps[version] = self.source_timestamps[version]
+            else:
+                if version not in self.commits:
+                    raise invalid(f"version {version} of table {self.name!r} has no commit in its log")
+                actions = self.actions(version) if actions is None else actions
+                self._timestamps[version] = commit_timestamp(actions, self._written[version])
+        return self._timestamps[version]
+
+    def version_at(self, timestamp: str, at_or_after: bool) -> int:
+        """The newest version committed at or before `timestamp` (a snapshot's), or the oldest at or
+        after it (a change feed's start). Commit timestamps increase with the version: a binary search."""
+        moment = _parse_timestamp(timestamp)
+        versions = sorted(v for v in self.commits if v >= self.first_version)
+        if not versions:
+            raise invalid(f"table {self.name!r} has no commit to resolve a timestamp against")
+        index = bisect.bisect_left(_Timestamps(self, versions), moment) if at_or_after else \
+            bisect.bisect_right(_Timestamps(self, versions), moment) - 1
+        if at_or_after and index == len(versions):
+            raise invalid(f"timestamp {timestamp} is after the newest version of table {self.name!r} "
+                          f"({self._iso(versions[-1])})")
+        if not at_or_after and index < 0:
+            raise invalid(f"timestamp {timestamp} is before the oldest readable version of table {self.name!r} "
+                          f"({self._iso(versions[0])})")
+        if at_or_after and index == 0 and versions[0] > 0 and moment < self.timestamp(versions[0]):
+            # changes from a time before the shared history begins would silently miss the versions before it
+            raise invalid(f"timestamp {timestamp} is before version {versions[0]} ({self._iso(versions[0])}), "
+                          f"where the shared history of table {self.name!r} begins")
+        return versions[index]
+
+    def actions(self, version: int) -> list[dict]:
+        name = self.commits[version]
+        return parse_actions(name, self.store.get(self.location + LOG_DIR + name))
+
+    def signer(self, presigner: Presigner) -> Callable[[str], tuple[str, PresignedUrl]]:
+        """(absolute path, presigned URL) of a path in this table's log; a path outside the prefixes
+        this table may expose (its repository's storage namespace but its `_lakefs/`,
+        `sharing.allowed_locations`) is refused, so a log can never make the server sign an object it
+        was not meant to share."""
+        location = self.store.uri(self.location)
+        allowed, denied = _folders(self.allowed), _folders([self.store.uri("_lakefs/")])  # lakeFS's own, and exports
+
+        def sign(path: str) -> tuple[str, PresignedUrl]:
+            absolute = absolute_path(path, location)
+            if not _within(absolute, allowed) or _within(absolute, denied):
+                raise SharingError(500, "INTERNAL_ERROR", f"table {self.name!r} references {absolute}, outside its "
+                                   "repository's storage namespace and sharing.allowed_locations: not shared")
+            return absolute, presigner.presign(absolute)
+        return sign
+
+    def _iso(self, version: int) -> str:
+        return datetime.fromtimestamp(self.timestamp(version) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class _Timestamps:
+    """A sequence of versions' timestamps read only where the binary search looks."""
+
+    def __init__(self, table: SharedTable, versions: list[int]):
+        self.table, self.versions = table, versions
+
+    def __len__(self) -> int:
+        return len(self.versions)
+
+    def __getitem__(self, index: int) -> int:
+        return self.table.timestamp(self.versions[index])
+
+
+def branch_table(config: Config, store: ObjectStore, schema: Schema, table: str) -> SharedTable:
+    location = branch_table_location(config, schema.ref, table)
+    try:
+        state = json.loads(store.get(location + STATE))
+    except NotFound:
+        raise not_found(f"no table {table!r} on branch {schema.ref!r}: it has no branch table (is `branch_tables` "
+                        f"set for the branch, and has a commit been exported since?)") from None
+    return SharedTable(store, location, table, state["head_version"], allowed=_allowed(config, store))
+
+
+def tag_export(config: Config, store: ObjectStore, schema: Schema, table: str) -> SharedTable:
+    location = export_location(config, schema.ref, schema.commit_id, table)
+    try:
+        manifest = json.loads(store.get(location + MANIFEST))
+    except NotFound:
+        raise not_found(f"no table {table!r} at tag {schema.ref!r}: its export is not complete "
+                        f"(or the tag's commit has no such table)") from None
+    timestamps = {int(v): t for v, t in manifest.get("source_timestamps_ms", {}).items()}
+    return SharedTable(store, location, table, manifest["head_version"], timestamps, allowed=_allowed(config, store))
+
+
+def _allowed(config: Config, store: ObjectStore) -> tuple[str, ...]:
+    return (store.uri(""), *config.sharing.allowed_locations)
+
+
+def _folders(prefixes: Iterable[str]) -> tuple[str, ...]:
+    """Prefixes as `_within` compares them: decoded, `s3://`, each a folder (ending in `/`)."""
+    return tuple(_s3(unquote(prefix)).rstrip("/") + "/" for prefix in prefixes)
+
+
+def _within(path: str, folders: tuple[str, ...]) -> bool:
+    """Whether the object at `path` (a URI) is under one of `folders` (from `_folders`)."""
+    plain = _s3(unquote(path) if "%" in path else path)
+    if "/../" in plain or "/./" in plain:
+        return False
+    return plain.startswith(folders)
+
+
+def _s3(uri: str) -> str:
+    if uri.startswith("s3://"):
+        return uri
+    scheme, separator, rest = uri.partition("://")
+    return f"s3://{rest}" if separator and scheme in ("s3a", "s3n") else uri
+
+
+def _listing(store: ObjectStore, location: str) -> dict[str, tuple[int, float]]:
+    prefix = location + LOG_DIR
+    return {key[len(prefix):]: (size, modified) for key, size, modified in store.list_objects(location + LOG_DIR)}
+
+
+def _at_or_below(name: str, version: int) -> bool:
+    """Log files of versions up to `version`; `_last_checkpoint` and sidecars are kept."""
+    file_version = log_file_version(name)
+    return file_version is None or file_version <= version
+
+
+def _parse_timestamp(text: str) -> int:
+    """The protocol's timestamp format (ISO 8601, UTC: `2022-01-01T00:00:00Z`) as epoch ms."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise invalid(f"timestamp {text!r} is not in ISO 8601 format (e.g. 2022-01-01T00:00:00Z)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+@dataclass
+class Snapshot:
+    table: SharedTable
+    version: int
+    live: LiveFiles
+
+    @property
+    def protocol(self) -> dict:
+        return shared_protocol(self.live.protocol or {"minReaderVersion": 1, "minWriterVersion": 2})
+
+    @property
+    def metadata(self) -> dict:
+        if self.live.metadata is None:
+            raise SharingError(500, "INTERNAL_ERROR", f"table {self.table.name!r} has no metaData at "
+                                                      f"version {self.version}")
+        return self.live.metadata
+
+
+@dataclass(frozen=True)
+class Schema:
+    name: str
+    repository: str
+    ref: str
+    kind: str  # "branch" or "tag"
+    commit_id: str | None = None  # a tag's
+
+
+_LAYOUT_FEATURES = frozenset({"v2Checkpoint", "vacuumProtocolCheck", "checkpointProtection"})
+
+
+def shared_protocol(protocol: Mapping[str, Any]) -> dict:
+    """The table's protocol without the features of its log's layout (a recipient reads a list of files)."""
+    shared = dict(protocol)
+    for key in ("readerFeatures", "writerFeatures"):
+        if key in shared:
+            shared[key] = [f for f in shared[key] if f not in _LAYOUT_FEATURES]
+    if "readerFeatures" in shared and not shared["readerFeatures"]:  # nothing left that a reader must know
+        del shared["readerFeatures"]
+        shared["minReaderVersion"] = 1
+    return shared
+
+
+def absolute_path(path: str, location: str) -> str:
+    return path if "://" in path else location + path
