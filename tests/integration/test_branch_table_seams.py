@@ -109,38 +109,40 @@ def versions_after(s3, location: str, version: int) -> list[int]:
 
 def test_a_burst_whose_events_arrive_out_of_order_maps_every_commit_to_its_version(
         spark, lakefs, config, seams, profile, connector_python, s3):
-    """Twelve commits. The first eight are appended as they come; the events of the next three are
-    held back, and the last commit's is delivered first: its append brings versions 8..11. Then the
-    held events are released together (late events: no-ops)."""
+    """Six commits, a checkpoint every four versions. The first three are appended as they come;
+    the events of the next two are held back, and the last commit's is delivered first: its append
+    brings versions 3..5, though its export starts at the checkpoint of version 4 (version 3 is read
+    from the source). Then the held events are released together (late events: no-ops)."""
     repository, path = seams["direct"], "tables/burst"
     uri = table_uri(repository, "main", path)
-    spark.createDataFrame([(0, "v0")], "id INT, note STRING").write.format("delta").save(uri)
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, note STRING) USING delta "
+              "TBLPROPERTIES ('delta.checkpointInterval' = '4')")
     add_descriptor(lakefs, repository, "burst", path)
     commits = [commit_export_append(config, lakefs, repository, "burst", "version 0")]
-    for version in range(1, 12):
+    for version in range(1, 6):
         spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({version}, 'v{version}')")
         commits.append(commit_export_append(config, lakefs, repository, "burst", f"version {version}",
-                                            append=version < 8))
-    last = append_commit(config, lakefs, repository, "main", commits[11], "burst")
-    assert last.appended == [8, 9, 10, 11]
-    held = [append_commit(config, lakefs, repository, "main", c, "burst") for c in commits[8:11]]
+                                            append=version < 3))
+    last = append_commit(config, lakefs, repository, "main", commits[5], "burst")
+    assert last.appended == [3, 4, 5]
+    held = [append_commit(config, lakefs, repository, "main", c, "burst") for c in commits[3:5]]
     assert all(outcome.skipped for outcome in held), [o.skipped for o in held]
 
     versions = branch_table_versions(config, lakefs, repository, "main", "burst")
     mapped = {entry["commit_id"]: entry["version"] for entry in versions["commits"]}
-    assert [mapped.get(c) for c in commits] == list(range(12)), "every commit maps to the version that reads as it"
-    assert [e["appended"] for e in versions["commits"][8:]] == [[8, 8], [9, 9], [10, 10], [11, 11]]
+    assert [mapped.get(c) for c in commits] == list(range(6)), "every commit maps to the version that reads as it"
+    assert [e["appended"] for e in versions["commits"][3:]] == [[3, 3], [4, 4], [5, 5]]
     location = versions["location"]
     for version, commit_id in enumerate(commits):
         assert rows(read_version(spark, location, version)) == \
             rows(read_version(spark, table_uri(repository, commit_id, path))), version
         assert branch_commit(s3, location, version)[0]["commitInfo"]["lakeFS"]["commit"] == commit_id
-    for version in (8, 9, 10, 11):
+    for version in (3, 4, 5):
         assert delta_rs_rows(location, version) == rows(read_version(spark, table_uri(repository, commits[version], path)))
-    read = shared_rows(connector_python, profile, repository, "burst", ["id", "note"], [8, 9, 10, None])
-    for version in (8, 9, 10):
+    read = shared_rows(connector_python, profile, repository, "burst", ["id", "note"], [3, 4, None])
+    for version in (3, 4):
         assert read[version] == rows(read_version(spark, table_uri(repository, commits[version], path))), version
-    assert read[None] == rows(read_version(spark, table_uri(repository, commits[11], path)))
+    assert read[None] == rows(read_version(spark, table_uri(repository, commits[5], path)))
 
 
 def test_an_event_naming_main_with_a_commit_of_another_branch_never_moves_mains_branch_table(
