@@ -16,7 +16,7 @@ _SCHEME_AND_AUTHORITY = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*:(?://[^/]*)?)?")
 _KEY_SAFE = "/=:"
 # Any character `quote` would change. An address without one (the usual lakeFS
 # `s3://bucket/ns/data/gXXXX/cYYYY`) is its own URI.
-_NEEDS_QUOTING = re.compile(r"[^A-Za-z0-9_.~/=:-]")
+NEEDS_QUOTING = re.compile(r"[^A-Za-z0-9_.~/=:-]")
 
 
 def is_absolute_uri(path: str) -> bool:
@@ -32,7 +32,7 @@ def log_path_to_key(log_path: str) -> str:
 
 def physical_uri(physical_address: str) -> str:
     """The URI a reader decodes back to `physical_address`: its key percent-encoded, never decoded."""
-    if _NEEDS_QUOTING.search(physical_address) is None:
+    if NEEDS_QUOTING.search(physical_address) is None:
         return physical_address  # same answer as below, fast enough for millions of checkpoint rows
     prefix = _SCHEME_AND_AUTHORITY.match(physical_address).group(0)
     return prefix + quote(physical_address[len(prefix) :], safe=_KEY_SAFE)

@@ -1,1 +1,2 @@
-"""Exports: cold and incremental, tag copies, branch tables, retention, catch-up."""
+"""Exports: per commit (tag copy, incremental, else cold), the write order and manifest, path
+rewriting, branch tables, retention, catch-up."""

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.delta.deletion_vectors import ABSOLUTE, relative_path
-from exporter.delta.paths import _NEEDS_QUOTING, is_absolute, log_path_to_key, physical_uri
+from exporter.delta.paths import NEEDS_QUOTING, is_absolute, log_path_to_key, physical_uri
 
 # Below this many addresses, building an Arrow array costs more than checking each in Python.
 _ARROW_BATCH = 1024
@@ -17,7 +17,7 @@ def _physical_uris(addresses: list[str | None]) -> list[str | None]:
     """`physical_uri` of each address (None stays None); one Arrow pass finds the few to encode."""
     if len(addresses) < _ARROW_BATCH:
         return [None if address is None else physical_uri(address) for address in addresses]
-    needs_quoting = pc.match_substring_regex(pa.array(addresses, pa.string()), _NEEDS_QUOTING.pattern)
+    needs_quoting = pc.match_substring_regex(pa.array(addresses, pa.string()), NEEDS_QUOTING.pattern)
     uris = list(addresses)
     for index in pc.indices_nonzero(needs_quoting.fill_null(False)).to_pylist():
         uris[index] = physical_uri(addresses[index])
@@ -114,7 +114,7 @@ class PathResolver:
         special = pc.fill_null(pc.match_substring_regex(log_paths, r"^/|[:%]"), False)
         addresses = lookup(pc.if_else(special, pa.scalar(None, pa.string()), log_paths))
         found = len(addresses) - addresses.null_count
-        quoting = pc.fill_null(pc.match_substring_regex(addresses, _NEEDS_QUOTING.pattern), False)
+        quoting = pc.fill_null(pc.match_substring_regex(addresses, NEEDS_QUOTING.pattern), False)
         fix = pc.or_(special, quoting)
         uris = addresses
         if pc.any(fix).as_py():
