@@ -84,7 +84,7 @@ class StackState:
             "LAKEFS_DELTA_WEBHOOK_TOKENS": self.webhook_token,
             "LAKEFS_DELTA_API_TOKENS": f"{self.webhook_token}=*",  # a service token for every repository
             "LAKEFS_DELTA_STACK_BUCKET": BUCKET,
-            # a row diff above row_diff_max_bytes runs as a local Spark job, with the jars the stack caches
+            # a row diff above row_diff.max_bytes runs as a local Spark job, with the jars the stack caches
             "LAKEFS_DELTA_ROW_DIFF_SPARK_MASTER": "local[2]",
             "LAKEFS_DELTA_ROW_DIFF_SPARK_IVY_DIR": str(IVY_DIR),
         }

@@ -150,16 +150,16 @@ def create_app(config: Config) -> FastAPI:
     from workers.app import configure  # the receiver only publishes, by task name; it never runs tasks
 
     queue = configure(config)
-    diffs = DiffCache(config.redis, config.diff_cache_ttl_seconds)
-    datasets_cache = DatasetsCache(config.redis, config.diff_cache_ttl_seconds)
-    row_diffs = RowDiffCache(config.redis, config.diff_cache_ttl_seconds)
-    overviews = OverviewCache(config.redis, config.diff_cache_ttl_seconds)
+    diffs = DiffCache(config.redis, config.api.diff_cache_ttl_seconds)
+    datasets_cache = DatasetsCache(config.redis, config.api.diff_cache_ttl_seconds)
+    row_diffs = RowDiffCache(config.redis, config.api.diff_cache_ttl_seconds)
+    overviews = OverviewCache(config.redis, config.api.diff_cache_ttl_seconds)
     # /readyz probes run on their own threads with a deadline: a hung dependency never takes the
     # threads that webhook publishing needs
     probes = ThreadPoolExecutor(2, thread_name_prefix="readyz")
     access = RepositoryAccess(config)
-    if config.api_auth == "none":
-        log.warning("api_auth is none: the API answers anyone who reaches it")
+    if config.api.auth == "none":
+        log.warning("api.auth is none: the API answers anyone who reaches it")
 
     app = FastAPI(title="lakefs-delta-exporter", version=exporter.__version__, docs_url=None, redoc_url=None,
                   description="Exports Delta tables in lakeFS for engines outside lakeFS, and diffs them.")
@@ -183,7 +183,7 @@ def create_app(config: Config) -> FastAPI:
 
     async def require_reader(request: Request, repository: str) -> None:
         """Returns when the caller may read `repository` (lakeFS decides); else raises the refusal."""
-        if config.api_auth == "none":
+        if config.api.auth == "none":
             return
         try:
             caller = caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
@@ -319,7 +319,7 @@ def create_app(config: Config) -> FastAPI:
         """lakeFS's former OTF diff, extended: operations on the right not on the left (newest
         first, paged), schema changes, row count, files, properties and protocol changes. Answered
         from the cache; a diff not there yet is computed by a worker, waited for up to
-        `diff_wait_seconds`, else 202."""
+        `api.diff_wait_seconds`, else 202."""
         await require_reader(request, repository)
         table_path = table_path.strip("/")
         if not table_path:
@@ -390,15 +390,15 @@ def create_app(config: Config) -> FastAPI:
 
     async def from_workers(cache: ResultCache, task: str, parts: tuple) -> tuple[bool, Any]:
         """(was it cached, the result): from the cache, else queued on the workers (once, however
-        many ask) and waited for up to `diff_wait_seconds`; the result is None when it is not there
+        many ask) and waited for up to `api.diff_wait_seconds`; the result is None when it is not there
         yet. A failure the worker recorded is the answer. Heavy work never runs in this process."""
         try:
             found = await run_in_threadpool(cache.get, *parts)
             if found is not None:
                 return True, found
-            if await run_in_threadpool(cache.claim, config.time_limit(task), *parts):
+            if await run_in_threadpool(cache.claim, config.tasks.time_limit(task), *parts):
                 await run_in_threadpool(lambda: queue.send_task(task, parts))
-            deadline = time.monotonic() + config.diff_wait_seconds
+            deadline = time.monotonic() + config.api.diff_wait_seconds
             while True:
                 found = await run_in_threadpool(cache.get, *parts)
                 if found is not None:
@@ -479,7 +479,7 @@ def create_app(config: Config) -> FastAPI:
         except httpx.HTTPError:
             raise Refusal(503, "lakeFS cannot be reached to sign in") from None
         code = secrets.token_urlsafe(24)
-        lifetime = min(config.sign_in_link_seconds, expires - int(time.time()))
+        lifetime = min(config.api.sign_in_link_seconds, expires - int(time.time()))
         if lifetime <= 0:
             raise unauthenticated("the lakeFS token has expired")
         try:
@@ -540,7 +540,7 @@ def create_app(config: Config) -> FastAPI:
                 return False
 
         checks = {"redis": await probe(status.ping), "lakefs": await probe(LakeFS(config.lakefs).healthy)}
-        warnings = ["api_auth is none: the API answers anyone who reaches it"] if config.api_auth == "none" else []
+        warnings = ["api.auth is none: the API answers anyone who reaches it"] if config.api.auth == "none" else []
         return JSONResponse({"ready": all(checks.values()), "checks": checks, "warnings": warnings},
                             status_code=200 if all(checks.values()) else 503)
 

@@ -4,8 +4,8 @@ A caller is one of
 - a lakeFS identity: HTTP basic auth with a lakeFS access key id and secret, or `Authorization:
   Bearer <lakeFS token>` (from lakeFS's login API). For each repository the service asks lakeFS,
   with the caller's own credentials, for that repository: lakeFS's answer (200, 401, 403, 404) is
-  the decision, reused for `auth_cache_seconds`. The service's own lakeFS user never decides.
-- a service token from `api_tokens` (`Authorization: Bearer <token>`), for automation: it reads
+  the decision, reused for `api.auth_cache_seconds`. The service's own lakeFS user never decides.
+- a service token from `api.tokens` (`Authorization: Bearer <token>`), for automation: it reads
   the repositories its entry names, and no others.
 No credentials: 401. Credentials that do not open the repository: 403.
 
@@ -69,9 +69,9 @@ def caller_of(authorization: str, config: Config, session: str | None = None) ->
             raise Unauthenticated("basic auth takes a lakeFS access key id and its secret")
         return Caller(key=_digest(authorization), authorization=f"Basic {credentials}")
     if scheme.lower() == "bearer" and credentials:
-        matched = matching_token(credentials, [entry.token for entry in config.api_tokens])
+        matched = matching_token(credentials, [entry.token for entry in config.api.tokens])
         if matched is not None:
-            return Caller(key=_digest(credentials), service_token=config.api_tokens[matched])
+            return Caller(key=_digest(credentials), service_token=config.api.tokens[matched])
         return Caller(key=_digest(authorization), authorization=f"Bearer {credentials}")  # a lakeFS token
     raise Unauthenticated("sign in with your lakeFS identity: HTTP basic auth with a lakeFS access key id and "
                           "secret, or `Authorization: Bearer` with a lakeFS token (or a service API token)")
@@ -96,7 +96,7 @@ class RepositoryAccess:
 
     def __init__(self, config: Config, client: httpx.AsyncClient | None = None):
         self.endpoint = config.lakefs.endpoint.rstrip("/") + "/api/v1"
-        self.ttl = config.auth_cache_seconds
+        self.ttl = config.api.auth_cache_seconds
         self.client = client or httpx.AsyncClient(timeout=min(10.0, config.lakefs.timeout_seconds))
         self.decisions: dict[tuple[str, str], tuple[int, float]] = {}
 

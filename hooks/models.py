@@ -252,7 +252,7 @@ class RowDiff(BaseModel):
     files: RowDiffFiles
     rows: list[ChangedRow]
     engine: Literal["in-process", "spark"] = Field(description="where it was computed: in the worker, or as the "
-                                                              "Spark job (above row_diff_max_bytes)")
+                                                              "Spark job (above row_diff.max_bytes)")
     rows_location: str | None = Field(description="the Spark job's rows (Parquet, next to the exports), "
                                                    "which the API pages from")
     bytes_read: int

@@ -54,14 +54,14 @@ def _worker(args: argparse.Namespace) -> int:
     from workers.app import configure
 
     config = load_config(args.config)
-    argv = ["worker", "--loglevel=INFO", f"--concurrency={args.concurrency or config.worker_concurrency}",
+    argv = ["worker", "--loglevel=INFO", f"--concurrency={args.concurrency or config.workers.concurrency}",
             "--without-gossip", "--without-mingle"]
     if args.beat:  # the periodic catch-up; a Redis lock lets only one worker's run go at a time
         argv += ["--beat", "--schedule", f"{tempfile.gettempdir()}/lakefs-delta-beat-{os.getpid()}"]
     if args.name:
         argv += ["-n", args.name]
     # the default queue and the large tables' queue, unless told which
-    argv += ["--queues", args.queues or f"celery,{config.large_table_queue}"]
+    argv += ["--queues", args.queues or f"celery,{config.workers.large_table_queue}"]
     configure(config).worker_main(argv)
     return 0
 
@@ -205,7 +205,7 @@ def _diff(args: argparse.Namespace) -> int:
         from exporter.diff.overview import compare_refs
 
         lakefs = LakeFS(config.lakefs)
-        overview = compare_refs(config, lakefs, DiffCache(config.redis, config.diff_cache_ttl_seconds), args.repo,
+        overview = compare_refs(config, lakefs, DiffCache(config.redis, config.api.diff_cache_ttl_seconds), args.repo,
                                 *diff_commits(lakefs, args.repo, left, right))
         print(json.dumps(overview, indent=2) if args.json else render_overview(overview, left, right))
         return 0
@@ -214,7 +214,7 @@ def _diff(args: argparse.Namespace) -> int:
 
         key = tuple(c.strip() for c in (args.key or "").split(",") if c.strip())
         lakefs = LakeFS(config.lakefs)
-        diff, _ = cached_row_diff(config, lakefs, RowDiffCache(config.redis, config.diff_cache_ttl_seconds),
+        diff, _ = cached_row_diff(config, lakefs, RowDiffCache(config.redis, config.api.diff_cache_ttl_seconds),
                                   args.repo, left, right, args.table.strip("/"), key)
         if diff.get("rows_location") and not args.json:  # the Spark job's rows: the first page of them
             from exporter.storage.objectstore import ObjectStore
@@ -224,7 +224,7 @@ def _diff(args: argparse.Namespace) -> int:
             diff["rows"] = rows_page(store, diff["rows_location"], 0, max(args.limit, 1))[0]
         print(json.dumps(diff, indent=2) if args.json else render_row_diff(diff, left, right, args.limit))
         return 0
-    diff, _ = cached_diff(config, LakeFS(config.lakefs), DiffCache(config.redis, config.diff_cache_ttl_seconds),
+    diff, _ = cached_diff(config, LakeFS(config.lakefs), DiffCache(config.redis, config.api.diff_cache_ttl_seconds),
                           args.repo, left, right, args.table.strip("/"))
     if args.json:
         print(json.dumps(diff, indent=2))
@@ -385,7 +385,7 @@ def _add_process_commands(commands) -> None:
                             help="do not run the periodic catch-up in this worker (it runs by default)")
     worker_cmd.add_argument("--name", help="Celery node name, e.g. w1@%%h")
     worker_cmd.add_argument("--queues", help="comma-separated queues to consume (default: celery and the "
-                                             "large_table_queue), e.g. `lakefs_delta.large` for a worker of its own")
+                                             "workers.large_table_queue), e.g. `lakefs_delta.large` for a worker of its own")
     worker_cmd.set_defaults(run=_worker)
 
 
@@ -393,7 +393,7 @@ def _add_repository_commands(commands) -> None:
     """The subcommands for commands that act on repositories."""
     catch_up_cmd = commands.add_parser("catch-up", help="queue recent commits and tags whose export is incomplete")
     catch_up_cmd.add_argument("--repo", action="append",
-                              help="repository (repeatable; default: catch_up_repositories, else every repository)")
+                              help="repository (repeatable; default: catch_up.repositories, else every repository)")
     catch_up_cmd.set_defaults(run=_catch_up)
 
     install_cmd = commands.add_parser("install-actions", help="upload the export action and descriptors, and commit")

@@ -129,12 +129,12 @@ class Processes:
 
 SERVICE_PORT = 18080
 # short timings so redelivery and retries happen within a test
-SERVICE_ENV = {"LAKEFS_DELTA_VISIBILITY_TIMEOUT_SECONDS": "15", "LAKEFS_DELTA_LOCK_TTL_SECONDS": "6",
-               "LAKEFS_DELTA_RETRY_BACKOFF_SECONDS": "1", "LAKEFS_DELTA_RETRY_BACKOFF_MAX_SECONDS": "4",
-               "LAKEFS_DELTA_RETRY_MAX_RETRIES": "8", "LAKEFS_DELTA_TASK_TIME_LIMIT_SECONDS": "12",
+SERVICE_ENV = {"LAKEFS_DELTA_TASKS_VISIBILITY_TIMEOUT_SECONDS": "15", "LAKEFS_DELTA_TASKS_LOCK_TTL_SECONDS": "6",
+               "LAKEFS_DELTA_TASKS_RETRY_BACKOFF_SECONDS": "1", "LAKEFS_DELTA_TASKS_RETRY_BACKOFF_MAX_SECONDS": "4",
+               "LAKEFS_DELTA_TASKS_RETRY_MAX_RETRIES": "8", "LAKEFS_DELTA_TASKS_TIME_LIMIT_SECONDS": "12",
                "LAKEFS_DELTA_LAKEFS_TIMEOUT_SECONDS": "4",
                # a diff the API has not cached is computed by the worker: tests wait for it, not for a 202
-               "LAKEFS_DELTA_DIFF_WAIT_SECONDS": "120",
+               "LAKEFS_DELTA_API_DIFF_WAIT_SECONDS": "120",
                # catch-up runs when a test asks for it, not on a timer over every test's repository
                "LAKEFS_DELTA_CATCH_UP_INTERVAL_SECONDS": "86400"}
 

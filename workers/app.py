@@ -35,24 +35,24 @@ def configure(config: Config) -> Celery:
         task_acks_late=True,  # a killed worker's task goes back to the queue...
         task_reject_on_worker_lost=True,  # ...instead of being acknowledged as lost
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": config.visibility_timeout_seconds},
-        result_backend_transport_options={"visibility_timeout": config.visibility_timeout_seconds},
+        broker_transport_options={"visibility_timeout": config.tasks.visibility_timeout_seconds},
+        result_backend_transport_options={"visibility_timeout": config.tasks.visibility_timeout_seconds},
         result_expires=24 * 3600,
         task_ignore_result=True,  # outcomes live in the status records; `ping` keeps its result
-        worker_concurrency=config.worker_concurrency,
-        worker_max_memory_per_child=config.worker_max_memory_per_child_mib * 1024,  # KiB
+        worker_concurrency=config.workers.concurrency,
+        worker_max_memory_per_child=config.workers.max_memory_per_child_mib * 1024,  # KiB
         broker_connection_retry_on_startup=True,
         # below the visibility timeout, so a slow task is stopped before the broker hands it out again;
         # the soft limit raises inside the task, which then retries with the reason
-        task_annotations={name: {"soft_time_limit": soft_time_limit(config.time_limit(name)),
-                                 "time_limit": config.time_limit(name),
+        task_annotations={name: {"soft_time_limit": soft_time_limit(config.tasks.time_limit(name)),
+                                 "time_limit": config.tasks.time_limit(name),
                                  # Celery's autoretry: exponential backoff with full jitter
-                                 "max_retries": config.retry.max_retries,
-                                 "retry_backoff": max(1, round(config.retry.backoff_seconds)),
-                                 "retry_backoff_max": max(1, round(config.retry.backoff_max_seconds))}
+                                 "max_retries": config.tasks.retry.max_retries,
+                                 "retry_backoff": max(1, round(config.tasks.retry.backoff_seconds)),
+                                 "retry_backoff_max": max(1, round(config.tasks.retry.backoff_max_seconds))}
                           for name in TASK_NAMES},
         beat_schedule={"catch-up": {"task": "lakefs_delta.catch_up",
-                                    "schedule": float(config.catch_up_interval_seconds)},
+                                    "schedule": float(config.catch_up.interval_seconds)},
                        # prune deletes: scheduled only when retention.interval_seconds is set
                        **({"prune": {"task": "lakefs_delta.prune", "schedule": float(config.retention.interval_seconds)}}
                           if config.retention.interval_seconds else {})},

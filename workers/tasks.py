@@ -44,7 +44,7 @@ log = logging.getLogger("lakefs_delta.worker")
 
 @functools.cache
 def _services(config: Config) -> tuple[StatusStore, DiffCache]:
-    return StatusStore(config.redis), DiffCache(config.redis, config.diff_cache_ttl_seconds)
+    return StatusStore(config.redis), DiffCache(config.redis, config.api.diff_cache_ttl_seconds)
 
 
 @functools.cache
@@ -74,7 +74,7 @@ TASK_ERRORS = (ExporterError, redis.RedisError, SoftTimeLimitExceeded)
 def _transient_reason(exc: BaseException) -> str | None:
     """Why a retry may succeed, or None when the error is permanent."""
     if isinstance(exc, SoftTimeLimitExceeded):
-        return "timed out: the task ran past its soft time limit (task_time_limits, task_time_limit_seconds)"
+        return "timed out: the task ran past its soft time limit (tasks.time_limits, tasks.time_limit_seconds)"
     if isinstance(exc, redis.RedisError):
         return f"Redis error: {exc}"
     if isinstance(exc, ExporterError) and not exc.permanent:
@@ -93,7 +93,7 @@ def retry_if_transient(exc: BaseException, line: str, retries_left: bool = True)
 
 def export_queue(config: Config, checkpoint_files: int) -> str | None:
     """The queue of a table's export: its own for large tables, else the default (None)."""
-    return config.large_table_queue if checkpoint_files >= config.large_table_files else None
+    return config.workers.large_table_queue if checkpoint_files >= config.workers.large_table_files else None
 
 
 @app.task(name="lakefs_delta.ping", ignore_result=False)
@@ -173,16 +173,16 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
     started = time.monotonic()
     line = f"export {repository}/{ref}/{commit_id}/{table_name} attempt={self.request.retries + 1}"
     try:
-        with status.lock(status.export_lock(repository, ref, commit_id, table_name), config.lock_ttl_seconds) as held:
+        with status.lock(status.export_lock(repository, ref, commit_id, table_name), config.tasks.lock_ttl_seconds) as held:
             if not held:  # another delivery is exporting it: look again later, without spending a retry
                 export_table.apply_async((repository, ref, commit_id, table_name, table_path),
-                                         {"branch_table": branch_table}, countdown=config.lock_ttl_seconds / 3, retries=self.request.retries,
+                                         {"branch_table": branch_table}, countdown=config.tasks.lock_ttl_seconds / 3, retries=self.request.retries,
                                          queue=(self.request.delivery_info or {}).get("routing_key"))
                 log.info("%s outcome=requeued reason=another delivery holds the lock", line)
                 return {"ok": None, "requeued": True}
             work = f"{repository}:{ref}:{commit_id}:{table_name}"
             starts = status.started(work)
-            if starts > config.max_deliveries:  # a poison message: it killed its worker every time
+            if starts > config.tasks.max_deliveries:  # a poison message: it killed its worker every time
                 outcome = ExportOutcome(table=table_name, table_path=table_path, ok=False, permanent=True,
                                         error=f"the worker running this export died {starts - 1} times (out of "
                                               f"memory or killed); not running it again")
@@ -258,7 +258,7 @@ def _abandon(config: Config, status: StatusStore, repository: str, ref: str, com
     lock, so a delivery still writing it is never emptied under its feet. False when another
     delivery holds the lock (that one completes the export, or abandons it in turn)."""
     try:
-        with status.lock(status.export_lock(repository, ref, commit_id, table_name), config.lock_ttl_seconds) as held:
+        with status.lock(status.export_lock(repository, ref, commit_id, table_name), config.tasks.lock_ttl_seconds) as held:
             if not held:
                 log.info("export %s/%s/%s/%s: not abandoned, another delivery is writing it", repository, ref,
                          commit_id, table_name)
@@ -275,7 +275,7 @@ def catch_up(repositories: list[str] | None = None) -> list[str]:
     """lakeFS never retries a post-hook: queue the commits and tags whose export is incomplete."""
     config = current_config()
     status, _ = _services(config)
-    with status.lock("catch-up", config.time_limit("catch_up")) as held:
+    with status.lock("catch-up", config.tasks.time_limit("catch_up")) as held:
         if not held:  # another worker's beat is running it
             return []
         plan = find_missing_exports(config, _lakefs(config), status, repositories)
@@ -300,7 +300,7 @@ def append_branch_table(self, repository: str, branch: str, commit_id: str, tabl
     status, _ = _services(config)
     line = f"branch table {repository}/{branch}/{table_name} commit={commit_id}"
     try:
-        with status.lock(f"branch-table:{repository}:{branch}:{table_name}", config.lock_ttl_seconds) as held:
+        with status.lock(f"branch-table:{repository}:{branch}:{table_name}", config.tasks.lock_ttl_seconds) as held:
             if not held:  # another append of this branch table is running: after it, this one
                 append_branch_table.apply_async((repository, branch, commit_id, table_name), countdown=1,
                                                 retries=self.request.retries)
@@ -339,10 +339,10 @@ def prune(repositories: list[str] | None = None) -> list[str]:
     status, _ = _services(config)
     lakefs = _lakefs(config)
     deleted: list[str] = []
-    with status.lock("prune", config.time_limit("prune")) as held:
+    with status.lock("prune", config.tasks.time_limit("prune")) as held:
         if not held:  # another worker's beat is running it
             return []
-        for repository in repositories or list(config.catch_up_repositories) or lakefs.list_repositories():
+        for repository in repositories or list(config.catch_up.repositories) or lakefs.list_repositories():
             try:
                 plan = prune_exports(config, lakefs, repository)
             except ExporterError as exc:
@@ -368,7 +368,7 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
         if worth_precomputing(config, lakefs, repository, parent, commit_id, table_path):
             try:  # the row diff too: it reads little
                 cached_row_diff(config, lakefs, _row_diff_cache(config), repository, parent, commit_id, table_path,
-                                max_bytes=config.row_diff_precompute_bytes)
+                                max_bytes=config.row_diff.precompute_bytes)
             except RowDiffTooLarge:
                 pass  # deletion vectors made it bigger than the objects that changed: computed when asked
     except TASK_ERRORS as exc:
@@ -413,12 +413,12 @@ def compare_refs(self, repository: str, left_commit: str, right_commit: str) -> 
 
 @functools.cache
 def _overview_cache(config: Config) -> OverviewCache:
-    return OverviewCache(config.redis, config.diff_cache_ttl_seconds)
+    return OverviewCache(config.redis, config.api.diff_cache_ttl_seconds)
 
 
 @functools.cache
 def _row_diff_cache(config: Config) -> RowDiffCache:
-    return RowDiffCache(config.redis, config.diff_cache_ttl_seconds)
+    return RowDiffCache(config.redis, config.api.diff_cache_ttl_seconds)
 
 
 @app.task(bind=True, base=RetriedTask, name="lakefs_delta.list_datasets")
@@ -431,7 +431,7 @@ def list_datasets(self, repository: str, commit_id: str) -> bool:
 
 @functools.cache
 def _datasets_cache(config: Config) -> DatasetsCache:
-    return DatasetsCache(config.redis, config.diff_cache_ttl_seconds)
+    return DatasetsCache(config.redis, config.api.diff_cache_ttl_seconds)
 
 
 def _compute_for_api(task, cache: ResultCache, parts: tuple, compute) -> bool:

@@ -8,7 +8,7 @@ copy-on-write rewrite, OPTIMIZE or an identical overwrite cancels out), and, wit
 left on both sides with the same key are updates. A column is the same column on both sides by
 its identity (`exporter.delta.columns`), so a renamed one is compared, and shown, under its new name.
 
-Memory follows the differing data; above `row_diff_max_bytes` of files to read the diff is refused
+Memory follows the differing data; above `row_diff.max_bytes` of files to read the diff is refused
 (`RowDiffTooLarge`) rather than run out of memory.
 """
 
@@ -40,7 +40,7 @@ from exporter.storage.objectstore import ObjectSource, ObjectStore
 
 
 class RowDiffTooLarge(ExporterError):
-    """More differing data than `row_diff_max_bytes`: too much to diff in one process."""
+    """More differing data than `row_diff.max_bytes`: too much to diff in one process."""
 
 
 @dataclass
@@ -83,10 +83,10 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
                      table_path: str, key: tuple[str, ...] = (), max_bytes: int | None = None,
                      progress: Callable[[dict], None] | None = None) -> dict:
     """The row diff of `table_path` from `left_commit` to `right_commit` (no left: every row added).
-    Files to read above `max_bytes` (default `row_diff_max_bytes`): the Spark job when
-    `row_diff_spark.master` is set (and no `max_bytes` was given), else RowDiffTooLarge."""
-    use_spark = max_bytes is None and bool(config.row_diff_spark.master)
-    max_bytes = config.row_diff_max_bytes if max_bytes is None else max_bytes
+    Files to read above `max_bytes` (default `row_diff.max_bytes`): the Spark job when
+    `row_diff.spark.master` is set (and no `max_bytes` was given), else RowDiffTooLarge."""
+    use_spark = max_bytes is None and bool(config.row_diff.spark.master)
+    max_bytes = config.row_diff.max_bytes if max_bytes is None else max_bytes
     started = time.monotonic()
     store = ObjectStore(config, lakefs.storage_namespace(repository))
     prefix = table_path.strip("/") + "/"
@@ -120,7 +120,7 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
                 "computed_seconds": round(time.monotonic() - started, 4)}
     if size > max_bytes:
         raise RowDiffTooLarge(f"the two sides differ in {len(to_read)} file(s), {size:,} bytes to read: more than "
-                              f"{max_bytes:,} (row_diff_max_bytes: {config.row_diff_max_bytes:,})")
+                              f"{max_bytes:,} (row_diff.max_bytes: {config.row_diff.max_bytes:,})")
 
     removed, added, files = _RowsOf(left), _RowsOf(right), {"removed": [], "added": [], "deletion_vector_changed": []}
     for add in removed_files:
@@ -321,14 +321,14 @@ def worth_precomputing(config: Config, lakefs: LakeFS, repository: str, parent: 
                        table_path: str) -> bool:
     """Whether a commit's row diff against its parent is cheap enough to compute after every export:
     not a large table (its snapshot comparison alone would cost seconds), and at most
-    `row_diff_precompute_bytes` of data objects changed (lakeFS's diff: one call per 1000)."""
-    if parent is None or checkpoint_files_hint(lakefs, repository, commit_id, table_path) >= config.large_table_files:
+    `row_diff.precompute_bytes` of data objects changed (lakeFS's diff: one call per 1000)."""
+    if parent is None or checkpoint_files_hint(lakefs, repository, commit_id, table_path) >= config.workers.large_table_files:
         return False
     changed = 0
     for change in lakefs.diff(repository, parent, commit_id, prefix=table_path.strip("/") + "/"):
         if "/_delta_log/" not in "/" + change["path"]:
             changed += int(change.get("size_bytes") or 0)
-            if changed > config.row_diff_precompute_bytes:
+            if changed > config.row_diff.precompute_bytes:
                 return False
     return True
 

@@ -1,8 +1,8 @@
-"""The row diff as a Spark job, for differing data above `row_diff_max_bytes`.
+"""The row diff as a Spark job, for differing data above `row_diff.max_bytes`.
 
 `row_diff.compute_row_diff` decides what differs (which files, and which rows of each by their
 deletion vectors) and hands that plan to this job, run as its own process with PySpark
-(`python -m exporter.diff.rows_spark PLAN SUMMARY ROWS`, master `row_diff_spark.master`). The job
+(`python -m exporter.diff.rows_spark PLAN SUMMARY ROWS`, master `row_diff.spark.master`). The job
 reads those rows by `_metadata.row_index`, cancels equal rows as multisets over the common columns
 (per group: the first min(removed, added) of each side), pairs updates by key, and streams the
 result to a Parquet file of 1,000-row row groups ordered by row id, which the caller uploads next
@@ -45,7 +45,7 @@ def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str,
             progress: Callable[[dict], None] | None = None) -> dict:
     """Run the job on `plan`; upload its rows to `rows_location` (relative to the namespace) and
     return its summary (counts, partitions, per-file rows)."""
-    spark = config.row_diff_spark
+    spark = config.row_diff.spark
     environment = {**os.environ, "LAKEFS_DELTA_JOB_S3_ENDPOINT": config.object_store.endpoint,
                    "LAKEFS_DELTA_JOB_S3_REGION": config.object_store.region,
                    "LAKEFS_DELTA_JOB_S3_ACCESS_KEY_ID": config.object_store.access_key_id,

@@ -5,7 +5,7 @@ One implementation for `lakefs-delta catch-up` and the workers' periodic task. I
 first parents, so after a merge the feature branch's commits are not exported under the
 destination; it covers tags (every table); it skips exports whose status is a terminal `failed`
 (re-queuing them would fail again) and commits outside the retention policy (prune would delete
-their exports), and it queues at most `catch_up_max_per_run` commits a run.
+their exports), and it queues at most `catch_up.max_per_run` commits a run.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class CatchUpPlan:
 def followed_branches(lakefs: LakeFS, repository: str, config: Config, action: dict | None) -> list[str] | None:
     """Branches whose commits are exported: the configured patterns, else those the installed action
     names for commits and merges; None when the repository has no action installed."""
-    patterns = list(config.catch_up_branches)
+    patterns = list(config.catch_up.branches)
     if not patterns:
         if action is None:
             return None
@@ -74,7 +74,7 @@ def _failed_for_good(record: dict | None) -> bool:
 
 def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: list[str] | None = None) -> CatchUpPlan:
     plan = CatchUpPlan()
-    for repository in repositories or list(config.catch_up_repositories) or lakefs.list_repositories():
+    for repository in repositories or list(config.catch_up.repositories) or lakefs.list_repositories():
         try:
             action = installed_action(lakefs, repository)
             branches = followed_branches(lakefs, repository, config, action)
@@ -86,13 +86,13 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
             plan.skipped_repositories.append(f"{repository}: no {ACTION_PATH} on its default branch")
             continue
         now = time.time()
-        logs = {branch: lakefs.log(repository, branch, amount=config.catch_up_depth, first_parent=True)
+        logs = {branch: lakefs.log(repository, branch, amount=config.catch_up.depth, first_parent=True)
                 for branch in branches}
         # what prune would delete is not exported again
         candidates = [(branch, commit.id, False) for branch, commits in logs.items()
                       for position, commit in enumerate(commits)
                       if within_policy(position, now - commit.creation_date, config.retention)]
-        candidates += [(tag, commit_id, True) for tag, commit_id in lakefs.list_tags(repository, config.catch_up_depth)]
+        candidates += [(tag, commit_id, True) for tag, commit_id in lakefs.list_tags(repository, config.catch_up.depth)]
         for ref, commit_id, all_tables in candidates:
             missing = missing_exports(config, repository, ref, commit_id, lakefs=lakefs, all_tables=all_tables)
             failed = [t for t in missing if _failed_for_good(status.record(repository, ref, commit_id, t))]
@@ -100,7 +100,7 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
             retry = tuple(t for t in missing if t not in failed)
             if not retry:
                 continue
-            if len(plan.queued) >= config.catch_up_max_per_run:
+            if len(plan.queued) >= config.catch_up.max_per_run:
                 plan.truncated = True
                 return plan
             plan.queued.append(MissingExport(repository, ref, commit_id, all_tables, retry,

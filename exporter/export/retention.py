@@ -98,7 +98,7 @@ def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConf
             else:
                 busy = [table for table in store.list_folders(location)
                         if not _discard_unless_written(status, store, plan, repository, ref_segment, commit_folder,
-                                                       f"{location}{table}/", table, config.lock_ttl_seconds)]
+                                                       f"{location}{table}/", table, config.tasks.lock_ttl_seconds)]
                 if busy:
                     plan.kept[store.uri(location)] = f"being exported now: {', '.join(segment_name(t) for t in busy)}"
                 else:

@@ -111,7 +111,7 @@ def test_what_is_not_cached_is_computed_by_a_worker_and_the_api_says_ask_again(p
     a_table(lakefs, repository)
     lakefs.upload_object(repository, "main", "tables/broken/_delta_log/" + f"{0:020d}.json", b"{not json\n")
     lakefs.commit_branch(repository, "main", "a broken table")
-    impatient = processes.serve("service-no-wait", BOUND_PORT + 1, extra_env={"LAKEFS_DELTA_DIFF_WAIT_SECONDS": "0"})
+    impatient = processes.serve("service-no-wait", BOUND_PORT + 1, extra_env={"LAKEFS_DELTA_API_DIFF_WAIT_SECONDS": "0"})
     admin = basic(config.lakefs.access_key_id, config.lakefs.secret_access_key.get_secret_value())
 
     first = httpx.get(impatient + diff_path(repository), headers=admin, timeout=30)

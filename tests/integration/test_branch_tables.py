@@ -333,7 +333,8 @@ def test_an_append_interrupted_before_its_state_is_redone_without_duplicates(spa
     location = branch_table_versions(config, lakefs, repository, "main", "crash")["location"]
     assert branch_log_versions(s3, location) == [0, 1, 2]  # written, but not recorded
     assert branch_table_versions(config, lakefs, repository, "main", "crash")["head_version"] == 0
-    following = config.model_copy(update={"catch_up_branches": ("main",), "branch_tables": ("main",)})
+    following = config.model_copy(update={"catch_up": config.catch_up.model_copy(update={"branches": ("main",)}),
+                                           "branch_tables": ("main",)})
     plan = catch_up(following, lakefs, StatusStore(config.redis), [repository])
     assert plan.appends == [(repository, "main", second, "crash")] and not plan.queued  # catch-up sees it lag
 

@@ -221,7 +221,7 @@ def test_events_answered_before_a_redis_restart_are_all_exported(processes, lake
 
 
 def test_a_large_table_waits_on_its_own_queue_while_small_ones_export(processes, lakefs, repository, stack_env):
-    """With `large_table_files` at 2, a table whose checkpoint lists 2 files goes to the large queue:
+    """With `workers.large_table_files` at 2, a table whose checkpoint lists 2 files goes to the large queue:
     a worker of the default queue alone exports the small table and leaves the large one queued;
     a worker of the large queue then exports it."""
     import io
@@ -231,7 +231,7 @@ def test_a_large_table_waits_on_its_own_queue_while_small_ones_export(processes,
     from bench.synthetic import synthetic_checkpoint
 
     env = {"LAKEFS_DELTA_REDIS_URL": stack_env["LAKEFS_DELTA_REDIS_URL"].rsplit("/", 1)[0] + "/6",
-           "LAKEFS_DELTA_LARGE_TABLE_FILES": "2"}
+           "LAKEFS_DELTA_WORKERS_LARGE_TABLE_FILES": "2"}
     port = SERVICE_PORT + 13
     commit_id = tables_repository(lakefs, repository, ["small", "large"], url="http://127.0.0.1:1/nowhere")
     for name in ("small", "large"):  # the commit changes both tables

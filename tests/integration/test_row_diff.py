@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from examples.bank_pipeline import ingest, retention_and_column_remover
-from exporter.config import RowDiffSparkConfig
+from exporter.config import RowDiffConfig
 from exporter.errors import ExporterError
 from exporter.storage.objectstore import ObjectStore
 from exporter.diff.rows import RowDiffCache, compute_row_diff
@@ -183,7 +183,7 @@ def test_a_diff_over_the_size_limit_is_refused_with_the_reason(spark, lakefs, co
     before = lakefs.commit_branch(repository, "main", "first")
     spark.createDataFrame([(i,) for i in range(100)], "id INT").write.format("delta").mode("append").save(uri)
     after = lakefs.commit_branch(repository, "main", "second")
-    small = config.model_copy(update={"row_diff_max_bytes": 10, "row_diff_spark": RowDiffSparkConfig()})  # no job
+    small = config.model_copy(update={"row_diff": RowDiffConfig(max_bytes=10)})  # no Spark job
     with pytest.raises(ExporterError, match="bytes to read: more than 10"):
         compute_row_diff(small, lakefs, repository, before, after, "tables/big")
 
@@ -196,7 +196,7 @@ def test_a_diff_above_the_in_process_limit_runs_as_a_spark_job_with_the_same_ans
     left, right = lakefs.commit(repository, "main").id, lakefs.commit(repository, "exp1").id
     in_process = compute_row_diff(config, lakefs, repository, left, right, "tables/transactions", ("txn_id",))
     progress: list[dict] = []
-    limited = config.model_copy(update={"row_diff_max_bytes": 0})  # everything is above it
+    limited = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"max_bytes": 0})})  # all above it
 
     job = compute_row_diff(limited, lakefs, repository, left, right, "tables/transactions", ("txn_id",),
                            progress=progress.append)
@@ -246,8 +246,8 @@ def in_process_and_as_spark_job(config, lakefs, repository: str, left: str, righ
     """The row diff computed in the process and by the Spark job (everything is above a 0-byte limit),
     and the job's rows."""
     in_process = compute_row_diff(config, lakefs, repository, left, right, path, key)
-    job = compute_row_diff(config.model_copy(update={"row_diff_max_bytes": 0}), lakefs, repository, left, right, path,
-                           key)
+    above = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"max_bytes": 0})})
+    job = compute_row_diff(above, lakefs, repository, left, right, path, key)
     assert (in_process["engine"], job["engine"]) == ("in-process", "spark")
     job_rows, _ = rows_page(ObjectStore(config, lakefs.storage_namespace(repository)), job["rows_location"], 0, 100)
     return in_process, job, job_rows

@@ -32,12 +32,12 @@ def basic(key: str, secret: str) -> str:
 
 
 def test_api_tokens_name_their_repositories_or_the_config_is_refused():
-    tokens = config(LAKEFS_DELTA_API_TOKENS="t1=sales+ops,t2=*").api_tokens
+    tokens = config(LAKEFS_DELTA_API_TOKENS="t1=sales+ops,t2=*").api.tokens
     assert [(t.token.get_secret_value(), t.repositories) for t in tokens] == [("t1", ("sales", "ops")), ("t2", ("*",))]
     assert tokens[0].allows("sales") and not tokens[0].allows("hr") and tokens[1].allows("hr")
     with pytest.raises(ConfigError, match="TOKEN=repo1"):
         config(LAKEFS_DELTA_API_TOKENS="bare-token")
-    with pytest.raises(ConfigError, match="api_auth"):
+    with pytest.raises(ConfigError, match=r"api\.auth"):
         config(LAKEFS_DELTA_API_AUTH="open")
 
 
@@ -61,7 +61,7 @@ def test_lakefs_decides_once_per_caller_and_repository_within_the_cache_time():
         repository = request.url.path.rsplit("/", 1)[1]
         return httpx.Response({"x": 200, "y": 403, "gone": 404, "broken": 500}[repository])
 
-    settings = config(LAKEFS_DELTA_AUTH_CACHE_SECONDS="60")
+    settings = config(LAKEFS_DELTA_API_AUTH_CACHE_SECONDS="60")
     access = RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs)))
     alice = caller_of(basic("AKIA1", "a"), settings)
 
