@@ -1,4 +1,5 @@
 import pytest
+import yaml
 
 from exporter.config import load_config
 from exporter.errors import ConfigError
@@ -175,8 +176,6 @@ def _nested(key: str, value):
 
 @pytest.mark.parametrize("old", sorted(OLD_YAML))
 def test_an_old_flat_key_still_loads_with_a_warning_naming_the_new_key(tmp_path, old):
-    import yaml
-
     from exporter.config import RENAMED_KEYS, RenamedConfigKey
 
     assert set(OLD_YAML) == set(RENAMED_KEYS)  # every renamed key has a case here
@@ -253,8 +252,6 @@ def test_an_old_variable_overrides_the_file_like_its_new_name(tmp_path):
     ({"api_tokens": ["a=*"], "api": {"tokens": ["b=*"]}}, "'api_tokens' is the old name of 'api.tokens'"),
 ])
 def test_a_key_given_both_ways_is_refused(tmp_path, document, words):
-    import yaml
-
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(document))
     with pytest.raises(ConfigError, match=words):
@@ -283,3 +280,19 @@ def test_a_bad_value_in_an_old_variable_names_that_variable():
     with pytest.raises(ConfigError, match=r"tasks\.retry\.max_retries \(set by LAKEFS_DELTA_RETRY_MAX_RETRIES\)"):
         with pytest.warns(Warning):
             load_config(None, {"LAKEFS_DELTA_RETRY_MAX_RETRIES": "-1"})
+
+
+def test_the_readme_shows_the_whole_config_in_its_new_form_with_the_defaults(tmp_path):
+    import warnings
+    from pathlib import Path
+
+    from exporter.config import Config
+
+    readme = next(folder / "README.md" for folder in Path(__file__).resolve().parents
+                  if (folder / "README.md").exists()).read_text()
+    path = tmp_path / "c.yaml"
+    path.write_text(readme.split("### Configuration", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no old key
+        assert load_config(path, {}) == load_config(None, {})
+    assert set(Config.model_fields) == set(yaml.safe_load(path.read_text()))  # every key shown
