@@ -9,6 +9,7 @@ COPY exporter ./exporter
 COPY hooks ./hooks
 COPY workers ./workers
 COPY lakefs_delta ./lakefs_delta
+COPY actions ./actions
 RUN pip install --no-cache-dir --prefix=/install .
 
 FROM python:3.11-slim

@@ -12,12 +12,12 @@ from exporter.errors import ExporterError, NotFound
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, parse_descriptor
 
-TEMPLATES = resources.files("exporter") / "templates"  # package data: there in a wheel install too
 ACTION_PATH = "_lakefs_actions/delta-export.yaml"
+TEMPLATES = resources.files("actions")  # the top-level actions/ folder, package data in the wheel too
 
 
 def render_action(url: str, branches: list[str], branch_tables: list[str] = ()) -> bytes:
-    template = (TEMPLATES / "delta-export.yaml").read_text()
+    template = (TEMPLATES / ACTION_PATH).read_text()
     if any("," in pattern or '"' in pattern for pattern in branch_tables):
         raise ExporterError(f"branch table patterns cannot hold ',' or '\"': {branch_tables}")
     return (template.replace("{{URL}}", url).replace("{{BRANCHES}}", json.dumps(branches))

@@ -1,5 +1,6 @@
-"""What ships: a wheel built from the repository holds the product and its templates (no stack,
-no demo), and works from a fresh environment; the image's health check fits each role."""
+"""What ships: a wheel built from the repository holds the product and the lakeFS-side files of
+actions/ (no stack, no demo), and works from a fresh environment; the image's health check fits
+each role."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def installed_wheel(tmp_path_factory) -> Path:
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    for package in ("exporter", "hooks", "workers", "lakefs_delta", "devtools"):  # devtools: must stay out of the wheel
+    for package in ("exporter", "hooks", "workers", "lakefs_delta", "actions", "devtools"):  # devtools: must stay out
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(work / "dist"), str(source)],
                            capture_output=True, text=True, timeout=600)
@@ -47,13 +48,18 @@ def run(python: Path, *args: str, env: dict[str, str] | None = None) -> subproce
                           env={**clean, **(env or {})})
 
 
-def test_the_wheel_holds_the_product_and_its_templates_and_no_development_tooling(installed_wheel):
+def test_the_wheel_holds_the_product_and_the_actions_folder_and_no_development_tooling(installed_wheel):
     found = run(installed_wheel, "-c", "import exporter, hooks, workers, lakefs_delta, importlib.util as u; "
-                                       "print(exporter.__file__); print(u.find_spec('devtools'));"
-                                       "print((__import__('exporter.lakefs.actions').lakefs.actions.TEMPLATES / 'delta-export.yaml').is_file())")
+                                       "from exporter.lakefs.actions import TEMPLATES; "
+                                       "print(exporter.__file__); print(u.find_spec('devtools')); print(TEMPLATES); "
+                                       "print(sorted(p.relative_to(TEMPLATES).as_posix() for p in TEMPLATES.rglob('*.yaml')))")
     assert found.returncode == 0, found.stderr
-    location, devtools, template = found.stdout.split()
-    assert location.startswith(str(installed_wheel.parent.parent)) and devtools == "None" and template == "True"
+    location, devtools, templates, shipped = found.stdout.splitlines()
+    venv = str(installed_wheel.parent.parent)
+    assert location.startswith(venv) and devtools == "None"
+    assert templates.startswith(venv) and templates.endswith("/site-packages/actions")  # the wheel's, not the checkout's
+    assert shipped == str(["_lakefs_actions/delta-export.yaml", "_lakefs_tables/table.example.yaml"])
+    assert not (Path(location).parent / "templates").exists()  # the templates' old place in exporter/ is gone
     assert run(installed_wheel, "-m", "lakefs_delta.cli", "serve", "--help").returncode == 0
 
 
