@@ -64,6 +64,35 @@ class BranchTableRefused(ExporterError):
     not on the branch's first-parent line (an event naming one branch with another's commit)."""
 
 
+# Delta Sharing's refusals, in the library's terms: each edge maps them to its answers (hooks/sharing/errors.py)
+
+
+class NotShared(ExporterError):
+    """A share the recipient is not given, or a table its share does not offer."""
+
+
+class ShareNotFound(ExporterError):
+    """No share, schema or shared table by that name: or its repository, branch table or tag export is gone."""
+
+
+class VersionOutOfRange(ExporterError):
+    """A version, version range or timestamp outside the versions a shared table can answer for."""
+
+
+class InvalidParameter(ExporterError):
+    """A request a shared table cannot answer as asked: a timestamp not in ISO 8601, changes without a
+    change data feed, arguments that exclude each other."""
+
+
+class UnsupportedByClient(ExporterError):
+    """The table needs what the client did not declare (reader features, the `delta` response format)."""
+
+
+class UnshareableTable(ExporterError):
+    """An export or branch table that cannot be shared as it is: its log has no start or no metaData,
+    a relative deletion vector, or a path outside the locations sharing may presign."""
+
+
 def rebuilt(kind: str, message: str) -> ExporterError:
     """An error recorded by its class name and message (a worker's, read back by the API): the same
     class, so the one mapping to an HTTP answer applies; `ExporterError` for a name it does not know."""

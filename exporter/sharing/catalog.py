@@ -20,9 +20,8 @@ import re
 from collections.abc import Iterable
 
 from exporter.config import Config, ShareConfig
-from exporter.errors import NotFound
+from exporter.errors import NotFound, NotShared, ShareNotFound
 from exporter.lakefs.client import LakeFS
-from exporter.sharing.refusals import forbidden, not_found
 from exporter.sharing.versions import Schema, SharedTable, branch_table, tag_export
 from exporter.storage.layout import (
     branch_tables_root,
@@ -53,9 +52,9 @@ class Catalog:
         for share in self.config.sharing.shares:
             if share.name.lower() == name.lower():
                 if share.name.lower() not in self.granted:
-                    raise forbidden(f"share {share.name!r} is not shared with this recipient")
+                    raise NotShared(f"share {share.name!r} is not shared with this recipient")
                 return share
-        raise not_found(f"no share {name!r}")
+        raise ShareNotFound(f"no share {name!r}")
 
     def schemas(self, share: ShareConfig) -> list[Schema]:
         found = []
@@ -72,14 +71,14 @@ class Catalog:
     def schema(self, share: ShareConfig, name: str) -> Schema:
         repository, ref = _split_schema(share, name)
         if repository is None or not _offered(ref, share.refs):
-            raise not_found(f"no schema {name!r} in share {share.name!r}")
+            raise ShareNotFound(f"no schema {name!r} in share {share.name!r}")
         branches = self.lakefs.list_branches(repository)
         if ref in branches:
             return Schema(name, repository, ref, "branch")
         for tag, commit_id in self.lakefs.list_tags(repository):
             if tag == ref:
                 return Schema(name, repository, ref, "tag", commit_id)
-        raise not_found(f"no schema {name!r} in share {share.name!r}: {repository!r} has no branch or tag {ref!r}")
+        raise ShareNotFound(f"no schema {name!r} in share {share.name!r}: {repository!r} has no branch or tag {ref!r}")
 
     def tables(self, share: ShareConfig, schema: Schema) -> list[str]:
         store = self._store(schema.repository)
@@ -92,7 +91,7 @@ class Catalog:
         share = self.share(share_name)
         schema = self.schema(share, schema_name)
         if not _offered(table, share.tables):  # before any read: whether it exists is not the recipient's to learn
-            raise forbidden(f"table {table!r} is not in share {share.name!r}")
+            raise NotShared(f"table {table!r} is not in share {share.name!r}")
         read = branch_table if schema.kind == "branch" else tag_export
         return read(self.config, self._store(schema.repository), schema, table)
 
@@ -100,7 +99,7 @@ class Catalog:
         try:
             return ObjectStore(self.config, self.lakefs.storage_namespace(repository))
         except NotFound:
-            raise not_found(f"repository {repository!r} of this share does not exist") from None
+            raise ShareNotFound(f"repository {repository!r} of this share does not exist") from None
 
 
 def _offered(name: str, patterns: Iterable[str]) -> bool:

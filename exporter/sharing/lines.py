@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from exporter.delta.deletion_vectors import ABSOLUTE, RELATIVE
-from exporter.sharing.refusals import SharingError, invalid, unsupported
+from exporter.errors import InvalidParameter, UnshareableTable, UnsupportedByClient, VersionOutOfRange
 from exporter.sharing.versions import SharedTable, Snapshot
 from exporter.storage.presign import PresignedUrl, Presigner
 
@@ -25,14 +25,13 @@ def response_format(capabilities: str | None, protocol: Mapping[str, Any]) -> st
     needs = _reader_features(protocol) or protocol.get("minReaderVersion", 1) > 1
     if needs:
         if "delta" not in asked:
-            raise unsupported("the table needs reader features ("
-                              + (", ".join(_reader_features(protocol)) or f"reader version {protocol['minReaderVersion']}")
-                              + ") that only the delta response format carries: "
-                              "send `delta-sharing-capabilities: responseformat=delta`")
+            needed = ", ".join(_reader_features(protocol)) or f"reader version {protocol['minReaderVersion']}"
+            raise UnsupportedByClient(f"the table needs reader features ({needed}) that only the delta response "
+                                      "format carries: send `delta-sharing-capabilities: responseformat=delta`")
         taken = _capability(capabilities, "readerfeatures")
         missing = [f for f in _reader_features(protocol) if taken is not None and f.lower() not in taken]
         if missing:
-            raise unsupported(f"the table needs reader features this client does not declare: {', '.join(missing)}")
+            raise UnsupportedByClient(f"the table needs reader features this client does not declare: {', '.join(missing)}")
         return "delta"
     return "parquet" if "parquet" in asked else "delta"
 
@@ -106,7 +105,7 @@ def changes_lines(table: SharedTable, snapshot: Snapshot, end: int, fmt: str, pr
     sign = table.signer(presigner)
     for version in range(start, end + 1):
         if version not in table.commits:
-            raise invalid(f"version {version} of table {table.name!r} is not in its log")
+            raise VersionOutOfRange(f"version {version} of table {table.name!r} is not in its log")
         actions = table.actions(version)
         timestamp = table.timestamp(version, actions)
         for action in actions:
@@ -130,8 +129,8 @@ def changes_lines(table: SharedTable, snapshot: Snapshot, end: int, fmt: str, pr
 
 def _require_change_data_feed(table: SharedTable, metadata: Mapping[str, Any], version: int, change_files: bool) -> None:
     if change_files and str((metadata.get("configuration") or {}).get("delta.enableChangeDataFeed", "")).lower() != "true":
-        raise invalid(f"the change data feed is not enabled on table {table.name!r} at version {version} "
-                      "(delta.enableChangeDataFeed)")
+        raise InvalidParameter(f"the change data feed is not enabled on table {table.name!r} at version "
+                               f"{version} (delta.enableChangeDataFeed)")
 
 
 def _file_line(wrapper: str, kind: str, action: dict, fmt: str, sign: Callable[[str], tuple[str, PresignedUrl]],
@@ -146,14 +145,14 @@ def _file_line(wrapper: str, kind: str, action: dict, fmt: str, sign: Callable[[
             shared["deletionVector"] = {**vector, "pathOrInlineDv": vector_url.url}
             line["deletionVectorFileId"] = _file_id(vector_path)
         elif isinstance(vector, dict) and vector.get("storageType") == RELATIVE:
-            raise SharingError(500, "INTERNAL_ERROR", f"a deletion vector relative to the table ({vector}) in an "
-                                                      "exported log: the export should have made it absolute")
+            raise UnshareableTable(f"a deletion vector relative to the table ({vector}) in an "
+                                   "exported log: the export should have made it absolute")
         if version is not None:
             line.update(version=version, timestamp=timestamp)
         line.update(expirationTimestamp=url.expires_ms, deltaSingleAction={kind: shared})
         return {"file": line}
     if action.get("deletionVector"):  # the parquet format cannot say which rows are deleted: never answer without
-        raise unsupported(f"{path} has a deletion vector, which only the delta response format carries")
+        raise UnsupportedByClient(f"{path} has a deletion vector, which only the delta response format carries")
     line = {"url": url.url, "id": _file_id(path), "partitionValues": action.get("partitionValues") or {},
             "size": action.get("size", 0)}
     if action.get("stats") and kind == "add":

@@ -19,9 +19,8 @@ from exporter.config import Config
 from exporter.delta.actions import commit_timestamp, parse_actions
 from exporter.delta.live_files import LiveFiles
 from exporter.delta.log import LOG_DIR, LogListing, commit_version, log_file_version, select_segment
-from exporter.errors import NotFound
+from exporter.errors import InvalidParameter, NotFound, ShareNotFound, UnshareableTable, VersionOutOfRange
 from exporter.export.readback import ExportedLog
-from exporter.sharing.refusals import SharingError, invalid, not_found
 from exporter.storage.layout import (
     MANIFEST,
     STATE,
@@ -63,7 +62,7 @@ class SharedTable:
         if 0 in listing.commits:
             return 0
         if not listing.checkpoints:
-            raise SharingError(500, "INTERNAL_ERROR", f"the log of table {self.name!r} has no start")
+            raise UnshareableTable(f"the log of table {self.name!r} has no start")
         return min(listing.checkpoints)
 
     @functools.cached_property
@@ -78,8 +77,8 @@ class SharedTable:
 
     def check_version(self, version: int) -> int:
         if not self.first_version <= version <= self.head_version:
-            raise invalid(f"version {version} of table {self.name!r} is not available: "
-                          f"versions {self.first_version} to {self.head_version} are")
+            raise VersionOutOfRange(f"version {version} of table {self.name!r} is not available: "
+                                    f"versions {self.first_version} to {self.head_version} are")
         return version
 
     def check_commits(self, start: int, end: int) -> None:
@@ -87,8 +86,8 @@ class SharedTable:
         missing = [v for v in range(start, end + 1) if v not in self.commits]
         if missing:
             first = min((v for v in self.commits if v >= self.first_version), default=self.first_version)
-            raise invalid(f"version {missing[0]} of table {self.name!r} is not in its log: changes can be read "
-                          f"from version {first} to {self.head_version}")
+            raise VersionOutOfRange(f"version {missing[0]} of table {self.name!r} is not in its log: changes can be "
+                                    f"read from version {first} to {self.head_version}")
 
     def snapshot(self, version: int | None = None) -> "Snapshot":
         version = self.head_version if version is None else self.check_version(version)
@@ -104,7 +103,7 @@ class SharedTable:
                 self._timestamps[version] = self.source_timestamps[version]
             else:
                 if version not in self.commits:
-                    raise invalid(f"version {version} of table {self.name!r} has no commit in its log")
+                    raise VersionOutOfRange(f"version {version} of table {self.name!r} has no commit in its log")
                 actions = self.actions(version) if actions is None else actions
                 self._timestamps[version] = commit_timestamp(actions, self._written[version])
         return self._timestamps[version]
@@ -115,19 +114,19 @@ class SharedTable:
         moment = _parse_timestamp(timestamp)
         versions = sorted(v for v in self.commits if v >= self.first_version)
         if not versions:
-            raise invalid(f"table {self.name!r} has no commit to resolve a timestamp against")
+            raise VersionOutOfRange(f"table {self.name!r} has no commit to resolve a timestamp against")
         index = bisect.bisect_left(_Timestamps(self, versions), moment) if at_or_after else \
             bisect.bisect_right(_Timestamps(self, versions), moment) - 1
         if at_or_after and index == len(versions):
-            raise invalid(f"timestamp {timestamp} is after the newest version of table {self.name!r} "
-                          f"({self._iso(versions[-1])})")
+            raise VersionOutOfRange(f"timestamp {timestamp} is after the newest version of table {self.name!r} "
+                                    f"({self._iso(versions[-1])})")
         if not at_or_after and index < 0:
-            raise invalid(f"timestamp {timestamp} is before the oldest readable version of table {self.name!r} "
-                          f"({self._iso(versions[0])})")
+            raise VersionOutOfRange(f"timestamp {timestamp} is before the oldest readable version of table "
+                                    f"{self.name!r} ({self._iso(versions[0])})")
         if at_or_after and index == 0 and versions[0] > 0 and moment < self.timestamp(versions[0]):
             # changes from a time before the shared history begins would silently miss the versions before it
-            raise invalid(f"timestamp {timestamp} is before version {versions[0]} ({self._iso(versions[0])}), "
-                          f"where the shared history of table {self.name!r} begins")
+            raise VersionOutOfRange(f"timestamp {timestamp} is before version {versions[0]} "
+                                    f"({self._iso(versions[0])}), where the shared history of table {self.name!r} begins")
         return versions[index]
 
     def actions(self, version: int) -> list[dict]:
@@ -145,8 +144,8 @@ class SharedTable:
         def sign(path: str) -> tuple[str, PresignedUrl]:
             absolute = absolute_path(path, location)
             if not _within(absolute, allowed) or _within(absolute, denied):
-                raise SharingError(500, "INTERNAL_ERROR", f"table {self.name!r} references {absolute}, outside its "
-                                   "repository's storage namespace and sharing.allowed_locations: not shared")
+                raise UnshareableTable(f"table {self.name!r} references {absolute}, outside its "
+                                       "repository's storage namespace and sharing.allowed_locations: not shared")
             return absolute, presigner.presign(absolute)
         return sign
 
@@ -172,8 +171,8 @@ def branch_table(config: Config, store: ObjectStore, schema: Schema, table: str)
     try:
         state = json.loads(store.get(location + STATE))
     except NotFound:
-        raise not_found(f"no table {table!r} on branch {schema.ref!r}: it has no branch table (is `branch_tables` "
-                        f"set for the branch, and has a commit been exported since?)") from None
+        raise ShareNotFound(f"no table {table!r} on branch {schema.ref!r}: it has no branch table (is `branch_tables` "
+                            f"set for the branch, and has a commit been exported since?)") from None
     return SharedTable(store, location, table, state["head_version"], allowed=_allowed(config, store))
 
 
@@ -182,8 +181,8 @@ def tag_export(config: Config, store: ObjectStore, schema: Schema, table: str) -
     try:
         manifest = json.loads(store.get(location + MANIFEST))
     except NotFound:
-        raise not_found(f"no table {table!r} at tag {schema.ref!r}: its export is not complete "
-                        f"(or the tag's commit has no such table)") from None
+        raise ShareNotFound(f"no table {table!r} at tag {schema.ref!r}: its export is not complete "
+                            f"(or the tag's commit has no such table)") from None
     timestamps = {int(v): t for v, t in manifest.get("source_timestamps_ms", {}).items()}
     return SharedTable(store, location, table, manifest["head_version"], timestamps, allowed=_allowed(config, store))
 
@@ -228,7 +227,7 @@ def _parse_timestamp(text: str) -> int:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise invalid(f"timestamp {text!r} is not in ISO 8601 format (e.g. 2022-01-01T00:00:00Z)") from None
+        raise InvalidParameter(f"timestamp {text!r} is not in ISO 8601 format (e.g. 2022-01-01T00:00:00Z)") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return int(moment.timestamp() * 1000)
@@ -247,8 +246,7 @@ class Snapshot:
     @property
     def metadata(self) -> dict:
         if self.live.metadata is None:
-            raise SharingError(500, "INTERNAL_ERROR", f"table {self.table.name!r} has no metaData at "
-                                                      f"version {self.version}")
+            raise UnshareableTable(f"table {self.table.name!r} has no metaData at version {self.version}")
         return self.live.metadata
 
 

@@ -12,14 +12,15 @@ import botocore.config
 import pytest
 
 from exporter.config import Config, ObjectStoreConfig, ShareConfig, load_config
-from exporter.errors import ConfigError
+from exporter.errors import (ConfigError, InvalidParameter, NotShared, UnshareableTable, UnsupportedByClient,
+                             VersionOutOfRange)
 from exporter.sharing.catalog import Catalog, _schema_name, _split_schema
 from exporter.sharing.lines import _file_line, range_protocol, response_format
-from exporter.sharing.refusals import SharingError
 from exporter.sharing.versions import SharedTable, shared_protocol
 from exporter.storage.layout import location_segment, segment_name
 from exporter.storage.presign import Presigner
 from hooks.sharing import page
+from hooks.sharing.errors import answer_of
 
 pytestmark = pytest.mark.unit
 
@@ -86,9 +87,9 @@ def test_the_response_format_is_negotiated_as_the_protocol_says(header, protocol
     ("responseformat=delta;readerfeatures=columnmapping", "does not declare: deletionVectors"),
 ])
 def test_a_table_with_reader_features_is_refused_in_a_format_that_cannot_carry_them(header, words):
-    with pytest.raises(SharingError) as refused:
+    with pytest.raises(UnsupportedByClient) as refused:
         response_format(header, DV)
-    assert refused.value.status == 400 and refused.value.error_code == "UNSUPPORTED_OPERATION"
+    assert answer_of(refused.value)[:2] == (400, "UNSUPPORTED_OPERATION")
     assert words in str(refused.value)
 
 
@@ -115,7 +116,7 @@ def test_a_file_line_in_each_format():
                               "offset": 1, "sizeInBytes": 36, "cardinality": 2}}
     plain = {k: v for k, v in add.items() if k != "deletionVector"}
     parquet = _file_line("file", "add", plain, "parquet", sign)["file"]
-    with pytest.raises(SharingError, match="only the delta response format"):
+    with pytest.raises(UnsupportedByClient, match="only the delta response format"):
         _file_line("file", "add", add, "parquet", sign)  # never the deleted rows back
     assert set(parquet) == {"url", "id", "partitionValues", "size", "stats", "expirationTimestamp"}
     assert parquet["partitionValues"] == {"region": "eu"} and parquet["size"] == 573
@@ -146,7 +147,7 @@ def test_only_objects_under_the_namespace_or_allowed_locations_are_signed(path, 
     if signed:
         assert "X-Amz-Signature=" in sign(path)[1].url
     else:
-        with pytest.raises(SharingError) as refused:
+        with pytest.raises(UnshareableTable) as refused:
             sign(path)
         assert "outside its repository's storage namespace" in str(refused.value)
 
@@ -162,7 +163,7 @@ def test_pages_follow_their_token_to_the_end():
             break
     assert seen == items
     assert page(items, 0, None)["items"] == [] and "nextPageToken" in page(items, 0, None)
-    with pytest.raises(SharingError):
+    with pytest.raises(InvalidParameter):
         page(items, 3, "not base64!")
 
 
@@ -215,9 +216,9 @@ def test_shares_are_listed_by_name_so_pages_miss_none():
             break
     assert names == ["alpha", "mid", "zeta"]
     assert Catalog(config, lakefs=None, shares=["alpha"]).share("ALPHA").name == "alpha"
-    with pytest.raises(SharingError) as refused:
+    with pytest.raises(NotShared) as refused:
         Catalog(config, lakefs=None, shares=["alpha"]).share("zeta")
-    assert refused.value.status == 403
+    assert answer_of(refused.value)[:2] == (403, "PERMISSION_DENIED")
 
 
 def logged(entries: dict[str, tuple[int, float]], head: int, ict: dict[int, int] | None = None) -> SharedTable:
@@ -244,11 +245,11 @@ def test_timestamps_resolve_like_delta_readers_resolve_them():
     assert table.version_at(iso(102_001), at_or_after=False) == 5
     assert table.version_at(iso(105_000), at_or_after=True) == 6
     assert table.version_at(iso(999_000), at_or_after=False) == 6
-    with pytest.raises(SharingError, match="where the shared history"):
+    with pytest.raises(VersionOutOfRange, match="where the shared history"):
         table.version_at(iso(50_000), at_or_after=True)  # a change feed would silently miss versions 0-2
-    with pytest.raises(SharingError, match="before the oldest readable version"):
+    with pytest.raises(VersionOutOfRange, match="before the oldest readable version"):
         table.version_at(iso(50_000), at_or_after=False)
-    with pytest.raises(SharingError, match="after the newest version"):
+    with pytest.raises(VersionOutOfRange, match="after the newest version"):
         table.version_at(iso(999_000), at_or_after=True)
     with_ict = logged(entries, head=6, ict={3: 1_000, 4: 2_000, 5: 3_000, 6: 4_000})
     assert with_ict.version_at(iso(2_500), at_or_after=False) == 4  # in-commit timestamps win over file times
@@ -259,9 +260,9 @@ def test_versions_and_change_ranges_are_checked_before_an_answer_starts():
                f"{9:020d}.json": (10, 1.0)}
     table = logged(entries, head=8)  # version 9 is past the committed head: an interrupted append's
     assert table.first_version == 5 and max(table.commits) == 8
-    with pytest.raises(SharingError, match="versions 5 to 8 are"):
+    with pytest.raises(VersionOutOfRange, match="versions 5 to 8 are"):
         table.check_version(4)
-    with pytest.raises(SharingError, match="version 5 .* is not in its log: changes can be read from version 6"):
+    with pytest.raises(VersionOutOfRange, match="version 5 .* is not in its log: changes can be read from version 6"):
         table.check_commits(5, 8)  # the checkpoint's own commit was not exported
     table.check_commits(6, 8)
 
@@ -273,7 +274,7 @@ def test_a_range_that_gains_deletion_vectors_needs_the_delta_format():
     protocol = range_protocol(table, start, 4)
     assert protocol["readerFeatures"] == ["deletionVectors"] and protocol["minReaderVersion"] == 3
     assert response_format("responseformat=delta,parquet;readerfeatures=deletionvectors", protocol) == "delta"
-    with pytest.raises(SharingError):
+    with pytest.raises(UnsupportedByClient):
         response_format(None, protocol)
     assert range_protocol(table, start, 1) == PLAIN  # one version: nothing read
 

@@ -1,0 +1,82 @@
+"""Delta Sharing: the shares, schemas and tables a recipient may list, paged by name."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from fastapi import APIRouter, Query
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from exporter.errors import InvalidParameter
+from hooks.sharing.deps import catalog_of
+
+MAX_RESULTS = 500
+router = APIRouter()
+
+
+@router.get("/shares")
+async def list_shares(request: Request, maxResults: int = Query(MAX_RESULTS, ge=0), pageToken: str | None = None):
+    catalog = await catalog_of(request)
+    return page([{"name": share.name} for share in catalog.shares()], maxResults, pageToken)
+
+
+@router.get("/shares/{share}")
+async def get_share(request: Request, share: str):
+    catalog = await catalog_of(request)
+    return {"share": {"name": catalog.share(share).name}}
+
+
+@router.get("/shares/{share}/schemas")
+async def list_schemas(request: Request, share: str, maxResults: int = Query(MAX_RESULTS, ge=0),
+                       pageToken: str | None = None):
+    catalog = await catalog_of(request)
+    offered = catalog.share(share)
+    schemas = await run_in_threadpool(catalog.schemas, offered)
+    return page([{"name": schema.name, "share": offered.name} for schema in schemas], maxResults, pageToken)
+
+
+@router.get("/shares/{share}/schemas/{schema}/tables")
+async def list_tables(request: Request, share: str, schema: str, maxResults: int = Query(MAX_RESULTS, ge=0),
+                      pageToken: str | None = None):
+    catalog = await catalog_of(request)
+    offered = catalog.share(share)
+
+    def tables() -> list[dict]:
+        found = catalog.schema(offered, schema)
+        return [{"name": name, "schema": found.name, "share": offered.name} for name in catalog.tables(offered, found)]
+    return page(await run_in_threadpool(tables), maxResults, pageToken)
+
+
+@router.get("/shares/{share}/all-tables")
+async def list_all_tables(request: Request, share: str, maxResults: int = Query(MAX_RESULTS, ge=0),
+                          pageToken: str | None = None):
+    catalog = await catalog_of(request)
+    offered = catalog.share(share)
+
+    def tables() -> list[dict]:
+        return [{"name": name, "schema": schema.name, "share": offered.name}
+                for schema in catalog.schemas(offered) for name in catalog.tables(offered, schema)]
+    return page(await run_in_threadpool(tables), maxResults, pageToken)
+
+
+def page(items: list[dict], max_results: int, page_token: str | None) -> dict:
+    """A page of `items` (sorted by name): after the name the token holds, at most `max_results`."""
+    after = ""
+    if page_token:
+        try:
+            after = base64.urlsafe_b64decode(page_token.encode()).decode()
+        except ValueError:
+            raise InvalidParameter("pageToken is not one this server issued") from None
+    remaining = [item for item in items if _key(item) > after]
+    chosen = remaining[:max_results]
+    answer: dict[str, Any] = {"items": chosen}
+    if len(remaining) > len(chosen):
+        last = _key(chosen[-1]) if chosen else after
+        answer["nextPageToken"] = base64.urlsafe_b64encode(last.encode()).decode()
+    return answer
+
+
+def _key(item: dict) -> str:
+    return f"{item.get('schema', '')}\0{item['name']}"
