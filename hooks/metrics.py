@@ -1,6 +1,6 @@
-"""The workers' figures, kept in a Redis hash by `StatusStore.count`/`observe`/`set_gauge`, as
-Prometheus metric families with HELP and TYPE: counters (`*_total`), summaries (`*_sum` +
-`*_count`) and gauges (`*_current`)."""
+"""What GET /metrics renders: this process's metrics (`ServiceMetrics`), and the workers' figures,
+kept in a Redis hash by `StatusStore.count`/`observe`/`set_gauge`, as Prometheus metric families
+with HELP and TYPE: counters (`*_total`), summaries (`*_sum` + `*_count`) and gauges (`*_current`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
+import prometheus_client
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
@@ -67,3 +68,21 @@ class WorkerMetrics(Collector):
             for labels, parts in by_labels.items():
                 family.add_metric([v for _, v in labels], count_value=parts.get("_count", 0), sum_value=parts.get("_sum", 0))
             yield family
+
+
+class ServiceMetrics:
+    """This process's metrics (webhook events and answer times, diff answer times), and the
+    workers' read from Redis on each scrape."""
+
+    def __init__(self, worker_series: Callable[[], dict[str, float]]):
+        self.registry = prometheus_client.CollectorRegistry()
+        self.events_total = prometheus_client.Counter("lakefs_delta_events_total", "Webhook events received",
+                                                      ["event_type", "outcome"], registry=self.registry)
+        self.answer_seconds = prometheus_client.Histogram("lakefs_delta_webhook_answer_seconds",
+                                                          "Time to answer a webhook", registry=self.registry)
+        self.diff_seconds = prometheus_client.Histogram("lakefs_delta_diff_seconds", "Time to answer a diff request",
+                                                        ["cached"], registry=self.registry)
+        self.registry.register(WorkerMetrics(worker_series))
+
+    def render(self) -> bytes:
+        return prometheus_client.generate_latest(self.registry)

@@ -118,6 +118,17 @@ class StatusStore:
             except redis.RedisError:
                 pass  # the next renewal tries again; at worst the lock expires
 
+    # ------------------------------------------------------------ one-time codes (the diff page's sign-in links)
+
+    def put_once(self, key: str, value: str, ttl_seconds: int) -> None:
+        """Keep `value` under `key` for `ttl_seconds`, for one `take_once`."""
+        self.redis.set(key, value, ex=ttl_seconds)
+
+    def take_once(self, key: str) -> str | None:
+        """The value under `key`, deleted as it is read: a second take finds nothing."""
+        found = self.redis.getdel(key)
+        return found.decode() if found else None
+
     # ------------------------------------------------------------ counters (rendered by GET /metrics)
 
     def count(self, metric: str, labels: dict[str, str] | None = None, amount: float = 1) -> None:

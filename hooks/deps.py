@@ -1,0 +1,120 @@
+"""What the API's routes share: the services built once per app (`Services`, on `app.state`), who
+may read a repository (`require_reader`), and results computed by the workers (`from_workers`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from celery import Celery
+from fastapi import Depends
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from exporter.config import Config
+from exporter.diff.datasets import DatasetsCache
+from exporter.diff.overview import OverviewCache
+from exporter.diff.rows import RowDiffCache
+from exporter.diff.table import DiffCache
+from exporter.lakefs.client import LakeFS
+from exporter.state.results import ResultCache
+from exporter.state.status import StatusStore
+from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, RepositoryAccess,
+                        Unauthenticated, caller_of)
+from hooks.errors import Refusal, unauthenticated
+from hooks.metrics import ServiceMetrics
+from hooks.models import Computing
+
+log = logging.getLogger("lakefs_delta.hooks")
+AUTH_NONE_WARNING = "api.auth is none: the API answers anyone who reaches it"
+# the answer of a route whose result a worker computes, while it is not there yet
+COMPUTING = {202: {"model": Computing, "description": "not computed yet: ask again after Retry-After"}}
+
+
+@dataclass(frozen=True)
+class Services:
+    config: Config
+    status: StatusStore
+    queue: Celery  # publishes by task name; this process never runs tasks
+    access: RepositoryAccess
+    metrics: ServiceMetrics
+    diffs: DiffCache
+    datasets: DatasetsCache
+    row_diffs: RowDiffCache
+    overviews: OverviewCache
+    # /readyz probes run on their own threads with a deadline: a hung dependency never takes the
+    # threads that webhook publishing needs
+    probes: ThreadPoolExecutor
+
+    @classmethod
+    def start(cls, config: Config) -> "Services":
+        from workers.app import configure  # the receiver only publishes, by task name; it never runs tasks
+
+        status, ttl = StatusStore(config.redis), config.api.diff_cache_ttl_seconds
+        return cls(config, status, configure(config), RepositoryAccess(config), ServiceMetrics(status.metrics),
+                   DiffCache(config.redis, ttl), DatasetsCache(config.redis, ttl), RowDiffCache(config.redis, ttl),
+                   OverviewCache(config.redis, ttl), ThreadPoolExecutor(2, thread_name_prefix="readyz"))
+
+    def lakefs(self) -> LakeFS:
+        return LakeFS(self.config.lakefs)
+
+
+def services(request: Request) -> Services:
+    return request.app.state.services
+
+
+ServicesDep = Annotated[Services, Depends(services)]
+
+
+async def require_reader(request: Request, repository: str) -> None:
+    """Returns when the caller may read `repository` (lakeFS decides); else raises the refusal.
+    Called first in a route's body, so that invalid parameters are refused before credentials."""
+    config, access = services(request).config, services(request).access
+    if config.api.auth == "none":
+        return
+    try:
+        caller = caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
+    except Unauthenticated as exc:
+        raise unauthenticated(str(exc)) from None
+    decision = await access.check(caller, repository)
+    if decision == UNAUTHENTICATED:
+        raise unauthenticated("lakeFS does not accept these credentials")
+    if decision == FORBIDDEN:
+        raise Refusal(403, f"this identity may not read repository {repository!r}")
+    if decision == NO_REPOSITORY:
+        raise Refusal(404, f"no repository {repository!r}")
+    if decision != ALLOWED:
+        raise Refusal(503, "lakeFS, which decides who may read a repository, cannot be reached")
+
+
+async def from_workers(services: Services, cache: ResultCache, task: str, parts: tuple) -> tuple[bool, Any]:
+    """(was it cached, the result): from the cache, else queued on the workers (once, however
+    many ask) and waited for up to `api.diff_wait_seconds`; the result is None when it is not there
+    yet. A failure the worker recorded is raised, to be answered as if met here. Heavy work never
+    runs in this process."""
+    found = await run_in_threadpool(cache.get, *parts)
+    if found is not None:
+        return True, found
+    if await run_in_threadpool(cache.claim, services.config.tasks.time_limit(task), *parts):
+        await run_in_threadpool(lambda: services.queue.send_task(task, parts))
+    deadline = time.monotonic() + services.config.api.diff_wait_seconds
+    while True:
+        found = await run_in_threadpool(cache.get, *parts)
+        if found is not None:
+            return False, found
+        failure = await run_in_threadpool(cache.failure, *parts)
+        if failure is not None:
+            raise failure
+        if time.monotonic() >= deadline:
+            return False, None
+        await asyncio.sleep(0.25)
+
+
+def still_computing(progress: dict | None = None) -> Response:
+    return JSONResponse({"status": "computing", "retry_after_seconds": 2, "progress": progress}, status_code=202,
+                        headers={"Retry-After": "2"})
