@@ -17,6 +17,7 @@ from exporter.export.branch_table import follows
 from exporter.export.retention import HOUR, within_policy
 from exporter.lakefs.actions import branch_table_patterns, render_action
 from exporter.storage.layout import branch_table_location
+from tests.fakes import FakeLakeFS
 
 pytestmark = pytest.mark.unit
 
@@ -99,40 +100,34 @@ def test_checkpoint_keys_are_the_logical_files_reconciliation_matches_on():
     assert _keys(pa.array([{"path": "s3://b/x"}])).to_pylist() == ["s3://b/x\0"]
 
 
-class _Line:
-    """lakeFS's first-parent log and merge bases over a list of commits (newest first), for `_place_on_branch`."""
-
-    def __init__(self, line: list[str], ancestors: dict[str, set[str]] | None = None):
-        from exporter.lakefs.client import Commit
-
-        self.commits = [Commit(c, [p] if p else [], 0, "", {}) for c, p in zip(line, line[1:] + [None])]
-        self.ancestors = ancestors or {}
-
-    def first_parent_line(self, repository, branch, stop_at=None, limit=1000):
-        ids = [c.id for c in self.commits]
-        end = ids.index(stop_at) + 1 if stop_at in ids else len(ids)
-        return self.commits[:min(end, limit)], True
-
-    def merge_base(self, repository, source, destination):
-        return source if source in self.ancestors.get(destination, set()) else "elsewhere"
+def branch_line(names: list[str], repository: str = "r") -> tuple[FakeLakeFS, dict[str, str]]:
+    """`main` with one commit per name, oldest first; {name: commit id}."""
+    lakefs = FakeLakeFS()
+    lakefs.create_repository(repository, f"s3://bucket/{repository}")
+    return lakefs, {name: lakefs.commit_files(repository, "main", {f"{name}.txt": name.encode()}, name)
+                    for name in names}
 
 
 def test_an_append_is_placed_on_the_branch_first_parent_line_or_refused():
     from exporter.errors import BranchTableRefused
     from exporter.export.branch_table import _place_on_branch
 
-    branch = _Line(["c5", "c4", "c3", "c2", "c1"], ancestors={"c3": {"c2", "c1"}})
-    assert _place_on_branch(branch, "r", "main", "c3", "c3") == ("same", [])
-    assert _place_on_branch(branch, "r", "main", "c5", "c2") == ("newer", ["c3", "c4"])  # between, oldest first
-    assert _place_on_branch(branch, "r", "main", "c3", "c2") == ("newer", [])
-    assert _place_on_branch(branch, "r", "main", "c1", "c3") == ("older", [])  # a late event
-    assert _place_on_branch(branch, "r", "main", "c4", None) == ("newer", [])  # the first append
+    branch, c = branch_line(["c1", "c2", "c3", "c4", "c5"])
+    branch.create_branch("r", "feature", c["c2"])
+    c["feat1"] = branch.commit_files("r", "feature", {"feat1.txt": b"f"}, "feat1")
+    assert _place_on_branch(branch, "r", "main", c["c3"], c["c3"]) == ("same", [])
+    assert _place_on_branch(branch, "r", "main", c["c5"], c["c2"]) == ("newer", [c["c3"], c["c4"]])  # between, oldest first
+    assert _place_on_branch(branch, "r", "main", c["c3"], c["c2"]) == ("newer", [])
+    assert _place_on_branch(branch, "r", "main", c["c1"], c["c3"]) == ("older", [])  # a late event
+    assert _place_on_branch(branch, "r", "main", c["c4"], None) == ("newer", [])  # the first append
     with pytest.raises(BranchTableRefused, match="not on the first-parent line of branch 'main'"):
-        _place_on_branch(branch, "r", "main", "feat1", "c3")  # another branch's commit
+        _place_on_branch(branch, "r", "main", c["feat1"], c["c3"])  # another branch's commit
     with pytest.raises(BranchTableRefused):
-        _place_on_branch(branch, "r", "main", "feat1", None)
-    reset = _Line(["n2", "n1", "c1"])  # the followed commit c3 is off the line after a reset
-    assert _place_on_branch(reset, "r", "main", "n2", "c3") == ("newer", [])
+        _place_on_branch(branch, "r", "main", c["feat1"], None)
+    reset, n = branch_line(["c1", "c2", "c3"])  # the followed commit c3 is off the line after a reset
+    reset.reset_branch("r", "main", n["c1"])
+    n["n1"], n["n2"] = (reset.commit_files("r", "main", {f"{name}.txt": b"n"}, name) for name in ("n1", "n2"))
+    assert _place_on_branch(reset, "r", "main", n["n2"], n["c3"]) == ("newer", [])
 
 
 def test_each_commit_an_append_covers_brings_the_versions_after_the_previous_ones_head():

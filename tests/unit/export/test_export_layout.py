@@ -12,35 +12,20 @@ import pyarrow.parquet as pq
 import pytest
 
 from exporter.delta.log import LogListing, select_segment
-from exporter.errors import NotFound, PathIntoLakeFS
+from exporter.errors import PathIntoLakeFS
 from exporter.export.cold import _last_checkpoint
 from exporter.export.log_writer import discard_export, write_log
 from exporter.export.resolve import PathResolver
 from exporter.lakefs.gateway_paths import LakeFSPaths
 from exporter.lakefs.table_log import LogLayout
 from exporter.storage.layout import location_segment
+from tests.fakes import FakeLakeFS, MemoryStore
 
 pytestmark = pytest.mark.unit
 
 
 def name(version: int, suffix: str = "json") -> str:
     return f"{version:020d}.{suffix}"
-
-
-class RecordingStore:
-    def __init__(self, keys: list[str] | None = None):
-        self.written: list[str] = []
-        self.deleted: list[list[str]] = []
-        self.keys = keys or []
-
-    def put(self, relative, body=b"", content_type="application/octet-stream"):
-        self.written.append(relative)
-
-    def list_keys(self, relative):
-        return [k for k in self.keys if k.startswith(relative)]
-
-    def delete(self, relatives):
-        self.deleted.append(list(relatives))
 
 
 def segment_of(*names: str):
@@ -50,7 +35,7 @@ def segment_of(*names: str):
 def test_with_a_checkpoint_the_commits_go_first_in_order_and_the_checkpoint_last():
     segment = segment_of(*(name(v) for v in range(0, 6)), name(3, "checkpoint.parquet"))
     outputs = {n: b"x" for n in [name(3), name(4), name(5), name(3, "checkpoint.parquet")]}
-    store = RecordingStore()
+    store = MemoryStore()
 
     write_log(segment, [], lambda n: store.put("t/_delta_log/" + n, outputs.get(n, b"{}")))
 
@@ -61,9 +46,9 @@ def test_with_a_checkpoint_the_commits_go_first_in_order_and_the_checkpoint_last
 def test_a_multipart_checkpoint_is_complete_only_with_its_last_part():
     parts = [f"{4:020d}.checkpoint.{p:010d}.{3:010d}.parquet" for p in (1, 2, 3)]
     segment = segment_of(*(name(v) for v in range(4, 7)), *parts)
-    store = RecordingStore()
+    store = MemoryStore()
 
-    write_log(segment, [], store.put)
+    write_log(segment, [], lambda n: store.put(n, b"{}"))
 
     assert store.written[:3] == [name(4), name(5), name(6)]
     assert sorted(store.written[3:5]) == parts[:2] and store.written[5:] == [parts[2], "_last_checkpoint"]
@@ -72,18 +57,18 @@ def test_a_multipart_checkpoint_is_complete_only_with_its_last_part():
 def test_v2_sidecars_are_written_before_the_checkpoint_that_names_them():
     v2 = f"{2:020d}.checkpoint.0f7bd4c4-ee57-4c5b-98ce-e3c7a2a8e1e2.parquet"
     segment = segment_of(name(2), name(3), v2, "_sidecars/a.parquet")
-    store = RecordingStore()
+    store = MemoryStore()
 
-    write_log(segment, ["_sidecars/a.parquet"], store.put)
+    write_log(segment, ["_sidecars/a.parquet"], lambda n: store.put(n, b"{}"))
 
     assert store.written == [name(2), name(3), "_sidecars/a.parquet", v2, "_last_checkpoint"]
 
 
 def test_without_a_checkpoint_version_zero_starts_the_table_and_later_commits_are_written_again():
     segment = segment_of(name(0), name(1), name(2))
-    store = RecordingStore()
+    store = MemoryStore()
 
-    write_log(segment, [], store.put)
+    write_log(segment, [], lambda n: store.put(n, b"{}"))
 
     assert store.written == [name(1), name(2), name(0), name(1), name(2)]
 
@@ -92,9 +77,10 @@ def test_discarding_removes_what_makes_a_table_first():
     log = "t/_delta_log/"
     keys = [log + name(3), log + name(4), log + name(3, "checkpoint.parquet"), log + "_last_checkpoint",
             "t/_lakefs_export.json", log + "_sidecars/a.parquet", log + name(0)]
-    store = RecordingStore(keys)
+    store = MemoryStore({key: b"x" for key in [*keys, "u/_lakefs_export.json"]})
 
     assert discard_export(store, "t/") == len(keys)
+    assert list(store.objects) == ["u/_lakefs_export.json"]  # another export stays
 
     first, then = store.deleted
     assert set(first) == {log + name(3, "checkpoint.parquet"), log + "_last_checkpoint", "t/_lakefs_export.json",
@@ -175,73 +161,61 @@ def test_location_segments_never_collide():
 # ---------------------------------------------------------------- paths into lakeFS
 
 
-COMMIT = "a" * 64
+def lakefs_with_source_table() -> tuple[FakeLakeFS, str]:
+    """Repository `repo` on namespace `s3://data/repo` whose commit (its id returned) holds a table's files."""
+    lakefs = FakeLakeFS(endpoint="http://lakefs.example:8000")
+    lakefs.create_repository("repo", "s3://data/repo")
+    commit = lakefs.commit_files("repo", "main", {key: b"x" for key in
+                                                  ("tables/src/part-1.parquet", "tables/src/p=a b/part-2.parquet",
+                                                   "tables/src/dv/x.bin")})
+    return lakefs, commit
 
 
-class FakeLakeFS:
-    endpoint = "http://lakefs.example:8000"
-
-    def __init__(self):
-        self.calls: list[tuple] = []
-
-    def storage_namespace(self, repository):
-        self.calls.append(("repository", repository))
-        if repository != "repo":
-            raise NotFound(f"no repository {repository}")
-        return "s3://data/repo"
-
-    def commit(self, repository, ref):
-        self.calls.append(("commit", ref))
-        if ref != COMMIT:
-            raise NotFound("no such commit")
-
-        class Found:
-            id = COMMIT
-        return Found()
-
-    def list_objects(self, repository, ref, prefix):
-        self.calls.append(("list", ref, prefix))
-        for key in ("tables/src/part-1.parquet", "tables/src/p=a b/part-2.parquet", "tables/src/dv/x.bin"):
-            if key.startswith(prefix):
-                yield {"path": key, "physical_address": f"s3://data/repo/data/{key.rsplit('/', 1)[1]}"}
+def address(lakefs: FakeLakeFS, commit: str, path: str) -> str:
+    return lakefs.physical_address("repo", commit, path)
 
 
 def test_paths_at_a_commit_are_pinned_with_one_listing():
-    lakefs = FakeLakeFS()
+    lakefs, commit = lakefs_with_source_table()
+    expected = [address(lakefs, commit, "tables/src/part-1.parquet"), address(lakefs, commit, "tables/src/p=a b/part-2.parquet")]
     resolver = PathResolver({}, LakeFSPaths(lakefs, "data"))
-    paths = [f"s3a://repo/{COMMIT}/tables/src/part-1.parquet", f"lakefs://repo/{COMMIT}/tables/src/p=a%20b/part-2.parquet",
-             f"s3a://repo/{COMMIT}/tables/src/gone.parquet"]
+    paths = [f"s3a://repo/{commit}/tables/src/part-1.parquet", f"lakefs://repo/{commit}/tables/src/p=a%20b/part-2.parquet",
+             f"s3a://repo/{commit}/tables/src/gone.parquet"]
 
     uris = resolver.resolve_many(paths)
 
-    assert uris == ["s3://data/repo/data/part-1.parquet", "s3://data/repo/data/part-2.parquet", None]
-    assert [c for c in lakefs.calls if c[0] == "list"] == [("list", COMMIT, "tables/src/")]
+    assert uris == [*expected, None] and all(uri.startswith("s3://data/repo/data/") for uri in expected)
+    assert [c for c in lakefs.requests if c[0] == "list_objects"] == [("list_objects", "repo", commit, "tables/src/")]
 
 
 def test_a_path_at_a_branch_is_refused_naming_it():
-    resolver = PathResolver({}, LakeFSPaths(FakeLakeFS(), "data"))
+    resolver = PathResolver({}, LakeFSPaths(lakefs_with_source_table()[0], "data"))
     with pytest.raises(PathIntoLakeFS, match=r"s3a://repo/main/tables/src/part-1.parquet.*'main'.*not a commit id"):
         resolver.resolve("s3a://repo/main/tables/src/part-1.parquet")
 
 
 def test_the_lakefs_endpoint_itself_is_refused_at_a_tag():
-    resolver = PathResolver({}, LakeFSPaths(FakeLakeFS(), "data"))
+    lakefs, commit = lakefs_with_source_table()
+    lakefs.create_tag("repo", "v1", commit)
+    resolver = PathResolver({}, LakeFSPaths(lakefs, "data"))
     with pytest.raises(PathIntoLakeFS, match="'v1'"):
         resolver.resolve("http://lakefs.example:8000/repo/v1/tables/src/part-1.parquet")
 
 
 def test_other_absolute_paths_stay_as_they_are():
-    lakefs = FakeLakeFS()
+    lakefs, _ = lakefs_with_source_table()
     resolver = PathResolver({}, LakeFSPaths(lakefs, "data"))
     paths = ["s3://data/repo/data/abc", "s3://other-bucket/x.parquet", "abfss://c@acct.dfs.core.windows.net/x",
              "gs://b/x", "s3://Not_A.Repo/x", "/local/x"]
     assert resolver.resolve_many(paths) == paths
-    assert ("repository", "data") not in lakefs.calls  # the namespace's bucket holds physical objects
+    assert ("storage_namespace", "data") not in lakefs.requests  # the namespace's bucket holds physical objects
 
 
 def test_a_p_deletion_vector_into_lakefs_is_pinned_too():
-    resolver = PathResolver({}, LakeFSPaths(FakeLakeFS(), "data"))
-    assert resolver.resolve_deletion_vector("p", f"s3://repo/{COMMIT}/tables/src/dv/x.bin") == "s3://data/repo/data/x.bin"
+    lakefs, commit = lakefs_with_source_table()
+    resolver = PathResolver({}, LakeFSPaths(lakefs, "data"))
+    assert resolver.resolve_deletion_vector("p", f"s3://repo/{commit}/tables/src/dv/x.bin") == \
+        address(lakefs, commit, "tables/src/dv/x.bin")
 
 
 def test_a_checkpoint_opened_again_reads_its_footer_once():
@@ -253,15 +227,8 @@ def test_a_checkpoint_opened_again_reads_its_footer_once():
     pq.write_table(pa.table({"add": pa.array([{"path": "a"}], pa.struct([("path", pa.string())]))}), sink)
     raw = sink.getvalue()
 
-    class CountingStore:
-        reads: list[tuple[int, int]] = []
-
-        def get_range(self, uri, start, end):
-            self.reads.append((start, end))
-            return raw[start:end]
-
-    store = CountingStore()
+    store = MemoryStore({"s3://b/k": raw})
     source = ObjectSource(store, "s3://b/k", len(raw))
     for _ in range(3):
         assert open_parquet(source, "1.checkpoint.parquet").metadata.num_rows == 1
-    assert len(store.reads) == 2, store.reads  # the magic and the tail, once each
+    assert len(store.range_reads) == 2, store.range_reads  # the magic and the tail, once each

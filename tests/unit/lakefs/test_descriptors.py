@@ -4,6 +4,7 @@ import pytest
 
 from exporter.errors import DescriptorError
 from exporter.lakefs.descriptors import discover_tables, parse_descriptor, tables_to_export
+from tests.fakes import FakeLakeFS
 
 pytestmark = pytest.mark.unit
 
@@ -34,27 +35,23 @@ def test_invalid_descriptors_name_the_file_and_the_problem(content, message):
     assert "_lakefs_tables/bad.yaml" in str(raised.value)
 
 
-class Descriptors:
-    """A stand-in for the lakeFS client's two read calls: enough for the pure discovery rules."""
-
-    def __init__(self, files: dict[str, bytes]):
-        self.files = files
-
-    def list_objects(self, repository, ref, prefix, delimiter=None):
-        return [{"path": p, "path_type": "object"} for p in sorted(self.files)]
-
-    def get_object(self, repository, ref, path):
-        return self.files[path]
+def repository_with(files: dict[str, bytes]) -> tuple[FakeLakeFS, str]:
+    """A lakeFS repository `repo` whose `main` holds `files` in one commit; that commit's id."""
+    lakefs = FakeLakeFS()
+    lakefs.create_repository("repo", "s3://bucket/repo")
+    return lakefs, lakefs.commit_files("repo", "main", files)
 
 
 def test_one_bad_descriptor_does_not_stop_the_others_and_duplicates_export_neither():
-    discovery = discover_tables(Descriptors({
+    lakefs, _ = repository_with({
         "_lakefs_tables/a.yaml": b"name: a\ntype: delta\npath: tables/a\n",
         "_lakefs_tables/b.yaml": b"name: [broken\n",
         "_lakefs_tables/c1.yaml": b"name: c\ntype: delta\npath: tables/c1\n",
         "_lakefs_tables/c2.yaml": b"name: c\ntype: delta\npath: tables/c2\n",
         "_lakefs_tables/readme.md": b"not a descriptor",
-    }), "repo", "main")
+        "_lakefs_tables/old/x.yaml": b"name: x\ntype: delta\npath: tables/x\n",  # in a folder: not a descriptor
+    })
+    discovery = discover_tables(lakefs, "repo", "main")
     assert [t.name for t in discovery.tables] == ["a"]
     assert len(discovery.errors) == 2
     assert any("b.yaml" in str(e) for e in discovery.errors)
@@ -62,22 +59,15 @@ def test_one_bad_descriptor_does_not_stop_the_others_and_duplicates_export_neith
 
 
 def test_the_tables_a_commit_exports_are_named_all_or_changed_and_refusals_keep_their_descriptor():
-    files = {"_lakefs_tables/a.yaml": b"name: a\ntype: delta\npath: tables/a\n",
-             "_lakefs_tables/b.yaml": b"name: b\ntype: delta\npath: tables/b\n",
-             "_lakefs_tables/bad:name.yaml": b"name: [broken\n"}
-
-    class Lakefs(Descriptors):
-        def commit(self, repository, commit_id):
-            return type("Commit", (), {"parents": ["parent"]})()
-
-        def diff(self, repository, left, right, prefix="", amount=None):
-            changed = ["tables/b/_delta_log/00000000000000000001.json"]
-            return [{"path": path} for path in changed if path.startswith(prefix)]
-
-    lakefs = Lakefs(files)
-    named = tables_to_export(lakefs, "repo", "c1", ["a", "nope"])
+    lakefs, _ = repository_with({"_lakefs_tables/a.yaml": b"name: a\ntype: delta\npath: tables/a\n",
+                                 "_lakefs_tables/b.yaml": b"name: b\ntype: delta\npath: tables/b\n",
+                                 "_lakefs_tables/bad:name.yaml": b"name: [broken\n",
+                                 "tables/a/_delta_log/00000000000000000000.json": b"{}",
+                                 "tables/b/_delta_log/00000000000000000000.json": b"{}"})
+    c1 = lakefs.commit_files("repo", "main", {"tables/b/_delta_log/00000000000000000001.json": b"{}"})
+    named = tables_to_export(lakefs, "repo", c1, ["a", "nope"])
     assert [t.name for t in named.tables] == ["a"]
     assert named.refused["nope"] == "no such table in _lakefs_tables/"
     assert named.refused["_lakefs_tables/bad:name.yaml"].startswith("_lakefs_tables/bad:name.yaml: not valid YAML")
-    assert [t.name for t in tables_to_export(lakefs, "repo", "c1", every_table=True).tables] == ["a", "b"]
-    assert [t.name for t in tables_to_export(lakefs, "repo", "c1").tables] == ["b"]
+    assert [t.name for t in tables_to_export(lakefs, "repo", c1, every_table=True).tables] == ["a", "b"]
+    assert [t.name for t in tables_to_export(lakefs, "repo", c1).tables] == ["b"]

@@ -3,21 +3,13 @@
 import pytest
 
 from exporter.lakefs.table_log import _get_all, _RecentFiles
+from tests.fakes import MemoryStore
 
 pytestmark = pytest.mark.unit
 
 
-class CountingStore:
-    def __init__(self, objects: dict[str, bytes]):
-        self.objects, self.reads = objects, []
-
-    def get_uri(self, uri: str) -> bytes:
-        self.reads.append(uri)
-        return self.objects[uri]
-
-
 def test_a_file_read_once_is_not_read_again_at_the_same_address():
-    store = CountingStore({f"s3://b/test-logstore/{n}": f"commit {n}".encode() for n in range(4)})
+    store = MemoryStore({f"s3://b/test-logstore/{n}": f"commit {n}".encode() for n in range(4)})
     addresses = {f"_delta_log/{n}.json": f"s3://b/test-logstore/{n}" for n in range(4)}
 
     first = _get_all(store, addresses, ["0.json", "1.json"])

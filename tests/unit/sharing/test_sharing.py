@@ -21,6 +21,7 @@ from exporter.storage.layout import location_segment, segment_name
 from exporter.storage.presign import Presigner
 from hooks.sharing import page
 from hooks.sharing.errors import answer_of
+from tests.fakes import MemoryStore
 
 pytestmark = pytest.mark.unit
 
@@ -103,9 +104,7 @@ def test_features_of_the_log_layout_are_not_shown_to_recipients():
 
 
 def table_in(namespace: str, allowed: tuple[str, ...] = ()) -> SharedTable:
-    store = mock.Mock(bucket="lakefs-data")
-    store.uri = lambda relative: f"{namespace}{relative}"
-    return SharedTable(store, "t/", "t", 0, allowed=(namespace, *allowed))
+    return SharedTable(MemoryStore(namespace=namespace), "t/", "t", 0, allowed=(namespace, *allowed))
 
 
 def test_a_file_line_in_each_format():
@@ -223,7 +222,7 @@ def test_shares_are_listed_by_name_so_pages_miss_none():
 
 def logged(entries: dict[str, tuple[int, float]], head: int, ict: dict[int, int] | None = None) -> SharedTable:
     """A shared table over a listing, whose commits hold an in-commit timestamp where `ict` says."""
-    table = SharedTable(mock.Mock(), "t/", "t", head)
+    table = SharedTable(MemoryStore(), "t/", "t", head)
     with mock.patch("exporter.sharing.versions._listing", return_value=entries):  # the listing, without a store
         assert table.entries is not None
     table.actions = lambda version: [{"commitInfo": {"inCommitTimestamp": ict[version]}}] \
@@ -279,22 +278,6 @@ def test_a_range_that_gains_deletion_vectors_needs_the_delta_format():
     assert range_protocol(table, start, 1) == PLAIN  # one version: nothing read
 
 
-class MemoryStore:
-    """The object-store calls `ExportedLog`/`LiveFiles` make, over a dict of bytes."""
-
-    def __init__(self, objects: dict[str, bytes]):
-        self.objects = objects
-
-    def uri(self, relative: str) -> str:
-        return f"s3://b/{relative}"
-
-    def get(self, relative: str) -> bytes:
-        return self.objects[relative]
-
-    def get_range(self, uri: str, start: int, end: int) -> bytes:
-        return self.objects[uri.removeprefix("s3://b/")][start:end]
-
-
 def test_a_snapshots_files_are_whole_add_actions_without_the_checkpoints_parsed_columns():
     import io
 
@@ -322,7 +305,7 @@ def test_a_snapshots_files_are_whole_add_actions_without_the_checkpoints_parsed_
     objects = {f"t/_delta_log/{2:020d}.checkpoint.parquet": sink.getvalue(), f"t/_delta_log/{3:020d}.json": later}
     sizes = {name.removeprefix("t/_delta_log/"): len(raw) for name, raw in objects.items()}
     listing = LogListing.from_names(sizes.items())
-    files = list(LiveFiles(ExportedLog(MemoryStore(objects), "t/", sizes, listing, select_segment(listing)))
+    files = list(LiveFiles(ExportedLog(MemoryStore(objects, namespace="s3://b"), "t/", sizes, listing, select_segment(listing)))
                  .files(whole=True))
     assert files == [{"path": f"s3://b/data/f{i}.parquet", "partitionValues": {"region": "eu"}, "size": 10 + i,
                       "modificationTime": 5, "dataChange": True, "stats": '{"numRecords":3}'} for i in (0, 2)]
