@@ -1,0 +1,24 @@
+"""Unit-test fixtures: Redis in memory (fakeredis, Lua scripts included), a new one per test."""
+
+from __future__ import annotations
+
+import uuid
+
+import fakeredis
+import pytest
+import redis
+
+
+@pytest.fixture
+def redis_url(monkeypatch) -> str:
+    """A Redis URL of this test's own: the one connection `exporter.state.connection` opens for it is
+    an in-memory Redis (the URL is new, so no connection cached by an earlier test is reused)."""
+    server = fakeredis.FakeServer()
+    url = f"redis://memory-{uuid.uuid4().hex[:12]}:6379/0"
+    real = redis.Redis.from_url
+
+    def from_url(wanted: str, **options):
+        return fakeredis.FakeRedis(server=server) if wanted == url else real(wanted, **options)
+
+    monkeypatch.setattr(redis.Redis, "from_url", from_url)
+    return url
