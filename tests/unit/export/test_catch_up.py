@@ -1,0 +1,186 @@
+"""Catch-up: the commits and tags whose export is incomplete are found and queued, following first
+parents of the followed branches, skipping terminal failures, exports retention would prune and
+repositories without the action, at most `max_per_run` a run; lagging branch tables are appended."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from exporter.config import Config
+from exporter.errors import ServiceUnavailable
+from exporter.export.catch_up import MissingExport, catch_up
+from exporter.lakefs.actions import ACTION_PATH, render_action
+from exporter.state.status import StatusStore
+from exporter.storage.layout import MANIFEST, STATE, branch_table_location, export_location
+from tests.fakes import FakeLakeFS, MemoryStore, use_memory_store
+
+pytestmark = pytest.mark.unit
+
+CONFIG = Config()
+HOUR = 3600
+
+
+@pytest.fixture
+def lakefs(monkeypatch) -> FakeLakeFS:
+    store = MemoryStore()
+    use_memory_store(monkeypatch, store)
+    return FakeLakeFS(store)
+
+
+@pytest.fixture
+def status(redis_url) -> StatusStore:
+    return StatusStore(redis_url)
+
+
+def repository(lakefs: FakeLakeFS, name: str = "repo", branches: list[str] | None = ["main"],
+               branch_tables: tuple[str, ...] = (), created: int | None = None) -> str:
+    """A repository with the tables `events` and `users`; the action installed unless `branches` is None."""
+    lakefs.create_repository(name, f"s3://lake/{name}")
+    files = {f"_lakefs_tables/{t}.yaml": f"name: {t}\ntype: delta\npath: tables/{t}\n".encode() for t in ("events", "users")}
+    if branches is not None:
+        files[ACTION_PATH] = render_action("http://exporter:8080/webhook", branches, list(branch_tables))
+    return lakefs.commit_files(name, "main", files, "install", creation_date=created)
+
+
+def change(lakefs: FakeLakeFS, *tables: str, branch: str = "main", repo: str = "repo", created: int | None = None) -> str:
+    """A commit on `branch` that changes each of `tables` (or, with none, nothing exported)."""
+    files = {f"tables/{t}/_delta_log/{time.monotonic_ns()}.json": b"{}" for t in tables} or {"README.md": b"hello"}
+    return lakefs.commit_files(repo, branch, files, f"change {','.join(tables)}", creation_date=created)
+
+
+def mark_exported(lakefs: FakeLakeFS, ref: str, commit_id: str, table: str, repo: str = "repo") -> None:
+    store = lakefs.store.at(lakefs.storage_namespace(repo))
+    store.put(export_location(CONFIG, ref, commit_id, table) + MANIFEST, json.dumps({"table": table}).encode())
+
+
+def queued(plan) -> list[tuple]:
+    return [(m.repository, m.ref, m.commit_id, m.all_tables, m.tables, m.branch_table) for m in plan.queued]
+
+
+def test_commits_of_followed_branches_and_tags_whose_tables_have_no_complete_export_are_queued(lakefs, status):
+    install = repository(lakefs, branches=["main"])
+    mark_exported(lakefs, "main", install, "events")  # its descriptors are new: both tables changed
+    first = change(lakefs, "events")
+    mark_exported(lakefs, "main", first, "events")
+    second = change(lakefs, "events", "users")
+    mark_exported(lakefs, "main", second, "users")
+    change(lakefs)  # no table changed
+    lakefs.create_tag("repo", "v1", first)
+    lakefs.create_branch("repo", "dev", "main")  # not a branch the action follows
+    change(lakefs, "events", branch="dev")
+
+    plan = catch_up(CONFIG, lakefs, status)
+
+    assert queued(plan) == [("repo", "main", second, False, ("events",), False),
+                            ("repo", "main", install, False, ("users",), False),
+                            ("repo", "v1", first, True, ("events", "users"), False)]  # a tag: every table
+    assert (plan.given_up, plan.skipped_repositories, plan.truncated, plan.appends) == ([], [], False, [])
+    assert plan.summary() == "3 commit(s) queued, 0 branch table append(s) queued, 0 terminal failure(s) not re-queued"
+
+
+def test_after_a_merge_only_the_first_parent_line_is_exported_under_the_branch(lakefs, status):
+    repository(lakefs, branches=["main"])
+    lakefs.create_branch("repo", "feature", "main")
+    on_feature = change(lakefs, "events", branch="feature")
+    merged = lakefs.merge("repo", "feature", "main")
+
+    plan = catch_up(Config(catch_up={"repositories": ["repo"]}), lakefs, status)
+
+    commits = [m.commit_id for m in plan.queued]
+    assert merged in commits and on_feature not in commits
+
+
+def test_repositories_without_the_action_or_unreadable_are_skipped_saying_why(lakefs, status):
+    repository(lakefs, "bare", branches=None)
+    change(lakefs, "events", repo="bare")
+    repository(lakefs, "down")
+
+    lakefs.unavailable["default_branch"] = ServiceUnavailable("lakeFS answered 503 to get repository down")
+    plan = catch_up(CONFIG, lakefs, status, repositories=["down"])
+    assert plan.skipped_repositories == ["down: lakeFS answered 503 to get repository down"]
+
+    del lakefs.unavailable["default_branch"]
+    plan = catch_up(CONFIG, lakefs, status, repositories=["bare"])
+    assert plan.queued == [] and plan.skipped_repositories == [f"bare: no {ACTION_PATH} on its default branch"]
+
+
+def test_terminal_failures_are_given_up_and_exports_whose_retries_ran_out_are_queued_again(lakefs, status):
+    install = repository(lakefs)
+    for table in ("events", "users"):
+        mark_exported(lakefs, "main", install, table)
+    commit = change(lakefs, "events", "users")
+    status.set_table("repo", "main", commit, "events", "failed", reason="bad descriptor", permanent=True)
+    status.set_table("repo", "main", commit, "users", "failed", reason="gave up after 5 retries", permanent=False)
+
+    plan = catch_up(CONFIG, lakefs, status)
+
+    assert queued(plan) == [("repo", "main", commit, False, ("users",), False)]
+    assert plan.given_up == [f"repo main {commit} events"]
+
+
+def test_commits_retention_would_prune_are_not_exported_again(lakefs, status):
+    old = int(time.time()) - 5 * HOUR
+    install = repository(lakefs, created=old)
+    for table in ("events", "users"):
+        mark_exported(lakefs, "main", install, table)
+    too_old = change(lakefs, "events", created=old)
+    old_but_among_the_newest = change(lakefs, "events", created=old)
+    young = change(lakefs)  # the head: young, changes no table
+    config = Config(retention={"keep_last": 2, "keep_hours": 1})
+
+    plan = catch_up(config, lakefs, status)
+
+    assert [m.commit_id for m in plan.queued] == [old_but_among_the_newest]  # positions 0 (young) and 1 are kept
+    assert too_old not in [m.commit_id for m in plan.queued] and young not in [m.commit_id for m in plan.queued]
+
+
+def test_a_run_queues_at_most_max_per_run_and_says_more_is_left(lakefs, status):
+    install = repository(lakefs)
+    for table in ("events", "users"):
+        mark_exported(lakefs, "main", install, table)
+    commits = [change(lakefs, "events") for _ in range(3)]
+
+    plan = catch_up(Config(catch_up={"max_per_run": 2}), lakefs, status)
+
+    assert [m.commit_id for m in plan.queued] == commits[:0:-1]  # the newest two
+    assert plan.truncated and plan.summary().endswith(", more left for the next run")
+
+
+def test_configured_branch_patterns_replace_the_actions_and_depth_bounds_the_log(lakefs, status):
+    install = repository(lakefs, branches=["main"])
+    for table in ("events", "users"):
+        mark_exported(lakefs, "main", install, table)
+    lakefs.create_branch("repo", "release-1", "main")
+    mark_exported(lakefs, "release-1", install, "events")
+    mark_exported(lakefs, "release-1", install, "users")
+    change(lakefs, "events", branch="main")
+    older, newer = change(lakefs, "users", branch="release-1"), change(lakefs, "events", branch="release-1")
+
+    plan = catch_up(Config(catch_up={"branches": ["release-*"]}), lakefs, status)
+    assert [(m.ref, m.commit_id) for m in plan.queued] == [("release-1", newer), ("release-1", older)]
+
+    plan = catch_up(Config(catch_up={"branches": ["release-*"], "depth": 1}), lakefs, status)
+    assert [(m.ref, m.commit_id) for m in plan.queued] == [("release-1", newer)]
+
+
+def test_branches_that_keep_branch_tables_queue_appends_and_lagging_branch_tables_are_caught_up(lakefs, status):
+    install = repository(lakefs, branches=["main"], branch_tables=("main",))
+    for table in ("events", "users"):
+        mark_exported(lakefs, "main", install, table)
+    head = change(lakefs, "events", "users")
+    mark_exported(lakefs, "main", head, "events")  # exported; its branch-table append was lost
+    mark_exported(lakefs, "main", head, "users")
+    store = lakefs.store.at(lakefs.storage_namespace("repo"))
+    store.put(branch_table_location(CONFIG, "main", "users") + STATE, json.dumps({"last_commit": head}).encode())
+    lakefs.create_tag("repo", "v1", head)
+
+    plan = catch_up(CONFIG, lakefs, status)
+
+    assert plan.appends == [("repo", "main", head, "events")]  # users' branch table follows the head already
+    assert queued(plan) == [("repo", "v1", head, True, ("events", "users"), False)]  # a tag appends to none
+    later = change(lakefs, "events")
+    assert MissingExport("repo", "main", later, False, ("events",), branch_table=True) in \
+        catch_up(CONFIG, lakefs, status).queued
