@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from exporter.delta.paths import physical_uri
 from exporter.errors import ExporterError, NotFound
-from exporter.lakefs.client import PAGE_SIZE, Commit
+from exporter.lakefs.client import PAGE_SIZE, Commit, LakeFS
 from exporter.storage.objectstore import ObjectStore, Upload, split_uri
 
 # ---------------------------------------------------------------------------- the object store
@@ -196,6 +196,15 @@ def use_memory_store(monkeypatch, store: MemoryStore) -> None:
 
 
 # ---------------------------------------------------------------------------- lakeFS
+
+
+def use_fake_lakefs(monkeypatch, lakefs: FakeLakeFS) -> None:
+    """Every `LakeFS(config.lakefs)` that product code makes for itself is `lakefs` (a unit test
+    never reaches a real lakeFS), as `use_memory_store` does for object stores."""
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in ("exporter", "hooks", "workers", "lakefs_delta") \
+                and getattr(module, "LakeFS", None) is LakeFS:
+            monkeypatch.setattr(module, "LakeFS", lambda config: lakefs)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from exporter.export.catch_up import MissingExport, catch_up
 from exporter.lakefs.actions import ACTION_PATH, render_action
 from exporter.state.status import StatusStore
 from exporter.storage.layout import MANIFEST, STATE, branch_table_location, export_location
-from tests.fakes import FakeLakeFS, MemoryStore, use_memory_store
+from tests.fakes import FakeLakeFS, MemoryStore, use_fake_lakefs, use_memory_store
 
 pytestmark = pytest.mark.unit
 
@@ -27,7 +27,9 @@ HOUR = 3600
 def lakefs(monkeypatch) -> FakeLakeFS:
     store = MemoryStore()
     use_memory_store(monkeypatch, store)
-    return FakeLakeFS(store)
+    lakefs = FakeLakeFS(store)
+    use_fake_lakefs(monkeypatch, lakefs)
+    return lakefs
 
 
 @pytest.fixture

@@ -1,0 +1,401 @@
+"""The workers' tasks: one retry policy (transient errors retried until the retries run out, then
+recorded and cleaned up; permanent ones recorded at once), deliveries counted so a poison message
+stops, one delivery per export at a time, and what each task records and queues.
+
+Tasks run eagerly (`Task.apply`: a retry runs again at once); what they queue is captured at the
+Celery app's `send_task`; Redis is in memory; lakeFS and the object store are the shared fakes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+import redis
+from celery.exceptions import SoftTimeLimitExceeded
+
+import workers.app
+from exporter.config import Config
+from exporter.errors import BranchTableRefused, ExporterError, NotFound, ServiceUnavailable, TableNotFound
+from exporter.export.branch_table import AppendOutcome
+from exporter.export.log_writer import ExportOutcome
+from exporter.lakefs.actions import ACTION_PATH, render_action
+from exporter.state.results import ResultCache
+from exporter.state.status import COMMIT_RECORD, StatusStore
+from exporter.storage.layout import MANIFEST, export_location
+from tests.fakes import FakeLakeFS, MemoryStore, use_fake_lakefs, use_memory_store
+from tests.unit.source_tables import SourceTable
+from workers import tasks
+
+pytestmark = pytest.mark.unit
+
+MAX_RETRIES = 2
+DESCRIPTOR = b"name: %s\ntype: delta\npath: tables/%s\n"
+
+
+@dataclasses.dataclass
+class Sent:
+    name: str
+    args: tuple
+    kwargs: dict
+    options: dict
+
+
+@pytest.fixture
+def worker(monkeypatch, redis_url):
+    """A worker process's world: its config, lakeFS, object store and Redis, and what it queued."""
+    store = MemoryStore()
+    use_memory_store(monkeypatch, store)
+    lakefs = FakeLakeFS(store)
+    lakefs.create_repository("repo", "s3://lake/repo")
+    config = Config(redis_url=redis_url, tasks={"max_deliveries": 2, "lock_ttl_seconds": 6},
+                    workers={"large_table_files": 3})
+    monkeypatch.setattr(workers.app, "_config", config)
+    monkeypatch.setattr(tasks, "_lakefs", lambda _: lakefs)
+    use_fake_lakefs(monkeypatch, lakefs)  # what the library makes for itself when not handed one
+    for task in (tasks.export_commit, tasks.export_table, tasks.append_branch_table, tasks.compute_diff):
+        monkeypatch.setattr(task, "max_retries", MAX_RETRIES)
+    sent: list[Sent] = []
+    monkeypatch.setattr(workers.app.app, "send_task",
+                        lambda name, args=None, kwargs=None, **options: sent.append(Sent(name, tuple(args or ()),
+                                                                                         kwargs or {}, options)))
+    return SimpleNamespace(config=config, lakefs=lakefs, store=store, status=StatusStore(redis_url), sent=sent,
+                           namespace=store.at("s3://lake/repo"))
+
+
+def tasks_total(status: StatusStore, task: str, outcome: str) -> float:
+    return status.metrics().get(f'lakefs_delta_tasks_total{{outcome="{outcome}",task="{task}"}}', 0)
+
+
+# ---------------------------------------------------------------------------- the retry policy
+
+
+@pytest.mark.parametrize("error, reason", [
+    (ServiceUnavailable("lakeFS answered 503 to list"), "lakeFS answered 503 to list"),
+    (redis.ConnectionError("connection refused"), "Redis error: connection refused"),
+    (SoftTimeLimitExceeded(), "timed out: the task ran past its soft time limit"),
+])
+def test_transient_errors_are_retried_with_their_reason(error, reason):
+    with pytest.raises(tasks.Transient, match=reason) as retried:
+        tasks.retry_if_transient(error, "export repo/main/c/events")
+    assert retried.value.__cause__ is error
+    assert tasks.retry_if_transient(error, "line", retries_left=False) is None  # the last attempt records instead
+
+
+@pytest.mark.parametrize("error", [TableNotFound("no table"), NotFound("no commit"), ExporterError("refused")])
+def test_permanent_errors_are_not_retried(error):
+    assert tasks.retry_if_transient(error, "line") is None
+
+
+def test_tables_with_many_checkpoint_files_go_to_their_own_queue(worker):
+    assert tasks.export_queue(worker.config, 2) is None
+    assert tasks.export_queue(worker.config, 3) == worker.config.workers.large_table_queue
+
+
+# ---------------------------------------------------------------------------- export_commit
+
+
+def commit_tables(lakefs: FakeLakeFS, files: dict[str, bytes]) -> str:
+    return lakefs.commit_files("repo", "main", files)
+
+
+def test_a_commit_fans_out_one_export_per_changed_table_and_records_refused_descriptors(worker):
+    commit_tables(worker.lakefs, {"_lakefs_tables/users.yaml": DESCRIPTOR % (b"users", b"users"),
+                                  "tables/users/_delta_log/00000000000000000000.json": b"{}"})
+    commit = commit_tables(worker.lakefs, {
+        "_lakefs_tables/events.yaml": DESCRIPTOR % (b"events", b"events"),
+        "_lakefs_tables/big.yaml": DESCRIPTOR % (b"big", b"big"),
+        "_lakefs_tables/broken.yaml": b"name: [",
+        "tables/events/_delta_log/00000000000000000000.json": b"{}",
+        "tables/big/_delta_log/_last_checkpoint": b'{"version": 9, "size": 9, "numOfAddFiles": 7}'})
+
+    result = tasks.export_commit.apply(("repo", "main", commit))
+
+    assert result.get() == ["big", "events"]
+    assert [(s.name, s.args, s.kwargs, s.options["queue"]) for s in worker.sent] == [
+        ("lakefs_delta.export_table", ("repo", "main", commit, "big", "tables/big"), {"branch_table": False},
+         "lakefs_delta.large"),  # 7 files in its newest checkpoint: the large tables' queue
+        ("lakefs_delta.export_table", ("repo", "main", commit, "events", "tables/events"), {"branch_table": False}, None)]
+    records = worker.status.tables("repo", commit)["main"]
+    assert (records["events"]["state"], records["events"]["table_path"]) == ("queued", "tables/events")
+    assert records["big"]["queue"] == "lakefs_delta.large"
+    refused = worker.status.record("repo", "main", commit, "_lakefs_tables/broken.yaml")
+    assert refused["state"] == "failed" and refused["permanent"] and "not valid YAML" in refused["reason"]
+    assert records[COMMIT_RECORD]["state"] == "done" and records[COMMIT_RECORD]["tables"] == ["big", "events"]
+    assert "users" not in records  # unchanged by this commit
+    assert tasks_total(worker.status, "export_commit", "succeeded") == 1
+
+
+def test_a_commit_whose_tables_cannot_be_listed_is_retried_then_given_up(worker):
+    commit = commit_tables(worker.lakefs, {"_lakefs_tables/events.yaml": DESCRIPTOR % (b"events", b"events")})
+    worker.lakefs.unavailable["list_objects"] = ServiceUnavailable("lakeFS answered 503 to list")
+
+    result = tasks.export_commit.apply(("repo", "main", commit))
+
+    assert result.failed()
+    record = worker.status.record("repo", "main", commit, COMMIT_RECORD)
+    assert record["state"] == "failed" and record["permanent"] is False
+    assert record["reason"] == f"gave up after {MAX_RETRIES} retries: lakeFS answered 503 to list"
+    assert record["retries"] == MAX_RETRIES + 1  # each attempt recorded its retry
+    assert tasks_total(worker.status, "export_commit", "retried") == MAX_RETRIES + 1
+    assert tasks_total(worker.status, "export_commit", "failed") == 1
+    assert worker.sent == []
+
+
+def test_a_commit_lakefs_does_not_know_fails_at_once(worker):
+    result = tasks.export_commit.apply(("repo", "main", "f" * 64))
+
+    assert result.get() == []
+    record = worker.status.record("repo", "main", "f" * 64, COMMIT_RECORD)
+    assert record["state"] == "failed" and record["permanent"] and "not found" in record["reason"]
+    assert record["retries"] == 0 and worker.sent == []
+
+
+# ---------------------------------------------------------------------------- export_table
+
+
+@pytest.fixture
+def exports(worker, monkeypatch):
+    """The export each attempt makes, scripted: the next outcome of `exports.outcomes` (or an error
+    to raise); each call's arguments in `exports.calls`."""
+    script = SimpleNamespace(outcomes=[], calls=[])
+
+    def export_one_table(config, repository, ref, commit_id, table, lakefs=None, copy_from=()):
+        script.calls.append({"ref": ref, "table": table, "copy_from": copy_from})
+        outcome = script.outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return dataclasses.replace(outcome, table=table.name, table_path=table.path)
+
+    monkeypatch.setattr(tasks, "export_one_table", export_one_table)
+    return script
+
+
+DONE = ExportOutcome("events", "tables/events", ok=True, location="s3://lake/repo/x/", head_version=3, versions=2,
+                     files_rewritten=4, seconds=0.5)
+UNAVAILABLE = ExportOutcome("events", "tables/events", ok=False, error="lakeFS answered 503 to stat", permanent=False)
+ARGS = ("repo", "main", "c" * 64, "events", "tables/events")
+
+
+def test_a_completed_export_is_recorded_and_queues_its_diff_and_branch_table_append(worker, tmp_path):
+    events = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events")
+    commit = events.append(1, 2).commit()
+
+    result = tasks.export_table.apply(("repo", "main", commit, "events", "tables/events"), {"branch_table": True})
+
+    assert result.get()["ok"] and result.get()["head_version"] == 0
+    record = worker.status.record("repo", "main", commit, "events")
+    location = worker.namespace.uri(export_location(worker.config, "main", commit, "events"))
+    assert (record["state"], record["location"], record["head_version"], record["skipped"]) == ("done", location, 0, False)
+    assert worker.namespace.exists(export_location(worker.config, "main", commit, "events") + MANIFEST)
+    assert [(s.name, s.args) for s in worker.sent] == [
+        ("lakefs_delta.precompute_diff", ("repo", commit, "tables/events")),
+        ("lakefs_delta.append_branch_table", ("repo", "main", commit, "events"))]
+    assert tasks_total(worker.status, "export_table", "succeeded") == 1
+    assert worker.status.metrics()["lakefs_delta_export_seconds_count"] == 1
+
+
+def test_an_export_another_delivery_is_writing_is_requeued_without_spending_a_retry(worker, exports):
+    holder = StatusStore(worker.config.redis)
+    with holder.lock(StatusStore.export_lock("repo", "main", "c" * 64, "events"), 60):
+        result = tasks.export_table.apply(ARGS, retries=1)
+
+    assert result.get() == {"ok": None, "requeued": True}
+    assert exports.calls == [] and worker.status.record("repo", "main", "c" * 64, "events") is None
+    [again] = worker.sent
+    assert (again.name, again.args, again.kwargs) == ("lakefs_delta.export_table", ARGS, {"branch_table": False})
+    assert again.options["countdown"] == worker.config.tasks.lock_ttl_seconds / 3 and again.options["retries"] == 1
+
+
+def test_an_export_whose_workers_died_max_deliveries_times_is_failed_not_run_again(worker, exports):
+    for _ in range(worker.config.tasks.max_deliveries):  # each started and its worker was killed: no finish
+        worker.status.started("repo:main:" + "c" * 64 + ":events")
+
+    result = tasks.export_table.apply(ARGS)
+
+    assert result.get()["ok"] is False and exports.calls == []
+    record = worker.status.record("repo", "main", "c" * 64, "events")
+    assert record["state"] == "failed" and record["permanent"]
+    assert record["reason"] == "the worker running this export died 2 times (out of memory or killed); not running it again"
+
+
+def test_attempts_that_end_are_not_counted_as_deaths_and_transient_failures_retry_until_done(worker, exports):
+    exports.outcomes = [UNAVAILABLE, ServiceUnavailable("object store answered 503"), DONE]
+
+    result = tasks.export_table.apply(ARGS)
+
+    assert result.get()["ok"] and len(exports.calls) == 3  # max_deliveries is 2: finished attempts do not count
+    record = worker.status.record("repo", "main", "c" * 64, "events")
+    assert (record["state"], record["retries"], record["starts"], record["location"]) == ("done", 2, 1, DONE.location)
+    assert tasks_total(worker.status, "export_table", "retried") == 2
+
+
+def test_when_retries_run_out_the_partial_export_is_removed_and_the_failure_recorded(worker, exports):
+    partial = export_location(worker.config, "main", "c" * 64, "events")
+    worker.namespace.put(partial + "_delta_log/00000000000000000001.json", b"{}")
+    worker.namespace.put(partial + "_delta_log/00000000000000000000.json", b"{}")
+    exports.outcomes = [UNAVAILABLE] * (MAX_RETRIES + 1)
+
+    result = tasks.export_table.apply(ARGS)
+
+    assert result.failed() and len(exports.calls) == MAX_RETRIES + 1
+    assert worker.namespace.list_keys(partial) == []
+    record = worker.status.record("repo", "main", "c" * 64, "events")
+    assert record["state"] == "failed" and record["permanent"] is False
+    assert record["reason"] == f"gave up after {MAX_RETRIES} retries: lakeFS answered 503 to stat"
+    assert tasks_total(worker.status, "export_table", "failed") == 1
+
+
+def test_giving_up_leaves_an_export_alone_while_another_delivery_writes_it(worker):
+    partial = export_location(worker.config, "main", "c" * 64, "events")
+    worker.namespace.put(partial + "_delta_log/00000000000000000000.json", b"{}")
+    worker.status.set_table("repo", "main", "c" * 64, "events", "running", worker="other")
+    holder = StatusStore(worker.config.redis)
+    with holder.lock(StatusStore.export_lock("repo", "main", "c" * 64, "events"), 60):
+        tasks.export_table.on_failure(tasks.Transient("timed out"), "task-id", ARGS, {}, None)
+
+    assert worker.namespace.list_keys(partial) == [partial + "_delta_log/00000000000000000000.json"]
+    assert worker.status.record("repo", "main", "c" * 64, "events")["state"] == "running"
+
+
+def test_a_complete_export_is_kept_when_a_late_delivery_gives_up(worker):
+    complete = export_location(worker.config, "main", "c" * 64, "events")
+    worker.namespace.put(complete + "_delta_log/00000000000000000000.json", b"{}")
+    worker.namespace.put(complete + MANIFEST, b"{}")
+    worker.status.set_table("repo", "main", "c" * 64, "events", "done")
+
+    tasks.export_table.on_failure(tasks.Transient("timed out"), "task-id", ARGS, {}, None)
+
+    assert len(worker.namespace.list_keys(complete)) == 2
+    assert worker.status.record("repo", "main", "c" * 64, "events")["state"] == "done"  # done is final
+
+
+def test_a_permanent_failure_is_recorded_at_once(worker, exports):
+    exports.outcomes = [ExportOutcome("events", "", ok=False, error="table 'events': 1 file(s) ... missing",
+                                      permanent=True)]
+
+    result = tasks.export_table.apply(ARGS)
+
+    assert result.get() == {"ok": False, "error": "table 'events': 1 file(s) ... missing"} and len(exports.calls) == 1
+    record = worker.status.record("repo", "main", "c" * 64, "events")
+    assert (record["state"], record["permanent"], record["retries"]) == ("failed", True, 0)
+
+
+def test_an_export_done_under_another_ref_is_copied(worker, exports):
+    worker.status.set_table("repo", "main", "c" * 64, "events", "done")
+    worker.status.set_table("repo", "nightly", "c" * 64, "events", "failed")
+    worker.status.set_table("repo", "other", "c" * 64, "users", "done")
+    exports.outcomes = [DONE]
+
+    tasks.export_table.apply(("repo", "v1", "c" * 64, "events", "tables/events"))
+
+    assert exports.calls[0]["ref"] == "v1" and exports.calls[0]["copy_from"] == ("main",)
+
+
+# ---------------------------------------------------------------------------- catch_up, append_branch_table
+
+
+def test_catch_up_queues_what_it_found_once_at_a_time(worker):
+    commit = worker.lakefs.commit_files("repo", "main", {
+        ACTION_PATH: render_action("http://x/webhook", ["main"], ["main"]),
+        "_lakefs_tables/events.yaml": DESCRIPTOR % (b"events", b"events"),
+        "tables/events/_delta_log/00000000000000000000.json": b"{}"})
+    worker.status.set_table("repo", "main", commit, "events", "failed", reason="bad", permanent=True)
+    worker.lakefs.commit_files("repo", "main", {"tables/events/_delta_log/00000000000000000001.json": b"{}"})
+    head = worker.lakefs.commit("repo", "main").id
+
+    with StatusStore(worker.config.redis).lock("catch-up", 60):
+        assert tasks.catch_up.apply().get() == [] and worker.sent == []  # another worker's beat runs it
+
+    assert tasks.catch_up.apply().get() == [f"repo:main:{head}"]
+    assert [(s.name, s.args, s.kwargs) for s in worker.sent] == [
+        ("lakefs_delta.export_commit", ("repo", "main", head, False), {"branch_table": True})]
+    assert worker.status.metrics()["lakefs_delta_catch_up_terminal_failures_current"] == 1
+
+
+@pytest.fixture
+def appends(monkeypatch):
+    script = SimpleNamespace(outcome=None)
+
+    def append_commit(config, lakefs, repository, branch, commit_id, table):
+        if isinstance(script.outcome, BaseException):
+            raise script.outcome
+        return script.outcome
+
+    monkeypatch.setattr(tasks, "append_commit", append_commit)
+    return script
+
+
+def test_a_branch_table_append_is_noted_on_the_commits_record(worker, appends):
+    worker.status.set_table("repo", "main", "c" * 64, "events", "done")
+    appends.outcome = AppendOutcome("events", "s3://lake/repo/latest/events/", head_version=7, appended=[6, 7])
+
+    assert tasks.append_branch_table.apply(("repo", "main", "c" * 64, "events")).get()["appended"] == [6, 7]
+
+    noted = worker.status.record("repo", "main", "c" * 64, "events")["branch_table"]
+    assert noted == {"state": "appended", "reason": "", "head_version": 7, "appended": [6, 7]}
+
+
+def test_a_refused_append_is_noted_and_not_retried_and_a_busy_one_waits(worker, appends):
+    worker.status.set_table("repo", "main", "c" * 64, "events", "done")
+    appends.outcome = BranchTableRefused("commit c is not on the first-parent line of branch 'main'")
+
+    assert tasks.append_branch_table.apply(("repo", "main", "c" * 64, "events")).get()["ok"] is False
+    assert worker.status.record("repo", "main", "c" * 64, "events")["branch_table"] == {
+        "state": "refused", "reason": "commit c is not on the first-parent line of branch 'main'"}
+    assert tasks_total(worker.status, "append_branch_table", "failed") == 1
+
+    with StatusStore(worker.config.redis).lock("branch-table:repo:main:events", 60):
+        assert tasks.append_branch_table.apply(("repo", "main", "d" * 64, "events")).get()["requeued"]
+    assert [(s.name, s.args, s.options["countdown"]) for s in worker.sent] == [
+        ("lakefs_delta.append_branch_table", ("repo", "main", "d" * 64, "events"), 1)]
+
+
+# ---------------------------------------------------------------------------- results for the API
+
+
+@pytest.fixture
+def diffs(worker, monkeypatch):
+    """compute_diff's computation, scripted: the next of `diffs.answers` (or an error to raise)."""
+    script = SimpleNamespace(answers=[], computed=0,
+                             cache=ResultCache(worker.config.redis, 3600, tasks._services(worker.config)[1].kind))
+
+    def diff_of(config, lakefs, repository, left, right, table_path):
+        script.computed += 1
+        answer = script.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(tasks, "diff_of", diff_of)
+    return script
+
+
+PARTS = ("repo", "a" * 64, "b" * 64, "tables/events")
+
+
+def test_a_computed_answer_is_cached_once_and_the_claim_released(worker, diffs):
+    diffs.cache.claim(60, *PARTS)
+    diffs.answers = [{"versions": [1]}]
+
+    assert tasks.compute_diff.apply(PARTS).get() is True
+    assert tasks.compute_diff.apply(PARTS).get() is True  # cached meanwhile: not computed again
+
+    assert diffs.cache.get(*PARTS) == {"versions": [1]} and diffs.computed == 1
+    assert diffs.cache.claim(60, *PARTS)  # released
+
+
+def test_why_there_is_no_answer_is_cached_for_the_api(worker, diffs):
+    diffs.answers = [TableNotFound("no Delta table at tables/events")]
+    assert tasks.compute_diff.apply(PARTS).get() is False
+    failure = diffs.cache.failure(*PARTS)
+    assert isinstance(failure, TableNotFound) and str(failure) == "no Delta table at tables/events"
+    assert diffs.computed == 1  # permanent: no retry
+
+    other = ("repo", "a" * 64, "c" * 64, "tables/events")
+    diffs.answers = [ServiceUnavailable("lakeFS answered 503")] * (MAX_RETRIES + 1)
+    assert tasks.compute_diff.apply(other).get() is False
+    assert diffs.computed == 1 + MAX_RETRIES + 1  # retried while retries lasted
+    failure = diffs.cache.failure(*other)
+    assert isinstance(failure, ServiceUnavailable) and str(failure) == "lakeFS answered 503"
