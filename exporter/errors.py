@@ -64,7 +64,7 @@ class BranchTableRefused(ExporterError):
     not on the branch's first-parent line (an event naming one branch with another's commit)."""
 
 
-# Delta Sharing's refusals, in the library's terms: each edge maps them to its answers (hooks/sharing/errors.py)
+# Delta Sharing's refusals, by meaning: the sharing server maps them to the protocol's answers
 
 
 class NotShared(ExporterError):

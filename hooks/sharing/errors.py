@@ -43,7 +43,7 @@ ANSWERS: dict[type[BaseException], tuple[int, str, str | None]] = {
 # a transient library error (`permanent = False`): worth a retry
 TRANSIENT = (503, "INTERNAL_ERROR",
              "a service this server needs (lakeFS, the object store) cannot be reached: try again")
-HTTP_CODES = {404: "RESOURCE_DOES_NOT_EXIST"}  # routing's own refusals (no such path, method); else MALFORMED_REQUEST
+HTTP_CODES = {404: "RESOURCE_DOES_NOT_EXIST"}  # routing's own refusals: no such path; else (a wrong method) MALFORMED_REQUEST
 
 
 def answer_of(exc: BaseException) -> tuple[int, str, str]:
