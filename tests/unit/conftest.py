@@ -1,4 +1,5 @@
-"""Unit-test fixtures: Redis in memory (fakeredis, Lua scripts included), a new one per test."""
+"""Unit-test fixtures: Redis in memory (fakeredis, Lua scripts included), and lakeFS with its object
+store in memory (`tests/fakes.py`), new for each test."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import uuid
 import fakeredis
 import pytest
 import redis
+
+from tests.fakes import FakeLakeFS, MemoryStore, use_fake_lakefs, use_memory_store
 
 
 @pytest.fixture
@@ -22,3 +25,13 @@ def redis_url(monkeypatch) -> str:
 
     monkeypatch.setattr(redis.Redis, "from_url", from_url)
     return url
+
+
+@pytest.fixture
+def fake_lakefs(monkeypatch) -> FakeLakeFS:
+    """An in-memory lakeFS over an in-memory object store (`fake_lakefs.store`): every `LakeFS` and
+    `ObjectStore` product code makes for itself is these."""
+    lakefs = FakeLakeFS(MemoryStore())
+    use_memory_store(monkeypatch, lakefs.store)
+    use_fake_lakefs(monkeypatch, lakefs)
+    return lakefs

@@ -15,7 +15,7 @@ from exporter.export.catch_up import MissingExport, catch_up
 from exporter.lakefs.actions import ACTION_PATH, render_action
 from exporter.state.status import StatusStore
 from exporter.storage.layout import MANIFEST, STATE, branch_table_location, export_location
-from tests.fakes import FakeLakeFS, MemoryStore, use_fake_lakefs, use_memory_store
+from tests.fakes import FakeLakeFS
 
 pytestmark = pytest.mark.unit
 
@@ -24,12 +24,8 @@ HOUR = 3600
 
 
 @pytest.fixture
-def lakefs(monkeypatch) -> FakeLakeFS:
-    store = MemoryStore()
-    use_memory_store(monkeypatch, store)
-    lakefs = FakeLakeFS(store)
-    use_fake_lakefs(monkeypatch, lakefs)
-    return lakefs
+def lakefs(fake_lakefs) -> FakeLakeFS:
+    return fake_lakefs
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from exporter.export.commit import export_table
 from exporter.export.incremental import ColdExportNeeded, export_incrementally
 from exporter.export.log_writer import ExportOutcome
 from exporter.storage.layout import MANIFEST, export_location
-from tests.fakes import FakeLakeFS, MemoryStore, use_fake_lakefs, use_memory_store
+from tests.fakes import FakeLakeFS, MemoryStore
 from tests.unit.source_tables import SourceTable
 
 pytestmark = pytest.mark.unit
@@ -27,13 +27,9 @@ CONFIG = Config()
 
 
 @pytest.fixture
-def lakefs(monkeypatch) -> FakeLakeFS:
-    store = MemoryStore()
-    use_memory_store(monkeypatch, store)
-    lakefs = FakeLakeFS(store)
-    use_fake_lakefs(monkeypatch, lakefs)
-    lakefs.create_repository("repo", "s3://lake/repo")
-    return lakefs
+def lakefs(fake_lakefs) -> FakeLakeFS:
+    fake_lakefs.create_repository("repo", "s3://lake/repo")
+    return fake_lakefs
 
 
 @pytest.fixture

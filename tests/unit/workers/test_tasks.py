@@ -24,7 +24,7 @@ from exporter.lakefs.actions import ACTION_PATH, render_action
 from exporter.state.results import ResultCache
 from exporter.state.status import COMMIT_RECORD, StatusStore
 from exporter.storage.layout import MANIFEST, export_location
-from tests.fakes import FakeLakeFS, MemoryStore, use_fake_lakefs, use_memory_store
+from tests.fakes import FakeLakeFS
 from tests.unit.source_tables import SourceTable
 from workers import tasks
 
@@ -43,17 +43,14 @@ class Sent:
 
 
 @pytest.fixture
-def worker(monkeypatch, redis_url):
+def worker(monkeypatch, redis_url, fake_lakefs):
     """A worker process's world: its config, lakeFS, object store and Redis, and what it queued."""
-    store = MemoryStore()
-    use_memory_store(monkeypatch, store)
-    lakefs = FakeLakeFS(store)
+    lakefs, store = fake_lakefs, fake_lakefs.store
     lakefs.create_repository("repo", "s3://lake/repo")
     config = Config(redis_url=redis_url, tasks={"max_deliveries": 2, "lock_ttl_seconds": 6},
                     workers={"large_table_files": 3})
     monkeypatch.setattr(workers.app, "_config", config)
     monkeypatch.setattr(tasks, "_lakefs", lambda _: lakefs)
-    use_fake_lakefs(monkeypatch, lakefs)  # what the library makes for itself when not handed one
     for task in (tasks.export_commit, tasks.export_table, tasks.append_branch_table, tasks.compute_diff):
         monkeypatch.setattr(task, "max_retries", MAX_RETRIES)
     sent: list[Sent] = []
