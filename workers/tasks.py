@@ -263,7 +263,7 @@ def _abandon(config: Config, status: StatusStore, repository: str, ref: str, com
                 log.info("export %s/%s/%s/%s: not abandoned, another delivery is writing it", repository, ref,
                          commit_id, table_name)
                 return False
-            removed = abandon_export(config, repository, ref, commit_id, table_name)
+            removed = abandon_export(config, repository, ref, commit_id, table_name, lakefs=_lakefs(config))
         log.info("export %s/%s/%s abandoned: %d object(s) removed", repository, commit_id, table_name, removed)
     except (ExporterError, redis.RedisError) as exc:
         log.error("export %s/%s/%s abandoned, but removing its objects failed: %s", repository, commit_id, table_name, exc)
