@@ -16,27 +16,29 @@ import time
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
 
-from exporter.export.branch_table import append_commit
-from exporter.export.catch_up import catch_up as find_missing_exports
 from exporter.config import Config
 from exporter.diff.datasets import DatasetsCache
 from exporter.diff.datasets import list_datasets as find_datasets
+from exporter.diff.overview import OverviewCache
+from exporter.diff.overview import compare_refs as overview_of
+from exporter.diff.rows import RowDiffCache, RowDiffTooLarge, cached_row_diff
+from exporter.diff.rows import compute_row_diff as row_diff_of
+from exporter.diff.rows import key_columns, worth_precomputing
 from exporter.diff.table import DiffCache, cached_diff
 from exporter.diff.table import compute_diff as diff_of
 from exporter.errors import BranchTableRefused, ExporterError, ServiceUnavailable
-from exporter.export.log_writer import ExportOutcome
-from exporter.export.commit import abandon_export, find_table
+from exporter.export.branch_table import append_commit
+from exporter.export.catch_up import catch_up as find_missing_exports
+from exporter.export.commit import abandon_export
 from exporter.export.commit import export_table as export_one_table
-from exporter.lakefs.client import LakeFS
-from exporter.diff.overview import OverviewCache
-from exporter.diff.overview import compare_refs as overview_of
-from exporter.state.results import ResultCache
-from exporter.diff.rows import RowDiffCache, RowDiffTooLarge, cached_row_diff, key_columns, worth_precomputing
-from exporter.diff.rows import compute_row_diff as row_diff_of
+from exporter.export.commit import find_table
+from exporter.export.log_writer import ExportOutcome
 from exporter.export.retention import prune as prune_exports
-from exporter.lakefs.table_log import checkpoint_files_hint
-from exporter.state.status import COMMIT_RECORD, StatusStore
+from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableDescriptor, tables_to_export
+from exporter.lakefs.table_log import checkpoint_files_hint
+from exporter.state.results import ResultCache
+from exporter.state.status import COMMIT_RECORD, StatusStore
 from workers.app import app, current_config
 
 log = logging.getLogger("lakefs_delta.worker")
