@@ -81,7 +81,7 @@ def commit_on_branch(lakefs, repository: str, branch: str, commits: int, version
 
 
 def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2, concurrency: int = 1) -> list[dict]:
-    from exporter.lakefs.actions import install_actions
+    from exporter.lakefs.installer import install_actions
 
     state, _, lakefs = running_stack()
     env = {**os.environ, **state.environment()}
@@ -126,7 +126,7 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
 
 def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
     """On an idle stack: a commit to a 1,000-file table, to its complete export, one commit at a time."""
-    from exporter.lakefs.actions import install_actions
+    from exporter.lakefs.installer import install_actions
 
     state, _, lakefs = running_stack()
     env = {**os.environ, **state.environment()}

@@ -55,7 +55,7 @@ def external_count(location: str) -> int:
 def run_demo() -> dict:
     """Returns the facts it printed, for the test."""
     from examples.bank_pipeline import ingest, retention_and_column_remover, table_uri
-    from exporter.lakefs.actions import install_actions
+    from exporter.lakefs.installer import install_actions
     from exporter.config import load_config
     from exporter.lakefs.client import LakeFS
     from lakefs_delta.cli import render_diff

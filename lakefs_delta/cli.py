@@ -174,7 +174,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _install_actions(args: argparse.Namespace) -> int:
-    from exporter.lakefs.actions import install_actions
+    from exporter.lakefs.installer import install_actions
     from exporter.config import load_config
     from exporter.lakefs.client import LakeFS
 

@@ -44,7 +44,7 @@ from exporter.export.branch_log import (
 )
 from exporter.export.log_writer import discard_export, write_log
 from exporter.export.readback import ExportedLog, read_exported_log
-from exporter.lakefs.actions import branch_tables_kept, installed_action
+from exporter.lakefs.installer import branch_tables_kept, installed_action
 from exporter.lakefs.client import LakeFS
 from exporter.storage.layout import MANIFEST, STATE, branch_table_location, commit_root, export_location
 from exporter.storage.objectstore import ObjectStore

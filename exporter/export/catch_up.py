@@ -19,7 +19,7 @@ from exporter.errors import ExporterError
 from exporter.export.branch_table import follows, lagging_branch_tables
 from exporter.export.commit import missing_exports
 from exporter.export.retention import within_policy
-from exporter.lakefs.actions import ACTION_PATH, branch_tables_kept, installed_action
+from exporter.lakefs.installer import ACTION_PATH, branch_tables_kept, installed_action
 from exporter.lakefs.client import LakeFS
 from exporter.state.status import StatusStore
 

@@ -11,7 +11,7 @@ import uuid
 import httpx
 import pytest
 
-from exporter.lakefs.actions import install_actions
+from exporter.lakefs.installer import install_actions
 from exporter.export.branch_table import append_commit, branch_table_versions
 from exporter.errors import BranchTableRefused
 from exporter.state.status import StatusStore

@@ -20,7 +20,7 @@ from exporter.export.branch_log import SYNC_OPERATION
 from exporter.export.branch_table import append_commit, branch_table_versions
 from exporter.export.catch_up import catch_up
 from exporter.export.retention import prune, verify
-from exporter.lakefs.actions import install_actions
+from exporter.lakefs.installer import install_actions
 from exporter.state.status import StatusStore
 from exporter.storage.layout import STATE
 from exporter.storage.objectstore import ObjectStore

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import redis
 
-from exporter.lakefs.actions import install_actions
+from exporter.lakefs.installer import install_actions
 from exporter.config import load_config
 from exporter.storage.layout import MANIFEST
 from devtools import stack

@@ -108,7 +108,7 @@ def test_row_counts_are_net_of_deletion_vectors(spark, config, lakefs, repositor
 
 
 def test_commit_through_webhook_is_served_from_the_precomputed_cache(service, spark, config, lakefs, repository):
-    from exporter.lakefs.actions import install_actions
+    from exporter.lakefs.installer import install_actions
     from tests.integration.test_webhooks import WEBHOOK, api, wait_for_export
 
     install_actions(lakefs, repository, "main", WEBHOOK, ["main"], {"transactions": "tables/transactions"})

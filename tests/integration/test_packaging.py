@@ -50,7 +50,7 @@ def run(python: Path, *args: str, env: dict[str, str] | None = None) -> subproce
 
 def test_the_wheel_holds_the_product_and_the_actions_folder_and_no_development_tooling(installed_wheel):
     found = run(installed_wheel, "-c", "import exporter, hooks, workers, lakefs_delta, importlib.util as u; "
-                                       "from exporter.lakefs.actions import TEMPLATES; "
+                                       "from exporter.lakefs.installer import TEMPLATES; "
                                        "print(exporter.__file__); print(u.find_spec('devtools')); print(TEMPLATES); "
                                        "print(sorted(p.relative_to(TEMPLATES).as_posix() for p in TEMPLATES.rglob('*.yaml')))")
     assert found.returncode == 0, found.stderr

@@ -56,7 +56,7 @@ def wait_for_action_run(lakefs, repository: str, commit_id: str, timeout: float 
 
 def setup_repository(lakefs, spark, repository: str, branches: list[str]) -> str:
     """Install the action and a descriptor, and write a small Delta table on main; returns the commit."""
-    from exporter.lakefs.actions import install_actions
+    from exporter.lakefs.installer import install_actions
 
     install_actions(lakefs, repository, "main", WEBHOOK, branches, {"events": "tables/events"})
     uri = table_uri(repository, "main", "tables/events")

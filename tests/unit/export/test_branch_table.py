@@ -15,7 +15,7 @@ from exporter.errors import ExporterError
 from exporter.export.branch_log import annotated, remove_of
 from exporter.export.branch_table import follows
 from exporter.export.retention import HOUR, within_policy
-from exporter.lakefs.actions import branch_table_patterns, render_action
+from exporter.lakefs.installer import branch_table_patterns, render_action
 from exporter.storage.layout import branch_table_location
 from tests.fakes import FakeLakeFS
 

@@ -12,7 +12,7 @@ import pytest
 from exporter.config import Config
 from exporter.errors import ServiceUnavailable
 from exporter.export.catch_up import MissingExport, catch_up
-from exporter.lakefs.actions import ACTION_PATH, render_action
+from exporter.lakefs.installer import ACTION_PATH, render_action
 from exporter.state.status import StatusStore
 from exporter.storage.layout import MANIFEST, STATE, branch_table_location, export_location
 from tests.fakes import FakeLakeFS

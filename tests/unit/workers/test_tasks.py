@@ -20,7 +20,7 @@ from exporter.config import Config
 from exporter.errors import BranchTableRefused, ExporterError, NotFound, ServiceUnavailable, TableNotFound
 from exporter.export.branch_table import AppendOutcome
 from exporter.export.log_writer import ExportOutcome
-from exporter.lakefs.actions import ACTION_PATH, render_action
+from exporter.lakefs.installer import ACTION_PATH, render_action
 from exporter.state.results import ResultCache
 from exporter.state.status import COMMIT_RECORD, StatusStore
 from exporter.storage.layout import MANIFEST, export_location

@@ -1,0 +1,226 @@
+"""The configuration's sections: one model per capability, each key with its default."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+# The workers' task kinds (Celery task `lakefs_delta.<kind>`), for per-kind settings
+TASK_KINDS = ("export_commit", "export_table", "precompute_diff", "compute_diff", "compute_row_diff", "compare_refs",
+              "list_datasets", "append_branch_table", "catch_up", "prune")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LakeFSConfig(_Section):
+    endpoint: str = "http://127.0.0.1:18000"
+    access_key_id: str = ""
+    secret_access_key: SecretStr = SecretStr("")
+    timeout_seconds: float = Field(30.0, gt=0)  # per request: a lakeFS that accepts connections but never answers
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http(cls, endpoint: str) -> str:
+        if not endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http(s) URL, got {endpoint!r}")
+        return endpoint
+
+
+class ObjectStoreConfig(_Section):
+    """Where boto3 writes exports for storage namespaces starting with `prefix`."""
+
+    prefix: str = "s3://"
+    endpoint: str = ""  # empty: AWS's own endpoint
+    region: str = "us-east-1"
+    access_key_id: str = ""
+    secret_access_key: SecretStr = SecretStr("")
+
+
+class RetryConfig(_Section):
+    max_retries: int = Field(5, ge=0)
+    backoff_seconds: float = Field(2.0, gt=0)
+    backoff_max_seconds: float = Field(60.0, gt=0)
+
+
+class RetentionConfig(_Section):
+    """Which per-commit exports `lakefs-delta prune` keeps; branch tables and tags' exports always stay."""
+
+    keep_last: int = Field(20, ge=0)  # the newest first-parent commits of each branch
+    keep_hours: float = Field(168.0, ge=0)  # exports written less than this long ago
+    # The workers' beat runs prune over `catch_up.repositories` every this many seconds; 0: never
+    # (prune deletes: it runs on a schedule only when asked to).
+    interval_seconds: int = Field(0, ge=0)
+
+
+class RowDiffSparkConfig(_Section):
+    """The Spark job a row diff runs as when its differing data is above `row_diff.max_bytes`."""
+
+    master: str = ""  # e.g. local[2], spark://host:7077, yarn; empty: no job, such a diff is refused
+    packages: str = "org.apache.hadoop:hadoop-aws:3.5.0"  # S3A, for the data files' s3:// addresses
+    ivy_dir: str = ""  # where Spark caches those packages (empty: Spark's default)
+
+
+class ShareConfig(_Section):
+    """A Delta Sharing share: repositories, and which of their refs (schemas) and tables it offers.
+    Patterns are fnmatch patterns; a branch is offered through its branch table, a tag through its export."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_-]*$")  # a share name is a URL path segment, no `.`
+    repositories: tuple[str, ...] = Field(min_length=1)
+    refs: tuple[str, ...] = ("*",)
+    tables: tuple[str, ...] = ("*",)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        """In the environment (or as a YAML string): `NAME=repo1+repo2[:ref1+ref2[:table1+table2]]`."""
+        if isinstance(value, str):
+            name, separator, rest = value.partition("=")
+            if not separator or not name:
+                raise ValueError("a share is NAME=repo1+repo2[:refs[:tables]], patterns joined by +")
+            parts = [_plus_list(part) for part in rest.split(":")]
+            if len(parts) > 3:
+                raise ValueError("a share is NAME=repo1+repo2[:refs[:tables]]: too many `:`")
+            return {"name": name, **{key: part for key, part in zip(("repositories", "refs", "tables"), parts)}}
+        return value
+
+
+class SharingConfig(_Section):
+    """The Delta Sharing server (`/delta-sharing`): its shares, and what the profiles it hands out say."""
+
+    shares: tuple[ShareConfig, ...] = ()
+    # The URL recipients reach the server at, written into their profile files; empty: the address
+    # `serve` listens on, with `/delta-sharing`.
+    endpoint: str = ""
+    url_lifetime_seconds: int = Field(3600, ge=60, le=7 * 24 * 3600)  # presigned file URLs (S3 allows 7 days)
+    recipient_days: int = Field(90, ge=1)  # a recipient's token expires after this unless told otherwise
+    # Objects a shared table's log may reference and the server may presign, besides the
+    # repository's storage namespace (e.g. the bucket of data lakeFS imported): URI prefixes.
+    allowed_locations: tuple[str, ...] = ()
+
+
+class ApiToken(_Section):
+    """A service token for automation, and the repositories it may read (`*`: every repository).
+    In the environment (or as a YAML string): `TOKEN=repo1+repo2`, or `TOKEN=*`."""
+
+    token: SecretStr
+    repositories: tuple[str, ...] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            token, separator, repositories = value.rpartition("=")
+            if not separator or not token:
+                raise ValueError("an API token names the repositories it may read: TOKEN=repo1+repo2, or TOKEN=* "
+                                 "for every repository")
+            return {"token": token, "repositories": _plus_list(repositories)}
+        return value
+
+    def allows(self, repository: str) -> bool:
+        return "*" in self.repositories or repository in self.repositories
+
+
+class ApiConfig(_Section):
+    """The HTTP API: who may call it, and how long it waits for (and keeps) a worker's results."""
+
+    # "lakefs": callers sign in with their own lakeFS identity, and lakeFS decides which
+    # repositories they read (`tokens` for automation); "none": anyone (only behind a gateway that
+    # authenticates; the service warns at start and in /readyz).
+    auth: Literal["lakefs", "none"] = "lakefs"
+    tokens: tuple[ApiToken, ...] = ()
+    auth_cache_seconds: int = Field(30, ge=0)  # how long lakeFS's answer "may X read repository R" is reused
+    sign_in_link_seconds: int = Field(900, ge=30)  # a one-time sign-in link for the diff page expires after this
+    diff_cache_ttl_seconds: int = 7 * 24 * 3600  # computed diffs, row diffs, overviews and datasets in Redis
+    # A diff not in the cache is computed by a worker; the API waits this long for it, then answers
+    # 202 (ask again) so the web process never replays table logs itself.
+    diff_wait_seconds: float = Field(15.0, ge=0)
+
+
+class RowDiffConfig(_Section):
+    """Which rows changed: in the worker up to `max_bytes` of differing files, above it a Spark job."""
+
+    # Above this many bytes of files to read the row diff runs as the Spark job, or (no
+    # `spark.master`) is refused with a message saying so, rather than run the worker out of memory.
+    max_bytes: int = Field(512 * 2**20, ge=0)
+    # After an export, the row diff against the parent is precomputed when it reads at most this much.
+    precompute_bytes: int = Field(64 * 2**20, ge=0)
+    spark: RowDiffSparkConfig = RowDiffSparkConfig()
+
+
+class CatchUpConfig(_Section):
+    """Catch-up (lakeFS never retries a post-hook): on by default, in every worker started with beat."""
+
+    repositories: tuple[str, ...] = ()  # empty: every repository the service's lakeFS user can read
+    branches: tuple[str, ...] = ()  # branch patterns; empty: those the installed action names
+    interval_seconds: int = Field(300, ge=1)
+    depth: int = Field(50, ge=1)  # newest first-parent commits per branch (and newest tags) checked
+    max_per_run: int = Field(100, ge=1)  # commits queued by one run at most; the next run takes the rest
+
+
+class TasksConfig(_Section):
+    """How the workers' tasks are delivered, limited in time, locked and retried."""
+
+    time_limit_seconds: int = Field(240, ge=5)  # a task is stopped after this; below the visibility timeout
+    # Per task kind (`export_table`, `compute_row_diff`, ...: the name after `lakefs_delta.`), in
+    # place of `time_limit_seconds`; each below the visibility timeout too.
+    time_limits: tuple[tuple[str, int], ...] = ()  # (kind, seconds); YAML: a mapping
+    visibility_timeout_seconds: int = 300  # an unacknowledged task (worker killed) is redelivered after this
+    lock_ttl_seconds: int = Field(30, ge=5)  # a dead worker's per-table lock frees itself (renewed while alive)
+    max_deliveries: int = Field(3, ge=1)  # an export whose worker died this many times is failed, not looped
+    retry: RetryConfig = RetryConfig()  # transient errors (lakeFS 5xx/429, timeouts, the store, Redis)
+
+    @field_validator("time_limits", mode="before")
+    @classmethod
+    def _limits_from_mapping(cls, value: Any) -> Any:
+        """YAML: a mapping `{export_table: 600}`; the environment: `export_table=600,catch_up=60`.
+        Kept as sorted pairs: the config is frozen and hashable."""
+        if isinstance(value, str):
+            value = value.split(",")
+        if isinstance(value, (list, tuple)) and all(isinstance(part, str) for part in value):
+            pairs = [part.partition("=") for part in value if part.strip()]
+            if any(not separator for _, separator, _ in pairs):
+                raise ValueError("time_limits is KIND=SECONDS[,KIND=SECONDS...]")
+            value = {kind.strip(): seconds.strip() for kind, _, seconds in pairs}
+        if isinstance(value, dict):
+            return sorted(value.items())
+        return value
+
+    @model_validator(mode="after")
+    def _time_limit_below_visibility(self) -> "TasksConfig":
+        if self.time_limit_seconds >= self.visibility_timeout_seconds:
+            raise ValueError(f"time_limit_seconds ({self.time_limit_seconds}) must be below "
+                             f"visibility_timeout_seconds ({self.visibility_timeout_seconds}), "
+                             "or a running task is delivered twice")
+        for kind, seconds in self.time_limits:
+            if kind not in TASK_KINDS:
+                raise ValueError(f"time_limits: unknown task kind {kind!r}; known: {', '.join(TASK_KINDS)}")
+            if not 5 <= seconds < self.visibility_timeout_seconds:
+                raise ValueError(f"time_limits.{kind} ({seconds}) must be at least 5 and below "
+                                 f"visibility_timeout_seconds ({self.visibility_timeout_seconds})")
+        return self
+
+    def time_limit(self, kind: str) -> int:
+        """The hard time limit of a task kind (`export_table`, or `lakefs_delta.export_table`)."""
+        return dict(self.time_limits).get(kind.removeprefix("lakefs_delta."), self.time_limit_seconds)
+
+
+class WorkersConfig(_Section):
+    """The worker processes, and the queue big tables are exported from."""
+
+    concurrency: int = Field(2, ge=1)
+    # A worker process whose memory grew past this is replaced after its task (Celery's
+    # worker_max_memory_per_child).
+    max_memory_per_child_mib: int = Field(2048, ge=64)
+    # Tables whose newest checkpoint holds at least this many files are exported from their own
+    # queue, so a few big exports cannot hold every worker while small ones wait; run workers with
+    # `--queues` to give that queue its own (`lakefs-delta worker` consumes both by default).
+    large_table_files: int = Field(500_000, ge=1)
+    large_table_queue: str = "lakefs_delta.large"
+
+
+def _plus_list(text: str) -> list[str]:
+    """`a+b+c` (how a list inside one environment value is written) -> [a, b, c]."""
+    return [item for item in text.split("+") if item]
