@@ -159,11 +159,13 @@ GAUGE = "_current"
 
 
 def _by_ref(fields: dict[bytes, bytes], ref: str | None) -> dict[str, dict[str, dict]]:
+    """Records grouped by the ref and table each names: a field `<ref>/<table>` cannot be split back,
+    since tags (`v1/rc`) and tables (`_lakefs_tables/x.yaml`, a refused descriptor's) hold `/` too."""
     found: dict[str, dict[str, dict]] = {}
-    for field, value in fields.items():
-        record_ref, _, table = field.decode().rpartition("/")
-        if ref is None or record_ref == ref:
-            found.setdefault(record_ref, {})[table] = json.loads(value)
+    for value in fields.values():
+        record = json.loads(value)
+        if ref is None or record["ref"] == ref:
+            found.setdefault(record["ref"], {})[record["table"]] = record
     return found
 
 

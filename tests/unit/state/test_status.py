@@ -67,9 +67,12 @@ def test_records_are_per_ref_and_expire(status):
     assert status.tables("other-repo", COMMIT) == {}
     first, second, none = status.tables_of_commits("repo", [COMMIT, "d" * 64, "e" * 64])
     assert first == tables and second["main"]["users"]["reason"] == "bad descriptor" and none == {}
-    # a ref or table name holding `/` is kept whole (the field splits at its last `/`)
-    status.set_table("repo", "feature/x", COMMIT, "events", "queued")
-    assert status.tables("repo", COMMIT, ref="feature/x")["feature/x"]["events"]["state"] == "queued"
+    # refs and tables holding `/` are kept whole: a tag `v1/rc`, a refused descriptor's record
+    status.set_table("repo", "v1/rc", COMMIT, "events", "queued")
+    status.set_table("repo", "main", COMMIT, "_lakefs_tables/broken.yaml", "failed", reason="not YAML", permanent=True)
+    assert status.tables("repo", COMMIT, ref="v1/rc") == {"v1/rc": {"events": status.record("repo", "v1/rc", COMMIT, "events")}}
+    assert status.tables("repo", COMMIT)["main"]["_lakefs_tables/broken.yaml"]["reason"] == "not YAML"
+    assert set(status.tables("repo", COMMIT)) == {"main", "v1", "v1/rc"}
     assert 0 < status.redis.ttl(key("export", "repo", COMMIT)) <= RECORD_TTL_SECONDS
 
 
