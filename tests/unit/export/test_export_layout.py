@@ -1,4 +1,4 @@
-"""What an export writes and in which order; `_last_checkpoint`; locations; paths into lakeFS.
+"""What an export writes and in which order; `_last_checkpoint`; paths into lakeFS.
 
 The write order is what keeps readers out of a half-written export; the integration test
 `test_export_trust.py` proves it with Spark and delta-rs, these tests pin the order itself.
@@ -18,7 +18,6 @@ from exporter.export.log_writer import discard_export, write_log
 from exporter.export.resolve import PathResolver
 from exporter.lakefs.gateway_paths import LakeFSPaths
 from exporter.lakefs.table_log import LogLayout
-from exporter.storage.layout import location_segment
 from tests.fakes import FakeLakeFS, MemoryStore
 
 pytestmark = pytest.mark.unit
@@ -143,19 +142,6 @@ def test_multipart_without_a_source_last_checkpoint_gets_a_checkpoint_schema():
 
 
 # ---------------------------------------------------------------- locations
-
-
-@pytest.mark.parametrize("ref, segment", [
-    ("main", "main"), ("feature-x_1.2", "feature-x_1.2"), ("v1#2", "v1~232"), ("50%", "50~25"),
-    ("a+b~c", "a~2Bb~7Ec"), ("é", "~C3~A9"), ("x=y&z", "x~3Dy~26z"),
-])
-def test_location_segments_are_uri_safe_and_distinct(ref, segment):
-    assert location_segment(ref) == segment
-
-
-def test_location_segments_never_collide():
-    names = ["~", "~7E", "%7E", "a b", "a+b", "a%20b", "a~20b"]
-    assert len({location_segment(n) for n in names}) == len(names)
 
 
 # ---------------------------------------------------------------- paths into lakeFS

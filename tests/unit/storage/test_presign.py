@@ -1,0 +1,67 @@
+"""Presigned URLs: byte for byte the ones botocore signs, never holding a secret, each object signed
+with the most specific store configured for it."""
+
+from __future__ import annotations
+
+import datetime
+from unittest import mock
+
+import boto3
+import botocore.config
+import pytest
+
+from exporter.config import Config, ObjectStoreConfig
+from exporter.errors import ConfigError
+from exporter.storage.presign import Presigner
+
+pytestmark = pytest.mark.unit
+
+STORE = ObjectStoreConfig(endpoint="http://127.0.0.1:19000", region="us-east-1", access_key_id="AKIDEXAMPLE",
+                          secret_access_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
+CONFIG = Config(object_store=STORE)
+NOW = 1_795_000_000  # 2026-11-18
+
+
+def botocore_url(bucket: str, key: str, lifetime: int) -> str:
+    client = boto3.client("s3", endpoint_url=STORE.endpoint, region_name=STORE.region,
+                          aws_access_key_id=STORE.access_key_id,
+                          aws_secret_access_key=STORE.secret_access_key.get_secret_value(),
+                          config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": "path"}))
+    frozen = datetime.datetime.fromtimestamp(NOW, datetime.timezone.utc).replace(tzinfo=None)
+    with mock.patch("botocore.auth.get_current_datetime", return_value=frozen):
+        return client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=lifetime)
+
+
+@pytest.mark.parametrize("key", ["data/part-00000.snappy.parquet", "a b/c+d%e é~f=g&h.parquet",
+                                 "region=eu/part-1.parquet", "deletion_vector_0a1b.bin"])
+def test_presigned_urls_are_the_ones_botocore_signs(key):
+    from exporter.delta.paths import physical_uri
+
+    ours = Presigner(CONFIG, 900, now=NOW).presign(physical_uri(f"s3://lakefs-data/{key}"))
+    assert ours.url == botocore_url("lakefs-data", key, 900)
+    assert ours.expires_ms == (NOW + 900) * 1000
+
+
+def test_a_presigned_url_never_holds_the_secret():
+    url = Presigner(CONFIG, 60, now=NOW).presign("s3://lakefs-data/x.parquet").url
+    assert STORE.secret_access_key.get_secret_value() not in url and "X-Amz-Signature=" in url
+
+
+def test_each_bucket_is_signed_with_its_own_store():
+    other = ObjectStoreConfig(prefix="s3://other/", endpoint="https://s3.eu-west-1.amazonaws.com", region="eu-west-1",
+                              access_key_id="OTHER", secret_access_key="secret2")
+    presigner = Presigner(Config(object_store=STORE, extra_object_stores=(other,)), 60, now=NOW)
+    assert presigner.presign("s3://other/k").url.startswith("https://s3.eu-west-1.amazonaws.com/other/k?")
+    assert "OTHER%2F20261118%2Feu-west-1" in presigner.presign("s3://other/k").url
+    assert presigner.presign("s3://lakefs-data/k").url.startswith("http://127.0.0.1:19000/lakefs-data/k?")
+
+
+def test_an_object_is_signed_with_the_most_specific_store_below_its_bucket():
+    team = ObjectStoreConfig(prefix="s3://lakefs-data/team-b/", endpoint="http://127.0.0.1:19000", region="us-east-1",
+                             access_key_id="TEAMB", secret_access_key="secret-b")
+    presigner = Presigner(Config(object_store=STORE, extra_object_stores=(team,)), 60, now=NOW)
+    assert "X-Amz-Credential=TEAMB%2F" in presigner.presign("s3://lakefs-data/team-b/data/x.parquet").url
+    assert "X-Amz-Credential=AKIDEXAMPLE%2F" in presigner.presign("s3://lakefs-data/team-a/data/x.parquet").url
+    narrow = Presigner(Config(object_store=ObjectStoreConfig(prefix="s3://only-this/")), 60, now=NOW)
+    with pytest.raises(ConfigError, match="no store configured"):
+        narrow.presign("s3://elsewhere/x")
