@@ -252,9 +252,9 @@ class RowDiff(BaseModel):
     files: RowDiffFiles
     rows: list[ChangedRow]
     engine: Literal["in-process", "spark"] = Field(description="where it was computed: in the worker, or as the "
-                                                              "Spark job (above row_diff.max_bytes)")
-    rows_location: str | None = Field(description="the Spark job's rows (Parquet, next to the exports), "
-                                                   "which the API pages from")
+                                                              "Spark job (above the row_diff limits)")
+    rows_location: str | None = Field(description="the rows (Parquet, next to the exports; null when none "
+                                                   "changed), which the API pages from")
     bytes_read: int
     computed_seconds: float
     pagination: Pagination

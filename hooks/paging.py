@@ -22,13 +22,6 @@ def paginate(results: list[dict], after: str | None, amount: int) -> tuple[list[
     }
 
 
-def paginate_rows(rows: list[dict], after: str | None, amount: int) -> tuple[list[dict], dict]:
-    """A page of `rows` whose ids are their positions (0, 1, ...), starting after the id `after`."""
-    start = row_start(after)
-    page = rows[start : start + amount]
-    return page, row_pagination(page, start, amount, len(rows))
-
-
 def row_start(after: str | None) -> int:
     """The position a page of rows starts at: after the row id `after`."""
     try:

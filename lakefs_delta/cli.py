@@ -216,9 +216,10 @@ def _diff(args: argparse.Namespace) -> int:
         lakefs = LakeFS(config.lakefs)
         diff, _ = cached_row_diff(config, lakefs, RowDiffCache(config.redis, config.api.diff_cache_ttl_seconds),
                                   args.repo, left, right, args.table.strip("/"), key)
-        if diff.get("rows_location") and not args.json:  # the Spark job's rows: the first page of them
+        diff["rows"] = []
+        if diff["rows_location"]:  # the first `--limit` of its rows
+            from exporter.diff.rows_file import rows_page
             from exporter.storage.objectstore import ObjectStore
-            from exporter.diff.rows_spark import rows_page
 
             store = ObjectStore(config, lakefs.storage_namespace(args.repo))
             diff["rows"] = rows_page(store, diff["rows_location"], 0, max(args.limit, 1))[0]
@@ -262,8 +263,8 @@ def render_row_diff(diff: dict, left: str, right: str, limit: int = 50) -> str:
         lines.append(f"{sign[row['change']]} {json.dumps(row['values'])}{before}")
     total = sum(counts.values())
     if total > min(limit, len(diff["rows"])):
-        lines.append(f"... {total - min(limit, len(diff['rows']))} more (--json for all"
-                     + (f"; the Spark job's rows: {diff['rows_location']}" if diff.get("rows_location") else "") + ")")
+        lines.append(f"... {total - min(limit, len(diff['rows']))} more (--limit N for more; all of them: "
+                     f"{diff['rows_location']}, Parquet)")
     return "\n".join(lines)
 
 
@@ -417,7 +418,7 @@ def _add_diff_command(commands) -> None:
     diff_cmd.add_argument("--json", action="store_true")
     diff_cmd.add_argument("--rows", action="store_true", help="which rows changed (read from the differing files)")
     diff_cmd.add_argument("--key", help="with --rows: comma-separated key columns; equal keys are one update")
-    diff_cmd.add_argument("--limit", type=int, default=50, help="with --rows: rows printed (default 50)")
+    diff_cmd.add_argument("--limit", type=int, default=50, help="with --rows: rows shown, printed or in --json (default 50)")
     diff_cmd.set_defaults(run=_diff)
 
 

@@ -140,11 +140,16 @@ class ApiConfig(_Section):
 
 
 class RowDiffConfig(_Section):
-    """Which rows changed: in the worker up to `max_bytes` of differing files, above it a Spark job."""
+    """Which rows changed: in the worker up to the limits below, above them a Spark job (or a refusal)."""
 
     # Above this many bytes of files to read the row diff runs as the Spark job, or (no
     # `spark.master`) is refused with a message saying so, rather than run the worker out of memory.
     max_bytes: int = Field(512 * 2**20, ge=0)
+    # ... or above this many rows to read: counted from the files' `numRecords` before reading, and
+    # again while reading (files without stats) ...
+    max_rows: int = Field(2_000_000, ge=0)
+    # ... or once the rows read hold this much memory (Arrow; the worker's peak is a few times it).
+    max_memory_mib: int = Field(512, ge=1)
     # After an export, the row diff against the parent is precomputed when it reads at most this much.
     precompute_bytes: int = Field(64 * 2**20, ge=0)
     spark: RowDiffSparkConfig = RowDiffSparkConfig()

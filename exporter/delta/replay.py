@@ -255,7 +255,7 @@ class _Sum:
         size, stats, cardinality = live_file
         self.files += 1
         self.size += size
-        records = _num_records(stats)
+        records = num_records(stats)
         self.rows = None if records is None or self.rows is None else self.rows + records - cardinality
 
     def add_columns(self, adds: pa.ChunkedArray) -> None:
@@ -289,7 +289,7 @@ def _records_of_columns(adds: pa.ChunkedArray, fields: set[str]) -> int | None:
     if not pc.any(unknown).as_py():
         return total
     for json_stats in pc.filter(stats, unknown).to_pylist():  # stats JSON with numRecords not first
-        records = _num_records(json_stats)
+        records = num_records(json_stats)
         if records is None:
             return None
         total += records
@@ -378,7 +378,7 @@ def _protocol(protocol: Mapping[str, Any]) -> dict:
     }
 
 
-def _num_records(stats: str | int | None) -> int | None:
+def num_records(stats: str | int | None) -> int | None:
     if stats is None or isinstance(stats, int):
         return stats
     try:

@@ -8,8 +8,12 @@ copy-on-write rewrite, OPTIMIZE or an identical overwrite cancels out), and, wit
 left on both sides with the same key are updates. A column is the same column on both sides by
 its identity (`exporter.delta.columns`), so a renamed one is compared, and shown, under its new name.
 
-Memory follows the differing data; above `row_diff.max_bytes` of files to read the diff is refused
-(`RowDiffTooLarge`) rather than run out of memory.
+Memory follows the differing rows, and is bounded: the rows to read are counted before reading
+(the files' `numRecords` less their deleted rows; the deletion-vector bits that differ) and again
+while reading, and above `row_diff.max_rows` rows, `row_diff.max_bytes` of files or
+`row_diff.max_memory_mib` of rows read the diff runs as the Spark job, or is refused
+(`RowDiffTooLarge`) naming the count, rather than run out of memory. The rows of every answer are
+a Parquet file beside the exports (`exporter.diff.rows_file`); the answer holds counts and its location.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from exporter.config import Config
 from exporter.delta.columns import matched_by_id, paired_fields, physical_name
 from exporter.delta.deletion_vectors import deleted_rows
 from exporter.delta.live_files import LiveFiles
+from exporter.delta.replay import num_records
 from exporter.diff.rows_compare import changes, unmatched
+from exporter.diff.rows_file import store_rows
 from exporter.diff.table import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.lakefs.client import LakeFS
@@ -40,7 +46,7 @@ from exporter.storage.objectstore import ObjectSource, ObjectStore
 
 
 class RowDiffTooLarge(ExporterError):
-    """More differing data than `row_diff.max_bytes`: too much to diff in one process."""
+    """More differing rows or data than the `row_diff` limits: too much to diff in one process."""
 
 
 @dataclass
@@ -83,7 +89,8 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
                      table_path: str, key: tuple[str, ...] = (), max_bytes: int | None = None,
                      progress: Callable[[dict], None] | None = None) -> dict:
     """The row diff of `table_path` from `left_commit` to `right_commit` (no left: every row added).
-    Files to read above `max_bytes` (default `row_diff.max_bytes`): the Spark job when
+    Above `row_diff.max_rows` rows to read (counted before and while reading), `max_bytes` of files
+    (default `row_diff.max_bytes`) or `row_diff.max_memory_mib` of rows read: the Spark job when
     `row_diff.spark.master` is set (and no `max_bytes` was given), else RowDiffTooLarge."""
     use_spark = max_bytes is None and bool(config.row_diff.spark.master)
     max_bytes = config.row_diff.max_bytes if max_bytes is None else max_bytes
@@ -101,60 +108,144 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
     left_keys, right_keys = _keys(left), _keys(right)
     only_left = left_keys.filter(pc.invert(pc.is_in(left_keys, value_set=right_keys)))
     only_right = right_keys.filter(pc.invert(pc.is_in(right_keys, value_set=left_keys)))
-    removed_files = list(left.files.adds(only_left)) if left.files else []
-    added_files = list(right.files.adds(only_right)) if right.files else []
-    right_paths = {add["path"]: add for add in added_files}
-    left_paths = {add["path"]: add for add in removed_files}
-    vector_changed = sorted(set(left_paths) & set(right_paths))
-    to_read = [add for add in removed_files + added_files if add["path"] not in vector_changed] + \
-        [right_paths[p] for p in vector_changed]
-    size = sum(int(add.get("size") or 0) for add in to_read)
+    left_paths = {add["path"]: add for add in (left.files.adds(only_left) if left.files else [])}
+    right_paths = {add["path"]: add for add in (right.files.adds(only_right) if right.files else [])}
     common = [c for c in left.columns if c in right.columns] if left.files and right.files else []
-    columns = {"left": left.columns, "right": right.columns, "matched_on": common, "renamed": renamed}
+    plan = _Plan(left, right, left_paths, right_paths, sorted(set(left_paths) & set(right_paths)), common, key)
+    size = sum(int(add.get("size") or 0) for add in plan.to_read())
     reader = _Reader(store, lakefs, repository, prefix)
-    if size > max_bytes and use_spark:
-        answer = _with_spark(config, store, reader, left, right, left_paths, right_paths, vector_changed, common,
-                             key, progress)
-        return {"table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
-                "columns": columns, **answer, "bytes_read": size,
-                "computed_seconds": round(time.monotonic() - started, 4)}
-    if size > max_bytes:
-        raise RowDiffTooLarge(f"the two sides differ in {len(to_read)} file(s), {size:,} bytes to read: more than "
-                              f"{max_bytes:,} (row_diff.max_bytes: {config.row_diff.max_bytes:,})")
+    too_large = _too_large(config, max_bytes, len(plan.to_read()), size, _rows_to_read(reader, plan))
+    if too_large and not use_spark:
+        raise RowDiffTooLarge(too_large)
+    answer = None
+    if not too_large:
+        try:
+            answer = _in_process(config, store, reader, plan, prefix)
+        except _Exceeded as exceeded:
+            if not use_spark:
+                raise RowDiffTooLarge(str(exceeded)) from None
+    if answer is None:
+        answer = _with_spark(config, store, reader, plan, progress)
+    return {"table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
+            "columns": {"left": left.columns, "right": right.columns, "matched_on": common, "renamed": renamed},
+            **answer, "bytes_read": size, "computed_seconds": round(time.monotonic() - started, 4)}
 
-    removed, added, files = _RowsOf(left), _RowsOf(right), {"removed": [], "added": [], "deletion_vector_changed": []}
-    for add in removed_files:
-        if add["path"] not in vector_changed:
+
+@dataclass
+class _Plan:
+    """What differs: the add actions of the files only one side has, by path (a path on both sides
+    is a file whose deletion vector changed), the columns rows match on, the key."""
+
+    left: _Side
+    right: _Side
+    left_paths: dict[str, dict]
+    right_paths: dict[str, dict]
+    vector_changed: list[str]
+    common: list[str]
+    key: tuple[str, ...]
+
+    def whole(self) -> list[dict]:
+        """The files read whole (less their deleted rows): on one side only."""
+        changed = set(self.vector_changed)
+        return [add for path, add in [*self.left_paths.items(), *self.right_paths.items()] if path not in changed]
+
+    def to_read(self) -> list[dict]:
+        return self.whole() + [self.right_paths[path] for path in self.vector_changed]
+
+
+def _in_process(config: Config, store: ObjectStore, reader: "_Reader", plan: _Plan, prefix: str) -> dict:
+    """The diff in this process; its rows stored as the rows file. `_Exceeded` past the limits."""
+    left, right, vector_changed = plan.left, plan.right, plan.vector_changed
+    limit = _Limit(config)
+    removed, added = _RowsOf(left, limit), _RowsOf(right, limit)
+    files: dict[str, list] = {"removed": [], "added": [], "deletion_vector_changed": []}
+    for path, add in plan.left_paths.items():
+        if path not in vector_changed:
             count = removed.extend(reader, left.commit_id, add, reader.deleted(left.commit_id, add), invert=True)
             files["removed"].append(_file(left, add, count))
-    for add in added_files:
-        if add["path"] not in vector_changed:
+    for path, add in plan.right_paths.items():
+        if path not in vector_changed:
             count = added.extend(reader, right.commit_id, add, reader.deleted(right.commit_id, add), invert=True)
             files["added"].append(_file(right, add, count))
     for path in vector_changed:  # rows deleted on the right only are removed; rows deleted on the left only, added
-        before, after = reader.deleted(left.commit_id, left_paths[path]), reader.deleted(right.commit_id, right_paths[path])
-        gone = removed.extend(reader, left.commit_id, left_paths[path], after - before)
-        back = added.extend(reader, right.commit_id, right_paths[path], before - after)
+        before, after = reader.deleted(left.commit_id, plan.left_paths[path]), reader.deleted(right.commit_id,
+                                                                                              plan.right_paths[path])
+        gone = removed.extend(reader, left.commit_id, plan.left_paths[path], after - before)
+        back = added.extend(reader, right.commit_id, plan.right_paths[path], before - after)
         files["deletion_vector_changed"].append({"path": path, "rows_deleted": gone, "rows_restored": back})
 
     removed_rows, added_rows = removed.table(), added.table()
-    removed_left, added_left = unmatched(removed_rows, added_rows, common)
-    rows, counts = changes(removed_rows.take(removed_left), added_rows.take(added_left), [k for k in key if k in common])
-    return {
-        "table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
-        "columns": columns,
-        "counts": counts["total"], "partitions": counts["partitions"], "files": files,
-        "rows": rows, "engine": "in-process", "rows_location": None,
-        "bytes_read": size, "computed_seconds": round(time.monotonic() - started, 4),
-    }
+    del removed, added
+    removed_left, added_left = unmatched(removed_rows, added_rows, plan.common)
+    changed = changes(removed_rows.take(removed_left), added_rows.take(added_left),
+                      [k for k in plan.key if k in plan.common])
+    del removed_rows, added_rows
+    counts = changed.counts
+    location = None
+    if any(counts["total"].values()):
+        location = row_diff_location(config, left.commit_id, right.commit_id, prefix, key_part(plan.key))
+        store_rows(store, location, changed.batches())
+    return {"counts": counts["total"], "partitions": counts["partitions"], "files": files, "engine": "in-process",
+            "rows_location": location}
 
 
-def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", left: _Side, right: _Side,
-                left_paths: dict[str, dict], right_paths: dict[str, dict], vector_changed: list[str],
-                common: list[str], key: tuple[str, ...], progress: Callable[[dict], None] | None) -> dict:
-    """The plan (which rows of which files, by physical address) run as the Spark job. `left_paths`
-    and `right_paths`: the add actions of the files only one side has, by path."""
+def _rows_to_read(reader: "_Reader", plan: _Plan) -> int | None:
+    """Rows the diff reads, counted before reading: each file read whole by its `numRecords` less
+    its deletion vector's cardinality, each file whose deletion vector changed by the bits that
+    differ. None when a file has no `numRecords` (then counted while reading)."""
+    total = 0
+    for add in plan.whole():
+        records = num_records(add.get("stats"))
+        if records is None:
+            return None
+        total += records - int((add.get("deletionVector") or {}).get("cardinality") or 0)
+    for path in plan.vector_changed:
+        before = reader.deleted(plan.left.commit_id, plan.left_paths[path])
+        after = reader.deleted(plan.right.commit_id, plan.right_paths[path])
+        total += len(after - before) + len(before - after)
+    return total
+
+
+def _too_large(config: Config, max_bytes: int, files: int, size: int, rows: int | None) -> str | None:
+    """Why a diff of `files` files, `size` bytes and `rows` rows is too large to run in the worker."""
+    if rows is not None and rows > config.row_diff.max_rows:
+        return (f"the two sides differ in {files:,} file(s) holding {rows:,} rows to read: more than "
+                f"row_diff.max_rows ({config.row_diff.max_rows:,})")
+    if size > max_bytes:
+        return (f"the two sides differ in {files:,} file(s), {size:,} bytes to read: more than {max_bytes:,} "
+                f"(row_diff.max_bytes: {config.row_diff.max_bytes:,})")
+    return None
+
+
+class _Exceeded(Exception):
+    """The rows read passed a limit (files without `numRecords` stats are counted only as they are read)."""
+
+
+@dataclass
+class _Limit:
+    """Rows and Arrow memory read so far, against `row_diff.max_rows` and `row_diff.max_memory_mib`."""
+
+    config: Config
+    rows: int = 0
+    bytes: int = 0
+
+    def add(self, data: pa.Table) -> None:
+        self.rows, self.bytes = self.rows + data.num_rows, self.bytes + data.nbytes
+        limits = self.config.row_diff
+        if self.rows > limits.max_rows:
+            raise _Exceeded(f"more than row_diff.max_rows ({limits.max_rows:,}) rows read, and more to read")
+        if self.bytes > limits.max_memory_mib * 2**20:
+            raise _Exceeded(f"{self.bytes / 2**20:,.0f} MiB of rows read: more than row_diff.max_memory_mib "
+                            f"({limits.max_memory_mib:,})")
+
+
+def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", plan: _Plan,
+                progress: Callable[[dict], None] | None) -> dict:
+    """The plan (which rows of which files, by physical address) run as the Spark job."""
     from exporter.diff.rows_spark import run_job  # PySpark stays out of processes that never need it
+
+    left, right, left_paths, right_paths = plan.left, plan.right, plan.left_paths, plan.right_paths
+    vector_changed, common, key = plan.vector_changed, plan.common, plan.key
 
     def entry(side: _Side, name: str, add: dict, mode: str, rows: BitMap) -> dict:
         return {"side": name, "address": reader.address(side.commit_id, add["path"]), "mode": mode, "rows": list(rows),
@@ -188,8 +279,8 @@ def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", left: _Si
         found = {item["side"]: rows_of(item) for item in files if item["path"] == path}
         changed["deletion_vector_changed"].append({"path": path, "rows_deleted": found.get("removed", 0),
                                                    "rows_restored": found.get("added", 0)})
-    return {"counts": summary["counts"], "partitions": summary["partitions"], "files": changed, "rows": [],
-            "engine": "spark", "rows_location": location if files else None}
+    return {"counts": summary["counts"], "partitions": summary["partitions"], "files": changed, "engine": "spark",
+            "rows_location": location if files else None}
 
 
 def _label(side: _Side, add: dict) -> str:
@@ -280,8 +371,8 @@ class _Reader:
 class _RowsOf:
     """Rows read from one side's files, in its logical columns, with the partition each came from."""
 
-    def __init__(self, side: _Side):
-        self.side = side
+    def __init__(self, side: _Side, limit: _Limit):
+        self.side, self.limit = side, limit
         self.tables: list[pa.Table] = []
 
     def extend(self, reader: _Reader, commit_id: str, add: dict, rows: BitMap, invert: bool = False) -> int:
@@ -305,6 +396,7 @@ class _RowsOf:
                 columns[column] = pa.nulls(data.num_rows)
         columns["__partition"] = pa.array([_label(self.side, add)] * data.num_rows, pa.string())
         self.tables.append(pa.table(columns))
+        self.limit.add(self.tables[-1])
         return data.num_rows
 
     def table(self) -> pa.Table:

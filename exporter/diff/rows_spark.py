@@ -5,8 +5,8 @@ deletion vectors) and hands that plan to this job, run as its own process with P
 (`python -m exporter.diff.rows_spark PLAN SUMMARY ROWS`, master `row_diff.spark.master`). The job
 reads those rows by `_metadata.row_index`, cancels equal rows as multisets over the common columns
 (per group: the first min(removed, added) of each side), pairs updates by key, and streams the
-result to a Parquet file of 1,000-row row groups ordered by row id, which the caller uploads next
-to the exports: the API pages from it. It prints `PROGRESS {...}` lines (Spark's status tracker)
+result to the rows file (`exporter.diff.rows_file`), which the caller uploads next to the exports:
+the API pages from it. It prints `PROGRESS {...}` lines (Spark's status tracker)
 while it runs. Object-store credentials reach it through the environment, never through files.
 """
 
@@ -21,18 +21,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from exporter.config import Config
+from exporter.diff.rows_file import ROWS_PER_GROUP, upload_rows, write_rows
 from exporter.errors import ExporterError
-from exporter.parquet.splice import open_parquet
-from exporter.storage.objectstore import ObjectSource, ObjectStore
-
-ROWS_PER_GROUP = 1000
-_UPLOAD_CHUNK = 8 << 20
-_RESULT_SCHEMA = pa.schema([("id", pa.int64()), ("change", pa.string()), ("partition", pa.string()),
-                            ("values", pa.string()), ("before", pa.string())])
+from exporter.storage.objectstore import ObjectStore
 
 
 class SparkJobFailed(ExporterError):
@@ -69,31 +61,8 @@ def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str,
         if job.returncode != 0:
             tail = "".join(errors[-15:]).strip()
             raise SparkJobFailed(f"the row diff's Spark job exited with {job.returncode}: {tail[-1500:]}")
-        upload = store.upload(rows_location)
-        try:
-            with rows_file.open("rb") as rows:
-                while chunk := rows.read(_UPLOAD_CHUNK):
-                    upload.write(chunk)
-            upload.complete()
-        finally:
-            upload.abort()  # nothing when it completed
+        upload_rows(store, rows_file, rows_location)
         return json.loads(summary_file.read_text())
-
-
-def rows_page(store: ObjectStore, rows_location: str, start: int, amount: int) -> tuple[list[dict], int]:
-    """The job's rows from position `start` (`amount` of them), read by the row groups that hold
-    them, and how many rows there are in all."""
-    size = store.list_sizes(rows_location)[rows_location]
-    parquet_file = open_parquet(ObjectSource(store, store.uri(rows_location), size), rows_location)
-    total = parquet_file.metadata.num_rows
-    groups = range(start // ROWS_PER_GROUP, min(parquet_file.num_row_groups, -(-(start + amount) // ROWS_PER_GROUP)))
-    rows = []
-    if start < total and groups:
-        table = parquet_file.read_row_groups(list(groups))
-        rows = [row for row in table.to_pylist() if start <= row["id"] < start + amount]
-    return [{"id": row["id"], "change": row["change"], "partition": row["partition"],
-             "values": json.loads(row["values"]), **({"before": json.loads(row["before"])} if row["before"] else {})}
-            for row in rows], total
 
 
 # ---------------------------------------------------------------- the job (its own process)
@@ -202,7 +171,8 @@ def _job(plan: dict, summary_path: str, rows_path: str) -> None:
         result = result.orderBy(order, "partition", "values")
         counts = {"added": 0, "removed": 0, "updated": 0}
         partitions: dict[str, dict[str, int]] = {}
-        with pq.ParquetWriter(rows_path, _RESULT_SCHEMA) as writer:
+
+        def batches():
             batch: list[dict] = []
             for number, row in enumerate(result.toLocalIterator()):
                 change = row["change"]
@@ -212,10 +182,11 @@ def _job(plan: dict, summary_path: str, rows_path: str) -> None:
                 batch.append({"id": number, "change": change, "partition": row["partition"], "values": row["values"],
                               "before": row["before"]})
                 if len(batch) == ROWS_PER_GROUP:
-                    writer.write_table(pa.Table.from_pylist(batch, _RESULT_SCHEMA), row_group_size=ROWS_PER_GROUP)
+                    yield batch
                     batch = []
-            if batch or not sum(counts.values()):
-                writer.write_table(pa.Table.from_pylist(batch, _RESULT_SCHEMA), row_group_size=ROWS_PER_GROUP)
+            yield batch
+
+        write_rows(rows_path, batches())
         Path(summary_path).write_text(json.dumps({"counts": counts, "partitions": partitions, "file_rows": file_rows}))
     finally:
         stop.set()

@@ -11,13 +11,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from exporter.diff.rows import key_part
-from exporter.diff.rows_spark import rows_page
+from exporter.diff.rows_file import rows_page
 from exporter.diff.table import diff_commits
 from exporter.storage.objectstore import ObjectStore
 from hooks.deps import COMPUTING, Services, ServicesDep, from_workers, require_reader, still_computing
 from hooks.errors import Refusal, problems
 from hooks.models import RefsOverview, RowDiff, TableDiff
-from hooks.paging import MAX_PER_PAGE, paginate, paginate_rows, row_pagination, row_start
+from hooks.paging import MAX_PER_PAGE, paginate, row_pagination, row_start
 
 router = APIRouter()
 DIFF = "/repositories/{repository}/otf/refs/{left_ref}/diff/{right_ref}"
@@ -73,14 +73,12 @@ async def row_diff(request: Request, services: ServicesDep, repository: str, lef
     if diff is None:
         return still_computing(await run_in_threadpool(services.row_diffs.progress, *parts))
     try:
-        if diff.get("rows_location"):  # the Spark job's answer: its rows are a Parquet file
+        start, page, total = row_start(after), [], 0
+        if diff["rows_location"]:  # the rows are a Parquet file: read the row groups of this page only
             namespace = await run_in_threadpool(services.lakefs().storage_namespace, repository)
             store = ObjectStore(services.config, namespace)
-            start = row_start(after)
             page, total = await run_in_threadpool(rows_page, store, diff["rows_location"], start, amount)
-            pagination = row_pagination(page, start, amount, total)
-        else:
-            page, pagination = paginate_rows(diff["rows"], after, amount)
+        pagination = row_pagination(page, start, amount, total)
     except ValueError as exc:
         raise Refusal(400, str(exc)) from None
     return {**diff, "rows": page, "pagination": pagination, "cached": cached}

@@ -17,7 +17,7 @@ from exporter.config import RowDiffConfig
 from exporter.errors import ExporterError
 from exporter.storage.objectstore import ObjectStore
 from exporter.diff.rows import RowDiffCache, compute_row_diff
-from exporter.diff.rows_spark import rows_page
+from exporter.diff.rows_file import rows_page
 from tests.integration.deltatables import table_uri
 from tests.integration.test_webhooks import api
 

@@ -62,9 +62,14 @@ def table(rows: list[tuple], partition: str = "") -> pa.Table:
 
 
 def diff(removed: list[tuple], added: list[tuple], key: list[str] = ()) -> tuple[list[dict], dict]:
+    """The rows as the rows file holds them (values decoded), and the counts."""
     left, right = table(removed), table(added)
     kept_left, kept_right = unmatched(left, right, ["id", "v"])
-    return changes(left.take(kept_left), right.take(kept_right), list(key))
+    changed = changes(left.take(kept_left), right.take(kept_right), list(key))
+    rows = [{**{k: v for k, v in row.items() if v is not None}, "values": json.loads(row["values"]),
+             **({"before": json.loads(row["before"])} if row["before"] else {})}
+            for batch in changed.batches(size=2) for row in batch]
+    return rows, changed.counts
 
 
 def test_a_rewrite_of_the_same_rows_changes_nothing_and_duplicates_count():
@@ -131,13 +136,11 @@ def test_a_dropped_column_whose_name_a_renamed_one_took_never_hides_it():
 
 
 def test_rows_are_paged_by_their_position():
-    from hooks.paging import paginate_rows
+    from hooks.paging import row_pagination, row_start
 
-    rows = [{"id": i} for i in range(5)]
-    page, pagination = paginate_rows(rows, None, 2)
-    assert [r["id"] for r in page] == [0, 1] and pagination["next_offset"] == "1" and pagination["has_more"]
-    page, pagination = paginate_rows(rows, "3", 2)
-    assert [r["id"] for r in page] == [4] and not pagination["has_more"] and pagination["next_offset"] == ""
-    assert paginate_rows(rows, "9", 2)[0] == []
+    assert row_start(None) == 0 and row_start("3") == 4
+    assert row_pagination([{"id": 0}, {"id": 1}], 0, 2, 5) == {"has_more": True, "next_offset": "1", "max_per_page": 1000,
+                                                              "results": 2}
+    assert row_pagination([{"id": 4}], 4, 2, 5)["has_more"] is False and row_pagination([], 9, 2, 5)["results"] == 0
     with pytest.raises(ValueError, match="row id"):
-        paginate_rows(rows, "x", 2)
+        row_start("x")
