@@ -4,7 +4,9 @@ A caller is one of
 - a lakeFS identity: HTTP basic auth with a lakeFS access key id and secret, or `Authorization:
   Bearer <lakeFS token>` (from lakeFS's login API). For each repository the service asks lakeFS,
   with the caller's own credentials, for that repository: lakeFS's answer (200, 401, 403, 404) is
-  the decision, reused for `api.auth_cache_seconds`. The service's own lakeFS user never decides.
+  the decision, reused for `api.auth_cache_seconds`. Answers about one table (its diffs, rows,
+  versions, datasets) also ask whether the caller may read the table's `_delta_log/` at each ref
+  (lakeFS can restrict objects by prefix). The service's own lakeFS user never decides.
 - a service token from `api.tokens` (`Authorization: Bearer <token>`), for automation: it reads
   the repositories its entry names, and no others.
 No credentials: 401. Credentials that do not open the repository: 403.
@@ -91,30 +93,56 @@ def _digest(secret: str) -> str:
 
 
 class RepositoryAccess:
-    """lakeFS's answers about a caller: "may it read this repository?" (cached briefly per
-    caller), and, for the page's sign-in, who it is (a lakeFS token for its identity)."""
+    """lakeFS's answers about a caller: "may it read this repository?", "may it read this table's
+    log at this ref?" (cached briefly per caller), and, for the page's sign-in, who it is (a
+    lakeFS token for its identity)."""
 
     def __init__(self, config: Config, client: httpx.AsyncClient | None = None):
         self.endpoint = config.lakefs.endpoint.rstrip("/") + "/api/v1"
         self.ttl = config.api.auth_cache_seconds
         self.client = client or httpx.AsyncClient(timeout=min(10.0, config.lakefs.timeout_seconds))
-        self.decisions: dict[tuple[str, str], tuple[int, float]] = {}
+        self.decisions: dict[tuple[str, ...], tuple[int, float]] = {}
 
     async def check(self, caller: Caller, repository: str) -> int:
         """ALLOWED, UNAUTHENTICATED (lakeFS does not know the credentials), FORBIDDEN,
         NO_REPOSITORY (the caller may read it, but it does not exist) or LAKEFS_DOWN."""
+        return await self._decided(caller, (repository,), lambda: self._ask_lakefs(caller, repository))
+
+    async def check_table(self, caller: Caller, repository: str, ref: str, table_path: str) -> int:
+        """ALLOWED when lakeFS lets the caller read the table's log at `ref` (lakeFS can restrict a
+        repository's objects by prefix); FORBIDDEN, UNAUTHENTICATED or LAKEFS_DOWN otherwise. A
+        service token reads whole repositories."""
+        return await self._decided(caller, (repository, ref, table_path),
+                                   lambda: self._ask_lakefs_table(caller, repository, ref, table_path))
+
+    async def _decided(self, caller: Caller, what: tuple[str, ...], ask) -> int:
         if caller.service_token is not None:
-            return ALLOWED if caller.service_token.allows(repository) else FORBIDDEN
+            return ALLOWED if caller.service_token.allows(what[0]) else FORBIDDEN
         now = time.monotonic()
-        cached = self.decisions.get((caller.key, repository))
+        cached = self.decisions.get((caller.key, *what))
         if cached and cached[1] > now:
             return cached[0]
-        decision = await self._ask_lakefs(caller, repository)
+        decision = await ask()
         if decision != LAKEFS_DOWN:
             if len(self.decisions) > 10_000:  # expired entries go first; a full cache starts over
                 self.decisions = {k: v for k, v in self.decisions.items() if v[1] > now} if self.ttl else {}
-            self.decisions[(caller.key, repository)] = (decision, now + self.ttl)
+            self.decisions[(caller.key, *what)] = (decision, now + self.ttl)
         return decision
+
+    async def _ask_lakefs_table(self, caller: Caller, repository: str, ref: str, table_path: str) -> int:
+        """A stat of `<table>/_delta_log/` with the caller's credentials: lakeFS authorizes reading
+        that path before it looks it up, so 404 (no such object) is a read allowed."""
+        try:
+            answer = await self.client.get(
+                f"{self.endpoint}/repositories/{quote(repository, safe='')}/refs/{quote(ref, safe='')}/objects/stat",
+                params={"path": table_path.strip("/") + "/_delta_log/"}, headers={"Authorization": caller.authorization})
+        except httpx.HTTPError:
+            return LAKEFS_DOWN
+        if answer.status_code in (200, 400, 404):  # a ref that does not exist is the route's to answer
+            return ALLOWED
+        if answer.status_code == 401:
+            return await self._known_identity(caller)
+        return FORBIDDEN if answer.status_code == 403 else LAKEFS_DOWN
 
     async def _ask_lakefs(self, caller: Caller, repository: str) -> int:
         try:

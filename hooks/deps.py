@@ -8,6 +8,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 from celery import Celery
@@ -71,9 +72,10 @@ def services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(services)]
 
 
-async def require_reader(request: Request, repository: str) -> None:
-    """Returns when the caller may read `repository` (lakeFS decides); else raises the refusal.
-    Called first in a route's body, so that invalid parameters are refused before credentials."""
+async def require_reader(request: Request, repository: str, tables: Iterable[tuple[str, str]] = ()) -> None:
+    """Returns when the caller may read `repository`, and each table's log at its ref (`tables`:
+    (ref, table path) pairs), lakeFS deciding; else raises the refusal. Called first in a route's
+    body, so that invalid parameters are refused before credentials."""
     config, access = services(request).config, services(request).access
     if config.api.auth == "none":
         return
@@ -81,15 +83,21 @@ async def require_reader(request: Request, repository: str) -> None:
         caller = caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
     except Unauthenticated as exc:
         raise unauthenticated(str(exc)) from None
-    decision = await access.check(caller, repository)
+    _refuse_unless_allowed(await access.check(caller, repository), f"repository {repository!r}")
+    for ref, table_path in dict.fromkeys(tables):
+        _refuse_unless_allowed(await access.check_table(caller, repository, ref, table_path),
+                               f"table {table_path!r} at {ref!r}")
+
+
+def _refuse_unless_allowed(decision: int, what: str) -> None:
     if decision == UNAUTHENTICATED:
         raise unauthenticated("lakeFS does not accept these credentials")
     if decision == FORBIDDEN:
-        raise Refusal(403, f"this identity may not read repository {repository!r}")
+        raise Refusal(403, f"this identity may not read {what}")
     if decision == NO_REPOSITORY:
-        raise Refusal(404, f"no repository {repository!r}")
+        raise Refusal(404, f"no {what}")
     if decision != ALLOWED:
-        raise Refusal(503, "lakeFS, which decides who may read a repository, cannot be reached")
+        raise Refusal(503, f"lakeFS, which decides who may read {what}, cannot be reached")
 
 
 async def from_workers(services: Services, cache: ResultCache, task: str, parts: tuple) -> tuple[bool, Any]:

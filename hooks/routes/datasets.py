@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -18,12 +20,13 @@ router = APIRouter()
             summary="The Delta tables at a ref", responses={**COMPUTING, **problems(400, 401, 403, 404, 422, 503)})
 async def datasets(request: Request, services: ServicesDep, repository: str, ref: str):
     """From descriptors under `_lakefs_tables/`, and detected by their `_delta_log/`; listed by a
-    worker once per commit and cached, like diffs."""
+    worker once per commit and cached, like diffs. Only the tables the caller may read are listed."""
     await require_reader(request, repository)
     found = await _datasets_at(services, repository, ref)
     if found is None:
         return still_computing()
-    return {"repository": repository, "ref": ref, "results": found}
+    readable = await asyncio.gather(*(_may_read(request, repository, ref, dataset) for dataset in found))
+    return {"repository": repository, "ref": ref, "results": [d for d, may in zip(found, readable) if may]}
 
 
 @router.get("/repositories/{repository}/refs/{ref}/datasets/resolve", response_model=Dataset,
@@ -38,7 +41,19 @@ async def resolve(request: Request, services: ServicesDep, repository: str, ref:
     dataset = resolve_dataset(found, path)
     if dataset is None:
         raise Refusal(404, f"no dataset contains {path!r}")
+    await require_reader(request, repository, [(ref, dataset["path"])])
     return dataset
+
+
+async def _may_read(request: Request, repository: str, ref: str, dataset: dict) -> bool:
+    """Whether the caller may read the dataset's table (lakeFS can restrict objects by prefix)."""
+    try:
+        await require_reader(request, repository, [(ref, dataset["path"])])
+    except Refusal as refused:
+        if refused.status != 403:
+            raise
+        return False
+    return True
 
 
 async def _datasets_at(services: Services, repository: str, ref: str) -> list[dict] | None:

@@ -34,8 +34,8 @@ async def table_diff(request: Request, services: ServicesDep, repository: str, l
     first, paged), schema changes, row count, files, properties and protocol changes. Answered
     from the cache; a diff not there yet is computed by a worker, waited for up to
     `api.diff_wait_seconds`, else 202."""
-    await require_reader(request, repository)
     table_path = _table_path(table_path)
+    await require_reader(request, repository, [(left_ref, table_path), (right_ref, table_path)])
     started = time.monotonic()
     left_commit, right_commit = await _commits(services, repository, left_ref, right_ref)
     cached, diff = await from_workers(services, services.diffs, "lakefs_delta.compute_diff",
@@ -64,8 +64,8 @@ async def row_diff(request: Request, services: ServicesDep, repository: str, lef
     deletion-vector bits differ, equal rows cancelling out (a rewrite shows nothing). Counts
     per change and partition, the files, and the rows, paged. Computed by a worker and cached,
     like the history diff (202 while computing)."""
-    await require_reader(request, repository)
     table_path = _table_path(table_path)
+    await require_reader(request, repository, [(left_ref, table_path), (right_ref, table_path)])
     columns = tuple(c.strip() for c in key.split(",") if c.strip())
     left_commit, right_commit = await _commits(services, repository, left_ref, right_ref)
     parts = (repository, left_commit, right_commit, table_path, key_part(columns))

@@ -57,6 +57,7 @@ async def branch_table(request: Request, services: ServicesDep, repository: str,
     (`versionAsOf` on the location)."""
     await require_reader(request, repository)
     versions = await run_in_threadpool(branch_table_versions, services.config, None, repository, branch, table)
+    await require_reader(request, repository, [(branch, versions["table_path"])])
     if commit is not None:
         versions["commits"] = [entry for entry in versions["commits"] if entry["commit_id"] == commit]
         if not versions["commits"]:

@@ -96,3 +96,63 @@ def test_lakefs_saying_401_to_a_caller_it_knows_is_forbidden_not_unauthenticated
     settings = config()
     access = RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs)))
     assert asyncio.run(access.check(caller_of(basic("AKIA1", "a"), settings), "x")) == FORBIDDEN
+
+
+def prefix_policy(allowed_prefix: str):
+    """lakeFS with a policy allowing one caller to read only objects under `allowed_prefix`
+    (Enterprise/Cloud RBAC; the stack's ACL server has no prefixes). lakeFS authorizes a stat
+    before it looks the path up, and answers a refused read with 401; /user knows the caller."""
+    asked = []
+
+    def lakefs(request: httpx.Request) -> httpx.Response:
+        asked.append((request.url.path, request.url.params.get("path")))
+        if request.url.path.endswith("/user") or request.url.path.endswith("/repositories/repo"):
+            return httpx.Response(200)
+        if request.url.path.endswith("/objects/stat"):
+            return httpx.Response(404 if request.url.params["path"].startswith(allowed_prefix) else 401)
+        return httpx.Response(500)
+
+    return lakefs, asked
+
+
+def test_a_table_outside_the_callers_prefix_is_forbidden_and_the_decision_is_cached():
+    lakefs, asked = prefix_policy("tables/sales/")
+    settings = config(LAKEFS_DELTA_API_AUTH_CACHE_SECONDS="60", LAKEFS_DELTA_API_TOKENS="svc=repo")
+    access = RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs)))
+    bob = caller_of(basic("AKIA2", "b"), settings)
+
+    async def decisions():
+        return [await access.check_table(bob, "repo", "main", "tables/sales"),
+                await access.check_table(bob, "repo", "main", "tables/sales"),
+                await access.check_table(bob, "repo", "main", "tables/hr"),
+                await access.check_table(caller_of("Bearer svc", settings), "repo", "main", "tables/hr")]
+
+    assert asyncio.run(decisions()) == [ALLOWED, ALLOWED, FORBIDDEN, ALLOWED]  # a service token reads its repositories
+    assert asked == [("/api/v1/repositories/repo/refs/main/objects/stat", "tables/sales/_delta_log/"),
+                     ("/api/v1/repositories/repo/refs/main/objects/stat", "tables/hr/_delta_log/"),
+                     ("/api/v1/user", None)]
+
+
+def test_the_api_answers_403_for_a_table_the_caller_may_not_read_at_either_ref():
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+
+    from hooks import errors
+    from hooks.routes import diff
+
+    lakefs, _ = prefix_policy("tables/sales/")
+    settings = config()
+    app = FastAPI()
+    errors.install(app)
+    app.include_router(diff.router)
+    app.state.services = SimpleNamespace(
+        config=settings, access=RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs))))
+
+    async def get(path: str) -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
+            return await client.get(path, headers={"Authorization": basic("AKIA2", "b")})
+
+    for route in ("", "/rows"):
+        answer = asyncio.run(get(f"/repositories/repo/otf/refs/main/diff/dev{route}?table_path=tables/hr"))
+        assert answer.status_code == 403 and answer.json()["error"] == "this identity may not read table 'tables/hr' at 'main'"
