@@ -25,8 +25,23 @@ pytestmark = pytest.mark.integration
 
 
 def row_diff(config, lakefs, repository: str, left: str, right: str, path: str, key: tuple[str, ...] = ()) -> dict:
-    return compute_row_diff(config, lakefs, repository, lakefs.commit(repository, left).id,
-                            lakefs.commit(repository, right).id, path, key)
+    """The row diff with its rows read back from its rows file (`rows`)."""
+    return with_rows(config, lakefs, repository, compute_row_diff(config, lakefs, repository,
+                                                                  lakefs.commit(repository, left).id,
+                                                                  lakefs.commit(repository, right).id, path, key))
+
+
+def with_rows(config, lakefs, repository: str, diff: dict) -> dict:
+    """`diff` with every row of its rows file, read page by page as the API reads them."""
+    assert "rows" not in diff  # the answer holds counts and the rows' location, never the rows
+    rows, start = [], 0
+    while diff["rows_location"]:
+        page, total = rows_page(ObjectStore(config, lakefs.storage_namespace(repository)), diff["rows_location"],
+                                start, 1000)
+        rows, start = rows + page, start + len(page)
+        if start >= total:
+            break
+    return {**diff, "rows": rows}
 
 
 def changed(diff: dict, change: str, columns: list[str]) -> Counter:
@@ -194,14 +209,15 @@ def test_a_diff_above_the_in_process_limit_runs_as_a_spark_job_with_the_same_ans
     lakefs.create_branch(repository, "exp1", "main")
     retention_and_column_remover(spark, lakefs, repository, "exp1", date(2026, 3, 2))
     left, right = lakefs.commit(repository, "main").id, lakefs.commit(repository, "exp1").id
-    in_process = compute_row_diff(config, lakefs, repository, left, right, "tables/transactions", ("txn_id",))
+    in_process = with_rows(config, lakefs, repository,
+                           compute_row_diff(config, lakefs, repository, left, right, "tables/transactions", ("txn_id",)))
     progress: list[dict] = []
     limited = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"max_bytes": 0})})  # all above it
 
     job = compute_row_diff(limited, lakefs, repository, left, right, "tables/transactions", ("txn_id",),
                            progress=progress.append)
 
-    assert (in_process["engine"], job["engine"]) == ("in-process", "spark") and job["rows"] == []
+    assert (in_process["engine"], job["engine"]) == ("in-process", "spark") and "rows" not in job
     assert job["counts"] == in_process["counts"] == {"added": 120, "removed": 40, "updated": 0}
     assert job["partitions"] == in_process["partitions"] and job["columns"] == in_process["columns"]
     assert sorted(job["files"]["removed"], key=str) == sorted(in_process["files"]["removed"], key=str)
@@ -245,7 +261,7 @@ def in_process_and_as_spark_job(config, lakefs, repository: str, left: str, righ
                                 key: tuple[str, ...]) -> tuple[dict, dict, list[dict]]:
     """The row diff computed in the process and by the Spark job (everything is above a 0-byte limit),
     and the job's rows."""
-    in_process = compute_row_diff(config, lakefs, repository, left, right, path, key)
+    in_process = with_rows(config, lakefs, repository, compute_row_diff(config, lakefs, repository, left, right, path, key))
     above = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"max_bytes": 0})})
     job = compute_row_diff(above, lakefs, repository, left, right, path, key)
     assert (in_process["engine"], job["engine"]) == ("in-process", "spark")
@@ -299,3 +315,52 @@ def test_a_renamed_and_widened_column_is_compared_by_value(spark, lakefs, config
             ({"id": 3, "quantity": 30, "note": "n3", "day": "d1"},
              {"id": 3, "quantity": 5000000000, "note": "n3", "day": "d1"})]
         assert removed_and_added(changed_rows, columns) == spark_removed_and_added
+
+
+# In its own process, as the worker runs it: the cached row diff, the peak RSS, the bytes Redis holds for it
+_MEASURED_ROW_DIFF = """
+import json, resource, sys
+from exporter.config import load_config
+from exporter.diff.rows import RowDiffCache, cached_row_diff
+from exporter.lakefs.client import LakeFS
+repository, left, right, path = sys.argv[1:]
+config = load_config()
+cache = RowDiffCache(config.redis, 600)
+diff, _ = cached_row_diff(config, LakeFS(config.lakefs), cache, repository, left, right, path)
+print(json.dumps({"diff": diff, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "redis_bytes": cache.redis.strlen(cache.key(repository, left, right, path, "-"))}))
+"""
+
+
+def test_a_table_rewritten_whole_is_diffed_within_its_row_bound_or_refused_naming_the_rows(spark, lakefs, config,
+                                                                                            repository, service):
+    uri = table_uri(repository, "main", "tables/narrow")
+    spark.range(0, 1_000_000, numPartitions=8).write.format("delta").save(uri)
+    first = lakefs.commit_branch(repository, "main", "1,000,000 rows")
+    spark.range(500_000, 1_500_000, numPartitions=8).write.format("delta").mode("overwrite").save(uri)
+    rewritten = lakefs.commit_branch(repository, "main", "rewritten whole: half the rows kept, half replaced")
+
+    # 2,000,000 rows read (every file differs), the default bound: computed in process
+    measured = subprocess.run([sys.executable, "-c", _MEASURED_ROW_DIFF, repository, first, rewritten, "tables/narrow"],
+                              capture_output=True, text=True, timeout=600)
+    assert measured.returncode == 0, measured.stderr[-3000:]
+    found = json.loads(measured.stdout.splitlines()[-1])
+    diff = found["diff"]
+    print(f"row diff of 2,000,000 rows read: peak RSS {found['peak_rss_mib']:.0f} MiB, Redis {found['redis_bytes']:,} "
+          f"bytes, {diff['computed_seconds']:.1f} s")
+    assert diff["counts"] == {"added": 500_000, "removed": 500_000, "updated": 0} and diff["engine"] == "in-process"
+    assert found["peak_rss_mib"] < 1536 and found["redis_bytes"] < 2**20
+    path = f"/repositories/{repository}/otf/refs/{first}/diff/{rewritten}/rows?table_path=tables/narrow&amount=3"
+    page = api(service, path + "&after=499998").json()  # from the rows file: the row groups of this page only
+    assert [(r["id"], r["change"]) for r in page["rows"]] == [(499_999, "removed"), (500_000, "added"), (500_001, "added")]
+    removed, *added = [r["values"]["id"] for r in page["rows"]]
+    assert removed < 500_000 and all(1_000_000 <= i < 1_500_000 for i in added) and page["pagination"]["has_more"]
+
+    # 5,000,000 rows more, and no Spark job configured: refused before a data file is read, naming the rows
+    spark.range(0, 5_000_000, numPartitions=8).write.format("delta").mode("overwrite").save(uri)
+    bigger = lakefs.commit_branch(repository, "main", "5,000,000 rows")
+    without_spark = config.model_copy(update={"row_diff": config.row_diff.model_copy(
+        update={"spark": config.row_diff.spark.model_copy(update={"master": ""})})})
+    with pytest.raises(ExporterError, match=r"16 file\(s\) holding 6,000,000 rows to read: more than row_diff.max_rows "
+                                            r"\(2,000,000\)"):
+        compute_row_diff(without_spark, lakefs, repository, rewritten, bigger, "tables/narrow")
