@@ -1,6 +1,6 @@
 """Which rows changed between two refs of one Delta table, read only from the files that differ.
 
-The two snapshots are compared by logical file (path, deletion-vector id; `exported.LiveFiles`):
+The two snapshots are compared by logical file (path, deletion-vector id; `exporter.delta.live_files`):
 files only on one side are read whole (minus their deletion vector); a file on both sides whose
 deletion vector changed contributes exactly the rows whose bits differ; shared files cost nothing.
 Removed and added rows are then matched as multisets over the columns both sides have (a
@@ -21,8 +21,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
-from urllib.parse import unquote
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,19 +29,19 @@ from pyroaring import BitMap
 
 from exporter.config import Config
 from exporter.delta.columns import matched_by_id, paired_fields, physical_name
-from exporter.delta.deletion_vectors import deleted_rows
 from exporter.delta.live_files import LiveFiles
 from exporter.delta.replay import num_records
 from exporter.diff.rows_compare import changes, unmatched
 from exporter.diff.rows_file import store_rows
+from exporter.diff.rows_read import (Exceeded, Limit, Reader, RowsOf, Side, file_entry, partition_label,
+                                      partition_values)
 from exporter.diff.table import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.table_log import LoadedLog, checkpoint_files_hint
-from exporter.parquet.splice import open_parquet
 from exporter.state.results import ResultCache
 from exporter.storage.layout import row_diff_location
-from exporter.storage.objectstore import ObjectSource, ObjectStore
+from exporter.storage.objectstore import ObjectStore
 
 
 class RowDiffTooLarge(ExporterError):
@@ -70,19 +69,6 @@ class SourceLog:
 
     def checkpoint_files(self) -> list[str]:
         return self.loaded.checkpoint_files
-
-
-@dataclass
-class _Side:
-    """One ref's table: its logical columns (schema order), their physical names, partition columns."""
-
-    commit_id: str
-    files: LiveFiles | None
-    columns: list[str] = field(default_factory=list)
-    physical: dict[str, str] = field(default_factory=dict)  # logical -> physical (column mapping)
-    partition_columns: list[str] = field(default_factory=list)
-    fields: list[dict] = field(default_factory=list)  # the schema's columns, as metaData.schemaString has them
-    configuration: dict[str, str] = field(default_factory=dict)  # metaData.configuration
 
 
 def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: str | None, right_commit: str,
@@ -113,7 +99,7 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
     common = [c for c in left.columns if c in right.columns] if left.files and right.files else []
     plan = _Plan(left, right, left_paths, right_paths, sorted(set(left_paths) & set(right_paths)), common, key)
     size = sum(int(add.get("size") or 0) for add in plan.to_read())
-    reader = _Reader(store, lakefs, repository, prefix)
+    reader = Reader(store, lakefs, repository, prefix)
     too_large = _too_large(config, max_bytes, len(plan.to_read()), size, _rows_to_read(reader, plan))
     if too_large and not use_spark:
         raise RowDiffTooLarge(too_large)
@@ -121,7 +107,7 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
     if not too_large:
         try:
             answer = _in_process(config, store, reader, plan, prefix)
-        except _Exceeded as exceeded:
+        except Exceeded as exceeded:
             if not use_spark:
                 raise RowDiffTooLarge(str(exceeded)) from None
     if answer is None:
@@ -136,8 +122,8 @@ class _Plan:
     """What differs: the add actions of the files only one side has, by path (a path on both sides
     is a file whose deletion vector changed), the columns rows match on, the key."""
 
-    left: _Side
-    right: _Side
+    left: Side
+    right: Side
     left_paths: dict[str, dict]
     right_paths: dict[str, dict]
     vector_changed: list[str]
@@ -153,20 +139,20 @@ class _Plan:
         return self.whole() + [self.right_paths[path] for path in self.vector_changed]
 
 
-def _in_process(config: Config, store: ObjectStore, reader: "_Reader", plan: _Plan, prefix: str) -> dict:
-    """The diff in this process; its rows stored as the rows file. `_Exceeded` past the limits."""
+def _in_process(config: Config, store: ObjectStore, reader: Reader, plan: _Plan, prefix: str) -> dict:
+    """The diff in this process; its rows stored as the rows file. `Exceeded` past the limits."""
     left, right, vector_changed = plan.left, plan.right, plan.vector_changed
-    limit = _Limit(config)
-    removed, added = _RowsOf(left, limit), _RowsOf(right, limit)
+    limit = Limit(config)
+    removed, added = RowsOf(left, limit), RowsOf(right, limit)
     files: dict[str, list] = {"removed": [], "added": [], "deletion_vector_changed": []}
     for path, add in plan.left_paths.items():
         if path not in vector_changed:
             count = removed.extend(reader, left.commit_id, add, reader.deleted(left.commit_id, add), invert=True)
-            files["removed"].append(_file(left, add, count))
+            files["removed"].append(file_entry(left, add, count))
     for path, add in plan.right_paths.items():
         if path not in vector_changed:
             count = added.extend(reader, right.commit_id, add, reader.deleted(right.commit_id, add), invert=True)
-            files["added"].append(_file(right, add, count))
+            files["added"].append(file_entry(right, add, count))
     for path in vector_changed:  # rows deleted on the right only are removed; rows deleted on the left only, added
         before, after = reader.deleted(left.commit_id, plan.left_paths[path]), reader.deleted(right.commit_id,
                                                                                               plan.right_paths[path])
@@ -189,7 +175,7 @@ def _in_process(config: Config, store: ObjectStore, reader: "_Reader", plan: _Pl
             "rows_location": location}
 
 
-def _rows_to_read(reader: "_Reader", plan: _Plan) -> int | None:
+def _rows_to_read(reader: Reader, plan: _Plan) -> int | None:
     """Rows the diff reads, counted before reading: each file read whole by its `numRecords` less
     its deletion vector's cardinality, each file whose deletion vector changed by the bits that
     differ. None when a file has no `numRecords` (then counted while reading)."""
@@ -217,29 +203,7 @@ def _too_large(config: Config, max_bytes: int, files: int, size: int, rows: int 
     return None
 
 
-class _Exceeded(Exception):
-    """The rows read passed a limit (files without `numRecords` stats are counted only as they are read)."""
-
-
-@dataclass
-class _Limit:
-    """Rows and Arrow memory read so far, against `row_diff.max_rows` and `row_diff.max_memory_mib`."""
-
-    config: Config
-    rows: int = 0
-    bytes: int = 0
-
-    def add(self, data: pa.Table) -> None:
-        self.rows, self.bytes = self.rows + data.num_rows, self.bytes + data.nbytes
-        limits = self.config.row_diff
-        if self.rows > limits.max_rows:
-            raise _Exceeded(f"more than row_diff.max_rows ({limits.max_rows:,}) rows read, and more to read")
-        if self.bytes > limits.max_memory_mib * 2**20:
-            raise _Exceeded(f"{self.bytes / 2**20:,.0f} MiB of rows read: more than row_diff.max_memory_mib "
-                            f"({limits.max_memory_mib:,})")
-
-
-def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", plan: _Plan,
+def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: _Plan,
                 progress: Callable[[dict], None] | None) -> dict:
     """The plan (which rows of which files, by physical address) run as the Spark job."""
     from exporter.diff.rows_spark import run_job  # PySpark stays out of processes that never need it
@@ -247,9 +211,9 @@ def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", plan: _Pl
     left, right, left_paths, right_paths = plan.left, plan.right, plan.left_paths, plan.right_paths
     vector_changed, common, key = plan.vector_changed, plan.common, plan.key
 
-    def entry(side: _Side, name: str, add: dict, mode: str, rows: BitMap) -> dict:
+    def entry(side: Side, name: str, add: dict, mode: str, rows: BitMap) -> dict:
         return {"side": name, "address": reader.address(side.commit_id, add["path"]), "mode": mode, "rows": list(rows),
-                "partition": _partition(side, add), "label": _label(side, add), "path": add["path"]}
+                "partition": partition_values(side, add), "label": partition_label(side, add), "path": add["path"]}
 
     files = [entry(left, "removed", a, "except", reader.deleted(left.commit_id, a))
              for path, a in left_paths.items() if path not in vector_changed]
@@ -274,7 +238,7 @@ def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", plan: _Pl
     for item in files:
         side, add = (left, left_paths) if item["side"] == "removed" else (right, right_paths)
         if item["path"] not in vector_changed:
-            changed[item["side"]].append(_file(side, add[item["path"]], rows_of(item)))
+            changed[item["side"]].append(file_entry(side, add[item["path"]], rows_of(item)))
     for path in vector_changed:
         found = {item["side"]: rows_of(item) for item in files if item["path"] == path}
         changed["deletion_vector_changed"].append({"path": path, "rows_deleted": found.get("removed", 0),
@@ -283,30 +247,18 @@ def _with_spark(config: Config, store: ObjectStore, reader: "_Reader", plan: _Pl
             "rows_location": location if files else None}
 
 
-def _label(side: _Side, add: dict) -> str:
-    """`column=value/...` of the partition a file is in; empty when unpartitioned."""
-    return "/".join(f"{column}={value}" for column, value in _partition(side, add).items())
-
-
-def _partition(side: _Side, add: dict) -> dict[str, str | None]:
-    """A file's partition values by logical column; the log keys them by physical name
-    (PROTOCOL.md#writer-requirements-for-column-mapping)."""
-    values = add.get("partitionValues") or {}
-    return {column: values.get(side.physical[column]) for column in side.partition_columns}
-
-
-def _side(store: ObjectStore, lakefs: LakeFS, repository: str, commit_id: str | None, table_path: str) -> _Side:
+def _side(store: ObjectStore, lakefs: LakeFS, repository: str, commit_id: str | None, table_path: str) -> Side:
     loaded = load_table(lakefs, store, repository, commit_id, table_path) if commit_id else None
     if loaded is None:
-        return _Side(commit_id or "", None)
+        return Side(commit_id or "", None)
     files = LiveFiles(SourceLog(loaded, store))
     return _described(commit_id, files, files.metadata or {})
 
 
-def _described(commit_id: str, files: LiveFiles | None, metadata: dict) -> _Side:
+def _described(commit_id: str, files: LiveFiles | None, metadata: dict) -> Side:
     """A side as its metaData action describes it."""
     schema = json.loads(metadata.get("schemaString") or '{"fields": []}')
-    side = _Side(commit_id, files, partition_columns=list(metadata.get("partitionColumns") or []),
+    side = Side(commit_id, files, partition_columns=list(metadata.get("partitionColumns") or []),
                  fields=schema.get("fields", []), configuration=metadata.get("configuration") or {})
     for column in side.fields:
         side.columns.append(column["name"])
@@ -314,7 +266,7 @@ def _described(commit_id: str, files: LiveFiles | None, metadata: dict) -> _Side
     return side
 
 
-def _named_as_right(left: _Side, right: _Side) -> tuple[_Side, list[dict]]:
+def _named_as_right(left: Side, right: Side) -> tuple[Side, list[dict]]:
     """Left with each column that is also a right column under the right's name (a rename: its new
     name), so the rows of both sides compare by name; and the renames. A column only on the left keeps
     its name, or is `name (dropped)` when a different right column has that name."""
@@ -337,76 +289,8 @@ def _named_as_right(left: _Side, right: _Side) -> tuple[_Side, list[dict]]:
                    partition_columns=[names[c] for c in left.partition_columns]), renamed
 
 
-def _keys(side: _Side) -> pa.Array:
+def _keys(side: Side) -> pa.Array:
     return side.files.keys() if side.files else pa.array([], pa.string())
-
-
-class _Reader:
-    """Data files and deletion vectors of the table, read by physical address."""
-
-    def __init__(self, store: ObjectStore, lakefs: LakeFS, repository: str, prefix: str):
-        self.store, self.lakefs, self.repository, self.prefix = store, lakefs, repository, prefix
-
-    def address(self, commit_id: str, path: str) -> str:
-        """A log path's object: absolute URIs decoded once; relative ones looked up in lakeFS."""
-        decoded = unquote(path)
-        if "://" in decoded:
-            return decoded
-        address = self.lakefs.physical_address(self.repository, commit_id, self.prefix + decoded)
-        if address is None:
-            raise NotFound(f"{self.prefix}{decoded} is in the log at {commit_id} but not in the commit")
-        return address
-
-    def deleted(self, commit_id: str, add: dict) -> BitMap:
-        def read_range(file: str, start: int, end: int) -> bytes:
-            return self.store.get_range(self.address(commit_id, file), start, end)
-
-        return deleted_rows(add.get("deletionVector"), read_range)
-
-    def rows(self, commit_id: str, add: dict) -> pa.Table:
-        source = ObjectSource(self.store, self.address(commit_id, add["path"]), int(add["size"]))
-        return open_parquet(source, add["path"]).read()
-
-
-class _RowsOf:
-    """Rows read from one side's files, in its logical columns, with the partition each came from."""
-
-    def __init__(self, side: _Side, limit: _Limit):
-        self.side, self.limit = side, limit
-        self.tables: list[pa.Table] = []
-
-    def extend(self, reader: _Reader, commit_id: str, add: dict, rows: BitMap, invert: bool = False) -> int:
-        """The file's rows at the indexes `rows` (or, `invert`, all the others); how many."""
-        if not invert and not rows:
-            return 0
-        data = reader.rows(commit_id, add)
-        if invert:  # every row but those
-            positions = pa.array(range(data.num_rows), pa.int64())
-            data = data.filter(pc.invert(pc.is_in(positions, value_set=pa.array(list(rows), pa.int64())))) if rows else data
-        else:
-            data = data.take(pa.array(list(rows), pa.int64()))
-        partition = _partition(self.side, add)
-        columns = {}
-        for column in self.side.columns:
-            if column in self.side.partition_columns:
-                columns[column] = pa.array([partition.get(column)] * data.num_rows, pa.string())
-            elif self.side.physical[column] in data.column_names:
-                columns[column] = data.column(self.side.physical[column])
-            else:  # added to the schema after this file was written
-                columns[column] = pa.nulls(data.num_rows)
-        columns["__partition"] = pa.array([_label(self.side, add)] * data.num_rows, pa.string())
-        self.tables.append(pa.table(columns))
-        self.limit.add(self.tables[-1])
-        return data.num_rows
-
-    def table(self) -> pa.Table:
-        if not self.tables:
-            return pa.table({**{c: pa.nulls(0) for c in self.side.columns}, "__partition": pa.array([], pa.string())})
-        return pa.concat_tables(self.tables, promote_options="permissive")
-
-
-def _file(side: _Side, add: dict, rows: int) -> dict:
-    return {"path": add["path"], "size": int(add.get("size") or 0), "rows": rows, "partition": _partition(side, add)}
 
 
 def worth_precomputing(config: Config, lakefs: LakeFS, repository: str, parent: str | None, commit_id: str,

@@ -61,7 +61,7 @@ def test_more_rows_than_max_rows_is_refused_before_reading_naming_the_count(lake
     second = events.append(*range(10, 20)).commit()
     read = []
     with monkeypatch.context() as patched:
-        patched.setattr("exporter.diff.rows._Reader.rows", lambda self, *a: read.append(a) or pa.table({}))
+        patched.setattr("exporter.diff.rows_read.Reader.rows", lambda self, *a: read.append(a) or pa.table({}))
         with pytest.raises(RowDiffTooLarge, match=r"1 file\(s\) holding 10 rows to read: more than row_diff.max_rows \(9\)"):
             compute_row_diff(limited(max_rows=9), lakefs, "repo", first, second, "tables/events")
     assert read == []  # counted from the stats: no data file read
