@@ -47,6 +47,13 @@ class ServiceUnavailable(ExporterError):
     permanent = False
 
 
+class LockLost(ExporterError):
+    """The worker's lock on an export stopped being its own (it could not renew it, or it expired and
+    another delivery took it): it stopped before its commit point, leaving the export to the holder."""
+
+    permanent = False
+
+
 class BadRequest(ExporterError):
     """lakeFS refused a request as malformed (HTTP 400): an invalid repository or ref name, say."""
 

@@ -199,7 +199,7 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
                     done_under = tuple(other for other, tables in status.tables(repository, commit_id).items()
                                        if other != ref and tables.get(table_name, {}).get("state") == "done")
                     outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs,
-                                               copy_from=done_under)
+                                               copy_from=done_under, still_held=held.still_held)
                 finally:
                     status.finished(work)
     except TASK_ERRORS as exc:

@@ -17,7 +17,7 @@ from exporter.delta.head_files import HeadFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR
 from exporter.delta.spark_schema import spark_schema
 from exporter.errors import MissingDataFiles
-from exporter.export.log_writer import ExportOutcome, manifest_document, write_log
+from exporter.export.log_writer import ExportOutcome, manifest_document, write_log, write_manifest
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_checkpoint_to, rewrite_commit
 from exporter.lakefs.client import LakeFS
@@ -25,12 +25,11 @@ from exporter.lakefs.descriptors import TableDescriptor
 from exporter.lakefs.gateway_paths import LakeFSPaths
 from exporter.lakefs.table_log import LogLayout, list_log, read_log_files
 from exporter.parquet.splice import BytesSource, ParquetSource, open_parquet, read_present_columns
-from exporter.storage.layout import MANIFEST
 from exporter.storage.objectstore import ObjectSource, ObjectStore, Upload
 
 
 def export_cold(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commit_id: str, table: TableDescriptor,
-                target: str, outcome: ExportOutcome, started: float) -> None:
+                target: str, outcome: ExportOutcome, started: float, still_held: Callable[[], None] | None = None) -> None:
     """A cold export. JSON files are rewritten in memory; parquet checkpoints, parts and sidecars
     are streamed row group by row group from their physical addresses into uploads that appear
     only when `write_log` completes them, so memory does not grow with the table."""
@@ -59,7 +58,7 @@ def export_cold(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, c
             written = {n: rewrite.written_size(n) for n in source.ordered}
             rewrite.outputs[LAST_CHECKPOINT] = _last_checkpoint(layout, rewrite.checkpoint_rows, written,
                                                                 lambda: open_parquet(source.source_of(first), first))
-        write_log(segment, [n for n in source.ordered if n.startswith("_sidecars/")], rewrite.write)
+        write_log(segment, [n for n in source.ordered if n.startswith("_sidecars/")], rewrite.write, still_held)
     finally:
         rewrite.abort()
     manifest = manifest_document(repository, ref, commit_id, table, outcome, segment, timestamps,
@@ -67,7 +66,7 @@ def export_cold(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, c
                                  timings={"list_and_read": round(read - started, 3),
                                           "rewrite": round(rewritten_at - read, 3),
                                           "write": round(time.monotonic() - rewritten_at, 3)})
-    store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")  # last: marks done
+    write_manifest(store, target, manifest, still_held)
 
 
 class _SourceLog:

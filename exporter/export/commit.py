@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 from exporter.config import Config
 from exporter.errors import ExporterError, NotFound, TableNotFound
@@ -74,11 +75,14 @@ def find_table(lakefs: LakeFS, repository: str, commit_id: str, name: str) -> Ta
 
 
 def export_table(config: Config, repository: str, ref: str, commit_id: str, table: TableDescriptor,
-                 lakefs: LakeFS | None = None, copy_from: tuple[str, ...] = ()) -> ExportOutcome:
+                 lakefs: LakeFS | None = None, copy_from: tuple[str, ...] = (),
+                 still_held: Callable[[], None] | None = None) -> ExportOutcome:
     """Export one table; failures come back as an outcome with the reason, never half-marked as done.
 
     Cheapest first: a copy of this commit's export under one of the refs `copy_from` (a tag on an
-    exported commit), else the parent's export plus the new commits, else a cold export."""
+    exported commit), else the parent's export plus the new commits, else a cold export.
+    `still_held()` raises LockLost once the caller's lock on this export is no longer its own: it
+    runs before each commit point (the file that makes the log a table, the manifest)."""
     lakefs = lakefs or LakeFS(config.lakefs)
     started, calls_before = time.monotonic(), lakefs.calls
     outcome = ExportOutcome(table=table.name, table_path=table.path, ok=False)
@@ -92,7 +96,7 @@ def export_table(config: Config, repository: str, ref: str, commit_id: str, tabl
             return outcome
         try:
             _export_incrementally_or_cold(config, lakefs, store, repository, ref, commit_id, table, target, outcome,
-                                          started, copy_from)
+                                          started, copy_from, still_held)
         except ExporterError as exc:
             if exc.permanent:  # a retry cannot complete it: leave nothing a reader could take for a table
                 _discard_after(store, target, exc)
@@ -120,20 +124,22 @@ def abandon_export(config: Config, repository: str, ref: str, commit_id: str, ta
 
 def _export_incrementally_or_cold(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, ref: str,
                                   commit_id: str, table: TableDescriptor, target: str, outcome: ExportOutcome,
-                                  started: float, copy_from: tuple[str, ...]) -> None:
+                                  started: float, copy_from: tuple[str, ...],
+                                  still_held: Callable[[], None] | None) -> None:
     for other_ref in copy_from:
         try:
-            copy_export(config, store, repository, ref, commit_id, table, target, outcome, other_ref)
+            copy_export(config, store, repository, ref, commit_id, table, target, outcome, other_ref, still_held)
             outcome.incremental = True
             return
         except ColdExportNeeded:
             continue
     try:
-        export_incrementally(config, lakefs, store, repository, ref, commit_id, table, target, outcome, started)
+        export_incrementally(config, lakefs, store, repository, ref, commit_id, table, target, outcome, started,
+                             still_held)
         outcome.incremental = True
     except ColdExportNeeded as reason:
         outcome.cold_reason = str(reason)
-        export_cold(lakefs, store, repository, ref, commit_id, table, target, outcome, started)
+        export_cold(lakefs, store, repository, ref, commit_id, table, target, outcome, started, still_held)
 
 
 def _discard_after(store: ObjectStore, target: str, error: ExporterError) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 import exporter
@@ -20,7 +21,7 @@ from exporter.delta.actions import check_protocol, commit_timestamp, parse_actio
 from exporter.delta.head_files import HeadFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, select_segment
 from exporter.errors import MissingDataFiles, NotFound
-from exporter.export.log_writer import ExportOutcome, manifest_document, write_log
+from exporter.export.log_writer import ExportOutcome, manifest_document, write_log, write_manifest
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_commit
 from exporter.lakefs.client import LakeFS
@@ -56,7 +57,8 @@ class _StatAddresses:
 
 
 def copy_export(config: Config, store: ObjectStore, repository: str, ref: str, commit_id: str,
-                table: TableDescriptor, target: str, outcome: ExportOutcome, from_ref: str) -> None:
+                table: TableDescriptor, target: str, outcome: ExportOutcome, from_ref: str,
+                still_held: Callable[[], None] | None = None) -> None:
     """The same commit's complete export under another ref (a tag on an exported commit), copied
     server-side in the fail-closed write order; or ColdExportNeeded before anything is written."""
     source = export_location(config, from_ref, commit_id, table.name)
@@ -69,17 +71,17 @@ def copy_export(config: Config, store: ObjectStore, repository: str, ref: str, c
     names = [key[len(source + LOG_DIR):] for key in store.list_keys(source + LOG_DIR)]
     segment = select_segment(LogListing.from_names((name, 0) for name in names))
     write_log(segment, [n for n in names if n.startswith("_sidecars/")],
-              lambda name: store.copy(source + LOG_DIR + name, target + LOG_DIR + name))
+              lambda name: store.copy(source + LOG_DIR + name, target + LOG_DIR + name), still_held)
     outcome.checkpoint_version, outcome.head_version = manifest["checkpoint_version"], manifest["head_version"]
     outcome.files_rewritten = manifest.get("files_rewritten", 0)
     copied = {**manifest, "ref": ref, "location": outcome.location, "derived_from": store.uri(source),
               "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    store.put(target + MANIFEST, json.dumps(copied, indent=2).encode(), "application/json")  # last: marks done
+    write_manifest(store, target, copied, still_held)
 
 
 def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, ref: str,
                          commit_id: str, table: TableDescriptor, target: str, outcome: ExportOutcome,
-                         started: float) -> None:
+                         started: float, still_held: Callable[[], None] | None = None) -> None:
     """Export from the parent's export, or raise ColdExportNeeded (before anything is written)."""
     parents = lakefs.commit(repository, commit_id).parents
     if not parents:
@@ -139,7 +141,7 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
         else:
             store.copy(source + LOG_DIR + name, log + name)
 
-    write_log(segment, sidecars, write)
+    write_log(segment, sidecars, write, still_held)
     outcome.checkpoint_version, outcome.head_version = checkpoint_version, segment.head_version
     outcome.versions = len(new)
     outcome.files_rewritten = rewritten
@@ -152,5 +154,5 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
                                           "rewrite": round(rewritten_at - read, 3),
                                           "write": round(time.monotonic() - rewritten_at, 3)},
                                  derived_from=store.uri(source))
-    store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")  # last: marks done
+    write_manifest(store, target, manifest, still_held)
 

@@ -8,6 +8,7 @@ reverse order.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -69,7 +70,8 @@ def manifest_document(repository: str, ref: str, commit_id: str, table: TableDes
     }
 
 
-def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], None]) -> None:
+def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], None],
+              still_held: Callable[[], None] | None = None) -> None:
     """Write an exported `_delta_log` so that no reader sees a table until all of it is there.
 
     Readers (Delta Spark, delta-rs) build a snapshot from a checkpoint or from version 0 and refuse a
@@ -80,12 +82,14 @@ def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], N
     timestamps) increase; without a checkpoint, `0.json` is written last and so the later commits
     are written once more after it, with identical bytes, to keep the times in order.
     `write(name)` writes one file (name under `_delta_log/`): a put of new bytes, or a copy.
+    `still_held()` (it raises when the writer's lock is no longer its own) runs before that file.
     """
     commits = [n for _, n in segment.commits]
     if segment.checkpoint is None:
         start, later = commits[0], commits[1:]
         for name in later:
             write(name)
+        _commit_point(still_held)
         write(start)  # the table exists from here on
         for name in later:
             write(name)
@@ -96,8 +100,20 @@ def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], N
     with ThreadPoolExecutor(IO_THREADS) as pool:
         list(pool.map(write, sidecars))
         list(pool.map(write, parts[:-1]))  # an incomplete part set is no checkpoint
+    _commit_point(still_held)
     write(parts[-1])  # the table exists from here on
     write(LAST_CHECKPOINT)
+
+
+def write_manifest(store: ObjectStore, target: str, manifest: dict, still_held: Callable[[], None] | None = None) -> None:
+    """The manifest, written last: it marks the export complete."""
+    _commit_point(still_held)
+    store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")
+
+
+def _commit_point(still_held: Callable[[], None] | None) -> None:
+    if still_held is not None:
+        still_held()
 
 
 def discard_export(store: ObjectStore, target: str) -> int:

@@ -11,6 +11,7 @@ from typing import Iterator
 
 import redis
 
+from exporter.errors import LockLost
 from exporter.state.connection import PREFIX, connection
 
 STATES = ("queued", "running", "retrying", "done", "failed")
@@ -34,6 +35,22 @@ return 1
 # release or renew only our own lock, atomically
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end return 0"
+
+
+class HeldLock:
+    """A lock: true when this caller holds it. `still_held()` raises LockLost once a renewal found it
+    expired (another caller may hold it now) or could not renew it for its TTL: work under the lock
+    calls it before each point after which a second writer would do harm."""
+
+    def __init__(self, name: str, held: bool):
+        self.name, self.held, self.lost = name, held, ""
+
+    def __bool__(self) -> bool:
+        return self.held
+
+    def still_held(self) -> None:
+        if self.lost:
+            raise LockLost(f"{self.lost}: stopped before writing what marks the work done")
 
 
 class StatusStore:
@@ -94,29 +111,36 @@ class StatusStore:
         return f"{repository}:{ref}:{commit_id}:{table}"
 
     @contextmanager
-    def lock(self, name: str, ttl_seconds: int) -> Iterator[bool]:
-        """Yields True when this caller holds the lock. It is renewed while held, so it frees itself
-        within `ttl_seconds` of its holder dying, and is never taken over while its holder lives."""
+    def lock(self, name: str, ttl_seconds: int) -> Iterator[HeldLock]:
+        """Yields a HeldLock, true when this caller holds the lock. It is renewed while held, so it
+        frees itself within `ttl_seconds` of its holder dying, and is never taken over while its
+        holder lives; `still_held()` raises LockLost once a renewal found it lost."""
         key, token = f"{PREFIX}:lock:{name}", uuid.uuid4().hex
-        held = bool(self.redis.set(key, token, nx=True, ex=ttl_seconds))
+        lock = HeldLock(name, bool(self.redis.set(key, token, nx=True, ex=ttl_seconds)))
         stop = threading.Event()
-        renewer = threading.Thread(target=self._renew, args=(key, token, ttl_seconds, stop), daemon=True)
-        if held:
+        renewer = threading.Thread(target=self._renew, args=(lock, key, token, ttl_seconds, stop), daemon=True)
+        if lock:
             renewer.start()
         try:
-            yield held
+            yield lock
         finally:
-            if held:
+            if lock:
                 stop.set()
                 renewer.join()
                 self.redis.eval(_RELEASE, 1, key, token)
 
-    def _renew(self, key: str, token: str, ttl_seconds: int, stop: threading.Event) -> None:
+    def _renew(self, lock: HeldLock, key: str, token: str, ttl_seconds: int, stop: threading.Event) -> None:
+        renewed = time.monotonic()
         while not stop.wait(ttl_seconds / 3):
             try:
-                self.redis.eval(_RENEW, 1, key, token, ttl_seconds)
-            except redis.RedisError:
-                pass  # the next renewal tries again; at worst the lock expires
+                if not self.redis.eval(_RENEW, 1, key, token, ttl_seconds):
+                    lock.lost = f"the lock {lock.name!r} expired and is no longer this worker's"
+                    return
+                renewed = time.monotonic()
+            except redis.RedisError as exc:  # the next renewal tries again, until the lock may have expired
+                if time.monotonic() - renewed >= ttl_seconds:
+                    lock.lost = f"the lock {lock.name!r} could not be renewed for {ttl_seconds} s ({exc})"
+                    return
 
     # ------------------------------------------------------------ one-time codes (the diff page's sign-in links)
 

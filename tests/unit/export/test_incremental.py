@@ -12,7 +12,7 @@ import pytest
 
 import exporter
 from exporter.config import Config
-from exporter.errors import MissingDataFiles
+from exporter.errors import LockLost, MissingDataFiles
 from exporter.export import incremental
 from exporter.export.commit import export_table
 from exporter.export.incremental import ColdExportNeeded, export_incrementally
@@ -213,3 +213,21 @@ def test_an_existing_export_is_not_written_again(lakefs, events):
     outcome = export(lakefs, "main", first, events)
 
     assert outcome.skipped and namespace(lakefs).written == written
+
+
+@pytest.mark.parametrize("cold", [True, False])
+def test_an_export_whose_lock_was_lost_stops_before_the_table_exists(lakefs, events, cold):
+    first = events.append(1).commit()
+    if not cold:
+        export(lakefs, "main", first, events)
+    second = events.append(2).commit()
+
+    def lost() -> None:
+        raise LockLost("the lock 'x' expired and is no longer this worker's: stopped before writing")
+
+    outcome = export_table(CONFIG, "repo", "main", second, events.descriptor, lakefs=lakefs, still_held=lost)
+
+    assert not outcome.ok and not outcome.permanent and "expired" in outcome.error
+    written = exported(lakefs, "main", second)
+    assert MANIFEST not in written and "_delta_log/00000000000000000000.json" not in written  # no table to read
+    assert (outcome.cold_reason != "") is cold  # stopped in the cold export, or in the incremental one

@@ -7,7 +7,9 @@ from __future__ import annotations
 import time
 
 import pytest
+import redis
 
+from exporter.errors import LockLost
 from exporter.state.connection import key
 from exporter.state.status import COMMIT_RECORD, RECORD_TTL_SECONDS, StatusStore
 
@@ -119,6 +121,32 @@ def test_releasing_an_expired_lock_leaves_the_new_holders_in_place(status, redis
     second_lock.__exit__(None, None, None)
     with third.lock("prune", 30) as taken:
         assert taken
+
+
+def wait_until_lost(lock, seconds: float = 3.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not lock.lost and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_lock_that_expired_and_was_taken_says_so_before_the_commit_point(status, redis_url):
+    with status.lock("repo:main:c:events", 1) as held:
+        held.still_held()  # held: nothing raised
+        status.redis.set(key("lock", "repo:main:c:events"), "another delivery's token")  # expired and taken
+        wait_until_lost(held)
+        with pytest.raises(LockLost, match="expired and is no longer this worker's: stopped before writing"):
+            held.still_held()
+    assert status.redis.get(key("lock", "repo:main:c:events")) == b"another delivery's token"  # left to its holder
+
+
+def test_a_lock_that_cannot_be_renewed_for_its_ttl_is_lost(status, monkeypatch):
+    with status.lock("repo:main:c:events", 1) as held:
+        real = status.redis.eval
+        monkeypatch.setattr(status.redis, "eval", lambda *a: (_ for _ in ()).throw(redis.ConnectionError("refused")))
+        wait_until_lost(held)
+        with pytest.raises(LockLost, match=r"could not be renewed for 1 s \(refused\)"):
+            held.still_held()
+        monkeypatch.setattr(status.redis, "eval", real)
 
 
 def test_counters_add_up_by_labels_and_gauges_are_replaced(status):

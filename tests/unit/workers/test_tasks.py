@@ -158,8 +158,8 @@ def exports(worker, monkeypatch):
     to raise); each call's arguments in `exports.calls`."""
     script = SimpleNamespace(outcomes=[], calls=[])
 
-    def export_one_table(config, repository, ref, commit_id, table, lakefs=None, copy_from=()):
-        script.calls.append({"ref": ref, "table": table, "copy_from": copy_from})
+    def export_one_table(config, repository, ref, commit_id, table, lakefs=None, copy_from=(), still_held=None):
+        script.calls.append({"ref": ref, "table": table, "copy_from": copy_from, "still_held": still_held})
         outcome = script.outcomes.pop(0)
         if isinstance(outcome, BaseException):
             raise outcome
@@ -223,6 +223,7 @@ def test_attempts_that_end_are_not_counted_as_deaths_and_transient_failures_retr
     result = tasks.export_table.apply(ARGS)
 
     assert result.get()["ok"] and len(exports.calls) == 3  # max_deliveries is 2: finished attempts do not count
+    assert all(call["still_held"].__self__.held for call in exports.calls)  # each export checks the lock it runs under
     record = worker.status.record("repo", "main", "c" * 64, "events")
     assert (record["state"], record["retries"], record["starts"], record["location"]) == ("done", 2, 1, DONE.location)
     assert tasks_total(worker.status, "export_table", "retried") == 2
