@@ -6,8 +6,8 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import redis
 
@@ -38,17 +38,26 @@ _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expir
 
 
 class HeldLock:
-    """A lock: true when this caller holds it. `still_held()` raises LockLost once a renewal found it
-    expired (another caller may hold it now) or could not renew it for its TTL: work under the lock
-    calls it before each point after which a second writer would do harm."""
+    """A lock: true when this caller holds it. `still_held()` raises LockLost once the lock expired
+    (another caller may hold it now) or could not be renewed for its TTL: work under the lock calls
+    it before each point after which a second writer would do harm. It asks Redis itself, so a
+    holder that was paused (SIGSTOP, a long GC) past its TTL finds out before it writes."""
 
-    def __init__(self, name: str, held: bool):
+    def __init__(self, name: str, held: bool, owned: Callable[[], bool] = lambda: True, ttl_seconds: int = 0):
         self.name, self.held, self.lost = name, held, ""
+        self.owned, self.ttl_seconds, self.renewed = owned, ttl_seconds, time.monotonic()
 
     def __bool__(self) -> bool:
         return self.held
 
     def still_held(self) -> None:
+        if not self.lost:
+            try:
+                if not self.owned():
+                    self.lost = f"the lock {self.name!r} expired and is no longer this worker's"
+            except redis.RedisError as exc:
+                if time.monotonic() - self.renewed >= self.ttl_seconds:
+                    self.lost = f"the lock {self.name!r} could not be renewed for {self.ttl_seconds} s ({exc})"
         if self.lost:
             raise LockLost(f"{self.lost}: stopped before writing what marks the work done")
 
@@ -116,7 +125,8 @@ class StatusStore:
         frees itself within `ttl_seconds` of its holder dying, and is never taken over while its
         holder lives; `still_held()` raises LockLost once a renewal found it lost."""
         key, token = f"{PREFIX}:lock:{name}", uuid.uuid4().hex
-        lock = HeldLock(name, bool(self.redis.set(key, token, nx=True, ex=ttl_seconds)))
+        lock = HeldLock(name, bool(self.redis.set(key, token, nx=True, ex=ttl_seconds)),
+                        lambda: self.redis.get(key) == token.encode(), ttl_seconds)
         stop = threading.Event()
         renewer = threading.Thread(target=self._renew, args=(lock, key, token, ttl_seconds, stop), daemon=True)
         if lock:
@@ -130,15 +140,14 @@ class StatusStore:
                 self.redis.eval(_RELEASE, 1, key, token)
 
     def _renew(self, lock: HeldLock, key: str, token: str, ttl_seconds: int, stop: threading.Event) -> None:
-        renewed = time.monotonic()
         while not stop.wait(ttl_seconds / 3):
             try:
                 if not self.redis.eval(_RENEW, 1, key, token, ttl_seconds):
                     lock.lost = f"the lock {lock.name!r} expired and is no longer this worker's"
                     return
-                renewed = time.monotonic()
+                lock.renewed = time.monotonic()
             except redis.RedisError as exc:  # the next renewal tries again, until the lock may have expired
-                if time.monotonic() - renewed >= ttl_seconds:
+                if time.monotonic() - lock.renewed >= ttl_seconds:
                     lock.lost = f"the lock {lock.name!r} could not be renewed for {ttl_seconds} s ({exc})"
                     return
 

@@ -139,6 +139,13 @@ def test_a_lock_that_expired_and_was_taken_says_so_before_the_commit_point(statu
     assert status.redis.get(key("lock", "repo:main:c:events")) == b"another delivery's token"  # left to its holder
 
 
+def test_a_holder_paused_past_its_ttl_finds_its_lock_taken_before_it_writes(status):
+    with status.lock("repo:main:c:events", 30) as held:
+        status.redis.set(key("lock", "repo:main:c:events"), "another delivery's token")  # paused, expired, taken
+        with pytest.raises(LockLost, match="expired"):  # no renewal ran yet: still_held asks Redis itself
+            held.still_held()
+
+
 def test_a_lock_that_cannot_be_renewed_for_its_ttl_is_lost(status, monkeypatch):
     with status.lock("repo:main:c:events", 1) as held:
         real = status.redis.eval
