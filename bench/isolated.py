@@ -171,7 +171,8 @@ def _append(repository: str, branch: str, commit_id: str, table_name: str) -> di
     from exporter.export.branch_table import append_commit
     from exporter.lakefs.client import LakeFS
 
-    config = load_config()
+    # the branch measured keeps branch tables, as a deployment's `branch_tables` says of the branches it follows
+    config = load_config().model_copy(update={"branch_tables": (branch,)})
     outcome = append_commit(config, LakeFS(config.lakefs), repository, branch, commit_id, table_name)
     return {"seconds": outcome.seconds, "lakefs_calls": outcome.lakefs_calls, "appended": outcome.appended,
             "skipped": outcome.skipped, "peak_rss_mib": peak_rss_mib()}
