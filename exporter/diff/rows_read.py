@@ -72,6 +72,7 @@ class Reader:
 
     def __init__(self, store: ObjectStore, lakefs: LakeFS, repository: str, prefix: str):
         self.store, self.lakefs, self.repository, self.prefix = store, lakefs, repository, prefix
+        self._deleted: dict[tuple[str, str], BitMap] = {}  # counted before the read, then read: fetched once
 
     def address(self, commit_id: str, path: str) -> str:
         """A log path's object: absolute URIs decoded once; relative ones looked up in lakeFS."""
@@ -87,7 +88,10 @@ class Reader:
         def read_range(file: str, start: int, end: int) -> bytes:
             return self.store.get_range(self.address(commit_id, file), start, end)
 
-        return deleted_rows(add.get("deletionVector"), read_range)
+        key = (commit_id, add["path"])
+        if key not in self._deleted:
+            self._deleted[key] = deleted_rows(add.get("deletionVector"), read_range)
+        return self._deleted[key]
 
     def rows(self, commit_id: str, add: dict) -> pa.Table:
         source = ObjectSource(self.store, self.address(commit_id, add["path"]), int(add["size"]))
