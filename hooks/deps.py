@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from collections.abc import Iterable
 from typing import Annotated, Any
 
+import anyio
 from celery import Celery
 from fastapi import Depends
 from starlette.concurrency import run_in_threadpool
@@ -35,6 +36,7 @@ log = logging.getLogger("lakefs_delta.hooks")
 AUTH_NONE_WARNING = "api.auth is none: the API answers anyone who reaches it"
 # the answer of a route whose result a worker computes, while it is not there yet
 COMPUTING = {202: {"model": Computing, "description": "not computed yet: ask again after Retry-After"}}
+WEBHOOK_THREADS = 8  # webhook answers publishing at once (each a Redis write and a queue publish)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,10 @@ class Services:
     # /readyz probes run on their own threads with a deadline: a hung dependency never takes the
     # threads that webhook publishing needs
     probes: ThreadPoolExecutor
+    # The webhook's own thread capacity: readers (Delta Sharing answers, diffs, datasets) may hold
+    # every thread of anyio's default limiter (40), while lakeFS waits for the webhook's answer
+    # within its action timeout.
+    webhook_threads: anyio.CapacityLimiter
 
     @classmethod
     def start(cls, config: Config) -> "Services":
@@ -59,13 +65,16 @@ class Services:
         status, ttl = StatusStore(config.redis), config.api.diff_cache_ttl_seconds
         return cls(config, status, configure(config), RepositoryAccess(config), ServiceMetrics(status.metrics),
                    DiffCache(config.redis, ttl), DatasetsCache(config.redis, ttl), RowDiffCache(config.redis, ttl),
-                   OverviewCache(config.redis, ttl), ThreadPoolExecutor(2, thread_name_prefix="readyz"))
+                   OverviewCache(config.redis, ttl), ThreadPoolExecutor(2, thread_name_prefix="readyz"),
+                   anyio.CapacityLimiter(WEBHOOK_THREADS))
 
     def lakefs(self) -> LakeFS:
         return LakeFS(self.config.lakefs)
 
 
-def services(request: Request) -> Services:
+async def services(request: Request) -> Services:
+    """The app's services. A coroutine: FastAPI runs a plain function dependency on anyio's default
+    threads, which readers may all hold, and the webhook must answer whatever they do."""
     return request.app.state.services
 
 
@@ -76,7 +85,7 @@ async def require_reader(request: Request, repository: str, tables: Iterable[tup
     """Returns when the caller may read `repository`, and each table's log at its ref (`tables`:
     (ref, table path) pairs), lakeFS deciding; else raises the refusal. Called first in a route's
     body, so that invalid parameters are refused before credentials."""
-    config, access = services(request).config, services(request).access
+    config, access = request.app.state.services.config, request.app.state.services.access
     if config.api.auth == "none":
         return
     try:

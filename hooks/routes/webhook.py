@@ -10,8 +10,8 @@ import re
 import time
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Header, Query
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -70,7 +70,8 @@ async def _receive(services: Services, request: Request, offered: str | None, br
     try:
         tag = event_type == "post-create-tag"
         branch_table = not tag and follows(ref, [*config.branch_tables, *branch_patterns])
-        task = await run_in_threadpool(_publish, services, repository, ref, commit_id, tag, branch_table)
+        task = await anyio.to_thread.run_sync(_publish, services, repository, ref, commit_id, tag, branch_table,
+                                              limiter=services.webhook_threads)  # never waits for readers' threads
     except Exception as exc:  # kombu/redis raise many types when the broker is down
         events_total.labels(event_type, "unavailable").inc()
         log.error("event %s %s/%s ref=%s outcome=unavailable reason=%s", event_type, repository, commit_id, ref,
