@@ -85,7 +85,8 @@ async def require_reader(request: Request, repository: str, tables: Iterable[tup
     """Returns when the caller may read `repository`, and each table's log at its ref (`tables`:
     (ref, table path) pairs), lakeFS deciding; else raises the refusal. Called first in a route's
     body, so that invalid parameters are refused before credentials."""
-    config, access = request.app.state.services.config, request.app.state.services.access
+    shared = await services(request)
+    config, access = shared.config, shared.access
     if config.api.auth == "none":
         return
     try:

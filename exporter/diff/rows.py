@@ -98,9 +98,10 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
     right_paths = {add["path"]: add for add in (right.files.adds(only_right) if right.files else [])}
     common = [c for c in left.columns if c in right.columns] if left.files and right.files else []
     plan = _Plan(left, right, left_paths, right_paths, sorted(set(left_paths) & set(right_paths)), common, key)
-    size = sum(int(add.get("size") or 0) for add in plan.to_read())
+    to_read = plan.to_read()
+    size = sum(int(add.get("size") or 0) for add in to_read)
     reader = Reader(store, lakefs, repository, prefix)
-    too_large = _too_large(config, max_bytes, len(plan.to_read()), size, _rows_to_read(reader, plan))
+    too_large = _too_large(config, max_bytes, len(to_read), size, _rows_to_read(reader, plan))
     if too_large and not use_spark:
         raise RowDiffTooLarge(too_large)
     answer = None

@@ -43,7 +43,7 @@ class HeldLock:
     it before each point after which a second writer would do harm. It asks Redis itself, so a
     holder that was paused (SIGSTOP, a long GC) past its TTL finds out before it writes."""
 
-    def __init__(self, name: str, held: bool, owned: Callable[[], bool] = lambda: True, ttl_seconds: int = 0):
+    def __init__(self, name: str, held: bool, owned: Callable[[], bool], ttl_seconds: int):
         self.name, self.held, self.lost = name, held, ""
         self.owned, self.ttl_seconds, self.renewed = owned, ttl_seconds, time.monotonic()
 
@@ -51,15 +51,23 @@ class HeldLock:
         return self.held
 
     def still_held(self) -> None:
-        if not self.lost:
-            try:
-                if not self.owned():
-                    self.lost = f"the lock {self.name!r} expired and is no longer this worker's"
-            except redis.RedisError as exc:
-                if time.monotonic() - self.renewed >= self.ttl_seconds:
-                    self.lost = f"the lock {self.name!r} could not be renewed for {self.ttl_seconds} s ({exc})"
+        self.confirm(self.owned, renewal=False)
         if self.lost:
             raise LockLost(f"{self.lost}: stopped before writing what marks the work done")
+
+    def confirm(self, owned: Callable[[], bool], renewal: bool) -> None:
+        """Ask Redis whether the lock is still this holder's (`renewal`: and extend it); it is lost
+        when it is not, or when it could not be renewed for its TTL."""
+        if self.lost:
+            return
+        try:
+            if not owned():
+                self.lost = f"the lock {self.name!r} expired and is no longer this worker's"
+            elif renewal:
+                self.renewed = time.monotonic()
+        except redis.RedisError as exc:  # the next renewal tries again, until the lock may have expired
+            if time.monotonic() - self.renewed >= self.ttl_seconds:
+                self.lost = f"the lock {self.name!r} could not be renewed for {self.ttl_seconds} s ({exc})"
 
 
 class StatusStore:
@@ -140,16 +148,8 @@ class StatusStore:
                 self.redis.eval(_RELEASE, 1, key, token)
 
     def _renew(self, lock: HeldLock, key: str, token: str, ttl_seconds: int, stop: threading.Event) -> None:
-        while not stop.wait(ttl_seconds / 3):
-            try:
-                if not self.redis.eval(_RENEW, 1, key, token, ttl_seconds):
-                    lock.lost = f"the lock {lock.name!r} expired and is no longer this worker's"
-                    return
-                lock.renewed = time.monotonic()
-            except redis.RedisError as exc:  # the next renewal tries again, until the lock may have expired
-                if time.monotonic() - lock.renewed >= ttl_seconds:
-                    lock.lost = f"the lock {lock.name!r} could not be renewed for {ttl_seconds} s ({exc})"
-                    return
+        while not lock.lost and not stop.wait(ttl_seconds / 3):
+            lock.confirm(lambda: bool(self.redis.eval(_RENEW, 1, key, token, ttl_seconds)), renewal=True)
 
     # ------------------------------------------------------------ one-time codes (the diff page's sign-in links)
 

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from tests.fakes import FakeLakeFS, MemoryStore, use_fake_lakefs, use_memory_store
+from tests.unit.source_tables import SourceTable
 
 
 @pytest.fixture
@@ -35,3 +36,16 @@ def fake_lakefs(monkeypatch) -> FakeLakeFS:
     use_memory_store(monkeypatch, lakefs.store)
     use_fake_lakefs(monkeypatch, lakefs)
     return lakefs
+
+
+@pytest.fixture
+def lakefs(fake_lakefs) -> FakeLakeFS:
+    """`fake_lakefs` with the repository `repo` on the storage namespace `s3://lake/repo`."""
+    fake_lakefs.create_repository("repo", "s3://lake/repo")
+    return fake_lakefs
+
+
+@pytest.fixture
+def events(lakefs, tmp_path) -> SourceTable:
+    """The table `events` of `repo`, written by delta-rs and committed state by state."""
+    return SourceTable(lakefs, "repo", "events", tmp_path / "events")

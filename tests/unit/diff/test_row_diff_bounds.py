@@ -16,21 +16,8 @@ from exporter.config import Config
 from exporter.diff.rows import RowDiffTooLarge, compute_row_diff
 from exporter.diff.rows_compare import changes, unmatched
 from exporter.diff.rows_file import rows_page
-from tests.fakes import FakeLakeFS
-from tests.unit.source_tables import SourceTable
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def lakefs(fake_lakefs) -> FakeLakeFS:
-    fake_lakefs.create_repository("repo", "s3://lake/repo")
-    return fake_lakefs
-
-
-@pytest.fixture
-def events(lakefs, tmp_path) -> SourceTable:
-    return SourceTable(lakefs, "repo", "events", tmp_path / "events")
 
 
 def limited(**row_diff) -> Config:

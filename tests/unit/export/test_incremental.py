@@ -26,17 +26,6 @@ pytestmark = pytest.mark.unit
 CONFIG = Config()
 
 
-@pytest.fixture
-def lakefs(fake_lakefs) -> FakeLakeFS:
-    fake_lakefs.create_repository("repo", "s3://lake/repo")
-    return fake_lakefs
-
-
-@pytest.fixture
-def events(lakefs, tmp_path) -> SourceTable:
-    return SourceTable(lakefs, "repo", "events", tmp_path / "events")
-
-
 def namespace(lakefs: FakeLakeFS) -> MemoryStore:
     return lakefs.store.at(lakefs.storage_namespace("repo"))
 
