@@ -54,6 +54,11 @@ class LockLost(ExporterError):
     permanent = False
 
 
+class WorkerLost(ExporterError):
+    """A task whose worker died on each of its last deliveries (killed for memory, past its hard time
+    limit, or killed outright): it is not run again, since the next delivery would die the same way."""
+
+
 class BadRequest(ExporterError):
     """lakeFS refused a request as malformed (HTTP 400): an invalid repository or ref name, say."""
 

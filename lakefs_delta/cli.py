@@ -119,6 +119,8 @@ def _catch_up(args: argparse.Namespace) -> int:
         print(f"queued  {repository} {branch} {commit_id}  branch table {table} behind")
     for item in plan.given_up:
         print(f"failed  {item} (permanent failure: not queued again)")
+    for item in plan.in_flight:
+        print(f"busy    {item} (queued, running or retrying: left to its delivery)")
     for item in plan.skipped_repositories:
         print(f"skipped {item}")
     print(plan.summary())
@@ -174,13 +176,17 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _install_actions(args: argparse.Namespace) -> int:
-    from exporter.lakefs.installer import install_actions
     from exporter.config import load_config
+    from exporter.errors import ConfigError
+    from exporter.lakefs.installer import install_actions
     from exporter.lakefs.client import LakeFS
 
     config = load_config(args.config)
+    url = args.url or (config.public_url and config.public_url + "/webhooks/lakefs")
+    if not url:
+        raise ConfigError("install-actions: give --url, the webhook URL lakeFS calls, or set public_url")
     tables = dict(item.split("=", 1) for item in args.table or [])
-    commit_id = install_actions(LakeFS(config.lakefs), args.repo, args.branch, args.url,
+    commit_id = install_actions(LakeFS(config.lakefs), args.repo, args.branch, url,
                                 args.branches or [args.branch], tables, force=args.force,
                                 branch_tables=args.branch_tables or [])
     print(f"committed {commit_id}" if commit_id else "already installed; nothing to commit")
@@ -400,7 +406,7 @@ def _add_repository_commands(commands) -> None:
     install_cmd = commands.add_parser("install-actions", help="upload the export action and descriptors, and commit")
     install_cmd.add_argument("--repo", required=True)
     install_cmd.add_argument("--branch", required=True)
-    install_cmd.add_argument("--url", required=True, help="the webhook URL lakeFS calls")
+    install_cmd.add_argument("--url", help="the webhook URL lakeFS calls (default: <public_url>/webhooks/lakefs)")
     install_cmd.add_argument("--branches", nargs="*", help="branch globs the action runs on (default: --branch)")
     install_cmd.add_argument("--table", action="append", help="NAME=PATH, a descriptor to install (repeatable)")
     install_cmd.add_argument("--force", action="store_true", help="replace different existing files")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
@@ -26,7 +28,7 @@ from exporter.diff.rows import compute_row_diff as row_diff_of
 from exporter.diff.rows import key_columns, worth_precomputing
 from exporter.diff.table import DiffCache, cached_diff
 from exporter.diff.table import compute_diff as diff_of
-from exporter.errors import BranchTableRefused, ExporterError, ServiceUnavailable
+from exporter.errors import BranchTableRefused, ExporterError, ServiceUnavailable, WorkerLost
 from exporter.export.branch_table import append_commit
 from exporter.export.catch_up import catch_up as find_missing_exports
 from exporter.export.commit import abandon_export
@@ -93,6 +95,26 @@ def retry_if_transient(exc: BaseException, line: str, retries_left: bool = True)
         raise Transient(reason) from exc
 
 
+@contextmanager
+def delivery(task, *work: object) -> Iterator[int]:
+    """Count this delivery of `work` (the task's name and what identifies its work) until it ends,
+    however it ends short of its worker dying; yields how many of its deliveries started without
+    ending, this one included. Above `tasks.max_deliveries` the worker died on each of the others
+    (killed for memory, past its hard time limit, killed outright): WorkerLost, which the task
+    records as it records any permanent failure, so the message is not run into a dead worker again."""
+    config = current_config()
+    status, _ = _services(config)
+    key = ":".join(str(part) for part in (task.name.removeprefix("lakefs_delta."), *work))
+    starts = status.started(key)
+    if starts > config.tasks.max_deliveries:
+        raise WorkerLost(f"the worker running this task died {starts - 1} times (out of memory, past its time "
+                         f"limit, or killed); not running it again (tasks.max_deliveries)")
+    try:
+        yield starts
+    finally:
+        status.finished(key)
+
+
 def export_queue(config: Config, checkpoint_files: int) -> str | None:
     """The queue of a table's export: its own for large tables, else the default (None)."""
     return config.workers.large_table_queue if checkpoint_files >= config.workers.large_table_files else None
@@ -122,20 +144,21 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
     config = current_config()
     status, _ = _services(config)
     try:
-        lakefs = _lakefs(config)
-        selection = tables_to_export(lakefs, repository, commit_id, every_table=all_tables)
-        tables = selection.tables
-        for descriptor, reason in selection.refused.items():
-            status.set_table(repository, ref, commit_id, descriptor, "failed", reason=reason, permanent=True)
-            log.warning("commit %s/%s: %s", repository, commit_id, reason)
-        for table in tables:
-            queue = export_queue(config, checkpoint_files_hint(lakefs, repository, commit_id, table.path))
-            status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path,
-                             **({"queue": queue} if queue else {}))
-            export_table.apply_async((repository, ref, commit_id, table.name, table.path),
-                                     {"branch_table": branch_table}, queue=queue)
-        status.set_table(repository, ref, commit_id, COMMIT_RECORD, "done", reason="",
-                         tables=[t.name for t in tables], all_tables=all_tables)
+        with delivery(self, repository, ref, commit_id):
+            lakefs = _lakefs(config)
+            selection = tables_to_export(lakefs, repository, commit_id, every_table=all_tables)
+            tables = selection.tables
+            for descriptor, reason in selection.refused.items():
+                status.set_table(repository, ref, commit_id, descriptor, "failed", reason=reason, permanent=True)
+                log.warning("commit %s/%s: %s", repository, commit_id, reason)
+            for table in tables:
+                queue = export_queue(config, checkpoint_files_hint(lakefs, repository, commit_id, table.path))
+                status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path,
+                                 **({"queue": queue} if queue else {}))
+                export_table.apply_async((repository, ref, commit_id, table.name, table.path),
+                                         {"branch_table": branch_table}, queue=queue)
+            status.set_table(repository, ref, commit_id, COMMIT_RECORD, "done", reason="",
+                             tables=[t.name for t in tables], all_tables=all_tables)
     except TASK_ERRORS as exc:
         if (reason := _transient_reason(exc)) is not None:
             _record(status, repository, ref, commit_id, COMMIT_RECORD, "retrying", reason=reason)
@@ -159,8 +182,11 @@ class ExportTableTask(RetriedTask):
         status, _ = _services(config)
         if not _abandon(config, status, repository, ref, commit_id, table_name):
             return  # another delivery is writing it: its outcome is the record's
-        _record(status, repository, ref, commit_id, table_name, "failed", permanent=False,
-                reason=f"gave up after {self.request.retries} retries: {exc}")
+        rounds = ((status.record(repository, ref, commit_id, table_name) or {}).get("rounds") or 0) + 1
+        last = rounds >= config.tasks.max_rounds
+        _record(status, repository, ref, commit_id, table_name, "failed", permanent=last, rounds=rounds,
+                reason=f"gave up after {self.request.retries} retries: {exc}"
+                       + (f"; its retries ran out {rounds} times, it is not queued again (tasks.max_rounds)" if last else ""))
         status_count(status, "export_table", "failed")
         log.error("export %s/%s/%s/%s outcome=failed reason=gave up after %d retries: %s", repository, ref,
                   commit_id, table_name, self.request.retries, exc)
@@ -182,26 +208,17 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
                                          queue=(self.request.delivery_info or {}).get("routing_key"))
                 log.info("%s outcome=requeued reason=another delivery holds the lock", line)
                 return {"ok": None, "requeued": True}
-            work = f"{repository}:{ref}:{commit_id}:{table_name}"
-            starts = status.started(work)
-            if starts > config.tasks.max_deliveries:  # a poison message: it killed its worker every time
-                outcome = ExportOutcome(table=table_name, table_path=table_path, ok=False, permanent=True,
-                                        error=f"the worker running this export died {starts - 1} times (out of "
-                                              f"memory or killed); not running it again")
-            else:
-                try:  # whatever ends this attempt short of a dead worker, it is not counted as one
-                    status.set_table(repository, ref, commit_id, table_name, "running", worker=self.request.hostname,
-                                     starts=starts)
-                    lakefs = _lakefs(config)
-                    table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml")
-                             if table_path else find_table(lakefs, repository, commit_id, table_name))
-                    # refs with a finished export of this commit (a tag on an exported commit): copied, not redone
-                    done_under = tuple(other for other, tables in status.tables(repository, commit_id).items()
-                                       if other != ref and tables.get(table_name, {}).get("state") == "done")
-                    outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs,
-                                               copy_from=done_under, still_held=held.still_held)
-                finally:
-                    status.finished(work)
+            with delivery(self, repository, ref, commit_id, table_name) as starts:
+                status.set_table(repository, ref, commit_id, table_name, "running", worker=self.request.hostname,
+                                 starts=starts)
+                lakefs = _lakefs(config)
+                table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml")
+                         if table_path else find_table(lakefs, repository, commit_id, table_name))
+                # refs with a finished export of this commit (a tag on an exported commit): copied, not redone
+                done_under = tuple(other for other, tables in status.tables(repository, commit_id).items()
+                                   if other != ref and tables.get(table_name, {}).get("state") == "done")
+                outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs,
+                                           copy_from=done_under, still_held=held.still_held)
     except TASK_ERRORS as exc:
         reason = _transient_reason(exc)
         outcome = ExportOutcome(table=table_name, table_path=table_path, ok=False, error=reason or str(exc),
@@ -308,7 +325,9 @@ def append_branch_table(self, repository: str, branch: str, commit_id: str, tabl
                                                 retries=self.request.retries)
                 log.info("%s outcome=requeued reason=another append holds the lock", line)
                 return {"ok": None, "requeued": True}
-            outcome = append_commit(config, _lakefs(config), repository, branch, commit_id, table_name)
+            with delivery(self, repository, branch, commit_id, table_name):
+                outcome = append_commit(config, _lakefs(config), repository, branch, commit_id, table_name,
+                                        still_held=held.still_held)
     except TASK_ERRORS as exc:
         retry_if_transient(exc, line)
         log.error("%s outcome=%s reason=%s", line, "refused" if isinstance(exc, BranchTableRefused) else "failed", exc)
@@ -364,15 +383,16 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
     lakefs = _lakefs(config)
     started = time.monotonic()
     try:
-        parents = lakefs.commit(repository, commit_id).parents
-        parent = parents[0] if parents else None
-        _, cached = cached_diff(config, lakefs, diffs, repository, parent, commit_id, table_path)
-        if worth_precomputing(config, lakefs, repository, parent, commit_id, table_path):
-            try:  # the row diff too: it reads little
-                cached_row_diff(config, lakefs, _row_diff_cache(config), repository, parent, commit_id, table_path,
-                                max_bytes=config.row_diff.precompute_bytes)
-            except RowDiffTooLarge:
-                pass  # deletion vectors made it bigger than the objects that changed: computed when asked
+        with delivery(self, repository, commit_id, table_path):
+            parents = lakefs.commit(repository, commit_id).parents
+            parent = parents[0] if parents else None
+            _, cached = cached_diff(config, lakefs, diffs, repository, parent, commit_id, table_path)
+            if worth_precomputing(config, lakefs, repository, parent, commit_id, table_path):
+                try:  # the row diff too: it reads little
+                    cached_row_diff(config, lakefs, _row_diff_cache(config), repository, parent, commit_id,
+                                    table_path, max_bytes=config.row_diff.precompute_bytes)
+                except RowDiffTooLarge:
+                    pass  # deletion vectors made it bigger than the objects that changed: computed when asked
     except TASK_ERRORS as exc:
         retry_if_transient(exc, f"diff {repository}/{commit_id} {table_path}")
         log.warning("diff %s/%s %s outcome=failed reason=%s", repository, commit_id, table_path, exc)
@@ -441,8 +461,9 @@ def _compute_for_api(task, cache: ResultCache, parts: tuple, compute) -> bool:
     that status); transient errors retry while retries last."""
     started = time.monotonic()
     try:
-        if cache.get(*parts) is None:  # another task (the precompute after an export) may have made it since
-            cache.put(compute(), *parts)
+        with delivery(task, *parts):
+            if cache.get(*parts) is None:  # another task (the precompute after an export) may have made it since
+                cache.put(compute(), *parts)
         cache.release(*parts)
     except TASK_ERRORS as exc:
         retry_if_transient(exc, f"{cache.kind} {' '.join(map(str, parts))}", task.request.retries < task.max_retries)

@@ -49,6 +49,12 @@ class Config(BaseSettings):
     redis_url: SecretStr = SecretStr("redis://127.0.0.1:16379/0")  # may hold a password
     webhook_tokens: tuple[SecretStr, ...] = ()
     export_prefix: str = "_lakefs/exported"
+    # The URL lakeFS and browsers reach this service at, behind any proxy (e.g.
+    # https://exporter.example.com). With it: the session cookie is `Secure` when it is https, and
+    # catch-up acts only on repositories whose installed action calls `<public_url>/...` (unless
+    # `catch_up.repositories` names them). Empty: the cookie follows the request's scheme, and
+    # catch-up acts on every repository whose action is installed.
+    public_url: str = ""
     # Branches (patterns) that keep a branch table: one Delta table per (branch, table) at
     # `<export_prefix>/<branch>/latest/<table>/` that follows the branch's commits.
     # `install-actions --branch-tables` puts patterns in the action instead; both apply.
@@ -82,6 +88,17 @@ class Config(BaseSettings):
         if unknown:
             raise ValueError(f"unknown event {unknown[0]!r}; known: {', '.join(KNOWN_EVENTS)}")
         return events
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, url: str) -> str:
+        if url and not url.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http(s) URL, got {url!r}")
+        return url.rstrip("/")
+
+    def calls_this_service(self, url: str) -> bool:
+        """Whether a webhook URL (an installed action's) reaches this deployment: under `public_url`."""
+        return not self.public_url or url == self.public_url or url.startswith(self.public_url + "/")
 
     @field_validator("redis_url")
     @classmethod

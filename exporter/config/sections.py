@@ -163,6 +163,9 @@ class CatchUpConfig(_Section):
     interval_seconds: int = Field(300, ge=1)
     depth: int = Field(50, ge=1)  # newest first-parent commits per branch (and newest tags) checked
     max_per_run: int = Field(100, ge=1)  # commits queued by one run at most; the next run takes the rest
+    # An export queued, running or retrying is its delivery's for this long after its record last
+    # changed; only then does catch-up take the message for lost and queue the export again.
+    in_flight_seconds: int = Field(3600, ge=1)
 
 
 class TasksConfig(_Section):
@@ -174,7 +177,10 @@ class TasksConfig(_Section):
     time_limits: tuple[tuple[str, int], ...] = ()  # (kind, seconds); YAML: a mapping
     visibility_timeout_seconds: int = 300  # an unacknowledged task (worker killed) is redelivered after this
     lock_ttl_seconds: int = Field(30, ge=5)  # a dead worker's per-table lock frees itself (renewed while alive)
-    max_deliveries: int = Field(3, ge=1)  # an export whose worker died this many times is failed, not looped
+    max_deliveries: int = Field(3, ge=1)  # a task whose worker died this many times is failed, not looped
+    # An export whose retries ran out this many times (each round queued again by catch-up or by an
+    # event delivered again) is failed for good, with the last reason: catch-up leaves it.
+    max_rounds: int = Field(3, ge=1)
     retry: RetryConfig = RetryConfig()  # transient errors (lakeFS 5xx/429, timeouts, the store, Redis)
 
     @field_validator("time_limits", mode="before")

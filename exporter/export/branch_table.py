@@ -23,7 +23,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from exporter.config import Config
@@ -114,8 +114,9 @@ def lagging_branch_tables(config: Config, lakefs: LakeFS, repository: str, branc
 
 
 def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, commit_id: str,
-                  table: str) -> AppendOutcome:
-    """Bring the branch table of `table` on `branch` to the commit's complete export.
+                  table: str, still_held: Callable[[], None] | None = None) -> AppendOutcome:
+    """Bring the branch table of `table` on `branch` to the commit's complete export. `still_held`
+    (the caller's lock) raises before the state is written once another append may be writing.
 
     Refused (BranchTableRefused) unless the branch keeps branch tables by the config or the
     installed action, and the commit is on the branch's first-parent line: an event's own claims
@@ -153,6 +154,8 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
             _append(config, lakefs, store, target, exported, state, repository, branch, commit_id, manifest, outcome,
                     between)
         state.update(last_commit=commit_id, last_commit_created=commit.creation_date)
+        if still_held:
+            still_held()
         store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")  # last: the commit point
         outcome.head_version = state["head_version"]
         return outcome

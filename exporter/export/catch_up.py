@@ -4,8 +4,11 @@ post-hook (a receiver that was down, a 503, a dropped event).
 One implementation for `lakefs-delta catch-up` and the workers' periodic task. It follows only
 first parents, so after a merge the feature branch's commits are not exported under the
 destination; it covers tags (every table); it skips exports whose status is a terminal `failed`
-(re-queuing them would fail again) and commits outside the retention policy (prune would delete
-their exports), and it queues at most `catch_up.max_per_run` commits a run.
+(re-queuing them would fail again), exports still in flight (queued, running or retrying, their
+record changed within `catch_up.in_flight_seconds`) and commits outside the retention policy
+(prune would delete their exports), and it queues at most `catch_up.max_per_run` commits a run.
+Unless `catch_up.repositories` names them, it acts only on repositories whose installed action
+calls this deployment (`public_url`): another deployment on the same lakeFS has its own catch-up.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from exporter.errors import ExporterError
 from exporter.export.branch_table import follows, lagging_branch_tables
 from exporter.export.commit import missing_exports
 from exporter.export.retention import within_policy
-from exporter.lakefs.installer import ACTION_PATH, branch_tables_kept, installed_action
+from exporter.lakefs.installer import ACTION_PATH, branch_tables_kept, installed_action, webhook_urls
 from exporter.lakefs.client import LakeFS
-from exporter.state.status import StatusStore
+from exporter.state.status import COMMIT_RECORD, StatusStore
 
 _BRANCH_EVENTS = ("post-commit", "post-merge")
 
@@ -40,6 +43,7 @@ class MissingExport:
 class CatchUpPlan:
     queued: list[MissingExport] = field(default_factory=list)
     given_up: list[str] = field(default_factory=list)  # exports whose status is a terminal failure
+    in_flight: list[str] = field(default_factory=list)  # exports a delivery is still working on
     skipped_repositories: list[str] = field(default_factory=list)  # no action installed, or unreadable
     truncated: bool = False  # the per-run bound was reached
     # (repository, branch, head commit, table): branch tables behind their branch's exported head
@@ -47,7 +51,7 @@ class CatchUpPlan:
 
     def summary(self) -> str:
         return (f"{len(self.queued)} commit(s) queued, {len(self.appends)} branch table append(s) queued, "
-                f"{len(self.given_up)} terminal failure(s) not re-queued"
+                f"{len(self.given_up)} terminal failure(s) not re-queued, {len(self.in_flight)} in flight left alone"
                 + (", more left for the next run" if self.truncated else ""))
 
 
@@ -72,9 +76,19 @@ def _failed_for_good(record: dict | None) -> bool:
     return bool(record) and record.get("state") == "failed" and record.get("permanent", True)
 
 
+_IN_FLIGHT = ("queued", "running", "retrying")
+
+
+def _in_flight(record: dict | None, now: float, config: Config) -> bool:
+    """Queued, running or retrying, and its record changed recently: its message is not lost."""
+    return bool(record) and record.get("state") in _IN_FLIGHT and \
+        now - record.get("updated_at", 0) < config.catch_up.in_flight_seconds
+
+
 def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: list[str] | None = None) -> CatchUpPlan:
     plan = CatchUpPlan()
-    for repository in repositories or list(config.catch_up.repositories) or lakefs.list_repositories():
+    named = repositories or list(config.catch_up.repositories)  # named: acted on whatever their action calls
+    for repository in named or lakefs.list_repositories():
         try:
             action = installed_action(lakefs, repository)
             branches = followed_branches(lakefs, repository, config, action)
@@ -84,6 +98,11 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
             continue
         if branches is None:
             plan.skipped_repositories.append(f"{repository}: no {ACTION_PATH} on its default branch")
+            continue
+        urls = webhook_urls(action or {})
+        if not named and action is not None and not any(config.calls_this_service(url) for url in urls):
+            plan.skipped_repositories.append(f"{repository}: its action calls {', '.join(urls) or 'no webhook'}, "
+                                             f"not this deployment's public_url {config.public_url}")
             continue
         now = time.time()
         logs = {branch: lakefs.log(repository, branch, amount=config.catch_up.depth, first_parent=True)
@@ -95,9 +114,16 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
         candidates += [(tag, commit_id, True) for tag, commit_id in lakefs.list_tags(repository, config.catch_up.depth)]
         for ref, commit_id, all_tables in candidates:
             missing = missing_exports(config, repository, ref, commit_id, lakefs=lakefs, all_tables=all_tables)
-            failed = [t for t in missing if _failed_for_good(status.record(repository, ref, commit_id, t))]
+            if not missing:
+                continue
+            records = status.tables(repository, commit_id, ref).get(ref, {})
+            # a table without a record of its own is the commit's while the commit's task is in flight
+            record = {t: records.get(t) or records.get(COMMIT_RECORD) for t in missing}
+            failed = [t for t in missing if _failed_for_good(records.get(t))]
+            busy = [t for t in missing if t not in failed and _in_flight(record[t], time.time(), config)]
             plan.given_up += [f"{repository} {ref} {commit_id} {t}" for t in failed]
-            retry = tuple(t for t in missing if t not in failed)
+            plan.in_flight += [f"{repository} {ref} {commit_id} {t}" for t in busy]
+            retry = tuple(t for t in missing if t not in failed and t not in busy)
             if not retry:
                 continue
             if len(plan.queued) >= config.catch_up.max_per_run:

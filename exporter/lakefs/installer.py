@@ -34,6 +34,12 @@ def branch_table_patterns(action: dict) -> list[str]:
     return patterns
 
 
+def webhook_urls(action: dict) -> list[str]:
+    """The URLs an installed action's webhooks call."""
+    return [str(((hook or {}).get("properties") or {}).get("url", "")) for hook in action.get("hooks") or []
+            if (hook or {}).get("type") == "webhook"]
+
+
 def installed_action(lakefs: LakeFS, repository: str) -> dict | None:
     """The action `install-actions` committed to the default branch; None when absent or unreadable."""
     try:

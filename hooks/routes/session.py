@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from exporter.config import Config
 from hooks.auth import SESSION_COOKIE, SignInRefused, Unauthenticated, caller_of, code_key
 from hooks.deps import ServicesDep
 from hooks.errors import Refusal, problems, unauthenticated
@@ -31,7 +32,7 @@ async def sign_in(request: Request, services: ServicesDep, keys: Keys):
         raise Refusal(401, str(exc)) from None
     except httpx.HTTPError:
         raise Refusal(503, "lakeFS cannot be reached to sign in") from None
-    return _signed_in(request, token, expires)
+    return _signed_in(request, services.config, token, expires)
 
 
 @router.delete("/session", response_model=Session, summary="Drop the session cookie")
@@ -69,11 +70,14 @@ async def sign_in_with_code(request: Request, services: ServicesDep, body: SignI
     if not found:
         raise Refusal(401, "this sign-in link is unknown, used or expired: ask for a new one")
     expires, _, token = found.partition(" ")
-    return _signed_in(request, token, int(expires))
+    return _signed_in(request, services.config, token, int(expires))
 
 
-def _signed_in(request: Request, token: str, expires: int) -> Response:
+def _signed_in(request: Request, config: Config, token: str, expires: int) -> Response:
+    """The session cookie: `Secure` when the service is reached over https, which behind a TLS proxy
+    only `public_url` knows (the request's own scheme is then http)."""
+    https = config.public_url.startswith("https://") if config.public_url else request.url.scheme == "https"
     response = JSONResponse({"signed_in": True, "expires_at": expires})
     response.set_cookie(SESSION_COOKIE, token, max_age=max(0, expires - int(time.time())), path="/",
-                        httponly=True, samesite="strict", secure=request.url.scheme == "https")
+                        httponly=True, samesite="strict", secure=https)
     return response

@@ -135,3 +135,29 @@ def test_each_commit_an_append_covers_brings_the_versions_after_the_previous_one
 
     assert _ranges(7, [("a", 9), ("b", 10), ("c", 12)]) == [(8, 9), (10, 10), (11, 12)]
     assert _ranges(7, [("c", 7)]) == [(8, 7)]  # nothing new: recorded without a range
+
+
+def test_an_append_that_lost_its_lock_stops_before_the_state_its_readers_follow(lakefs, events):
+    """The state file is the append's commit point: a worker whose lock expired (paused past its
+    TTL, say) must not write it over the append another worker now makes."""
+    from exporter.errors import LockLost
+    from exporter.export.branch_table import append_commit, read_state
+    from exporter.export.commit import export_table
+    from exporter.storage.objectstore import ObjectStore
+
+    config = Config(branch_tables=("main",))
+    first = events.append(1, 2).commit()
+    assert export_table(config, "repo", "main", first, events.descriptor).ok
+    assert append_commit(config, lakefs, "repo", "main", first, "events").appended == [0]
+    second = events.append(3).commit()
+    assert export_table(config, "repo", "main", second, events.descriptor).ok
+
+    def lost() -> None:
+        raise LockLost("the lock 'branch-table:repo:main:events' expired and is no longer this worker's")
+
+    with pytest.raises(LockLost):
+        append_commit(config, lakefs, "repo", "main", second, "events", still_held=lost)
+    store = ObjectStore(config, "s3://lake/repo")
+    assert read_state(store, branch_table_location(config, "main", "events"))["last_commit"] == first
+    again = append_commit(config, lakefs, "repo", "main", second, "events")  # the holder's append: the orphan goes
+    assert again.appended == [1] and again.head_version == 1

@@ -13,7 +13,7 @@ from exporter.config import Config
 from exporter.errors import ServiceUnavailable
 from exporter.export.catch_up import MissingExport, catch_up
 from exporter.lakefs.installer import ACTION_PATH, render_action
-from exporter.state.status import StatusStore
+from exporter.state.status import COMMIT_RECORD, StatusStore
 from exporter.storage.layout import MANIFEST, STATE, branch_table_location, export_location
 from tests.fakes import FakeLakeFS
 
@@ -76,7 +76,8 @@ def test_commits_of_followed_branches_and_tags_whose_tables_have_no_complete_exp
                             ("repo", "main", install, False, ("users",), False),
                             ("repo", "v1", first, True, ("events", "users"), False)]  # a tag: every table
     assert (plan.given_up, plan.skipped_repositories, plan.truncated, plan.appends) == ([], [], False, [])
-    assert plan.summary() == "3 commit(s) queued, 0 branch table append(s) queued, 0 terminal failure(s) not re-queued"
+    assert plan.summary() == ("3 commit(s) queued, 0 branch table append(s) queued, 0 terminal failure(s) not "
+                              "re-queued, 0 in flight left alone")
 
 
 def test_after_a_merge_only_the_first_parent_line_is_exported_under_the_branch(lakefs, status):
@@ -105,6 +106,26 @@ def test_repositories_without_the_action_or_unreadable_are_skipped_saying_why(la
     assert plan.queued == [] and plan.skipped_repositories == [f"bare: no {ACTION_PATH} on its default branch"]
 
 
+def test_with_a_public_url_only_repositories_whose_action_calls_it_are_caught_up(lakefs, status):
+    """A second deployment (a demo left running, staging) on the same lakeFS: its repositories' actions
+    call another URL, and this deployment's catch-up leaves them to it."""
+    for name in ("repo", "theirs"):
+        repository(lakefs, name)  # the action calls http://exporter:8080/webhook
+        change(lakefs, "events", repo=name)
+    lakefs.commit_files("theirs", "main", {ACTION_PATH: render_action("http://staging:9090/webhooks/lakefs", ["main"])})
+    mine = Config(public_url="http://exporter:8080/")
+
+    plan = catch_up(mine, lakefs, status)
+
+    assert {m.repository for m in plan.queued} == {"repo"}
+    assert plan.skipped_repositories == ["theirs: its action calls http://staging:9090/webhooks/lakefs, not this "
+                                         "deployment's public_url http://exporter:8080"]
+    assert {m.repository for m in catch_up(Config(), lakefs, status).queued} == {"repo", "theirs"}  # no public_url
+    named = Config(public_url="http://exporter:8080", catch_up={"repositories": ["theirs"]})
+    assert {m.repository for m in catch_up(named, lakefs, status).queued} == {"theirs"}  # named: acted on
+    assert not Config(public_url="http://exporter:80").calls_this_service("http://exporter:8080/webhook")
+
+
 def test_terminal_failures_are_given_up_and_exports_whose_retries_ran_out_are_queued_again(lakefs, status):
     install = repository(lakefs)
     for table in ("events", "users"):
@@ -117,6 +138,26 @@ def test_terminal_failures_are_given_up_and_exports_whose_retries_ran_out_are_qu
 
     assert queued(plan) == [("repo", "main", commit, False, ("users",), False)]
     assert plan.given_up == [f"repo main {commit} events"]
+
+
+def test_exports_in_flight_are_left_to_their_delivery_until_their_record_is_old(lakefs, status):
+    install = repository(lakefs)
+    for table in ("events", "users"):
+        mark_exported(lakefs, "main", install, table)
+    running, queued_commit, lost = change(lakefs, "events", "users"), change(lakefs, "events"), change(lakefs, "users")
+    status.set_table("repo", "main", running, "events", "running")
+    status.set_table("repo", "main", running, "users", "retrying", reason="lakeFS answered 503")
+    status.set_table("repo", "main", queued_commit, COMMIT_RECORD, "queued")  # the webhook's: tables not listed yet
+    status.set_table("repo", "main", lost, "users", "queued")
+    record = status.record("repo", "main", lost, "users")
+    status.redis.hset(status._key("repo", lost), "main/users",  # queued two hours ago: the message was lost
+                      json.dumps({**record, "updated_at": time.time() - 2 * HOUR}))
+
+    plan = catch_up(CONFIG, lakefs, status)
+
+    assert queued(plan) == [("repo", "main", lost, False, ("users",), False)]
+    assert sorted(plan.in_flight) == sorted([f"repo main {running} events", f"repo main {running} users",
+                                             f"repo main {queued_commit} events"])
 
 
 def test_commits_retention_would_prune_are_not_exported_again(lakefs, status):

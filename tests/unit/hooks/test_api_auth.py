@@ -156,3 +156,32 @@ def test_the_api_answers_403_for_a_table_the_caller_may_not_read_at_either_ref()
     for route in ("", "/rows"):
         answer = asyncio.run(get(f"/repositories/repo/otf/refs/main/diff/dev{route}?table_path=tables/hr"))
         assert answer.status_code == 403 and answer.json()["error"] == "this identity may not read table 'tables/hr' at 'main'"
+
+
+@pytest.mark.parametrize("public_url, scheme, secure", [
+    ("", "http", False), ("", "https", True),
+    ("https://exporter.example.com", "http", True),  # behind a TLS proxy: the request itself is http
+    ("http://127.0.0.1:18080", "https", False)])
+def test_the_session_cookie_is_secure_when_the_service_is_reached_over_https(public_url, scheme, secure):
+    import time
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+
+    from hooks import errors
+    from hooks.routes import session
+
+    app = FastAPI()
+    errors.install(app)
+    app.include_router(session.router)
+    app.state.services = SimpleNamespace(config=config(LAKEFS_DELTA_PUBLIC_URL=public_url),
+                                         status=SimpleNamespace(take_once=lambda key: f"{int(time.time()) + 600} tok"))
+
+    async def sign_in() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=f"{scheme}://api") as client:
+            return await client.post("/session/code", json={"code": "c" * 32})
+
+    answer = asyncio.run(sign_in())
+    assert answer.status_code == 200, answer.text
+    cookie = answer.headers["set-cookie"]
+    assert "HttpOnly" in cookie and ("Secure" in cookie) is secure, cookie

@@ -17,7 +17,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 import workers.app
 from exporter.config import Config
-from exporter.errors import BranchTableRefused, ExporterError, NotFound, ServiceUnavailable, TableNotFound
+from exporter.errors import BranchTableRefused, ExporterError, NotFound, ServiceUnavailable, TableNotFound, WorkerLost
 from exporter.export.branch_table import AppendOutcome
 from exporter.export.log_writer import ExportOutcome
 from exporter.lakefs.installer import ACTION_PATH, render_action
@@ -205,16 +205,24 @@ def test_an_export_another_delivery_is_writing_is_requeued_without_spending_a_re
     assert again.options["countdown"] == worker.config.tasks.lock_ttl_seconds / 3 and again.options["retries"] == 1
 
 
+DIED_TWICE = ("the worker running this task died 2 times (out of memory, past its time limit, or killed); "
+              "not running it again (tasks.max_deliveries)")
+
+
+def deaths(worker, *work: str) -> None:
+    """`work` started max_deliveries times, and each time its worker was killed: no finish."""
+    for _ in range(worker.config.tasks.max_deliveries):
+        worker.status.started(":".join(work))
+
+
 def test_an_export_whose_workers_died_max_deliveries_times_is_failed_not_run_again(worker, exports):
-    for _ in range(worker.config.tasks.max_deliveries):  # each started and its worker was killed: no finish
-        worker.status.started("repo:main:" + "c" * 64 + ":events")
+    deaths(worker, "export_table", "repo", "main", "c" * 64, "events")
 
     result = tasks.export_table.apply(ARGS)
 
     assert result.get()["ok"] is False and exports.calls == []
     record = worker.status.record("repo", "main", "c" * 64, "events")
-    assert record["state"] == "failed" and record["permanent"]
-    assert record["reason"] == "the worker running this export died 2 times (out of memory or killed); not running it again"
+    assert record["state"] == "failed" and record["permanent"] and record["reason"] == DIED_TWICE
 
 
 def test_attempts_that_end_are_not_counted_as_deaths_and_transient_failures_retry_until_done(worker, exports):
@@ -243,6 +251,21 @@ def test_when_retries_run_out_the_partial_export_is_removed_and_the_failure_reco
     assert record["state"] == "failed" and record["permanent"] is False
     assert record["reason"] == f"gave up after {MAX_RETRIES} retries: lakeFS answered 503 to stat"
     assert tasks_total(worker.status, "export_table", "failed") == 1
+
+
+def test_an_export_whose_retries_ran_out_max_rounds_times_is_failed_for_good(worker, exports):
+    """Each round queued again (by catch-up, say) ran out of retries: after `tasks.max_rounds` the
+    failure is terminal, so catch-up stops queuing an export that always times out."""
+    exports.outcomes = [ExportOutcome("events", "tables/events", ok=False, permanent=False,
+                                      error="timed out: the task ran past its soft time limit")] * 3 * (MAX_RETRIES + 1)
+    ends = []
+    for _ in range(3):  # max_rounds is 3
+        assert tasks.export_table.apply(ARGS).failed()
+        ends.append(worker.status.record("repo", "main", "c" * 64, "events"))
+
+    assert [(r["rounds"], r["permanent"]) for r in ends] == [(1, False), (2, False), (3, True)]
+    assert ends[-1]["reason"] == (f"gave up after {MAX_RETRIES} retries: timed out: the task ran past its soft time "
+                                  "limit; its retries ran out 3 times, it is not queued again (tasks.max_rounds)")
 
 
 def test_giving_up_leaves_an_export_alone_while_another_delivery_writes_it(worker):
@@ -316,7 +339,8 @@ def test_catch_up_queues_what_it_found_once_at_a_time(worker):
 def appends(monkeypatch):
     script = SimpleNamespace(outcome=None)
 
-    def append_commit(config, lakefs, repository, branch, commit_id, table):
+    def append_commit(config, lakefs, repository, branch, commit_id, table, still_held=None):
+        script.still_held = still_held
         if isinstance(script.outcome, BaseException):
             raise script.outcome
         return script.outcome
@@ -333,6 +357,17 @@ def test_a_branch_table_append_is_noted_on_the_commits_record(worker, appends):
 
     noted = worker.status.record("repo", "main", "c" * 64, "events")["branch_table"]
     assert noted == {"state": "appended", "reason": "", "head_version": 7, "appended": [6, 7]}
+    assert appends.still_held.__self__.name == "branch-table:repo:main:events"  # it checks the lock before its state
+
+
+def test_an_append_whose_workers_died_max_deliveries_times_is_noted_failed_not_run_again(worker, appends):
+    worker.status.set_table("repo", "main", "c" * 64, "events", "done")
+    deaths(worker, "append_branch_table", "repo", "main", "c" * 64, "events")
+    appends.outcome = AssertionError("not run")
+
+    assert tasks.append_branch_table.apply(("repo", "main", "c" * 64, "events")).get()["ok"] is False
+    assert worker.status.record("repo", "main", "c" * 64, "events")["branch_table"] == {
+        "state": "failed", "reason": DIED_TWICE}
 
 
 def test_a_refused_append_is_noted_and_not_retried_and_a_busy_one_waits(worker, appends):
@@ -382,6 +417,25 @@ def test_a_computed_answer_is_cached_once_and_the_claim_released(worker, diffs):
 
     assert diffs.cache.get(*PARTS) == {"versions": [1]} and diffs.computed == 1
     assert diffs.cache.claim(60, *PARTS)  # released
+
+
+def test_an_answer_whose_workers_died_max_deliveries_times_is_a_failure_not_computed_again(worker, diffs):
+    """A poison row diff (or diff, overview, datasets): the API answers why instead of queuing it again."""
+    deaths(worker, "compute_diff", *PARTS)
+
+    assert tasks.compute_diff.apply(PARTS).get() is False
+
+    failure = diffs.cache.failure(*PARTS)
+    assert isinstance(failure, WorkerLost) and str(failure) == DIED_TWICE and diffs.computed == 0
+
+
+def test_a_commit_whose_workers_died_max_deliveries_times_is_failed_not_run_again(worker):
+    commit = commit_tables(worker.lakefs, {"_lakefs_tables/events.yaml": DESCRIPTOR % (b"events", b"events")})
+    deaths(worker, "export_commit", "repo", "main", commit)
+
+    assert tasks.export_commit.apply(("repo", "main", commit)).get() == [] and worker.sent == []
+    record = worker.status.record("repo", "main", commit, COMMIT_RECORD)
+    assert (record["state"], record["permanent"], record["reason"]) == ("failed", True, DIED_TWICE)
 
 
 def test_why_there_is_no_answer_is_cached_for_the_api(worker, diffs):
