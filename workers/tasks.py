@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 
 from exporter.config import Config
 from exporter.diff.datasets import DatasetsCache
@@ -176,20 +176,50 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
 
 class ExportTableTask(RetriedTask):
     def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
-        """Retries ran out: remove what the export wrote, and its record ends `failed` with the reason."""
+        """Retries ran out: under the export's lock, the record ends `failed` with the reason (for
+        good after `tasks.max_rounds` such ends) and what the export wrote is removed; the record is
+        written first, since the cleanup meets the store that may have failed the export. When the
+        lock is held, another delivery is writing the export and its outcome is the record's.
+
+        After the hard time limit killed the attempt (this runs in the worker's main process), the
+        dead attempt's lock is held until its TTL: the end is recorded without it (a `done` record
+        stays done) and the objects stay for the next delivery, which discards them first, or prune."""
         repository, ref, commit_id, table_name = args[:4]
         config = current_config()
         status, _ = _services(config)
-        if not _abandon(config, status, repository, ref, commit_id, table_name):
-            return  # another delivery is writing it: its outcome is the record's
-        rounds = ((status.record(repository, ref, commit_id, table_name) or {}).get("rounds") or 0) + 1
+        line = f"export {repository}/{ref}/{commit_id}/{table_name}"
+        if isinstance(exc, TimeLimitExceeded):
+            self._record_end(config, status, exc, task_id, repository, ref, commit_id, table_name)
+            return
+        try:
+            with status.lock(status.export_lock(repository, ref, commit_id, table_name),
+                             config.tasks.lock_ttl_seconds) as held:
+                if not held:
+                    log.info("%s: not abandoned, another delivery is writing it", line)
+                    return
+                self._record_end(config, status, exc, task_id, repository, ref, commit_id, table_name)
+                removed = abandon_export(config, repository, ref, commit_id, table_name, lakefs=_lakefs(config))
+            log.info("%s abandoned: %d object(s) removed", line, removed)
+        except (ExporterError, redis.RedisError) as error:
+            log.error("%s abandoned, but removing its objects failed: %s", line, error)
+
+    def _record_end(self, config: Config, status: StatusStore, exc: BaseException, task_id: str, repository: str,
+                    ref: str, commit_id: str, table_name: str) -> None:
+        """One round's end: a task and its retries share an id, and a round is counted once though its
+        cleanup may be killed at the hard time limit and end it a second time."""
+        record = status.record(repository, ref, commit_id, table_name) or {}
+        if record.get("ended_task") == task_id:
+            return
+        rounds = (record.get("rounds") or 0) + 1
         last = rounds >= config.tasks.max_rounds
-        _record(status, repository, ref, commit_id, table_name, "failed", permanent=last, rounds=rounds,
-                reason=f"gave up after {self.request.retries} retries: {exc}"
-                       + (f"; its retries ran out {rounds} times, it is not queued again (tasks.max_rounds)" if last else ""))
+        cause = (f"killed at its hard time limit ({exc.args[0]} s: tasks.time_limits, tasks.time_limit_seconds)"
+                 if isinstance(exc, TimeLimitExceeded) else exc)
+        reason = f"gave up after {self.request.retries} retries: {cause}" + (
+            f"; its retries ran out {rounds} times, it is not queued again (tasks.max_rounds)" if last else "")
+        _record(status, repository, ref, commit_id, table_name, "failed", permanent=last, rounds=rounds, reason=reason,
+                ended_task=task_id)
         status_count(status, "export_table", "failed")
-        log.error("export %s/%s/%s/%s outcome=failed reason=gave up after %d retries: %s", repository, ref,
-                  commit_id, table_name, self.request.retries, exc)
+        log.error("export %s/%s/%s/%s outcome=failed reason=%s", repository, ref, commit_id, table_name, reason)
 
 
 @app.task(bind=True, base=ExportTableTask, name="lakefs_delta.export_table")
@@ -269,24 +299,6 @@ def status_count(status: StatusStore, task: str, outcome: str) -> None:
         status.count("lakefs_delta_tasks_total", {"task": task, "outcome": outcome})
     except redis.RedisError:
         pass  # a counter is not worth failing a task for
-
-
-def _abandon(config: Config, status: StatusStore, repository: str, ref: str, commit_id: str,
-             table_name: str) -> bool:
-    """No retry of this delivery will complete the export: remove what it wrote, under the export's
-    lock, so a delivery still writing it is never emptied under its feet. False when another
-    delivery holds the lock (that one completes the export, or abandons it in turn)."""
-    try:
-        with status.lock(status.export_lock(repository, ref, commit_id, table_name), config.tasks.lock_ttl_seconds) as held:
-            if not held:
-                log.info("export %s/%s/%s/%s: not abandoned, another delivery is writing it", repository, ref,
-                         commit_id, table_name)
-                return False
-            removed = abandon_export(config, repository, ref, commit_id, table_name, lakefs=_lakefs(config))
-        log.info("export %s/%s/%s abandoned: %d object(s) removed", repository, commit_id, table_name, removed)
-    except (ExporterError, redis.RedisError) as exc:
-        log.error("export %s/%s/%s abandoned, but removing its objects failed: %s", repository, commit_id, table_name, exc)
-    return True
 
 
 @app.task(name="lakefs_delta.catch_up")

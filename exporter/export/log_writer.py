@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -20,6 +19,7 @@ from exporter.lakefs.descriptors import TableDescriptor
 from exporter.lakefs.table_log import IO_THREADS
 from exporter.storage.layout import MANIFEST
 from exporter.storage.objectstore import ObjectStore
+from exporter.threads import io_pool
 
 
 @dataclass
@@ -97,7 +97,7 @@ def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], N
     for name in ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + commits:
         write(name)
     parts = segment.checkpoint.files
-    with ThreadPoolExecutor(IO_THREADS) as pool:
+    with io_pool(IO_THREADS) as pool:
         list(pool.map(write, sidecars))
         list(pool.map(write, parts[:-1]))  # an incomplete part set is no checkpoint
     _commit_point(still_held)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -38,6 +37,7 @@ from exporter.storage.layout import (
     segment_name,
 )
 from exporter.storage.objectstore import ObjectStore, split_uri
+from exporter.threads import io_pool
 
 HOUR = 3600
 
@@ -166,7 +166,7 @@ def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str
             stores[bucket] = ObjectStore(config, f"s3://{bucket}")
         return stores[bucket].head_uri(address)
 
-    with ThreadPoolExecutor(IO_THREADS) as pool:  # a batch of addresses at a time: memory follows the batch
+    with io_pool(IO_THREADS) as pool:  # a batch of addresses at a time: memory follows the batch
         addresses = _addresses(table_root, LiveFiles(log).files())
         while batch := list(dict.fromkeys(itertools.islice(addresses, 4096))):  # a DV file serves many data files
             on_s3 = [a for a in batch if a.startswith(("s3://", "s3a://"))]

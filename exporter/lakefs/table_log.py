@@ -12,7 +12,6 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from exporter.delta.checkpoint import checkpoint_files
@@ -22,6 +21,7 @@ from exporter.lakefs.addresses import AddressIndex, AddressIndexBuilder
 from exporter.lakefs.client import PAGE_SIZE, LakeFS
 from exporter.parquet.splice import BytesSource, ParquetSource
 from exporter.storage.objectstore import ObjectSource, ObjectStore
+from exporter.threads import io_pool
 
 IO_THREADS = 16
 LIST_THREADS = 8  # folders of a table listed at once
@@ -104,7 +104,7 @@ def _list_table(lakefs: LakeFS, repository: str, commit_id: str, prefix: str) ->
             folders.append(entry["path"])
         else:
             top.addresses.add(entry["path"][len(prefix):], entry["physical_address"])
-    with ThreadPoolExecutor(LIST_THREADS) as pool:
+    with io_pool(LIST_THREADS) as pool:
         listed = list(pool.map(lambda folder: _list_folder(lakefs, repository, commit_id, prefix, folder), folders))
     return [top, *listed]
 
@@ -180,7 +180,7 @@ def _get_all(store: ObjectStore, addresses: Mapping[str, str], names: list[str])
     if len(missing) == 1:
         found[missing[0]] = store.get_uri(wanted[missing[0]])
     elif missing:
-        with ThreadPoolExecutor(min(IO_THREADS, len(missing))) as pool:
+        with io_pool(min(IO_THREADS, len(missing))) as pool:
             found.update(zip(missing, pool.map(lambda n: store.get_uri(wanted[n]), missing)))
     for name in missing:
         _RECENT.put(wanted[name], found[name])

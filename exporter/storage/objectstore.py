@@ -8,6 +8,7 @@ import os
 import boto3
 import botocore.config
 import botocore.exceptions
+import urllib3.exceptions
 
 from exporter.config import Config
 from exporter.delta.paths import physical_uri
@@ -23,11 +24,21 @@ def split_uri(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
+def _interrupted(caught_exception=None, **_) -> None:
+    """botocore wraps whatever a request raises in HTTPClientError and retries it, so an exception a
+    signal handler raised into the request (the task's soft time limit) became one more attempt and
+    the task ran on to its hard limit. What is neither a socket nor a urllib3 error goes up as itself."""
+    if isinstance(caught_exception, botocore.exceptions.HTTPClientError):
+        cause = caught_exception.kwargs.get("error")
+        if isinstance(cause, Exception) and not isinstance(cause, (OSError, urllib3.exceptions.HTTPError)):
+            raise cause
+
+
 @functools.lru_cache(maxsize=16)
 def _client(endpoint: str, region: str, access_key_id: str, secret_access_key: str):
     """One boto3 client per store and process: creating one costs more CPU than a dozen requests,
     and it keeps its connections open. boto3 clients are thread-safe."""
-    return boto3.client(
+    client = boto3.client(
         "s3",
         endpoint_url=endpoint or None,
         region_name=region,
@@ -36,6 +47,8 @@ def _client(endpoint: str, region: str, access_key_id: str, secret_access_key: s
         config=botocore.config.Config(s3={"addressing_style": "path"}, retries={"max_attempts": 3, "mode": "standard"},
                                       max_pool_connections=32, connect_timeout=5, read_timeout=30),
     )
+    client.meta.events.register_first("needs-retry.s3", _interrupted)
+    return client
 
 
 os.register_at_fork(after_in_child=_client.cache_clear)  # a forked worker opens its own connections

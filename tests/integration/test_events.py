@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -345,41 +346,54 @@ def _exports_run(service: str) -> float:
 # ---------------------------------------------------------------- guard rails
 
 
-def test_an_export_that_kills_its_worker_is_failed_after_three_deliveries(processes, lakefs, repository, stack_env):
+@contextmanager
+def hanging_worker(processes, stack_env, db: int, **extra_env: str):
+    """A worker on a queue of its own (Redis db `db`) whose object store accepts connections and
+    never answers: its tasks hang when they first read an object (and no other worker's do).
+    Yields the queue's Redis URL."""
     import socket
+
+    redis_url = stack_env["LAKEFS_DELTA_REDIS_URL"].rsplit("/", 1)[0] + f"/{db}"
+    black_hole = socket.socket()
+    black_hole.bind(("127.0.0.1", 0))
+    black_hole.listen(64)
+    processes.worker(f"hanging{db}", extra_env={"LAKEFS_DELTA_REDIS_URL": redis_url,
+                                                "LAKEFS_DELTA_OBJECT_STORE_ENDPOINT":
+                                                    f"http://127.0.0.1:{black_hole.getsockname()[1]}", **extra_env})
+    try:
+        yield redis_url
+    finally:
+        black_hole.close()
+
+
+def kill_pool_processes(processes, node: str) -> None:
+    """What the kernel's OOM killer does to a worker's pool processes."""
     import subprocess
 
+    worker = processes.workers[node.split("@")[0]]
+    children = subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout
+    for child in children.split():
+        os.kill(int(child), signal.SIGKILL)
+
+
+def test_an_export_that_kills_its_worker_is_failed_after_three_deliveries(processes, lakefs, repository, stack_env):
     from celery import Celery
 
     from exporter.state.status import StatusStore
 
-    # A queue and an object store of its own: an endpoint that accepts connections and never
-    # answers hangs this worker's export (and no other worker's) long enough to kill it mid-way.
-    redis_url = stack_env["LAKEFS_DELTA_REDIS_URL"].rsplit("/", 1)[0] + "/8"
-    black_hole = socket.socket()
-    black_hole.bind(("127.0.0.1", 0))
-    black_hole.listen(64)
     commit_id = tables_repository(lakefs, repository, ["events"], url="http://127.0.0.1:1/nowhere")
-    processes.worker("poison", extra_env={"LAKEFS_DELTA_REDIS_URL": redis_url,
-                                          "LAKEFS_DELTA_OBJECT_STORE_ENDPOINT":
-                                              f"http://127.0.0.1:{black_hole.getsockname()[1]}"})
-    status = StatusStore(redis_url)
     kills, last_start = 0, 0
-    try:
+    with hanging_worker(processes, stack_env, 8) as redis_url:
+        status = StatusStore(redis_url)
         Celery("test", broker=redis_url).send_task(
             "lakefs_delta.export_table", (repository, "main", commit_id, "events", "tables/events"))
         deadline = time.monotonic() + 180
         while kills < 3 and time.monotonic() < deadline:
             state = status.record(repository, "main", commit_id, "events") or {}
             if state.get("state") == "running" and state.get("starts", 0) > last_start:
-                worker = processes.workers[state["worker"].split("@")[0]]
-                children = subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout
-                for child in children.split():  # what the kernel's OOM killer does to a pool process
-                    os.kill(int(child), signal.SIGKILL)
+                kill_pool_processes(processes, state["worker"])
                 last_start, kills = state["starts"], kills + 1
             time.sleep(0.3)
-    finally:
-        black_hole.close()
     assert kills == 3
 
     deadline, state = time.monotonic() + 120, {}
@@ -389,3 +403,93 @@ def test_an_export_that_kills_its_worker_is_failed_after_three_deliveries(proces
 
     assert state.get("state") == "failed" and state["permanent"], state
     assert "died 3 times" in state["reason"], state
+
+
+def test_a_row_diff_that_kills_its_worker_is_answered_failed_after_three_deliveries(processes, lakefs, repository,
+                                                                                     stack_env):
+    """Every task kind counts its deliveries: a row diff whose worker is killed each time (for
+    memory, say) ends as a cached failure the API answers, not a message looping through workers."""
+    from celery import Celery
+
+    from exporter.diff.rows import RowDiffCache
+    from exporter.errors import WorkerLost
+    from exporter.state.connection import PREFIX, connection
+
+    left = tables_repository(lakefs, repository, ["events"], url="http://127.0.0.1:1/nowhere")
+    add_delta_version(lakefs, repository, "main", "tables/events", 1)
+    right = lakefs.commit_branch(repository, "main", "one more version")
+    parts = (repository, left, right, "tables/events", "-")
+    kills, deaths = 0, 0
+    with hanging_worker(processes, stack_env, 9) as redis_url:
+        started = connection(redis_url)
+        Celery("test", broker=redis_url).send_task("lakefs_delta.compute_row_diff", parts)
+        deadline = time.monotonic() + 180
+        while kills < 3 and time.monotonic() < deadline:
+            running = int(started.get(f"{PREFIX}:started:compute_row_diff:" + ":".join(parts)) or 0)
+            if running > deaths:  # this delivery started (and hangs in the object store): its worker dies
+                kill_pool_processes(processes, next(n for n in processes.workers if n.startswith("hanging9")))
+                deaths, kills = running, kills + 1
+            time.sleep(0.3)
+        assert kills == 3
+
+        cache, deadline = RowDiffCache(redis_url, 3600), time.monotonic() + 120
+        while time.monotonic() < deadline and cache.failure(*parts) is None:
+            time.sleep(0.5)
+
+    failure = cache.failure(*parts)
+    assert isinstance(failure, WorkerLost) and "died 3 times" in str(failure), failure
+    assert cache.get(*parts) is None
+
+
+def test_an_export_that_always_times_out_fails_for_good_and_catch_up_stops_queuing_it(processes, lakefs, repository,
+                                                                                        stack_env, monkeypatch, capsys):
+    """An export whose every attempt runs past its time limit: each catch-up run queues it again
+    until its retries ran out `tasks.max_rounds` times (3); then it is `failed` for good and three
+    more catch-up runs queue nothing, so its deliveries stop growing. While a round is in flight,
+    catch-up leaves it to its delivery."""
+    from lakefs_delta.cli import main as cli
+
+    from exporter.state.status import StatusStore
+
+    commit_id = tables_repository(lakefs, repository, ["events"], url="http://127.0.0.1:1/nowhere")
+    with hanging_worker(processes, stack_env, 10, LAKEFS_DELTA_TASKS_TIME_LIMITS="export_table=5",
+                        LAKEFS_DELTA_TASKS_RETRY_MAX_RETRIES="1") as redis_url:
+        monkeypatch.setenv("LAKEFS_DELTA_REDIS_URL", redis_url)  # the CLI's catch-up queues on that worker's queue
+        status = StatusStore(redis_url)
+
+        def catch_up() -> str:
+            capsys.readouterr()
+            assert cli(["catch-up", "--repo", repository]) == 0
+            return capsys.readouterr().out
+
+        def record() -> dict:
+            return status.record(repository, "main", commit_id, "events") or {}
+
+        def round_ends(rounds: int) -> dict:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and record().get("rounds", 0) < rounds:
+                time.sleep(0.5)
+            return record()
+
+        queued = f"queued  {repository} main {commit_id}"  # (the install commit is queued too: it has no log)
+        ends = []
+        for round_number in (1, 2, 3):
+            assert queued in catch_up()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and record().get("state") not in ("running", "retrying"):
+                time.sleep(0.2)
+            if round_number == 1:  # in flight: left to its delivery
+                printed = catch_up()
+                assert queued not in printed and f"busy    {repository} main {commit_id} events" in printed, printed
+            ends.append(round_ends(round_number))
+        attempts = status.record(repository, "main", commit_id, "events")["retries"]
+        after = [catch_up() for _ in range(3)]
+        time.sleep(3)
+        final = record()
+
+    assert [(e["state"], e["rounds"], e["permanent"]) for e in ends] == [
+        ("failed", 1, False), ("failed", 2, False), ("failed", 3, True)], ends
+    assert "timed out" in ends[-1]["reason"] and "(tasks.max_rounds)" in ends[-1]["reason"], ends[-1]
+    assert all(queued not in printed and f"failed  {repository} main {commit_id} events" in printed
+               for printed in after), after
+    assert (final["state"], final["rounds"], final["retries"]) == ("failed", 3, attempts), final

@@ -280,6 +280,26 @@ def test_giving_up_leaves_an_export_alone_while_another_delivery_writes_it(worke
     assert worker.status.record("repo", "main", "c" * 64, "events")["state"] == "running"
 
 
+def test_an_attempt_killed_at_its_hard_time_limit_is_recorded_though_its_lock_outlives_it(worker):
+    """The killed attempt held the lock (until its TTL): before, the end was not recorded, the record
+    stayed `running`, and catch-up queued the export forever."""
+    from celery.exceptions import TimeLimitExceeded
+
+    partial = export_location(worker.config, "main", "c" * 64, "events")
+    worker.namespace.put(partial + "_delta_log/00000000000000000000.json", b"{}")
+    worker.status.set_table("repo", "main", "c" * 64, "events", "running", worker="killed")
+    with StatusStore(worker.config.redis).lock(StatusStore.export_lock("repo", "main", "c" * 64, "events"), 60):
+        tasks.export_table.on_failure(TimeLimitExceeded(5), "task-id", ARGS, {}, None)
+
+        tasks.export_table.on_failure(TimeLimitExceeded(5), "task-id", ARGS, {}, None)  # one round, ended twice
+
+    record = worker.status.record("repo", "main", "c" * 64, "events")
+    assert (record["state"], record["rounds"], record["permanent"]) == ("failed", 1, False)
+    assert record["reason"] == ("gave up after 0 retries: killed at its hard time limit (5 s: tasks.time_limits, "
+                                "tasks.time_limit_seconds)")
+    assert worker.namespace.list_keys(partial)  # under the dead attempt's lock: left for the next delivery
+
+
 def test_a_complete_export_is_kept_when_a_late_delivery_gives_up(worker):
     complete = export_location(worker.config, "main", "c" * 64, "events")
     worker.namespace.put(complete + "_delta_log/00000000000000000000.json", b"{}")
