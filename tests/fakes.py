@@ -69,6 +69,7 @@ class MemoryStore:
         self.deleted: list[list[str]] = []
         self.reads: list[str] = []
         self.range_reads: list[tuple[str, int, int]] = []
+        self.listings: list[tuple[str, str, str]] = []  # (relative, start_after, stop_at) of each listing
         for name, body in (objects or {}).items():
             bucket, key = split_uri(name) if "://" in name else (self.bucket, self.key(name))
             self._buckets.write(bucket, key, body)
@@ -130,11 +131,13 @@ class MemoryStore:
     def list_sizes(self, relative: str) -> dict[str, int]:
         return {name: size for name, size, _ in self.list_objects(relative)}
 
-    def list_objects(self, relative: str, start_after: str = "") -> list[tuple[str, int, float]]:
+    def list_objects(self, relative: str, start_after: str = "", stop_at: str = "") -> list[tuple[str, int, float]]:
+        self.listings.append((relative, start_after, stop_at))
         prefix, root, after = self.key(relative), self.key(""), self.key(start_after) if start_after else ""
+        stop = self.key(stop_at) if stop_at else None
         return [(key[len(root):], len(found.body), found.modified)
                 for (bucket, key), found in sorted(self._buckets.objects.items())
-                if bucket == self.bucket and key.startswith(prefix) and key > after]
+                if bucket == self.bucket and key.startswith(prefix) and key > after and (stop is None or key < stop)]
 
     def list_folders(self, relative: str) -> list[str]:
         prefix = self.key(relative)

@@ -67,12 +67,13 @@ def live_files_differ(store: ObjectStore, target: str, exported: ExportedLog) ->
     return len(mine) != len(theirs) or not pc.all(pc.is_in(mine, value_set=theirs)).as_py()
 
 
-def copy_checkpoint(store: ObjectStore, target: str, exported: ExportedLog, offset: int, branch_head: int) -> None:
+def copy_checkpoint(store: ObjectStore, target: str, exported: ExportedLog, offset: int, branch_head: int) -> bool:
     """The export's checkpoint when it describes a version the branch table did not have, renamed
-    by the offset; a V2 checkpoint names its version inside, so it is copied only without one."""
+    by the offset; a V2 checkpoint names its version inside, so it is copied only without one.
+    Whether it was copied."""
     checkpoint = exported.segment.checkpoint
     if checkpoint is None or checkpoint.version + offset <= branch_head or (offset and checkpoint.kind == "v2"):
-        return
+        return False
     names = exported.checkpoint_files()
 
     def copy(name: str) -> None:
@@ -85,6 +86,7 @@ def copy_checkpoint(store: ObjectStore, target: str, exported: ExportedLog, offs
         document = json.loads(exported.raw(LAST_CHECKPOINT))
         document["version"] = checkpoint.version + offset
         store.put(target + LOG_DIR + LAST_CHECKPOINT, json.dumps(document).encode())
+    return True
 
 
 def source_versions(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str,

@@ -23,11 +23,14 @@ from __future__ import annotations
 import fnmatch
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from exporter.config import Config
+from exporter.delta.live_files import LiveFiles
 from exporter.delta.log import LOG_DIR, LogListing, commit_name
+from exporter.delta.log_retention import expired_log_files, log_retention_seconds
 from exporter.errors import BranchTableRefused, CorruptLog, NotFound
 from exporter.export.branch_log import (
     annotated,
@@ -65,6 +68,8 @@ class AppendOutcome:
     appended: list[int] = field(default_factory=list)  # branch-table versions written
     synthetic: str = ""  # why one synthetic version brought the table to the source's state
     skipped: str = ""  # why nothing was written
+    checkpoint: int | None = None  # the branch-table version of a checkpoint the append copied
+    expired: int = 0  # log files removed by the log retention after it
     lakefs_calls: int = 0
     seconds: float = 0.0
 
@@ -158,10 +163,36 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
             still_held()
         store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")  # last: the commit point
         outcome.head_version = state["head_version"]
+        if outcome.checkpoint is not None:  # after a checkpoint, as Delta writers clean their log up
+            outcome.expired = expire_log(store, target, state, LiveFiles(exported).metadata or {}, outcome.checkpoint,
+                                         time.time(), still_held)
         return outcome
     finally:
         outcome.seconds = time.monotonic() - started
         outcome.lakefs_calls = lakefs.calls - calls_before
+
+
+def expire_log(store: ObjectStore, target: str, state: dict, metadata: Mapping[str, Any], upto: int, now: float,
+               still_held: Callable[[], None] | None = None) -> int:
+    """Delta's log retention on a branch table (`exporter.delta.log_retention`: the table's
+    `delta.logRetentionDuration`, default 30 days), over its log up to the checkpoint at `upto`:
+    the state first (its first version, and the commit mapping of versions still readable), then
+    the expired files, oldest first. How many files it removed."""
+    retention = log_retention_seconds(metadata.get("configuration") or {})
+    if retention is None:
+        return 0
+    prefix = target + LOG_DIR
+    files = [(name[len(prefix):], size, at) for name, size, at in store.list_objects(prefix, stop_at=prefix + f"{upto + 1:020d}")]
+    start, expired = expired_log_files(files, now - retention)
+    if not expired:
+        return 0
+    state.update(first_version=max(start, state["first_version"]),
+                 commits=[entry for entry in state["commits"] if entry["version"] >= start])
+    if still_held:
+        still_held()
+    store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")
+    store.delete([prefix + name for name in sorted(expired)])
+    return len(expired)
 
 
 def _place_on_branch(lakefs: LakeFS, repository: str, branch: str, commit_id: str,
@@ -261,7 +292,8 @@ def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exp
                   sync_commit(store, target, exported, reason, repository, commit_id))
         outcome.appended.append(sync_version)
         mapped = [(commit_id, head)]
-    copy_checkpoint(store, target, exported, offset, branch_head)
+    if copy_checkpoint(store, target, exported, offset, branch_head):
+        outcome.checkpoint = exported.segment.checkpoint.version + offset
     new_head = head + offset
     table_id = table_id_of(parsed_commits({v: raw for v, raw in versions.items() if v > followed}), exported,
                          from_checkpoint=reason is not None) or state.get("table_id")

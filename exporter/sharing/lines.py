@@ -103,8 +103,9 @@ def changes_lines(table: SharedTable, snapshot: Snapshot, end: int, fmt: str, pr
     yield _protocol_line(protocol or snapshot.protocol, fmt)
     yield _metadata_line(snapshot.metadata, fmt, start if historical_metadata or fmt == "delta" else None)
     sign = table.signer(presigner)
+    commits = table.commits(start, end)
     for version in range(start, end + 1):
-        if version not in table.commits:
+        if version not in commits:
             raise VersionOutOfRange(f"version {version} of table {table.name!r} is not in its log")
         actions = table.actions(version)
         timestamp = table.timestamp(version, actions)

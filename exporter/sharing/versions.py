@@ -16,10 +16,12 @@ from typing import Any
 from urllib.parse import unquote
 
 from exporter.config import Config
-from exporter.delta.actions import commit_timestamp, parse_actions
+from exporter.delta.actions import in_commit_timestamp, parse_actions
 from exporter.delta.live_files import LiveFiles
-from exporter.delta.log import LOG_DIR, LogListing, commit_version, log_file_version, select_segment
-from exporter.errors import InvalidParameter, NotFound, ShareNotFound, UnshareableTable, VersionOutOfRange
+from exporter.delta.log import (LAST_CHECKPOINT, LOG_DIR, Checkpoint, LogListing, commit_name, commit_version,
+                                log_file_version, select_segment)
+from exporter.errors import (ExporterError, InvalidParameter, NotFound, ShareNotFound, UnshareableTable,
+                             VersionOutOfRange)
 from exporter.export.readback import ExportedLog
 from exporter.storage.layout import (
     MANIFEST,
@@ -31,10 +33,16 @@ from exporter.storage.objectstore import ObjectStore
 from exporter.storage.presign import PresignedUrl, Presigner
 
 
+WINDOW = 1000  # versions listed at a time when looking back for a checkpoint (as Spark's reader does)
+
+
 @dataclass
 class SharedTable:
-    """A shared table's log: its versions and their timestamps, from one listing made when first needed
-    (the head comes from the state file or manifest: `/version` lists nothing)."""
+    """A shared table's log. A snapshot lists only from the newest complete checkpoint at or below
+    its version (`_last_checkpoint`'s, else found looking back `WINDOW` versions at a time), and a
+    version range only its own commits, so a long log costs a query no more than its tail; only a
+    timestamp's resolution (and the message of a version out of range) lists the log whole. The head
+    comes from the state file or manifest: `/version` lists nothing."""
 
     store: ObjectStore
     location: str  # relative to the storage namespace
@@ -43,17 +51,27 @@ class SharedTable:
     source_timestamps: dict[int, int] = field(default_factory=dict)  # a tag export's, from its manifest
     allowed: tuple[str, ...] = ()  # prefixes whose objects may be presigned (the storage namespace, ...)
     _timestamps: dict[int, int] = field(default_factory=dict)
+    _seen: dict[str, tuple[int, float]] = field(default_factory=dict)  # log files listed so far
+    _written_ms: dict[int, int] = field(default_factory=dict)  # commit write times of `_seen`, increasing
+    _written_from: int = -1  # the size of `_seen` they were computed from
+
+    def _window(self, first: int, last: int) -> dict[str, tuple[int, float]]:
+        """Name under _delta_log/ -> (size, modification time) of the files of versions first..last:
+        one listing that starts at `first` and asks for no page past `last`."""
+        prefix = self.location + LOG_DIR
+        found = {key[len(prefix):]: (size, modified) for key, size, modified in self.store.list_objects(
+            prefix, start_after=prefix + commit_name(first - 1) if first > 0 else "",
+            stop_at=prefix + f"{min(last, self.head_version) + 1:020d}")}
+        self._seen.update(found)
+        return found
 
     @functools.cached_property
     def entries(self) -> dict[str, tuple[int, float]]:
-        """Name under _delta_log/ -> (size, modification time), up to the head (versions past it are an
-        interrupted append's: not committed)."""
-        return {name: meta for name, meta in _listing(self.store, self.location).items()
-                if _at_or_below(name, self.head_version)}
-
-    @functools.cached_property
-    def commits(self) -> dict[int, str]:
-        return {version: name for name in self.entries if (version := commit_version(name)) is not None}
+        """Every log file up to the head (versions past it are an interrupted append's: not committed)."""
+        found = {name: meta for name, meta in _listing(self.store, self.location).items()
+                 if _at_or_below(name, self.head_version)}
+        self._seen.update(found)
+        return found
 
     @functools.cached_property
     def first_version(self) -> int:
@@ -66,53 +84,113 @@ class SharedTable:
         return min(listing.checkpoints)
 
     @functools.cached_property
-    def _written(self) -> dict[int, int]:
-        """Each commit's write time (ms), made increasing as Delta readers make them (a time not after
-        the previous version's becomes that one + 1 ms)."""
-        written, previous = {}, None
-        for version in sorted(self.commits):
-            at = int(self.entries[self.commits[version]][1] * 1000)
-            previous = written[version] = at if previous is None or at > previous else previous + 1
-        return written
+    def _last_checkpoint(self) -> int | None:
+        """The version `_last_checkpoint` names: a hint (the listing decides), None when absent or past the head."""
+        try:
+            version = int(json.loads(self.store.get(self.location + LOG_DIR + LAST_CHECKPOINT))["version"])
+        except (NotFound, ValueError, KeyError, TypeError):
+            return None
+        return version if version <= self.head_version else None
 
-    def check_version(self, version: int) -> int:
-        if not self.first_version <= version <= self.head_version:
-            raise VersionOutOfRange(f"version {version} of table {self.name!r} is not available: "
-                                    f"versions {self.first_version} to {self.head_version} are")
-        return version
+    def _segment_files(self, version: int) -> dict[str, tuple[int, float]]:
+        """The log files a reader of `version` needs: from the newest complete checkpoint at or below
+        it, or from version 0 when there is none."""
+        last = self._last_checkpoint
+        if last is not None and last <= version:
+            found = self._window(last, version)
+            if last in _complete(found):
+                return self._with_sidecars(found, last)
+        found, upper = {}, version
+        while upper >= 0:
+            lower = max(0, upper - WINDOW + 1)
+            window = self._window(lower, upper)
+            found.update(window)
+            if checkpoints := _complete(found):
+                start = max(checkpoints)
+                return self._with_sidecars({name: meta for name, meta in found.items()
+                                            if (v := log_file_version(name)) is None or v >= start}, start)
+            if not window:  # nothing this far back: the log starts above (expired), or has a gap
+                break
+            upper = lower - 1
+        return found
+
+    def _with_sidecars(self, found: dict[str, tuple[int, float]], checkpoint: int) -> dict[str, tuple[int, float]]:
+        """A V2 checkpoint's sidecars (`_sidecars/`, sorted after every version) are listed too."""
+        if _complete(found)[checkpoint].kind != "v2":
+            return found
+        prefix = self.location + LOG_DIR
+        return {**found, **{key[len(prefix):]: (size, modified)
+                            for key, size, modified in self.store.list_objects(prefix + "_sidecars/")}}
+
+    def commits(self, start: int, end: int) -> dict[int, str]:
+        """Version -> commit file name of the versions start..end the log holds (listed once per range)."""
+        known = {v: name for name in self._seen if (v := commit_version(name)) is not None and start <= v <= end}
+        if len(known) == end - start + 1:
+            return known
+        return {v: name for name in self._window(start, end) if (v := commit_version(name)) is not None}
 
     def check_commits(self, start: int, end: int) -> None:
         """Every version of a change range has its commit in the log (checked before an answer starts)."""
-        missing = [v for v in range(start, end + 1) if v not in self.commits]
+        commits = self.commits(start, end)
+        missing = [v for v in range(start, end + 1) if v not in commits]
         if missing:
-            first = min((v for v in self.commits if v >= self.first_version), default=self.first_version)
             raise VersionOutOfRange(f"version {missing[0]} of table {self.name!r} is not in its log: changes can be "
-                                    f"read from version {first} to {self.head_version}")
+                                    f"read from version {self._oldest_commit()} to {self.head_version}")
+
+    def _oldest_commit(self) -> int:
+        return min((v for name in self.entries if (v := commit_version(name)) is not None and v >= self.first_version),
+                   default=self.first_version)
 
     def snapshot(self, version: int | None = None) -> "Snapshot":
-        version = self.head_version if version is None else self.check_version(version)
-        entries = [(name, size) for name, (size, _) in self.entries.items() if _at_or_below(name, version)]
-        listing = LogListing.from_names(entries)
-        log = ExportedLog(self.store, self.location, dict(entries), listing, select_segment(listing))
+        version = self.head_version if version is None else version
+        if not 0 <= version <= self.head_version:
+            raise self._unavailable(version)
+        files = self._segment_files(version)
+        listing = LogListing.from_names((name, size) for name, (size, _) in files.items())
+        try:
+            segment = select_segment(listing)
+        except ExporterError:
+            raise self._unavailable(version) from None
+        if segment.head_version != version:
+            raise self._unavailable(version)
+        log = ExportedLog(self.store, self.location, dict(listing.sizes), listing, segment)
         return Snapshot(self, version, LiveFiles(log))
 
+    def _unavailable(self, version: int) -> VersionOutOfRange:
+        return VersionOutOfRange(f"version {version} of table {self.name!r} is not available: "
+                                 f"versions {self.first_version} to {self.head_version} are")
+
     def timestamp(self, version: int, actions: list[dict] | None = None) -> int:
-        """The version's commit timestamp, epoch ms: in-commit timestamp, else when its file was written."""
+        """The version's commit timestamp, epoch ms: in-commit timestamp, else when its file was written
+        (made increasing over the commits listed, as Delta readers make them: a time not after the
+        previous version's becomes that one + 1 ms)."""
         if version not in self._timestamps:
             if version in self.source_timestamps:
                 self._timestamps[version] = self.source_timestamps[version]
             else:
-                if version not in self.commits:
-                    raise VersionOutOfRange(f"version {version} of table {self.name!r} has no commit in its log")
                 actions = self.actions(version) if actions is None else actions
-                self._timestamps[version] = commit_timestamp(actions, self._written[version])
+                written = in_commit_timestamp(actions)
+                self._timestamps[version] = self._written(version) if written is None else written
         return self._timestamps[version]
+
+    def _written(self, version: int) -> int:
+        if commit_name(version) not in self._seen:
+            self._window(version, version)
+        if len(self._seen) != self._written_from:  # the listed commits' times, made increasing
+            self._written_from, previous = len(self._seen), None
+            for v in sorted(v for name in self._seen if (v := commit_version(name)) is not None):
+                at = int(self._seen[commit_name(v)][1] * 1000)
+                previous = self._written_ms[v] = at if previous is None or at > previous else previous + 1
+        if version not in self._written_ms:
+            raise VersionOutOfRange(f"version {version} of table {self.name!r} has no commit in its log")
+        return self._written_ms[version]
 
     def version_at(self, timestamp: str, at_or_after: bool) -> int:
         """The newest version committed at or before `timestamp` (a snapshot's), or the oldest at or
-        after it (a change feed's start). Commit timestamps increase with the version: a binary search."""
+        after it (a change feed's start). Commit timestamps increase with the version: a binary search
+        over the whole log's commits."""
         moment = _parse_timestamp(timestamp)
-        versions = sorted(v for v in self.commits if v >= self.first_version)
+        versions = sorted(v for name in self.entries if (v := commit_version(name)) is not None and v >= self.first_version)
         if not versions:
             raise VersionOutOfRange(f"table {self.name!r} has no commit to resolve a timestamp against")
         index = bisect.bisect_left(_Timestamps(self, versions), moment) if at_or_after else \
@@ -130,8 +208,12 @@ class SharedTable:
         return versions[index]
 
     def actions(self, version: int) -> list[dict]:
-        name = self.commits[version]
-        return parse_actions(name, self.store.get(self.location + LOG_DIR + name))
+        name = commit_name(version)
+        try:
+            raw = self.store.get(self.location + LOG_DIR + name)
+        except NotFound:
+            raise VersionOutOfRange(f"version {version} of table {self.name!r} has no commit in its log") from None
+        return parse_actions(name, raw)
 
     def signer(self, presigner: Presigner) -> Callable[[str], tuple[str, PresignedUrl]]:
         """(absolute path, presigned URL) of a path in this table's log; a path outside the prefixes
@@ -209,6 +291,11 @@ def _s3(uri: str) -> str:
         return uri
     scheme, separator, rest = uri.partition("://")
     return f"s3://{rest}" if separator and scheme in ("s3a", "s3n") else uri
+
+
+def _complete(files: Mapping[str, tuple[int, float]]) -> dict[int, Checkpoint]:
+    """The complete checkpoints among listed log files, by version."""
+    return LogListing.from_names((name, size) for name, (size, _) in files.items()).checkpoints
 
 
 def _listing(store: ObjectStore, location: str) -> dict[str, tuple[int, float]]:

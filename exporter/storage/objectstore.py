@@ -120,16 +120,27 @@ class ObjectStore:
         """Every object under `relative` and its size, by name relative to the namespace."""
         return {name: size for name, size, _ in self.list_objects(relative)}
 
-    def list_objects(self, relative: str, start_after: str = "") -> list[tuple[str, int, float]]:
+    def list_objects(self, relative: str, start_after: str = "", stop_at: str = "") -> list[tuple[str, int, float]]:
         """(name relative to the namespace, size, modified as epoch seconds) of every object under
-        `relative` (only those whose name sorts after `start_after`, when given)."""
+        `relative` whose name sorts after `start_after` and before `stop_at` (each when given: the
+        listing starts there, and asks for no page past `stop_at`)."""
         paginator = self.client.get_paginator("list_objects_v2")
         after = {"StartAfter": self.key(start_after)} if start_after else {}
-        pages = self._call("list", self.uri(relative),
-                           lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=self.key(relative), **after)))
+        stop = self.key(stop_at) if stop_at else None
+
+        def pages() -> list[dict]:
+            found = []
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.key(relative), **after):
+                found.append(page)
+                contents = page.get("Contents") or []
+                if stop is not None and contents and contents[-1]["Key"] >= stop:
+                    break
+            return found
+
         root = self.key("")
         return [(item["Key"][len(root):], item["Size"], item["LastModified"].timestamp())
-                for page in pages for item in page.get("Contents", [])]
+                for page in self._call("list", self.uri(relative), pages) for item in page.get("Contents", [])
+                if stop is None or item["Key"] < stop]
 
     def head_uri(self, uri: str) -> bool:
         """Whether the object at an absolute address exists."""

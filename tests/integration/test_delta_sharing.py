@@ -329,3 +329,66 @@ def test_a_consumer_without_storage_credentials_gets_only_presigned_urls(
     both = httpx.post(url + "/query", json={"version": 1, "timestamp": "2026-01-01T00:00:00Z"}, headers=headers,
                       timeout=30)
     assert both.status_code == 400 and both.json()["errorCode"] == "INVALID_PARAMETER_VALUE"
+
+
+def test_a_branch_table_of_twenty_thousand_versions_is_listed_from_the_checkpoint_a_query_needs(
+        config, lakefs, repository, s3, stack_env):
+    """A branch table committed every minute gains ~500k log files a year. `/metadata` and `/query`
+    list its log from the newest checkpoint at or below the version asked, not from its start:
+    LIST calls counted at the real object store's client (before: one per 1,000 log files)."""
+    import io
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.parquet as pq
+
+    from bench.synthetic import METADATA, PROTOCOL, synthetic_checkpoint
+    from exporter.sharing.versions import Schema, branch_table
+    from exporter.storage.layout import STATE, branch_table_location
+    from exporter.storage.objectstore import ObjectStore
+
+    versions, every = 20_000, 500
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    location = branch_table_location(config, "main", "long")
+    data = [store.uri(f"data/part-{v:05d}.parquet") for v in range(versions)]
+
+    def put(version: int) -> None:
+        actions = [PROTOCOL, METADATA] if version == 0 else []
+        actions.append({"add": {"path": data[version], "partitionValues": {}, "size": 100, "modificationTime": 0,
+                                "dataChange": True}})
+        store.put(f"{location}_delta_log/{version:020d}.json", "\n".join(map(json.dumps, actions)).encode())
+        if version % every == 0 and version:
+            sink = io.BytesIO()
+            pq.write_table(synthetic_checkpoint(data[:version + 1]), sink)
+            store.put(f"{location}_delta_log/{version:020d}.checkpoint.parquet", sink.getvalue())
+
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(put, range(versions)))
+    store.put(f"{location}_delta_log/_last_checkpoint", json.dumps({"version": 19_500, "size": 19_503}).encode())
+    store.put(location + STATE, json.dumps({"head_version": versions - 1, "first_version": 0, "commits": []}).encode())
+
+    lists = []
+    count = lambda **_: lists.append(1)  # noqa: E731
+    store.client.meta.events.register("before-call.s3.ListObjectsV2", count)
+    try:
+        schema = Schema("main", repository, "main", "branch")
+
+        def calls(read) -> tuple[int, object]:
+            lists.clear()
+            answer = read(branch_table(config, store, schema, "long"))
+            return len(lists), answer
+
+        def query(table, version: int | None = None) -> tuple[str, int]:  # what /metadata and /query read
+            snapshot = table.snapshot(version)
+            return snapshot.metadata["id"], len(list(snapshot.live.files(whole=True)))
+
+        head = calls(query)
+        old = calls(lambda table: query(table, 10_250))
+        changes = calls(lambda table: sorted(table.commits(19_990, 19_999)))
+        whole = calls(lambda table: len(table.entries))
+    finally:
+        store.client.meta.events.unregister("before-call.s3.ListObjectsV2", count)
+
+    assert head == (1, ("bench", versions)), head  # _last_checkpoint's checkpoint 19,500 and 499 commits: one page
+    assert old == (2, ("bench", 10_251)), old  # one window of 1,000 versions back holds checkpoint 10,000: 2 pages
+    assert changes == (1, list(range(19_990, 20_000))), changes
+    assert whole == (21, versions + versions // every - 1 + 1), whole  # what every query listed before

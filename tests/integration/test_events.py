@@ -453,7 +453,7 @@ def test_an_export_that_always_times_out_fails_for_good_and_catch_up_stops_queui
 
     commit_id = tables_repository(lakefs, repository, ["events"], url="http://127.0.0.1:1/nowhere")
     with hanging_worker(processes, stack_env, 10, LAKEFS_DELTA_TASKS_TIME_LIMITS="export_table=5",
-                        LAKEFS_DELTA_TASKS_RETRY_MAX_RETRIES="1") as redis_url:
+                        LAKEFS_DELTA_TASKS_RETRY_MAX_RETRIES="2") as redis_url:  # a round: 3 attempts, ~8 s
         monkeypatch.setenv("LAKEFS_DELTA_REDIS_URL", redis_url)  # the CLI's catch-up queues on that worker's queue
         status = StatusStore(redis_url)
 

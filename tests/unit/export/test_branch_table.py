@@ -161,3 +161,47 @@ def test_an_append_that_lost_its_lock_stops_before_the_state_its_readers_follow(
     assert read_state(store, branch_table_location(config, "main", "events"))["last_commit"] == first
     again = append_commit(config, lakefs, "repo", "main", second, "events")  # the holder's append: the orphan goes
     assert again.appended == [1] and again.head_version == 1
+
+
+def test_log_retention_removes_expired_files_below_the_newest_checkpoint_that_is_as_old():
+    from exporter.delta.log_retention import expired_log_files, interval_seconds, log_retention_seconds
+
+    files = [(f"{v:020d}.json", 10, 1000.0 + v) for v in range(30)]
+    files += [(f"{v:020d}.crc", 10, 1000.0 + v) for v in range(30)]
+    files += [(f"{v:020d}.checkpoint.parquet", 10, 1000.5 + v) for v in (10, 20)]
+    files += [("_last_checkpoint", 10, 1020.5), ("_sidecars/s.parquet", 10, 1.0)]
+
+    start, expired = expired_log_files(files, cutoff=1015.5)  # checkpoint 10 is that old, 20 is not
+
+    assert start == 10
+    assert sorted(expired) == sorted([f"{v:020d}.{kind}" for v in range(10) for kind in ("json", "crc")])
+    assert expired_log_files(files, cutoff=1005.0) == (None, [])  # no checkpoint old enough: nothing goes
+    assert interval_seconds("interval 1 day 12 hours") == 36 * 3600 and interval_seconds("2 weeks") == 14 * 86400
+    assert log_retention_seconds({}) == 30 * 86400
+    assert log_retention_seconds({"delta.enableExpiredLogCleanup": "false"}) is None
+    with pytest.raises(ExporterError, match="not an interval"):
+        log_retention_seconds({"delta.logRetentionDuration": "a month"})
+
+
+def test_a_branch_tables_log_retention_writes_its_state_then_removes_the_files(lakefs):
+    from exporter.export.branch_table import expire_log, read_state
+    from exporter.storage.objectstore import ObjectStore
+
+    store = ObjectStore(Config(), "s3://lake/repo")
+    target = "_lakefs/exported/main/latest/events/"
+    for v in range(25):
+        store.put(f"{target}_delta_log/{v:020d}.json", b"{}")
+    for v in (10, 20):
+        store.put(f"{target}_delta_log/{v:020d}.checkpoint.parquet", b"x")
+    state = {"first_version": 0, "head_version": 24,
+             "commits": [{"commit_id": f"c{v}", "version": v} for v in (0, 9, 10, 15, 24)]}
+    store.put(target + "_lakefs_branch_table.json", b"{}")
+    retention = {"configuration": {"delta.logRetentionDuration": "interval 1 hour"}}
+    assert expire_log(store, target, state, retention, 20, now=1_700_000_000.0) == 0  # the store's clock: nothing old
+    removed = expire_log(store, target, state, retention, 20, now=1_800_000_000.0)
+
+    left = [name.rsplit("/", 1)[-1] for name, _, _ in store.list_objects(target + "_delta_log/")]
+    assert removed == 21  # versions 0..19 and checkpoint 10, below checkpoint 20
+    assert left[0] == f"{20:020d}.checkpoint.parquet" and len(left) == 6  # checkpoint 20, versions 20..24
+    saved = read_state(store, target)
+    assert saved["first_version"] == 20 and [c["version"] for c in saved["commits"]] == [24]

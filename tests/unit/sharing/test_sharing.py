@@ -167,10 +167,13 @@ def test_shares_are_listed_by_name_so_pages_miss_none():
 
 
 def logged(entries: dict[str, tuple[int, float]], head: int, ict: dict[int, int] | None = None) -> SharedTable:
-    """A shared table over a listing, whose commits hold an in-commit timestamp where `ict` says."""
-    table = SharedTable(MemoryStore(), "t/", "t", head)
-    with mock.patch("exporter.sharing.versions._listing", return_value=entries):  # the listing, without a store
-        assert table.entries is not None
+    """A shared table over log files of these sizes and modification times, whose commits hold an
+    in-commit timestamp where `ict` says."""
+    store = MemoryStore()
+    for name, (size, modified) in entries.items():
+        store.put(f"t/_delta_log/{name}", b"x" * size)
+        store._buckets.objects[(store.bucket, store.key(f"t/_delta_log/{name}"))].modified = modified
+    table = SharedTable(store, "t/", "t", head)
     table.actions = lambda version: [{"commitInfo": {"inCommitTimestamp": ict[version]}}] \
         if ict and version in ict else [{"commitInfo": {}}]
     return table
@@ -204,12 +207,38 @@ def test_versions_and_change_ranges_are_checked_before_an_answer_starts():
     entries = {f"{5:020d}.checkpoint.parquet": (10, 1.0), **{f"{v:020d}.json": (10, 1.0) for v in (6, 7, 8)},
                f"{9:020d}.json": (10, 1.0)}
     table = logged(entries, head=8)  # version 9 is past the committed head: an interrupted append's
-    assert table.first_version == 5 and max(table.commits) == 8
+    assert table.first_version == 5 and max(table.commits(0, 9)) == 8
     with pytest.raises(VersionOutOfRange, match="versions 5 to 8 are"):
-        table.check_version(4)
+        table.snapshot(4)
     with pytest.raises(VersionOutOfRange, match="version 5 .* is not in its log: changes can be read from version 6"):
         table.check_commits(5, 8)  # the checkpoint's own commit was not exported
     table.check_commits(6, 8)
+
+
+def test_a_long_log_is_listed_from_the_checkpoint_a_version_needs_not_from_its_start():
+    """5,000 versions, a checkpoint every 10: a snapshot lists from the newest checkpoint at or below
+    its version (`_last_checkpoint`'s for the head), a range only its own commits."""
+    head = 4_995
+    entries = {f"{v:020d}.json": (10, 1.0 + v) for v in range(head + 1)}
+    entries |= {f"{v:020d}.checkpoint.parquet": (10, 1.0 + v) for v in range(10, head + 1, 10)}
+    table = logged(entries, head=head)
+    table.store.put("t/_delta_log/_last_checkpoint", b'{"version": 4990, "size": 3}')
+    log = "t/_delta_log/"
+
+    head_files = table._segment_files(head)
+    assert sorted(head_files)[0] == f"{4990:020d}.checkpoint.parquet" and len(head_files) == 7
+    assert table.store.listings == [(log, log + f"{4989:020d}.json", log + f"{4996:020d}")]
+
+    table.store.listings.clear()
+    old = table._segment_files(2_005)  # below _last_checkpoint: one window back finds checkpoint 2000
+    assert min(old) == f"{2000:020d}.checkpoint.parquet" and max(old) == f"{2005:020d}.json"
+    assert table.store.listings == [(log, log + f"{1005:020d}.json", log + f"{2006:020d}")]
+
+    table.store.listings.clear()
+    assert sorted(table.commits(100, 120)) == list(range(100, 121))
+    assert table.store.listings == [(log, log + f"{99:020d}.json", log + f"{121:020d}")]
+    assert table.timestamp(4_993) == 4_994_000  # the file time, from the head's listing: nothing listed again
+    assert len(table.store.listings) == 1
 
 
 def test_a_range_that_gains_deletion_vectors_needs_the_delta_format():
