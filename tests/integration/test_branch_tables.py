@@ -379,3 +379,43 @@ def test_deletion_vectors_v2_checkpoints_and_in_commit_timestamps_survive_a_dive
     timestamps = [branch_commit(s3, location, v)[0]["commitInfo"]["inCommitTimestamp"] for v in (3, 4)]
     assert timestamps[0] < timestamps[1], "in-commit timestamps keep increasing"
     assert branch_table_versions(config, lakefs, repository, "main", "dv")["commits"][0]["commit_id"] == kept
+
+
+def test_log_retention_removes_expired_commits_and_every_retained_version_still_reads(spark, lakefs, config,
+                                                                                      repository, s3):
+    """A branch table keeps Delta's log retention (`delta.logRetentionDuration`, default 30 days): after a
+    checkpoint, the log files below the newest checkpoint that old are removed, as Delta writers remove
+    theirs. Run here at a clock 30 days after checkpoint 6 was written and before checkpoint 9 was:
+    versions 0..5 go, and every version from 6 on reads in Spark exactly as the source at that
+    version; an expired version is refused, as on any Delta table."""
+    from exporter.delta.live_files import LiveFiles
+    from exporter.export.branch_table import expire_log, read_state
+    from exporter.export.readback import read_exported_log
+    from exporter.storage.layout import branch_table_location
+
+    uri = table_uri(repository, "main", "tables/kept")
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT) USING delta TBLPROPERTIES ('delta.checkpointInterval' = '3')")
+    add_descriptor(lakefs, repository, "kept", "tables/kept")
+    commit_and_append(config, lakefs, repository, "kept", "version 0")
+    for value in range(1, 10):  # versions 1..9; the source writes checkpoints at 3, 6 and 9
+        spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({value})")
+        commit_and_append(config, lakefs, repository, "kept", f"version {value}")
+        time.sleep(0.5)
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    target = branch_table_location(config, "main", "kept")
+    written = {name.rsplit("/", 1)[-1]: at for name, _, at in store.list_objects(target + "_delta_log/")}
+    assert branch_log_versions(s3, store.uri(target)) == list(range(10))  # 30 days have not passed: all kept
+
+    log = read_exported_log(store, target)
+    clock = written[f"{6:020d}.checkpoint.parquet"] + 30 * 86400 + 0.25
+    removed = expire_log(store, target, read_state(store, target), LiveFiles(log).metadata, 9, now=clock)
+
+    versions = branch_table_versions(config, lakefs, repository, "main", "kept")
+    location = versions["location"]
+    below = [name for name in written if name[:20].isdigit() and int(name[:20]) < 6]  # commits 0..5, checkpoint 3
+    assert removed == len(below) >= 7 and branch_log_versions(s3, location) == [6, 7, 8, 9]
+    assert versions["first_version"] == 6 and [e["version"] for e in versions["commits"]] == [6, 7, 8, 9]
+    for version in range(6, 10):
+        assert rows(read_version(spark, location, version)) == rows(read_version(spark, uri, version)), version
+    with pytest.raises(Exception, match="(?i)version"):
+        read_version(spark, location, 2).collect()
