@@ -280,14 +280,15 @@ def bench_presign(urls: int) -> list[dict]:
     return rows
 
 
-def bench_sharing(sizes: list[int], repository: str | None = None) -> list[dict]:
+def bench_sharing(sizes: list[int], repository: str | None = None, queries: int = 60) -> list[dict]:
     """A Delta Sharing snapshot query (`POST .../query`, body `{}`) of the branch table of an N-file
     table (`synthetic_table`, exported, then its branch table created; or `repository`'s, reused),
     through `lakefs-delta serve` in its own process, once per response format; the answer's lines
-    are checked against the live files delta-rs reads from the branch table."""
+    are checked against the live files delta-rs reads from the branch table. Then (`queries`) the
+    webhook's answer times while that many such queries stream from the same server."""
     from devtools import stack
     from exporter.export.branch_table import branch_table_versions
-    from bench.sharing import query_through_server
+    from bench.sharing import query_through_server, webhooks_under_queries
 
     state, config, lakefs = running_stack()
     gateway = gateway_client(state)
@@ -322,6 +323,19 @@ def bench_sharing(sizes: list[int], repository: str | None = None) -> list[dict]
                          "lakefs_calls": "–", "peak_rss_mib": measured["server_peak_rss_mib"],
                          "sharing": measured})
             print({k: v for k, v in measured.items() if k != "first_file_line"}, flush=True)
+        if queries:
+            commit_id = lakefs.commit(built, "main").id
+            loaded = webhooks_under_queries(config, built, "main", table, (f"s3://{stack.BUCKET}/bulk-import/",),
+                                            commit_id, queries=queries, webhooks=max(10, queries * 3))
+            assert loaded["webhook_statuses"] == [202] and loaded["query_statuses"] == [200], loaded
+            rows.append({"benchmark": f"webhook answers while {loaded['queries_answering']} Delta Sharing queries of "
+                                      f"the {live['files']:,}-file branch table stream from the same server: "
+                                      f"{loaded['webhooks']} events, p50 {loaded['p50'] * 1000:.0f} ms, p99 "
+                                      f"{loaded['p99'] * 1000:.0f} ms, max {loaded['max'] * 1000:.0f} ms, "
+                                      f"{loaded['over_1s']} over 1 s (target: none)",
+                         "seconds": loaded["p99"], "files_per_s": None, "lakefs_calls": "–", "peak_rss_mib": None,
+                         "sharing_load": loaded})
+            print(loaded, flush=True)
     return rows
 
 
@@ -427,6 +441,8 @@ def main() -> None:
     parser.add_argument("--sharing-repository",
                         help="reuse this repository's branch table of t<N> on main (one --sharing-sizes N) "
                              "instead of building one")
+    parser.add_argument("--sharing-queries", type=int, default=60,
+                        help="concurrent sharing queries the webhook's answer times are measured under (0: skip)")
     parser.add_argument("--no-lua", action="store_true", help="skip lakeFS's Lua Delta exporter")
     parser.add_argument("--out", help="results file (default: bench/results/<date>.md, plot beside it)")
     parser.add_argument("--lua-timeout", type=float, default=600.0, help="seconds to wait for one Lua hook run")
@@ -442,7 +458,7 @@ def main() -> None:
     rows += bench_branch_tables(args.branch_table_sizes) if args.branch_table_sizes else []
     rows += bench_row_diff(args.row_diff_rows) if args.row_diff_rows else []
     rows += bench_presign(args.presign_urls) if args.presign_urls else []
-    rows += bench_sharing(args.sharing_sizes, args.sharing_repository) if args.sharing_sizes else []
+    rows += bench_sharing(args.sharing_sizes, args.sharing_repository, args.sharing_queries) if args.sharing_sizes else []
     if args.storm:
         from bench.webhooks import bench_commit_storm, bench_idle_latency
 

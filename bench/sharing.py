@@ -160,3 +160,68 @@ def query_through_server(config, repository: str, branch: str, table: str, fmt: 
             "server_rss_after_mib": peak["VmRSS"], "server_cpu_seconds": cpu_after - cpu_before,
             "server_rss_by_quarter_mib": rss_by_quarter(samples, lines),
             "first_file_line": first[2]}
+
+
+def webhooks_under_queries(config, repository: str, branch: str, table: str, allowed_locations: tuple[str, ...],
+                           commit_id: str, queries: int = 60, webhooks: int = 200) -> dict:
+    """Webhook answers while `queries` Delta Sharing snapshot queries of `table` stream from the same
+    server (`lakefs-delta serve`, one process): the queries start first and are read slowly (a
+    chunk a second each, as a busy consumer reads), then `webhooks` post-commit events are posted one
+    after another, each timed to its answer. The server's Redis is a database of its own (db 13,
+    flushed after), so the events queue no export."""
+    import threading
+
+    import redis as redis_client
+
+    from exporter.state.recipients import Recipients
+
+    redis_url = config.redis.rsplit("/", 1)[0] + "/13"
+    recipients = Recipients(redis_url)
+    _, token = recipients.create(f"bench-{uuid.uuid4().hex[:8]}", [SHARE], datetime.now(timezone.utc) + timedelta(days=1))
+    webhook_token = os.environ["LAKEFS_DELTA_WEBHOOK_TOKENS"].split(",")[0]
+    env = {**os.environ, "LAKEFS_DELTA_REDIS_URL": redis_url,
+           "LAKEFS_DELTA_SHARING_SHARES": f"{SHARE}={repository}:{branch}:{table}",
+           "LAKEFS_DELTA_SHARING_ALLOWED_LOCATIONS": ",".join(allowed_locations)}
+    process, url = start_server(env)
+    stop, answered, lines = threading.Event(), [], []
+
+    def query() -> None:
+        read = 0
+        with httpx.Client(base_url=url + "/delta-sharing", headers={"Authorization": f"Bearer {token}"},
+                          timeout=httpx.Timeout(900.0)) as client:
+            with client.stream("POST", f"/shares/{SHARE}/schemas/{branch}/tables/{table}/query", json={}) as response:
+                answered.append(response.status_code)
+                for chunk in response.iter_raw():
+                    read += chunk.count(b"\n")
+                    if stop.wait(1.0):
+                        break
+        lines.append(read)
+
+    readers = [threading.Thread(target=query, daemon=True) for _ in range(queries)]
+    try:
+        for reader in readers:
+            reader.start()
+        deadline = time.monotonic() + 120
+        while len(answered) < queries and time.monotonic() < deadline:
+            time.sleep(0.2)
+        in_flight = len(answered)
+        event = {"event_type": "post-commit", "repository_id": repository, "branch_id": branch, "commit_id": commit_id,
+                 "source_ref": branch, "hook_run_id": "bench", "action_name": "delta-export", "hook_id": "delta_export"}
+        seconds, statuses = [], []
+        with httpx.Client(base_url=url, headers={"X-Webhook-Token": webhook_token}, timeout=30) as hooks:
+            for _ in range(webhooks):
+                started = time.perf_counter()
+                statuses.append(hooks.post("/webhooks/lakefs", json=event).status_code)
+                seconds.append(time.perf_counter() - started)
+                time.sleep(0.05)
+    finally:
+        stop.set()
+        for reader in readers:
+            reader.join(timeout=60)
+        stop_server(process)
+        redis_client.Redis.from_url(redis_url).flushdb()
+    ordered = sorted(seconds)
+    return {"queries": queries, "queries_answering": in_flight, "query_statuses": sorted(set(answered)),
+            "webhooks": webhooks, "webhook_statuses": sorted(set(statuses)),
+            "p50": ordered[len(ordered) // 2], "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+            "max": ordered[-1], "over_1s": sum(s > 1 for s in seconds), "lines_read": sum(lines)}

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 SMOKE = ["--actions", "1000", "--stream-actions", "1000", "--sizes", "100", "--diff-versions", "20",
          "--row-diff-rows", "0", "--branch-table-sizes", "100", "--storm", "2", "--presign-urls", "100",
-         "--sharing-sizes", "100", "--lua-timeout", "120"]
+         "--sharing-sizes", "100", "--sharing-queries", "3", "--lua-timeout", "120"]
 
 
 def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
@@ -26,6 +26,7 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "lakeFS Lua exporter, 100-file table + 50 commits", "history diff of the 10-file commit",
                  "cold diff, 20 versions", "branch table of a 100-file table: append a 10-file commit",
                  "presign 100 GET URLs", "Delta Sharing query, 150-file branch table, parquet",
+                 "webhook answers while 3 Delta Sharing queries of the 150-file branch table stream",
                  "webhook answer p50 (2 hook runs)", "table exports per minute (6 exports, 0 commits lost)"):
         assert part in table, part
     assert "same add paths: True" in table  # the Lua export read back beside this project's
