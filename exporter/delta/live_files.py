@@ -96,9 +96,19 @@ class LiveFiles:
     def files(self, whole: bool = False) -> Iterable[dict]:
         """Every live file's add action; from the checkpoint only `path` and `deletionVector`
         unless `whole` (then with partition values, size, stats, ...)."""
-        yield from (add for add in self.later.values() if add is not None)
-        for _, adds in self._checkpoint_adds(_WHOLE_ADD_COLUMNS if whole else _KEY_COLUMNS):
+        yield from self.later_files()
+        for adds in self.checkpoint_batches(whole):
             yield from map(_plain, adds.to_pylist())
+
+    def later_files(self) -> Iterable[dict]:
+        """The live files the commits after the checkpoint added, as their add actions."""
+        yield from (add for add in self.later.values() if add is not None)
+
+    def checkpoint_batches(self, whole: bool = False) -> Iterable[pa.StructArray]:
+        """The checkpoint's live adds as Arrow structs, a slice at a time (`files` as `_plain` dicts):
+        for answers built column by column."""
+        for _, adds in self._checkpoint_adds(_WHOLE_ADD_COLUMNS if whole else _KEY_COLUMNS):
+            yield adds
 
     def adds(self, wanted: pa.Array) -> Iterable[dict]:
         """The add actions of the live files whose keys are `wanted`."""

@@ -10,12 +10,17 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from exporter.delta.deletion_vectors import ABSOLUTE, RELATIVE
+from exporter.delta.live_files import _plain
 from exporter.errors import InvalidParameter, UnshareableTable, UnsupportedByClient, VersionOutOfRange
 from exporter.sharing.versions import SharedTable, Snapshot
 from exporter.storage.presign import PresignedUrl, Presigner
 
 _COMPACT = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: `json.dumps` with options builds one a call
+_string = json.encoder.encode_basestring_ascii  # a str as `_COMPACT` writes it (quoted, non-ASCII escaped)
 
 
 def response_format(capabilities: str | None, protocol: Mapping[str, Any]) -> str:
@@ -71,13 +76,36 @@ def _metadata_line(metadata: dict, fmt: str, version: int | None) -> dict:
     return {"metaData": line}
 
 
-def query_lines(snapshot: Snapshot, fmt: str, presigner: Presigner, versioned: bool) -> Iterator[dict]:
-    """A snapshot query's answer: protocol, metadata, then one line per live file, streamed."""
+def query_lines(snapshot: Snapshot, fmt: str, presigner: Presigner, versioned: bool) -> Iterator[dict | str]:
+    """A snapshot query's answer: protocol, metadata, then one line per live file, streamed. The
+    checkpoint's files in the parquet format are encoded straight from Arrow columns
+    (`_parquet_file_lines`: the same bytes as `_file_line` encoded, without a dict per file)."""
     yield _protocol_line(snapshot.protocol, fmt)
     yield _metadata_line(snapshot.metadata, fmt, snapshot.version if versioned else None)
     sign = snapshot.table.signer(presigner)
-    for add in snapshot.live.files(whole=True):
+    for add in snapshot.live.later_files():
         yield _file_line("file", "add", add, fmt, sign)
+    for adds in snapshot.live.checkpoint_batches(whole=True):
+        if fmt == "parquet":
+            yield from _parquet_file_lines(adds, sign)
+        else:
+            yield from (_file_line("file", "add", add, fmt, sign) for add in map(_plain, adds.to_pylist()))
+
+
+def _parquet_file_lines(adds: pa.StructArray, sign: Callable[[str], tuple[str, PresignedUrl]]) -> Iterator[str]:
+    """`_COMPACT(_file_line("file", "add", add, "parquet", sign))` of each add, from its columns."""
+    fields = {field.name for field in adds.type}
+    if "deletionVector" in fields and adds.field("deletionVector").null_count < len(adds):
+        first = pc.index(adds.field("deletionVector").is_valid(), True).as_py()
+        _file_line("file", "add", _plain(adds[first].as_py()), "parquet", sign)  # raises: parquet has no DVs
+    count = len(adds)
+    column = lambda name: adds.field(name).to_pylist() if name in fields else [None] * count  # noqa: E731
+    for path, values, size, stats in zip(column("path"), column("partitionValues"), column("size"), column("stats")):
+        absolute, url = sign(path)
+        yield "".join(('{"file":{"url":', _string(url.url), ',"id":"', _file_id(absolute), '","partitionValues":',
+                       _COMPACT(dict(values)) if values else "{}", ',"size":', str(0 if size is None else size),
+                       ',"stats":' + _string(stats) if stats else "", ',"expirationTimestamp":', str(url.expires_ms),
+                       "}}"))
 
 
 def range_protocol(table: SharedTable, start: Snapshot, end: int) -> dict:
@@ -168,11 +196,11 @@ def _file_id(path: str) -> str:
     return hashlib.md5(path.encode(), usedforsecurity=False).hexdigest()
 
 
-def encode_lines(lines: Iterable[dict], batch: int = 1000) -> Iterator[bytes]:
-    """NDJSON, a batch of lines per chunk."""
+def encode_lines(lines: Iterable[dict | str], batch: int = 1000) -> Iterator[bytes]:
+    """NDJSON, a batch of lines per chunk; a line is a dict, or a str already encoded."""
     chunk: list[str] = []
     for line in lines:
-        chunk.append(_COMPACT(line))
+        chunk.append(line if type(line) is str else _COMPACT(line))  # noqa: E721 (lines already encoded)
         if len(chunk) >= batch:
             yield ("\n".join(chunk) + "\n").encode()
             chunk = []

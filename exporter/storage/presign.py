@@ -12,6 +12,7 @@ from __future__ import annotations
 import calendar
 import hashlib
 import hmac
+import re
 import time
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit
@@ -22,6 +23,14 @@ from exporter.storage.objectstore import split_uri
 
 _ALGORITHM = "AWS4-HMAC-SHA256"
 _UNRESERVED = "-_.~"  # with letters and digits, never encoded (RFC 3986); S3 keeps `/` in the path
+# `quote(key, safe=_UNRESERVED + "/")` for an ASCII key: only the characters that need it replaced
+_TO_QUOTE = re.compile(r"[^A-Za-z0-9\-_.~/]")
+
+
+def _quoted_path(key: str) -> str:
+    if not key.isascii():
+        return quote(key, safe=_UNRESERVED + "/")
+    return _TO_QUOTE.sub(lambda found: f"%{ord(found.group()):02X}", key)
 
 
 @dataclass(frozen=True)
@@ -88,8 +97,8 @@ class _Signer:
         root = self.roots.get(bucket)
         if root is None:
             root = self.roots[bucket] = "/" + quote(bucket, safe=_UNRESERVED) + "/"
-        path = root + quote(key, safe=_UNRESERVED + "/")
+        path = root + _quoted_path(key)
         canonical = f"GET\n{path}\n{self.query}\nhost:{self.host}\n\nhost\nUNSIGNED-PAYLOAD"
         to_sign = self.to_sign_head + hashlib.sha256(canonical.encode()).hexdigest()
-        signature = hmac.new(self.signing_key, to_sign.encode(), hashlib.sha256).hexdigest()
+        signature = hmac.digest(self.signing_key, to_sign.encode(), "sha256").hex()
         return f"{self.origin}{path}?{self.query}&X-Amz-Signature={signature}"

@@ -284,3 +284,32 @@ def test_a_snapshots_files_are_whole_add_actions_without_the_checkpoints_parsed_
                  .files(whole=True))
     assert files == [{"path": f"s3://b/data/f{i}.parquet", "partitionValues": {"region": "eu"}, "size": 10 + i,
                       "modificationTime": 5, "dataChange": True, "stats": '{"numRecords":3}'} for i in (0, 2)]
+
+
+def test_file_lines_built_from_arrow_columns_are_the_bytes_of_the_dict_lines():
+    """The checkpoint's files in the parquet format are encoded from Arrow columns; the line format's
+    rule is `_file_line`: every line must be its bytes (partition values with nulls and non-ASCII,
+    stats with quotes, sizes missing, keys needing quoting)."""
+    import pyarrow as pa
+
+    from exporter.delta.live_files import _plain
+    from exporter.sharing.lines import _COMPACT, _parquet_file_lines
+
+    config = Config(object_store={"access_key_id": "AKIA", "secret_access_key": "s", "endpoint": "http://minio:9000"})
+    adds = pa.array([
+        {"path": "s3://lake/repo/data/p=1/a b+c.parquet", "partitionValues": [("p", "1"), ("q", None)], "size": 10,
+         "stats": '{"numRecords":3,"minValues":{"s":"\\"é\\""}}'},
+        {"path": "s3://lake/repo/data/été/x.parquet", "partitionValues": [], "size": None, "stats": None},
+        {"path": "s3://lake/repo/data/%C3%A9/y.parquet", "partitionValues": [("k", "ünï")], "size": 0, "stats": ""},
+    ], type=pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string())),
+                       ("size", pa.int64()), ("stats", pa.string())]))
+    table = SharedTable(MemoryStore(namespace="s3://lake/repo"), "t/", "t", 0, allowed=("s3://lake/repo/",))
+    sign = table.signer(Presigner(config, 3600, now=1_700_000_000))
+
+    built = list(_parquet_file_lines(adds, sign))
+
+    assert built == [_COMPACT(_file_line("file", "add", _plain(add), "parquet", sign)) for add in adds.to_pylist()]
+    assert json.loads(built[0])["file"]["partitionValues"] == {"p": "1", "q": None}
+    with_vector = pa.array([{"path": "s3://lake/repo/d.parquet", "deletionVector": {"storageType": "p"}}])
+    with pytest.raises(UnsupportedByClient, match="deletion vector"):
+        list(_parquet_file_lines(with_vector, sign))
