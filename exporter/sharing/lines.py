@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from exporter.delta.deletion_vectors import ABSOLUTE, RELATIVE
 from exporter.delta.live_files import _plain
 from exporter.errors import InvalidParameter, UnshareableTable, UnsupportedByClient, VersionOutOfRange
-from exporter.sharing.versions import SharedTable, Snapshot
+from exporter.sharing.versions import SharedTable, Snapshot, TableSigner
 from exporter.storage.presign import PresignedUrl, Presigner
 
 _COMPACT = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: `json.dumps` with options builds one a call
@@ -92,7 +92,7 @@ def query_lines(snapshot: Snapshot, fmt: str, presigner: Presigner, versioned: b
             yield from (_file_line("file", "add", add, fmt, sign) for add in map(_plain, adds.to_pylist()))
 
 
-def _parquet_file_lines(adds: pa.StructArray, sign: Callable[[str], tuple[str, PresignedUrl]]) -> Iterator[str]:
+def _parquet_file_lines(adds: pa.StructArray, sign: TableSigner) -> Iterator[str]:
     """`_COMPACT(_file_line("file", "add", add, "parquet", sign))` of each add, from its columns."""
     fields = {field.name for field in adds.type}
     if "deletionVector" in fields and adds.field("deletionVector").null_count < len(adds):
@@ -100,12 +100,13 @@ def _parquet_file_lines(adds: pa.StructArray, sign: Callable[[str], tuple[str, P
         _file_line("file", "add", _plain(adds[first].as_py()), "parquet", sign)  # raises: parquet has no DVs
     count = len(adds)
     column = lambda name: adds.field(name).to_pylist() if name in fields else [None] * count  # noqa: E731
-    for path, values, size, stats in zip(column("path"), column("partitionValues"), column("size"), column("stats")):
-        absolute, url = sign(path)
-        yield "".join(('{"file":{"url":', _string(url.url), ',"id":"', _file_id(absolute), '","partitionValues":',
+    absolute, urls = sign.many(column("path"))
+    expires = f',"expirationTimestamp":{sign.presigner.expires_ms}}}}}'
+    for path, url, values, size, stats in zip(absolute, urls, column("partitionValues"), column("size"),
+                                              column("stats")):
+        yield "".join(('{"file":{"url":', _string(url), ',"id":"', _file_id(path), '","partitionValues":',
                        _COMPACT(dict(values)) if values else "{}", ',"size":', str(0 if size is None else size),
-                       ',"stats":' + _string(stats) if stats else "", ',"expirationTimestamp":', str(url.expires_ms),
-                       "}}"))
+                       ',"stats":' + _string(stats) if stats else "", expires))
 
 
 def range_protocol(table: SharedTable, start: Snapshot, end: int) -> dict:

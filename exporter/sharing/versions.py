@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import functools
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -215,24 +215,43 @@ class SharedTable:
             raise VersionOutOfRange(f"version {version} of table {self.name!r} has no commit in its log") from None
         return parse_actions(name, raw)
 
-    def signer(self, presigner: Presigner) -> Callable[[str], tuple[str, PresignedUrl]]:
-        """(absolute path, presigned URL) of a path in this table's log; a path outside the prefixes
-        this table may expose (its repository's storage namespace but its `_lakefs/`,
-        `sharing.allowed_locations`) is refused, so a log can never make the server sign an object it
-        was not meant to share."""
-        location = self.store.uri(self.location)
-        allowed, denied = _folders(self.allowed), _folders([self.store.uri("_lakefs/")])  # lakeFS's own, and exports
-
-        def sign(path: str) -> tuple[str, PresignedUrl]:
-            absolute = absolute_path(path, location)
-            if not _within(absolute, allowed) or _within(absolute, denied):
-                raise UnshareableTable(f"table {self.name!r} references {absolute}, outside its "
-                                       "repository's storage namespace and sharing.allowed_locations: not shared")
-            return absolute, presigner.presign(absolute)
-        return sign
+    def signer(self, presigner: Presigner) -> "TableSigner":
+        """Presigns the paths of this table's log; a path outside the prefixes this table may expose
+        (its repository's storage namespace but its `_lakefs/`, `sharing.allowed_locations`) is
+        refused, so a log can never make the server sign an object it was not meant to share."""
+        return TableSigner(self.name, self.store.uri(self.location), presigner, _folders(self.allowed),
+                           _folders([self.store.uri("_lakefs/")]))  # lakeFS's own, and exports
 
     def _iso(self, version: int) -> str:
         return datetime.fromtimestamp(self.timestamp(version) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class TableSigner:
+    table: str
+    location: str  # the table's, for relative paths
+    presigner: Presigner
+    allowed: tuple[str, ...]  # `_folders`
+    denied: tuple[str, ...]
+
+    def __call__(self, path: str) -> tuple[str, PresignedUrl]:
+        """(absolute path, presigned URL) of one path."""
+        [absolute], [url] = self.many([path])
+        return absolute, PresignedUrl(url, self.presigner.expires_ms)
+
+    def many(self, paths: list[str]) -> tuple[list[str], list[str]]:
+        """(absolute paths, presigned URLs, each expiring at `presigner.expires_ms`) of many paths."""
+        absolute = [absolute_path(path, self.location) for path in paths]
+        allowed, denied = self.allowed, self.denied
+        for path in absolute:
+            if path.startswith("s3://") and "%" not in path and "/." not in path:  # `_within`, inline
+                shared = path.startswith(allowed) and not path.startswith(denied)
+            else:
+                shared = _within(path, allowed) and not _within(path, denied)
+            if not shared:
+                raise UnshareableTable(f"table {self.table!r} references {path}, outside its repository's "
+                                       "storage namespace and sharing.allowed_locations: not shared")
+        return absolute, self.presigner.presign_many(absolute)
 
 
 class _Timestamps:

@@ -53,21 +53,39 @@ class Presigner:
         self.amz_date = time.strftime("%Y%m%dT%H%M%SZ", moment)
         self.day = self.amz_date[:8]
         self.expires_ms = (calendar.timegm(moment) + lifetime_seconds) * 1000
-        self._stores: dict[str, _Signer] = {}
+        self._stores: dict[str, _Signer] = {}  # by store prefix
+        self._signers: dict[str, _Signer] = {}  # by bucket, for buckets whose objects all have one store
+        # buckets some store's prefix names a folder of: their objects' store is found per object
+        self._split_buckets = {s.prefix.partition("://")[2].split("/")[0] for s in self.stores
+                               if "/" in s.prefix.partition("://")[2].strip("/")}
 
     def presign(self, uri: str) -> PresignedUrl:
         """`uri` as a Delta log holds a path: a URI, its key percent-encoded where needed."""
-        bucket, key = split_uri(uri)
-        if "%" in key:
-            key = unquote(key)
-        address = f"s3://{bucket}/{key}"
+        return PresignedUrl(self.presign_many([uri])[0], self.expires_ms)
+
+    def presign_many(self, uris: list[str]) -> list[str]:
+        """The URLs of many addresses (each expiring at `expires_ms`), in one loop."""
+        urls = []
+        for uri in uris:
+            bucket, key = split_uri(uri)
+            if "%" in key:
+                key = unquote(key)
+            signer = self._signers.get(bucket)  # a bucket's store, found once by the store rule below
+            if signer is None:
+                signer = self._signer_of(uri, f"s3://{bucket}/{key}")
+                if bucket not in self._split_buckets:
+                    self._signers[bucket] = signer
+            urls.append(signer.url(bucket, key))
+        return urls
+
+    def _signer_of(self, uri: str, address: str) -> "_Signer":
         store = next((s for s in self.stores if address.startswith(s.prefix)), None)
         if store is None:
             raise ConfigError(f"object_store: no store configured for {uri!r}: it cannot be presigned")
         signer = self._stores.get(store.prefix)
         if signer is None:
             signer = self._stores[store.prefix] = _Signer(store, self)
-        return PresignedUrl(signer.url(bucket, key), self.expires_ms)
+        return signer
 
 
 class _Signer:
