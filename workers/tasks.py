@@ -115,6 +115,12 @@ def delivery(task, *work: object) -> Iterator[int]:
         status.finished(key)
 
 
+# A precomputed diff waits behind every export in its queue: under a storm of commits the exports
+# (what readers wait for) finish first, and the diffs after. Redis's priorities are BRPOP's order
+# over one list per step, the default (0) first; 9 is taken only when no message of a higher one waits.
+BACKGROUND = 9
+
+
 def export_queue(config: Config, checkpoint_files: int) -> str | None:
     """The queue of a table's export: its own for large tables, else the default (None)."""
     return config.workers.large_table_queue if checkpoint_files >= config.workers.large_table_files else None
@@ -265,7 +271,7 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
             status.count("lakefs_delta_files_rewritten_total", amount=outcome.files_rewritten)
         log.info("%s outcome=%s", line, "exists" if outcome.skipped else "done")
         if outcome.table_path:
-            precompute_diff.delay(repository, commit_id, outcome.table_path)
+            precompute_diff.apply_async((repository, commit_id, outcome.table_path), priority=BACKGROUND)
         if branch_table:  # also when the export existed: a lost append is made up by the event delivered again
             append_branch_table.delay(repository, ref, commit_id, table_name)
         return {"ok": True, **facts}

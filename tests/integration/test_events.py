@@ -493,3 +493,21 @@ def test_an_export_that_always_times_out_fails_for_good_and_catch_up_stops_queui
     assert all(queued not in printed and f"failed  {repository} main {commit_id} events" in printed
                for printed in after), after
     assert (final["state"], final["rounds"], final["retries"]) == ("failed", 3, attempts), final
+
+
+def test_a_precomputed_diff_waits_behind_every_export_in_its_queue(processes, stack_env):
+    """Redis priorities as the workers use them: a message at `BACKGROUND` (a diff precompute) queued
+    first is taken after one at the default priority (an export) queued later."""
+    from celery import Celery
+
+    from workers.tasks import BACKGROUND
+
+    redis_url = stack_env["LAKEFS_DELTA_REDIS_URL"].rsplit("/", 1)[0] + "/11"
+    client = Celery("test", broker=redis_url, backend=redis_url)
+    low = [client.send_task("lakefs_delta.ping", (f"low{i}",), priority=BACKGROUND) for i in range(3)]
+    high = [client.send_task("lakefs_delta.ping", (f"high{i}",)) for i in range(3)]
+    processes.worker("priority", ["--concurrency=1"], extra_env={"LAKEFS_DELTA_REDIS_URL": redis_url})
+
+    done = {result.get(timeout=60): result.date_done for result in low + high}
+
+    assert max(done[f"pong: high{i}"] for i in range(3)) < min(done[f"pong: low{i}"] for i in range(3)), done
