@@ -80,15 +80,16 @@ def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], N
     read fails (latest, time travel, CDF); once it exists every version is there. Commits go in
     version order, so their modification times (the commit timestamps of readers without in-commit
     timestamps) increase; without a checkpoint, `0.json` is written last and so the later commits
-    are written once more after it, with identical bytes, to keep the times in order.
+    (first written together, in any order) are written once more after it, one at a time in version
+    order, with identical bytes, to keep the times in order.
     `write(name)` writes one file (name under `_delta_log/`): a put of new bytes, or a copy.
     `still_held()` (it raises when the writer's lock is no longer its own) runs before that file.
     """
     commits = [n for _, n in segment.commits]
     if segment.checkpoint is None:
         start, later = commits[0], commits[1:]
-        for name in later:
-            write(name)
+        with io_pool(IO_THREADS) as pool:  # in any order: these times are overwritten by the second pass
+            list(pool.map(write, later))
         _commit_point(still_held)
         write(start)  # the table exists from here on
         for name in later:

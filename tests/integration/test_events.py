@@ -283,6 +283,34 @@ def test_catch_up_exports_a_dropped_event_and_no_feature_commit_under_the_destin
     assert not any(m.startswith("feature-x/") for m in exported)  # the action names main only
 
 
+def test_with_a_public_url_catch_up_leaves_a_repository_whose_action_calls_another_deployment(lakefs, repository,
+                                                                                               stack_env, config):
+    """Two deployments on one lakeFS: a repository whose installed action calls the other one is
+    theirs to catch up, though this worker's lakeFS user can read it; naming it takes it back."""
+    from exporter.export.catch_up import catch_up
+    from exporter.lakefs.client import LakeFS
+    from exporter.state.status import StatusStore
+
+    theirs = f"{repository[:40]}-theirs"
+    lakefs.create_repository(theirs, f"s3://{stack_env['LAKEFS_DELTA_STACK_BUCKET']}/{theirs}")
+    mine_commit = tables_repository(lakefs, repository, ["events"], url="http://exporter-a.internal:8080/webhooks/lakefs")
+    theirs_commit = tables_repository(lakefs, theirs, ["events"], url="http://exporter-b.internal:8080/webhooks/lakefs")
+    here = config.model_copy(update={"public_url": "http://exporter-a.internal:8080",
+                                     "catch_up": config.catch_up.model_copy(update={"repositories": ()})})
+    client, status = LakeFS(here.lakefs), StatusStore(here.redis)
+
+    plan = catch_up(here, client, status, [])
+    queued = {(m.repository, m.commit_id) for m in plan.queued}
+    assert (repository, mine_commit) in queued, plan
+    assert not any(m.repository == theirs for m in plan.queued), plan
+    assert any(s.startswith(f"{theirs}: its action calls http://exporter-b.internal:8080/webhooks/lakefs")
+               for s in plan.skipped_repositories), plan.skipped_repositories
+
+    named = catch_up(here.model_copy(update={"catch_up": here.catch_up.model_copy(update={"repositories": (theirs,)})}),
+                     client, status)
+    assert {(m.repository, m.commit_id) for m in named.queued} >= {(theirs, theirs_commit)}, named
+
+
 def test_catch_up_does_not_requeue_a_permanent_failure(service, lakefs, repository, capsys):
     from lakefs_delta.cli import main as cli
 
