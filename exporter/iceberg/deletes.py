@@ -1,8 +1,10 @@
 """A Delta deletion vector as an Iceberg position delete file (spec.md#position-delete-files): the
 row positions it deletes in one data file, `file_path` and `pos` under the spec's reserved ids.
 
-Format version 2 position deletes, not version 3 deletion vectors: PyIceberg 0.12 and DuckDB 1.4's
-iceberg extension read both, but only position deletes are read by every v2 engine too.
+Format version 2 position deletes, not version 3 deletion vectors (Puffin), though PyIceberg 0.12
+and DuckDB 1.4.4's iceberg extension read both (measured): v3 is a property of the whole table, so
+every engine that reads only v2 could read none of it, and v3's row lineage would have to be kept
+too. One delete file per data file and vector, so a vector replaced later retires just its own.
 """
 
 from __future__ import annotations

@@ -190,6 +190,12 @@ def _type(delta_type: Any, key: FieldKey, ids: _Ids, column: str, nested_path: s
     if kind == "struct":
         fields, mapping = _struct_fields(delta_type.get("fields") or [], key, ids, column)
         return {"type": "struct", "fields": fields}, mapping
+    if kind in ("array", "map") and ids.mapped and not nested:
+        # The data files carry ids on the struct fields but none inside the array or map, and readers
+        # that resolve by id where a file has ids (DuckDB 1.4, Iceberg Java) read the elements as null.
+        raise IcebergUnsupported(
+            f"column {column!r} is an {kind} under column mapping without {_NESTED_IDS} (written by Delta's "
+            "icebergCompatV2 feature): Iceberg readers would read its elements as null")
     if kind == "array":
         element_id = ids.of(key + ("element",), nested.get(f"{nested_path}.element"))
         element, children = _type(delta_type["elementType"], key + ("element",), ids, f"{column}.element",
@@ -204,9 +210,12 @@ def _type(delta_type: Any, key: FieldKey, ids: _Ids, column: str, nested_path: s
                                        f"{nested_path}.key", nested, type_changes, _join(field_path, "key"))
         value_type, value_children = _type(delta_type["valueType"], key + ("value",), ids, f"{column}.value",
                                            f"{nested_path}.value", nested, type_changes, _join(field_path, "value"))
+        entries = [_mapping(key_id, "key", key_children), _mapping(value_id, "value", value_children)]
+        # Readers that map the parquet groups themselves (DuckDB) look for the map's repeated group:
+        # `key_value` in the parquet spec, `entries` as Arrow writers (delta-rs) name it; it has no id.
         return ({"type": "map", "key-id": key_id, "key": key_type, "value-id": value_id, "value": value_type,
                  "value-required": not delta_type.get("valueContainsNull", True)},
-                [_mapping(key_id, "key", key_children), _mapping(value_id, "value", value_children)])
+                [*entries, {"names": ["key_value", "entries"], "fields": entries}])
     raise IcebergUnsupported(f"column {column!r} has the Delta type {json.dumps(delta_type)[:100]}, "
                              "which has no Iceberg equivalent")
 
