@@ -49,8 +49,8 @@ def commit(table: Path, version: int, actions: list[dict]) -> None:
 
 def replaced(add: dict, old: dict | None, new: dict | None) -> list[dict]:
     """A file's vector replaced: the logical file with the old vector removed, the new one added."""
-    remove = {"path": add["path"], "dataChange": True, "deletionTimestamp": 0, "partitionValues": add["partitionValues"],
-              "size": add["size"], **({"deletionVector": old} if old else {})}
+    remove = {"path": add["path"], "dataChange": True, "deletionTimestamp": 0, "size": add["size"],
+              "partitionValues": add["partitionValues"], **({"deletionVector": old} if old else {})}
     stats = json.loads(add["stats"])
     return [{"remove": remove},
             {"add": {**add, "stats": json.dumps({**stats, "tightBounds": False}), "deletionVector": new}}]
