@@ -27,6 +27,10 @@ class UnsupportedTable(ExporterError):
     """The table uses a feature the exporter must refuse (catalog-managed, unknown reader feature)."""
 
 
+class IcebergUnsupported(ExporterError):
+    """A Delta table (a column's type, a feature) that Iceberg metadata cannot represent faithfully."""
+
+
 class MissingDataFiles(ExporterError):
     """Objects an export needs (add files, their deletion vectors) are gone from the commit."""
 

@@ -30,6 +30,12 @@ def log_path_to_key(log_path: str) -> str:
     return unquote(log_path)
 
 
+def physical_address(log_uri: str) -> str:
+    """The object an absolute log path names (what `physical_uri` encoded), decoded once like a
+    relative one."""
+    return log_path_to_key(log_uri)
+
+
 def physical_uri(physical_address: str) -> str:
     """The URI a reader decodes back to `physical_address`: its key percent-encoded, never decoded."""
     if NEEDS_QUOTING.search(physical_address) is None:

@@ -1,0 +1,193 @@
+"""Manifests and manifest lists (spec.md#manifests, spec.md#manifest-lists), format version 2, as
+Avro files whose schemas carry the spec's field ids (readers resolve fields by id).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import fastavro
+
+from exporter.iceberg.values import avro_type, from_avro, single_value
+
+FORMAT_VERSION = 2
+DATA, DELETES = 0, 1  # manifest content, and a file's: data, position deletes
+EXISTING, ADDED, DELETED = 0, 1, 2  # manifest entry status
+_CODEC = "deflate"
+
+
+@dataclass(frozen=True)
+class PartitionField:
+    """An identity partition field (Delta partitions by column value, nothing else)."""
+
+    name: str
+    field_id: int  # 1000 and up, its own id space (spec.md#partition-specs)
+    source_id: int
+    iceberg_type: str
+
+    def document(self) -> dict:
+        return {"name": self.name, "transform": "identity", "source-id": self.source_id, "field-id": self.field_id}
+
+
+def _optional(avro: Any) -> Any:
+    return ["null", avro]
+
+
+def _map(key_id: int, value_id: int, value_type: str) -> Any:
+    """An Iceberg map with int keys: an Avro array of key/value records (spec.md#avro)."""
+    return _optional({"type": "array", "logicalType": "map", "items": {
+        "type": "record", "name": f"k{key_id}_v{value_id}",
+        "fields": [{"name": "key", "type": "int", "field-id": key_id},
+                   {"name": "value", "type": value_type, "field-id": value_id}]}})
+
+
+def _field(name: str, field_id: int, avro: Any, optional: bool = False) -> dict:
+    if optional:
+        return {"name": name, "type": _optional(avro), "default": None, "field-id": field_id}
+    return {"name": name, "type": avro, "field-id": field_id}
+
+
+def manifest_entry_schema(partition_fields: list[PartitionField]) -> dict:
+    """spec.md#manifests: `manifest_entry` with the `data_file` struct of format version 2."""
+    partition = {"type": "record", "name": "r102", "fields": [
+        _field(f.name, f.field_id, avro_type(f.iceberg_type, f.field_id)[1], optional=True) for f in partition_fields]}
+    data_file = {"type": "record", "name": "r2", "fields": [
+        _field("content", 134, "int"),
+        _field("file_path", 100, "string"),
+        _field("file_format", 101, "string"),
+        _field("partition", 102, partition),
+        _field("record_count", 103, "long"),
+        _field("file_size_in_bytes", 104, "long"),
+        {"name": "column_sizes", "type": _map(117, 118, "long"), "default": None, "field-id": 108},
+        {"name": "value_counts", "type": _map(119, 120, "long"), "default": None, "field-id": 109},
+        {"name": "null_value_counts", "type": _map(121, 122, "long"), "default": None, "field-id": 110},
+        {"name": "nan_value_counts", "type": _map(138, 139, "long"), "default": None, "field-id": 137},
+        {"name": "lower_bounds", "type": _map(126, 127, "bytes"), "default": None, "field-id": 125},
+        {"name": "upper_bounds", "type": _map(129, 130, "bytes"), "default": None, "field-id": 128},
+        _field("key_metadata", 131, "bytes", optional=True),
+        _field("split_offsets", 132, {"type": "array", "items": "long", "element-id": 133}, optional=True),
+        _field("equality_ids", 135, {"type": "array", "items": "int", "element-id": 136}, optional=True),
+        _field("sort_order_id", 140, "int", optional=True),
+    ]}
+    return {"type": "record", "name": "manifest_entry", "fields": [
+        _field("status", 0, "int"),
+        _field("snapshot_id", 1, "long", optional=True),
+        _field("sequence_number", 3, "long", optional=True),
+        _field("file_sequence_number", 4, "long", optional=True),
+        _field("data_file", 2, data_file),
+    ]}
+
+
+MANIFEST_FILE_SCHEMA = {"type": "record", "name": "manifest_file", "fields": [
+    _field("manifest_path", 500, "string"),
+    _field("manifest_length", 501, "long"),
+    _field("partition_spec_id", 502, "int"),
+    _field("content", 517, "int"),
+    _field("sequence_number", 515, "long"),
+    _field("min_sequence_number", 516, "long"),
+    _field("added_snapshot_id", 503, "long"),
+    _field("added_files_count", 504, "int"),
+    _field("existing_files_count", 505, "int"),
+    _field("deleted_files_count", 506, "int"),
+    _field("added_rows_count", 512, "long"),
+    _field("existing_rows_count", 513, "long"),
+    _field("deleted_rows_count", 514, "long"),
+    _field("partitions", 507, {"type": "array", "element-id": 508, "items": {
+        "type": "record", "name": "r508", "fields": [
+            _field("contains_null", 509, "boolean"),
+            _field("contains_nan", 518, "boolean", optional=True),
+            _field("lower_bound", 510, "bytes", optional=True),
+            _field("upper_bound", 511, "bytes", optional=True)]}}, optional=True),
+    _field("key_metadata", 519, "bytes", optional=True),
+]}
+_PARSED_MANIFEST_FILE = fastavro.parse_schema(MANIFEST_FILE_SCHEMA)
+
+
+def data_file(content: int, path: str, partition: dict, record_count: int, size: int,
+              null_value_counts: dict[int, int] | None = None, lower_bounds: dict[int, bytes] | None = None,
+              upper_bounds: dict[int, bytes] | None = None) -> dict:
+    """A `data_file` struct (a data file, or a position delete file) as the Avro writer takes it."""
+    def as_map(values: dict | None) -> list[dict] | None:
+        return [{"key": key, "value": value} for key, value in sorted(values.items())] if values else None
+
+    return {"content": content, "file_path": path, "file_format": "PARQUET", "partition": partition,
+            "record_count": record_count, "file_size_in_bytes": size, "column_sizes": None, "value_counts": None,
+            "null_value_counts": as_map(null_value_counts), "nan_value_counts": None,
+            "lower_bounds": as_map(lower_bounds), "upper_bounds": as_map(upper_bounds), "key_metadata": None,
+            "split_offsets": None, "equality_ids": None, "sort_order_id": None}
+
+
+def bound_of(entry: dict, kind: str, field_id: int) -> bytes | None:
+    """A bound of a data file entry read back (`kind` is lower_bounds or upper_bounds)."""
+    for pair in entry["data_file"].get(kind) or []:
+        if pair["key"] == field_id:
+            return pair["value"]
+    return None
+
+
+def write_manifest(entries: list[dict], content: int, spec_id: int, partition_fields: list[PartitionField],
+                   schema: dict) -> tuple[bytes, dict]:
+    """A manifest's bytes, and its manifest list record without path, length, sequence numbers or
+    the snapshot that added it (the caller knows those)."""
+    avro_schema = fastavro.parse_schema(manifest_entry_schema(partition_fields))
+    metadata = {"schema": json.dumps(schema), "schema-id": str(schema["schema-id"]),
+                "partition-spec": json.dumps([f.document() for f in partition_fields]),
+                "partition-spec-id": str(spec_id), "format-version": str(FORMAT_VERSION),
+                "content": "data" if content == DATA else "deletes"}
+    out = io.BytesIO()
+    fastavro.writer(out, avro_schema, entries, codec=_CODEC, metadata=metadata)
+    counts = {status: [0, 0] for status in (EXISTING, ADDED, DELETED)}  # files, rows
+    for entry in entries:
+        counts[entry["status"]][0] += 1
+        counts[entry["status"]][1] += entry["data_file"]["record_count"]
+    live = [e for e in entries if e["status"] != DELETED]
+    record = {"partition_spec_id": spec_id, "content": content,
+              "min_sequence_number": min((e["sequence_number"] for e in live), default=None),
+              "added_files_count": counts[ADDED][0], "existing_files_count": counts[EXISTING][0],
+              "deleted_files_count": counts[DELETED][0], "added_rows_count": counts[ADDED][1],
+              "existing_rows_count": counts[EXISTING][1], "deleted_rows_count": counts[DELETED][1],
+              "partitions": _partition_summaries(live, partition_fields), "key_metadata": None}
+    return out.getvalue(), record
+
+
+def _partition_summaries(entries: list[dict], partition_fields: list[PartitionField]) -> list[dict] | None:
+    """spec.md#manifest-lists `field_summary`: per partition field, its value range in the manifest."""
+    if not partition_fields:
+        return None
+    summaries = []
+    for partition_field in partition_fields:
+        values = [e["data_file"]["partition"].get(partition_field.name) for e in entries]
+        present = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        summary = {"contains_null": any(v is None for v in values), "lower_bound": None, "upper_bound": None,
+                   "contains_nan": any(isinstance(v, float) and math.isnan(v) for v in values)}
+        if present:
+            summary["lower_bound"] = single_value(min(present), partition_field.iceberg_type)
+            summary["upper_bound"] = single_value(max(present), partition_field.iceberg_type)
+        summaries.append(summary)
+    return summaries
+
+
+def read_manifest_list(raw: bytes) -> list[dict]:
+    return list(fastavro.reader(io.BytesIO(raw)))
+
+
+def read_manifest(raw: bytes) -> Iterable[dict]:
+    """The entries of a manifest this module wrote, partition values in `values`' forms."""
+    for entry in fastavro.reader(io.BytesIO(raw)):
+        partition = entry["data_file"]["partition"]
+        for name, value in partition.items():
+            partition[name] = from_avro(value)
+        yield entry
+
+
+def write_manifest_list(records: list[dict], snapshot_id: int, parent_id: int | None, sequence_number: int) -> bytes:
+    out = io.BytesIO()
+    metadata = {"snapshot-id": str(snapshot_id), "parent-snapshot-id": "null" if parent_id is None else str(parent_id),
+                "sequence-number": str(sequence_number), "format-version": str(FORMAT_VERSION)}
+    fastavro.writer(out, _PARSED_MANIFEST_FILE, records, codec=_CODEC, metadata=metadata)
+    return out.getvalue()

@@ -1,0 +1,511 @@
+"""An exported Delta log (absolute paths) as an Iceberg table over the same data files: one snapshot
+per Delta version, from the log's first version (its checkpoint, or 0) to its head.
+
+The checkpoint's files are streamed into manifests of at most `manifest_entries` files, written
+once; each later version adds a manifest for its adds and rewrites only the manifests holding a
+file it removes (found by a hash of each manifest's paths, 8 bytes a file). Deletion vectors become
+position delete files, the only data objects written. `metadata/v<head>.metadata.json` is written
+last: until it exists there is no table to read.
+
+Delta files are matched to Iceberg entries by path: a Delta logical file is (path, deletion
+vector), and a path is live at most once, so a remove or a new add of a path retires the entry
+(and the delete file) the path had, and the add brings the new one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
+from exporter.delta.live_files import LiveFiles, SnapshotLog
+from exporter.delta.paths import physical_address
+from exporter.errors import CorruptLog, VersionOutOfRange
+from exporter.iceberg.deletes import FILE_PATH_ID, delete_file_key, position_deletes
+from exporter.iceberg.manifests import (ADDED, DATA, DELETED, DELETES, EXISTING, FORMAT_VERSION, PartitionField,
+                                        bound_of, data_file, read_manifest, read_manifest_list, write_manifest,
+                                        write_manifest_list)
+from exporter.iceberg.schema import NAME_MAPPING, TableSchema, field_ids_of, iceberg_primitive, iceberg_schema, \
+    name_mapping_json
+from exporter.iceberg.stats import file_metrics, stats_columns
+from exporter.iceberg.values import partition_value
+from exporter.parquet.splice import open_parquet
+
+DELTA_VERSION = "delta.version"  # in each snapshot's summary: the Delta version it is
+MANIFEST_ENTRIES = 50_000  # files per manifest written from a checkpoint (or a big commit)
+_FIRST_PARTITION_ID = 1000  # spec.md#partition-specs: partition field ids start above 999
+
+ReadRange = Callable[[str, int, int], bytes]  # (a log's absolute URI, start, end) -> those bytes
+
+
+class IcebergFiles(Protocol):
+    """Where the Iceberg table goes: `location` is its root URI (ending with `/`); keys are relative to it."""
+
+    location: str
+
+    def put(self, key: str, body: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class IcebergTable:
+    metadata_key: str  # the metadata file written last, relative to the location
+    metadata_location: str  # its absolute URI: what a reader is given
+    snapshot_ids: dict[int, int]  # Delta version -> Iceberg snapshot id, every version the table has
+
+
+def write_table(log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
+                source_timestamps: Mapping[int, int] | None = None,
+                manifest_entries: int = MANIFEST_ENTRIES) -> IcebergTable:
+    """The Iceberg table of an exported Delta log: a snapshot per version from its checkpoint (or
+    0) to its head. `read_range` reads stored deletion vectors (and a data file's footer where the
+    stats do not count its rows); `source_timestamps` (the export manifest's) are commit times where
+    a commit has no in-commit timestamp."""
+    builder = _Builder(files, read_range, manifest_entries, source_timestamps or {})
+    segment = log.segment
+    if segment.checkpoint is not None:
+        builder.checkpoint_snapshot(log)
+    for version, name in segment.commits:
+        builder.commit_snapshot(version, parse_actions(name, log.raw(name)))
+    return builder.finish()
+
+
+def append_table(metadata_key: str, log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
+                 source_timestamps: Mapping[int, int] | None = None,
+                 manifest_entries: int = MANIFEST_ENTRIES) -> IcebergTable:
+    """The Iceberg table at `metadata_key` (written by `write_table` or `append_table`) with a
+    snapshot for each version of `log` after the last one it has; only the manifests holding a
+    removed file are rewritten. The log must hold every commit after that version."""
+    previous = json.loads(files.get(metadata_key))
+    builder = _Builder(files, read_range, manifest_entries, source_timestamps or {})
+    head = builder.resume(previous, metadata_key)
+    segment = log.segment
+    commits = [(version, name) for version, name in segment.commits if version > head]
+    first = segment.checkpoint.version + 1 if segment.checkpoint else 0
+    if head < first - 1:
+        raise VersionOutOfRange(f"the Iceberg table ends at Delta version {head} but the log's commits start at "
+                                f"{first}: versions {head + 1}-{first - 1} are not in it; write the table anew")
+    builder.use_metadata(LiveFiles(_LogUpTo(log, head)).metadata, None)
+    for version, name in commits:
+        builder.commit_snapshot(version, parse_actions(name, log.raw(name)))
+    return builder.finish()
+
+
+@dataclass
+class _LogUpTo:
+    """A log read only up to `version`: the checkpoint and the commits up to it."""
+
+    log: SnapshotLog
+    version: int
+    segment: Any = None
+
+    def __post_init__(self) -> None:
+        self.segment = dataclasses.replace(self.log.segment, head_version=self.version, commits=[
+            (version, name) for version, name in self.log.segment.commits if version <= self.version])
+
+    def raw(self, name: str) -> bytes:
+        return self.log.raw(name)
+
+    def source(self, name: str):
+        return self.log.source(name)
+
+    def checkpoint_files(self) -> list[str]:
+        return self.log.checkpoint_files()
+
+
+@dataclass
+class _Manifest:
+    key: str
+    record: dict  # its manifest list record
+    hashes: pa.Array | None  # the data paths of its live entries, hashed (`_hashes`); None: not read yet
+
+    @property
+    def live(self) -> int:
+        return self.record["added_files_count"] + self.record["existing_files_count"]
+
+
+@dataclass
+class _Totals:
+    data_files: int = 0
+    records: int = 0
+    size: int = 0
+    delete_files: int = 0
+    position_deletes: int = 0
+
+    def summary(self) -> dict[str, str]:
+        return {"total-data-files": str(self.data_files), "total-records": str(self.records),
+                "total-files-size": str(self.size), "total-delete-files": str(self.delete_files),
+                "total-position-deletes": str(self.position_deletes), "total-equality-deletes": "0"}
+
+
+@dataclass
+class _Change:
+    """What one snapshot added and removed, for its summary."""
+
+    added: _Totals = field(default_factory=_Totals)
+    removed: _Totals = field(default_factory=_Totals)
+
+    def summary(self) -> dict[str, str]:
+        return {"added-data-files": str(self.added.data_files), "deleted-data-files": str(self.removed.data_files),
+                "added-records": str(self.added.records), "deleted-records": str(self.removed.records),
+                "added-delete-files": str(self.added.delete_files),
+                "removed-delete-files": str(self.removed.delete_files),
+                "added-position-deletes": str(self.added.position_deletes),
+                "removed-position-deletes": str(self.removed.position_deletes)}
+
+
+class _Builder:
+    def __init__(self, files: IcebergFiles, read_range: ReadRange, manifest_entries: int,
+                 source_timestamps: Mapping[int, int]):
+        self.files, self.read_range, self.manifest_entries = files, read_range, manifest_entries
+        self.source_timestamps = source_timestamps
+        self.location = files.location.rstrip("/")
+        self.table_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, self.location))
+        self.table_id = ""  # the Delta table's id (metaData.id): snapshot ids derive from it
+        self.schemas: list[dict] = []
+        self.schema: TableSchema | None = None
+        self.schema_id = 0
+        self.field_ids: dict | None = {}  # None: read from `previous_fields` once the column mapping mode is known
+        self.previous_fields: list[dict] = []  # an appended table's current schema
+        self.last_column_id = 0
+        self.specs: list[dict] = []
+        self.spec_fields: dict[int, list[PartitionField]] = {}
+        self.spec_id = 0
+        self.last_partition_id = _FIRST_PARTITION_ID - 1
+        self.properties: dict[str, str] = {}
+        self.snapshots: list[dict] = []
+        self.snapshot_log: list[dict] = []
+        self.metadata_log: list[dict] = []
+        self.snapshot_ids: dict[int, int] = {}
+        self.sequence_number = 0
+        self.manifests: list[_Manifest] = []
+        self.totals = _Totals()
+        self.columns: list = []
+        self.written: list[int] = []  # versions this builder added
+
+    # ------------------------------------------------------------ versions
+
+    def checkpoint_snapshot(self, log: SnapshotLog) -> None:
+        """The checkpoint's version: every file it holds, streamed a slice at a time."""
+        checkpoint = log.segment.checkpoint
+        live = LiveFiles(_LogUpTo(log, checkpoint.version))
+        if live.metadata is None or live.protocol is None:
+            raise CorruptLog(f"checkpoint {checkpoint.version} has no metaData or no protocol action")
+        commit = log.segment.checkpoint_commit  # checkpoints drop commitInfo: c.json has it
+        actions = parse_actions(commit, log.raw(commit)) if commit else []
+        self.use_metadata(live.metadata, live.protocol)
+        self._snapshot(checkpoint.version, actions, live.files(whole=True), set(), data_change=True)
+
+    def commit_snapshot(self, version: int, actions: list[dict]) -> None:
+        check_protocol(actions)
+        metadata = next((a["metaData"] for a in reversed(actions) if isinstance(a.get("metaData"), dict)), None)
+        protocol = next((a["protocol"] for a in reversed(actions) if isinstance(a.get("protocol"), dict)), None)
+        if metadata is not None:
+            self.use_metadata(metadata, protocol)
+        elif self.schema is None:
+            raise CorruptLog(f"version {version} is the first of the log and has no metaData action")
+        adds = [a["add"] for a in actions if isinstance(a.get("add"), dict)]
+        removes = [a["remove"] for a in actions if isinstance(a.get("remove"), dict)]
+        retired = {physical_address(f["path"]) for f in [*adds, *removes]}
+        data_change = any(f.get("dataChange", True) for f in [*adds, *removes]) or not (adds or removes)
+        self._snapshot(version, actions, adds, retired, data_change)
+
+    def use_metadata(self, metadata: dict, protocol: dict | None) -> None:
+        """A Delta metaData action: the schema and partition spec from this version on."""
+        check_protocol([{"metaData": metadata}, *([{"protocol": protocol}] if protocol else [])])
+        self.table_id = metadata.get("id") or self.table_id
+        mapped = (metadata.get("configuration") or {}).get("delta.columnMapping.mode") in ("name", "id")
+        if self.field_ids is None:  # an appended table: its fields keep the ids they have
+            self.field_ids = field_ids_of(self.previous_fields, mapped)
+        schema = iceberg_schema(metadata, self.field_ids, self.last_column_id)
+        self.field_ids = {**self.field_ids, **schema.field_ids}
+        self.last_column_id = max(self.last_column_id, schema.last_column_id)
+        self.schema = schema
+        self.schema_id = self._schema_id(schema)
+        partition_columns = list(metadata.get("partitionColumns") or [])
+        self.spec_id = self._spec_id([schema.column(name) for name in partition_columns])
+        self.columns = stats_columns(schema.columns, partition_columns)
+        self.properties[NAME_MAPPING] = name_mapping_json(schema)
+
+    def _schema_id(self, schema: TableSchema) -> int:
+        for document in self.schemas:
+            if document["fields"] == schema.fields:
+                return document["schema-id"]
+        schema_id = max((d["schema-id"] for d in self.schemas), default=-1) + 1
+        self.schemas.append(schema.document(schema_id))
+        return schema_id
+
+    def _spec_id(self, columns: list) -> int:
+        sources = [column.field_id for column in columns]
+        for spec in self.specs:
+            if [f["source-id"] for f in spec["fields"]] == sources:
+                return spec["spec-id"]
+        known = {f["source-id"]: f["field-id"] for spec in self.specs for f in spec["fields"]}
+        fields = []
+        for column in columns:
+            if column.field_id not in known:
+                self.last_partition_id += 1
+                known[column.field_id] = self.last_partition_id
+            if not isinstance(column.delta_type, str):
+                raise CorruptLog(f"partition column {column.name!r} is not of a primitive type")
+            fields.append(PartitionField(column.name, known[column.field_id], column.field_id,
+                                         iceberg_primitive(column.delta_type, column.name)))
+        spec_id = max((s["spec-id"] for s in self.specs), default=-1) + 1
+        self.specs.append({"spec-id": spec_id, "fields": [f.document() for f in fields]})
+        self.spec_fields[spec_id] = fields
+        return spec_id
+
+    # ------------------------------------------------------------ one snapshot
+
+    def _snapshot(self, version: int, actions: list[dict], adds: Iterable[dict], retired: set[str],
+                  data_change: bool) -> None:
+        snapshot_id = _snapshot_id(self.table_id, version)
+        parent = self.snapshots[-1]["snapshot-id"] if self.snapshots else None
+        self.sequence_number += 1
+        change = _Change()
+        numbers = iter(range(1 << 31))  # of the manifests this snapshot writes
+        if retired and self.manifests:
+            self._retire(retired, snapshot_id, change, numbers)
+        self._add(adds, snapshot_id, change, numbers)
+        self.manifests = [m for m in self.manifests if m.live or m.record["added_snapshot_id"] == snapshot_id]
+        records = [m.record for m in sorted(self.manifests, key=lambda m: m.record["content"])]
+        list_key = f"metadata/snap-{snapshot_id}.avro"
+        self.files.put(list_key, write_manifest_list(records, snapshot_id, parent, self.sequence_number))
+        self.manifests = [m for m in self.manifests if m.live]
+        for kind in ("data_files", "records", "size", "delete_files", "position_deletes"):
+            setattr(self.totals, kind, getattr(self.totals, kind) + getattr(change.added, kind)
+                    - getattr(change.removed, kind))
+        timestamp = commit_timestamp(actions, self.source_timestamps.get(version, _writer_timestamp(actions)))
+        snapshot = {"snapshot-id": snapshot_id, "sequence-number": self.sequence_number, "timestamp-ms": timestamp,
+                    "manifest-list": self._uri(list_key), "schema-id": self.schema_id,
+                    "summary": {"operation": _operation(change, data_change), DELTA_VERSION: str(version),
+                                **change.summary(), **self.totals.summary()}}
+        if parent is not None:
+            snapshot["parent-snapshot-id"] = parent
+        self.snapshots.append(snapshot)
+        self.snapshot_log.append({"snapshot-id": snapshot_id, "timestamp-ms": timestamp})
+        self.snapshot_ids[version] = snapshot_id
+        self.written.append(version)
+
+    def _add(self, adds: Iterable[dict], snapshot_id: int, change: _Change, names: Iterable[int]) -> None:
+        """The version's added files in manifests of bounded size, their deletion vectors as delete files."""
+        data: list[dict] = []
+        deletes: list[dict] = []
+        for add in adds:
+            path = physical_address(add["path"])
+            partition = self._partition(add)
+            metrics = file_metrics(add.get("stats"), self.columns)
+            records = metrics.record_count
+            if records is None:
+                records = self._footer_rows(add["path"], int(add["size"]))
+            data.append(self._entry(ADDED, snapshot_id, data_file(
+                DATA, path, partition, records, int(add["size"]), metrics.null_value_counts, metrics.lower_bounds,
+                metrics.upper_bounds)))
+            change.added.data_files += 1
+            change.added.records += records
+            change.added.size += int(add["size"])
+            if descriptor := add.get("deletionVector"):
+                body, positions = position_deletes(path, descriptor, self.read_range)
+                key = delete_file_key(path, descriptor)
+                self.files.put(key, body)
+                # bounds on file_path name the one data file it applies to (spec.md#position-delete-files)
+                deletes.append(self._entry(ADDED, snapshot_id, data_file(
+                    DELETES, self._uri(key), partition, positions, len(body),
+                    lower_bounds={FILE_PATH_ID: path.encode()}, upper_bounds={FILE_PATH_ID: path.encode()})))
+                change.added.delete_files += 1
+                change.added.position_deletes += positions
+            for entries, content in ((data, DATA), (deletes, DELETES)):
+                if len(entries) >= self.manifest_entries:
+                    self._write_manifest(entries, content, self.spec_id, snapshot_id, next(names))
+                    entries.clear()
+        for entries, content in ((data, DATA), (deletes, DELETES)):
+            if entries:
+                self._write_manifest(entries, content, self.spec_id, snapshot_id, next(names))
+
+    def _retire(self, paths: set[str], snapshot_id: int, change: _Change, names: Iterable[int]) -> None:
+        """Mark the entries of `paths` (data files, and the delete files applying to them) deleted,
+        rewriting only the manifests that hold one."""
+        wanted = _hashes(paths)
+        for index, manifest in enumerate(self.manifests):
+            if manifest.hashes is not None and not pc.any(pc.is_in(wanted, value_set=manifest.hashes)).as_py():
+                continue
+            content = manifest.record["content"]
+            entries, live, hit = [], [], False
+            for entry in read_manifest(self.files.get(manifest.key)):
+                if entry["status"] == DELETED:
+                    continue  # deleted by the snapshot that wrote this manifest
+                target = _data_path(entry, content)
+                if target in paths:
+                    hit = True
+                    entry.update(status=DELETED, snapshot_id=snapshot_id)
+                    _count(change.removed, entry["data_file"], content)
+                else:
+                    entry["status"] = EXISTING
+                    live.append(target)
+                entries.append(entry)
+            if hit:
+                self.manifests[index] = self._write_manifest(entries, content, manifest.record["partition_spec_id"],
+                                                             snapshot_id, next(names), add=False)
+            self.manifests[index].hashes = _hashes(live)
+
+    def _write_manifest(self, entries: list[dict], content: int, spec_id: int, snapshot_id: int, number: int,
+                        add: bool = True) -> _Manifest:
+        key = f"metadata/{snapshot_id}-m{number}.avro"
+        schema = next(s for s in self.schemas if s["schema-id"] == self.schema_id)
+        body, record = write_manifest(entries, content, spec_id, self.spec_fields[spec_id], schema)
+        self.files.put(key, body)
+        record.update(manifest_path=self._uri(key), manifest_length=len(body), sequence_number=self.sequence_number,
+                      added_snapshot_id=snapshot_id)
+        if record["min_sequence_number"] is None:
+            record["min_sequence_number"] = self.sequence_number
+        manifest = _Manifest(key, record, _hashes([_data_path(e, content) for e in entries if e["status"] != DELETED]))
+        if add:
+            self.manifests.append(manifest)
+        return manifest
+
+    def _entry(self, status: int, snapshot_id: int, file: dict) -> dict:
+        return {"status": status, "snapshot_id": snapshot_id, "sequence_number": self.sequence_number,
+                "file_sequence_number": self.sequence_number, "data_file": file}
+
+    def _partition(self, add: dict) -> dict:
+        values = add.get("partitionValues") or {}
+        partition = {}
+        for partition_field in self.spec_fields[self.spec_id]:
+            column = self.schema.column(partition_field.name)
+            partition[partition_field.name] = partition_value(values.get(column.physical_name),
+                                                              partition_field.iceberg_type, column.name)
+        return partition
+
+    def _footer_rows(self, uri: str, size: int) -> int:
+        """A data file's row count from its footer, for an add whose stats do not say."""
+        return open_parquet(_RangeSource(self.read_range, uri, size), uri).metadata.num_rows
+
+    def _uri(self, key: str) -> str:
+        return f"{self.location}/{key}"
+
+    # ------------------------------------------------------------ an existing table
+
+    def resume(self, metadata: dict, metadata_key: str) -> int:
+        """Continue the table `metadata` describes; the Delta version of its current snapshot."""
+        if metadata.get("format-version") != FORMAT_VERSION:
+            raise CorruptLog(f"{metadata_key}: format version {metadata.get('format-version')}, not {FORMAT_VERSION}")
+        self.table_uuid = metadata["table-uuid"]
+        self.schemas = metadata["schemas"]
+        current = next(s for s in self.schemas if s["schema-id"] == metadata["current-schema-id"])
+        self.previous_fields, self.field_ids = current["fields"], None
+        self.last_column_id = metadata["last-column-id"]
+        self.specs = metadata["partition-specs"]
+        self.last_partition_id = metadata["last-partition-id"]
+        types = {f["id"]: f["type"] for s in self.schemas for f in s["fields"]}
+        self.spec_fields = {spec["spec-id"]: [PartitionField(f["name"], f["field-id"], f["source-id"],
+                                                             types[f["source-id"]]) for f in spec["fields"]]
+                            for spec in self.specs}
+        self.properties = dict(metadata.get("properties") or {})
+        self.snapshots = metadata["snapshots"]
+        self.snapshot_log = metadata["snapshot-log"]
+        self.metadata_log = [*metadata.get("metadata-log", []),
+                             {"metadata-file": self._uri(metadata_key), "timestamp-ms": metadata["last-updated-ms"]}]
+        self.sequence_number = metadata["last-sequence-number"]
+        self.snapshot_ids = {int(s["summary"][DELTA_VERSION]): s["snapshot-id"] for s in self.snapshots}
+        head = next(s for s in self.snapshots if s["snapshot-id"] == metadata["current-snapshot-id"])
+        for kind, name in (("data_files", "total-data-files"), ("records", "total-records"),
+                           ("size", "total-files-size"), ("delete_files", "total-delete-files"),
+                           ("position_deletes", "total-position-deletes")):
+            setattr(self.totals, kind, int(head["summary"][name]))
+        prefix = self.location + "/"
+        for record in read_manifest_list(self.files.get(head["manifest-list"][len(prefix):])):
+            self.manifests.append(_Manifest(record["manifest_path"][len(prefix):], record, None))
+        return int(head["summary"][DELTA_VERSION])
+
+    def finish(self) -> IcebergTable:
+        """Write the metadata file, last: the table as of the head."""
+        head = self.snapshots[-1]
+        version = int(head["summary"][DELTA_VERSION])
+        metadata = {
+            "format-version": FORMAT_VERSION, "table-uuid": self.table_uuid, "location": self.location,
+            "last-sequence-number": self.sequence_number,
+            "last-updated-ms": max(s["timestamp-ms"] for s in self.snapshots),
+            "last-column-id": self.last_column_id, "current-schema-id": self.schema_id, "schemas": self.schemas,
+            "default-spec-id": self.spec_id, "partition-specs": self.specs,
+            "last-partition-id": self.last_partition_id,
+            "default-sort-order-id": 0, "sort-orders": [{"order-id": 0, "fields": []}],
+            "properties": self.properties, "current-snapshot-id": head["snapshot-id"],
+            "refs": {"main": {"snapshot-id": head["snapshot-id"], "type": "branch"}},
+            "snapshots": self.snapshots, "snapshot-log": self.snapshot_log, "metadata-log": self.metadata_log,
+            "statistics": [], "partition-statistics": [],
+        }
+        key = f"metadata/v{version}.metadata.json"
+        self.files.put(key, json.dumps(metadata, indent=1).encode())
+        return IcebergTable(key, self._uri(key), dict(self.snapshot_ids))
+
+
+@dataclass
+class _RangeSource:
+    """A data file read by ranges (`exporter.parquet.splice.ParquetSource`)."""
+
+    reader: ReadRange
+    uri: str
+    size: int
+
+    def read_range(self, start: int, end: int) -> bytes:
+        return self.reader(self.uri, start, end)
+
+
+def _snapshot_id(table_id: str, version: int) -> int:
+    """A snapshot id from the Delta table's id and the version: the same table written again has
+    the same ids, and an appended table keeps them."""
+    digest = hashlib.blake2b(f"{table_id}@{version}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & (2 ** 63 - 1) or 1
+
+
+def _hashes(paths: Iterable[str]) -> pa.Array:
+    """8 bytes of each path's hash: what a manifest's paths are looked up by (a collision only costs
+    reading the manifest)."""
+    return pa.array([int.from_bytes(hashlib.blake2b(p.encode(), digest_size=8).digest(), "little", signed=True)
+                     for p in paths], pa.int64())
+
+
+def _data_path(entry: dict, content: int) -> str:
+    """The data file an entry is, or (a delete file) applies to."""
+    if content == DATA:
+        return entry["data_file"]["file_path"]
+    return bound_of(entry, "lower_bounds", FILE_PATH_ID).decode()
+
+
+def _count(totals: _Totals, file: dict, content: int) -> None:
+    if content == DATA:
+        totals.data_files += 1
+        totals.records += file["record_count"]
+        totals.size += file["file_size_in_bytes"]
+    else:
+        totals.delete_files += 1
+        totals.position_deletes += file["record_count"]
+
+
+def _operation(change: _Change, data_change: bool) -> str:
+    """spec.md#snapshots `operation`: a Delta commit that changed no data (OPTIMIZE) is a replace."""
+    added = change.added.data_files or change.added.delete_files
+    removed = change.removed.data_files or change.removed.delete_files
+    if not data_change:
+        return "replace"
+    if added and removed:
+        return "overwrite"
+    return "delete" if removed else "append"
+
+
+def _writer_timestamp(actions: list[dict]) -> int:
+    """`commitInfo.timestamp`: when the writer says it committed (0 without one)."""
+    for action in actions:
+        info = action.get("commitInfo")
+        if isinstance(info, dict) and isinstance(info.get("timestamp"), int):
+            return info["timestamp"]
+    return 0

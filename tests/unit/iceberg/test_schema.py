@@ -1,0 +1,71 @@
+"""Delta types as Iceberg types, and the Delta columns Iceberg cannot hold refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from exporter.errors import IcebergUnsupported
+from exporter.iceberg.schema import iceberg_schema
+
+pytestmark = pytest.mark.unit
+
+
+def schema_of(*fields: dict, configuration: dict | None = None):
+    return iceberg_schema({"schemaString": json.dumps({"type": "struct", "fields": list(fields)}),
+                           "configuration": configuration or {}})
+
+
+def column(name: str, delta_type, nullable: bool = True, metadata: dict | None = None) -> dict:
+    return {"name": name, "type": delta_type, "nullable": nullable, "metadata": metadata or {}}
+
+
+def test_types_map_one_to_one():
+    primitives = ["byte", "short", "integer", "long", "float", "double", "boolean", "string", "binary", "date",
+                  "timestamp", "timestamp_ntz", "decimal(38, 10)"]
+    schema = schema_of(*[column(f"c{i}", t, nullable=i % 2 == 0) for i, t in enumerate(primitives)],
+                       column("s", {"type": "struct", "fields": [column("x", "long")]}),
+                       column("a", {"type": "array", "elementType": "string", "containsNull": False}),
+                       column("m", {"type": "map", "keyType": "string", "valueType": "date",
+                                    "valueContainsNull": True}))
+    assert [(f["type"], f["required"]) for f in schema.fields[:13]] == [
+        ("int", False), ("int", True), ("int", False), ("long", True), ("float", False), ("double", True),
+        ("boolean", False), ("string", True), ("binary", False), ("date", True), ("timestamptz", False),
+        ("timestamp", True), ("decimal(38, 10)", False)]
+    struct, array, mapping = schema.fields[13:]
+    assert struct["type"] == {"type": "struct", "fields": [{"id": 15, "name": "x", "required": False, "type": "long"}]}
+    assert array["type"] == {"type": "list", "element-id": 17, "element": "string", "element-required": True}
+    assert mapping["type"] == {"type": "map", "key-id": 19, "key": "string", "value-id": 20, "value": "date",
+                               "value-required": False}
+    assert schema.last_column_id == 20
+
+
+@pytest.mark.parametrize("delta_type, feature", [("variant", "variantType"), ("void", "NullType"),
+                                                 ("interval", None), ("geometry(OGC:CRS84)", None)])
+def test_types_iceberg_cannot_hold_are_refused_naming_the_column(delta_type, feature):
+    name = delta_type.split("(")[0]
+    with pytest.raises(IcebergUnsupported, match=rf"column 'payload\.{name}' has the Delta type") as refused:
+        schema_of(column("id", "long"), column("payload", {"type": "struct", "fields": [column(name, delta_type)]}))
+    if feature:
+        assert feature in str(refused.value)
+
+
+def test_widening_iceberg_cannot_promote_is_refused():
+    widened = {"delta.typeChanges": [{"fromType": "integer", "toType": "long"}]}
+    assert schema_of(column("n", "long", metadata=widened)).fields[0]["type"] == "long"
+    rescaled = {"delta.typeChanges": [{"fromType": "decimal(6, 2)", "toType": "decimal(10, 4)"}]}
+    with pytest.raises(IcebergUnsupported, match=r"column 'd' was widened from decimal\(6, 2\) to decimal\(10, 4\)"):
+        schema_of(column("d", "decimal(10, 4)", metadata=rescaled))
+
+
+def test_column_mapping_ids_and_physical_names_and_ids_kept_across_versions():
+    mapped = {"delta.columnMapping.mode": "name", "delta.columnMapping.maxColumnId": "7"}
+    first = schema_of(column("renamed", "long", metadata={"delta.columnMapping.id": 7,
+                                                          "delta.columnMapping.physicalName": "col-x"}),
+                      configuration=mapped)
+    assert first.fields[0]["id"] == 7 and first.name_mapping == [{"field-id": 7, "names": ["col-x"]}]
+    plain = schema_of(column("a", "long"), column("b", "string"))
+    later = iceberg_schema({"schemaString": json.dumps({"type": "struct", "fields": [
+        column("new", "date"), column("b", "string"), column("a", "long")]})}, plain.field_ids, plain.last_column_id)
+    assert [(f["name"], f["id"]) for f in later.fields] == [("new", 3), ("b", 2), ("a", 1)]
