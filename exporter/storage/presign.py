@@ -175,7 +175,7 @@ class _Signer:
         sha256 = hashlib.sha256
         hexes = map(binascii.hexlify, map(_DIGEST, map(sha256, canonical.to_pylist())))  # the string to sign's tail
         inner = map(_DIGEST, map(sha256, map(self.inner_head.__add__, hexes)))
-        signatures = map(_DIGEST, map(sha256, map(self.outer_pad.__add__, inner)))
+        signatures = map(sha256, map(self.outer_pad.__add__, inner))
         return pc.binary_join_element_wise(self.origin + root, paths, f"?{self.query}&X-Amz-Signature=",
                                            hex_digests(signatures, 32, len(keys)), "")
 
@@ -184,9 +184,10 @@ _DIGEST = methodcaller("digest")
 _JSON_PLAIN = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*")  # printable ASCII but `"` and `\`
 
 
-def hex_digests(digests: Iterable[bytes], size: int, count: int) -> pa.Array:
-    """`count` digests of `size` bytes as a string column of their hex: one join and one hexlify."""
-    text = binascii.hexlify(b"".join(digests))
+def hex_digests(hashes: Iterable, size: int, count: int) -> pa.Array:
+    """The digests of `count` hashes (hashlib's objects), `size` bytes each, as a string column of
+    their hex: one join and one hexlify."""
+    text = binascii.hexlify(b"".join(map(_DIGEST, hashes)))
     if len(text) != 2 * size * count:
         raise ValueError(f"{len(text) // (2 * size)} digests of {size} bytes, not {count}")
     offsets = np.arange(0, 2 * size * (count + 1), 2 * size, dtype=np.int32)
