@@ -70,17 +70,23 @@ def objects(column: pa.StructArray, replaced: Mapping[str, pa.Array] | None = No
     """Each struct as a JSON object of its fields in order, null fields left out (`_plain`); the
     JSON text of a field in `replaced` instead of its own. Null where the struct is null."""
     replaced = replaced or {}
-    parts, cut = [], False
+    pieces: list[pa.Array | str] = []  # of one join: a field always there as its name and its column
+    cut = False
     for index, field in enumerate(column.type):
         if field.name in _DERIVED:
             continue
         text = replaced[field.name] if field.name in replaced else values(column.field(index), field.name)
-        if not parts:  # a first field every row has needs no comma to cut after the join
+        if not pieces:  # a first field every row has needs no comma to cut after the join
             cut = text.null_count > 0
-        parts.append(join(("," if parts or cut else "") + _string(field.name) + ":", text))
-    joined = pc.binary_join_element_wise(*parts, "", null_handling="replace", null_replacement="") if parts \
-        else pa.repeat(pa.scalar(""), len(column))
-    text = join("{", pc.utf8_slice_codeunits(joined, 1) if cut else joined, "}")
+        name = ("," if pieces or cut else "") + _string(field.name) + ":"
+        pieces += [join(name, text)] if text.null_count else [name, text]
+    if not pieces:
+        return pa.repeat(pa.scalar("{}"), len(column))
+    if cut:
+        joined = pc.binary_join_element_wise(*pieces, "", null_handling="replace", null_replacement="")
+        text = join("{", pc.utf8_slice_codeunits(joined, 1), "}")
+    else:
+        text = pc.binary_join_element_wise("{", *pieces, "}", "", null_handling="replace", null_replacement="")
     return pc.if_else(column.is_valid(), text, _NULL) if column.null_count else text
 
 
