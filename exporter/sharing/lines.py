@@ -5,7 +5,6 @@ snapshot, a version range or its changes, encoded as newline-delimited JSON.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -93,7 +92,7 @@ def query_lines(snapshot: Snapshot, fmt: str, presigner: Presigner, versioned: b
 
 
 _LINES = 16_384  # file lines per chunk: a few MiB, built column by column
-_MD5 = functools.partial(hashlib.md5, usedforsecurity=False)
+_MD5 = hashlib.md5(usedforsecurity=False)  # copied per file: a new hash given an option costs twice as much
 
 
 def _checkpoint_file_lines(adds: pa.StructArray, fmt: str, sign: TableSigner) -> bytes:
@@ -147,7 +146,12 @@ def _delta_file_lines(adds: pa.StructArray, sign: TableSigner) -> pa.Array:
 
 def _file_ids(paths: pa.Array) -> pa.Array:
     """`_file_id` of each path of a column."""
-    return hex_digests(map(_MD5, paths.cast(pa.binary()).to_pylist()), 16, len(paths))
+    digests, new = [], _MD5.copy
+    for path in paths.cast(pa.binary()).to_pylist():
+        file_id = new()
+        file_id.update(path)
+        digests.append(file_id.digest())
+    return hex_digests(digests, 16, len(paths))
 
 
 def range_protocol(table: SharedTable, start: Snapshot, end: int) -> dict:

@@ -18,7 +18,6 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from operator import methodcaller
 from urllib.parse import quote, unquote, urlsplit
 
 import numpy as np
@@ -138,9 +137,11 @@ class _Signer:
         for part in (store.region, "s3", "aws4_request"):
             key = hmac.new(key, part.encode(), hashlib.sha256).digest()
         self.signing_key = key
-        # HMAC-SHA256 (RFC 2104) as two SHA-256s over the padded key, for `urls`' chained C calls
+        # HMAC-SHA256 (RFC 2104) as two SHA-256s over the padded key, their states past the constant
+        # prefixes kept: `urls` copies them per row
         padded = key.ljust(_BLOCK, b"\0")
-        self.outer_pad = bytes(b ^ 0x5C for b in padded)
+        self.outer = hashlib.sha256(bytes(b ^ 0x5C for b in padded))
+        inner_pad = bytes(b ^ 0x36 for b in padded)
         # sorted by name, as the canonical query string must be
         self.query = "&".join([
             f"X-Amz-Algorithm={_ALGORITHM}",
@@ -150,7 +151,7 @@ class _Signer:
             "X-Amz-SignedHeaders=host",
         ])
         self.to_sign_head = f"{_ALGORITHM}\n{batch.amz_date}\n{scope}\n"
-        self.inner_head = bytes(b ^ 0x36 for b in padded) + self.to_sign_head.encode()
+        self.inner = hashlib.sha256(inner_pad + self.to_sign_head.encode())  # the string to sign but its last line
         self.canonical_tail = f"\n{self.query}\nhost:{self.host}\n\nhost\nUNSIGNED-PAYLOAD"
         self.roots: dict[str, str] = {}  # bucket -> its quoted path
 
@@ -168,26 +169,32 @@ class _Signer:
         return f"{self.origin}{path}?{self.query}&X-Amz-Signature={signature}"
 
     def urls(self, bucket: str, keys: pa.Array) -> pa.Array:
-        """`url` of each key of a column (decoded keys), the hashes chained in C one row at a time."""
+        """`url` of each key of a column (decoded keys): only the hashes one row at a time."""
         root = self.root(bucket)
         paths = _quoted_paths(keys)
         canonical = pc.binary_join_element_wise(f"GET\n{root}", paths, self.canonical_tail, "").cast(pa.binary())
-        sha256 = hashlib.sha256
-        hexes = map(binascii.hexlify, map(_DIGEST, map(sha256, canonical.to_pylist())))  # the string to sign's tail
-        inner = map(_DIGEST, map(sha256, map(self.inner_head.__add__, hexes)))
-        signatures = map(sha256, map(self.outer_pad.__add__, inner))
         return pc.binary_join_element_wise(self.origin + root, paths, f"?{self.query}&X-Amz-Signature=",
-                                           hex_digests(signatures, 32, len(keys)), "")
+                                           hex_digests(self._signatures(canonical.to_pylist()), 32, len(keys)), "")
+
+    def _signatures(self, canonical: list[bytes]) -> list[bytes]:
+        """The HMAC of each canonical request's string to sign (`url`'s `hmac.digest`): a copy of a
+        kept state and an update cost less than a new hash, and hash only what changes."""
+        signatures, sha256, hexlify, inner, outer = [], hashlib.sha256, binascii.hexlify, self.inner.copy, self.outer.copy
+        for request in canonical:
+            to_sign = inner()
+            to_sign.update(hexlify(sha256(request).digest()))
+            signature = outer()
+            signature.update(to_sign.digest())
+            signatures.append(signature.digest())
+        return signatures
 
 
-_DIGEST = methodcaller("digest")
 _JSON_PLAIN = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e]*")  # printable ASCII but `"` and `\`
 
 
-def hex_digests(hashes: Iterable, size: int, count: int) -> pa.Array:
-    """The digests of `count` hashes (hashlib's objects), `size` bytes each, as a string column of
-    their hex: one join and one hexlify."""
-    text = binascii.hexlify(b"".join(map(_DIGEST, hashes)))
+def hex_digests(digests: Iterable[bytes], size: int, count: int) -> pa.Array:
+    """`count` digests of `size` bytes as a string column of their hex: one join and one hexlify."""
+    text = binascii.hexlify(b"".join(digests))
     if len(text) != 2 * size * count:
         raise ValueError(f"{len(text) // (2 * size)} digests of {size} bytes, not {count}")
     offsets = np.arange(0, 2 * size * (count + 1), 2 * size, dtype=np.int32)
