@@ -91,7 +91,7 @@ def query_lines(snapshot: Snapshot, fmt: str, presigner: Presigner, versioned: b
             yield _checkpoint_file_lines(adds.slice(start, _LINES), fmt, sign)
 
 
-_LINES = 16_384  # file lines per chunk: a few MiB, built column by column
+_LINES = 8_192  # file lines per chunk (about 5 MiB), built column by column: fewer hold more memory, no less CPU
 _MD5 = hashlib.md5(usedforsecurity=False)  # copied per file: a new hash given an option costs twice as much
 
 
@@ -132,13 +132,13 @@ def _delta_file_lines(adds: pa.StructArray, sign: TableSigner) -> pa.Array:
         if pc.equal(storage, RELATIVE).true_count:  # raises, naming the first
             _file_line("file", "add", _plain(adds.filter(pc.equal(storage, RELATIVE))[0].as_py()), "delta", sign)
         signed = pc.equal(storage, ABSOLUTE)
-        if signed.true_count:
-            where = vectors.field("pathOrInlineDv")
-            vector_paths, vector_urls = sign.column(where.filter(signed))
-            where = pc.replace_with_mask(json_columns.strings(where), signed, json_columns.join('"', vector_urls, '"'))
-            replaced["deletionVector"] = json_columns.objects(vectors, {"pathOrInlineDv": where})
-            vector_ids = pc.fill_null(pc.replace_with_mask(pa.nulls(len(adds), pa.string()), signed, json_columns.join(
-                ',"deletionVectorFileId":"', _file_ids(vector_paths), '"')), "")
+        if signed.true_count:  # an absolute vector's path is signed; an inline one's bytes stay
+            stored = vectors.field("pathOrInlineDv")
+            vector_paths, vector_urls = sign.column(stored.filter(signed))
+            stored = pc.replace_with_mask(json_columns.strings(stored), signed, json_columns.join('"', vector_urls, '"'))
+            replaced["deletionVector"] = json_columns.objects(vectors, {"pathOrInlineDv": stored})
+            ids = json_columns.join(',"deletionVectorFileId":"', _file_ids(vector_paths), '"')
+            vector_ids = pc.fill_null(pc.replace_with_mask(pa.nulls(len(adds), pa.string()), signed, ids), "")
     return json_columns.join('{"file":{"id":"', _file_ids(absolute), '"', vector_ids,
                              f',"expirationTimestamp":{sign.presigner.expires_ms},"deltaSingleAction":{{"add":',
                              json_columns.objects(adds, replaced), "}}}\n")
