@@ -390,3 +390,43 @@ def test_deletion_vectors_are_signed_in_the_delta_format_and_refused_in_parquet(
     adds[1]["deletionVector"] = {"storageType": "p", "pathOrInlineDv": "s3://secrets/dv.bin"}
     with pytest.raises(UnshareableTable, match="s3://secrets/dv.bin"):
         _checkpoint_file_lines(pa.array(adds, with_vectors.type), "delta", sign)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_a_query_answers_each_live_file_once_in_the_bytes_of_its_dict_lines(fmt):
+    """A snapshot query's whole answer, as `serve` streams it: protocol, metaData, the later commits'
+    files, then the checkpoint's chunks of lines; the same NDJSON bytes as every line's dict encoded."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from exporter.sharing.lines import _file_id, _metadata_line, _protocol_line, encode_lines, query_lines
+
+    adds = _checkpoint_adds()
+    actions = pa.table({"add": pa.concat_arrays([pa.nulls(1, adds.type), adds]),
+                        "protocol": pa.array([PLAIN, *[None] * len(adds)]),
+                        "metaData": pa.array([{"id": "t", "schemaString": "{}"}, *[None] * len(adds)])})
+    sink = io.BytesIO()
+    pq.write_table(actions, sink, row_group_size=4)  # the adds in two row groups
+    later = [{"add": {"path": "s3://lake/repo/data/later.parquet", "partitionValues": {"p": "9"}, "size": 1,
+                      "modificationTime": 2, "dataChange": True, "stats": '{"numRecords":1}'}},
+             {"remove": {"path": adds[3]["path"].as_py(), "dataChange": True}}]
+    store = MemoryStore({"t/_delta_log/" + f"{1:020d}.checkpoint.parquet": sink.getvalue(),
+                         "t/_delta_log/" + f"{1:020d}.json": b"{}\n",
+                         "t/_delta_log/" + f"{2:020d}.json": "".join(json.dumps(a) + "\n" for a in later).encode()},
+                        namespace="s3://lake/repo")
+    table = SharedTable(store, "t/", "t", 2, allowed=("s3://lake/repo/", "s3://imports"))
+    presigner = Presigner(Config(object_store={"access_key_id": "AKIA", "secret_access_key": "s",
+                                               "endpoint": "http://minio:9000"}), 3600, now=1_700_000_000)
+    snapshot = table.snapshot()
+
+    answer = b"".join(encode_lines(query_lines(snapshot, fmt, presigner, versioned=True)))
+
+    sign = table.signer(presigner)
+    dicts = [_protocol_line(snapshot.protocol, fmt), _metadata_line(snapshot.metadata, fmt, 2),
+             *(_file_line("file", "add", add, fmt, sign) for add in snapshot.live.files(whole=True))]
+    assert answer == b"".join(encode_lines(dicts))
+    assert len(answer.splitlines()) == 2 + len(adds)  # one file removed, one added
+    assert b"later.parquet" in answer.splitlines()[2]
+    assert _file_id(adds[3]["path"].as_py()).encode() not in answer  # the removed one
