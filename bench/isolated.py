@@ -12,6 +12,7 @@ report the largest so far).
     python -m bench.isolated republish REPOSITORY BRANCH COMMIT TABLE
     python -m bench.isolated presign project|boto3 COUNT REAL_OBJECT_URI
     python -m bench.isolated livefiles TABLE_URI
+    python -m bench.isolated sharing-lines COUNT parquet|delta [PROFILE_FILE]
 Each prints one JSON line: the measurement.
 """
 
@@ -261,8 +262,102 @@ def _livefiles(table_uri: str) -> dict:
             "peak_rss_mib": peak_rss_mib()}
 
 
+class _LocalStore:
+    """`ObjectStore`'s reads over a local folder that stands for the storage namespace `namespace`."""
+
+    def __init__(self, folder: Path, namespace: str):
+        self.folder, self.namespace = folder, namespace.rstrip("/")
+
+    def uri(self, relative: str) -> str:
+        return f"{self.namespace}/{relative}"
+
+    def get(self, relative: str) -> bytes:
+        from exporter.errors import NotFound
+
+        try:
+            return (self.folder / relative).read_bytes()
+        except FileNotFoundError:
+            raise NotFound(relative) from None
+
+    def get_range(self, uri: str, start: int, end: int) -> bytes:
+        with open(self.folder / uri.removeprefix(self.namespace + "/"), "rb") as file:
+            file.seek(start)
+            return file.read(end - start)
+
+    def list_objects(self, relative: str, start_after: str = "", stop_at: str = "") -> list[tuple[str, int, float]]:
+        found = sorted(str(path.relative_to(self.folder)) for path in (self.folder / relative).rglob("*") if path.is_file())
+        return [(name, (self.folder / name).stat().st_size, 0.0) for name in found
+                if name > start_after and (not stop_at or name < stop_at)]
+
+
+_LINES_NAMESPACE = "s3://lakefs-data/bench"
+
+
+def _sharing_table(count: str, folder: str) -> dict:
+    """A table whose checkpoint (version 1) holds `count` adds of data files under an import's
+    source (as `build_table` makes them), written to `folder`: made here so the 1M dicts
+    `synthetic_checkpoint` takes never count in the measured process's memory."""
+    import pyarrow.parquet as pq
+
+    from bench.synthetic import METADATA, PROTOCOL, synthetic_checkpoint
+
+    log = Path(folder) / "t" / "_delta_log"
+    log.mkdir(parents=True, exist_ok=True)
+    names = [f"s3://lakefs-data/bulk-import/{uuid.UUID(int=i // 50_000).hex}/p={i % 100:04d}/"
+             f"part-{i:07d}-{uuid.UUID(int=i).hex[:8]}.parquet" for i in range(int(count))]
+    (log / f"{0:020d}.json").write_text("\n".join(json.dumps(action) for action in (PROTOCOL, METADATA)) + "\n")
+    pq.write_table(synthetic_checkpoint(names), log / f"{1:020d}.checkpoint.parquet", row_group_size=65_536)
+    (log / f"{1:020d}.json").write_text(json.dumps({"commitInfo": {"operation": "WRITE"}}) + "\n")
+    return {"files": len(names)}
+
+
+def _sharing_lines(count: str, fmt: str, profile: str = "") -> dict:
+    """A snapshot query's whole answer (`query_lines` encoded by `encode_lines`, as `serve` streams
+    it) for a table of `count` checkpointed files read from a local folder, in this process: the
+    server's CPU and memory for the answer without HTTP. With `profile`, pyinstrument's report there
+    (HTML for a `.html` name, else text)."""
+    import tempfile
+
+    from exporter.config import Config, ObjectStoreConfig
+    from exporter.sharing.lines import encode_lines, query_lines
+    from exporter.sharing.versions import SharedTable
+    from exporter.storage.presign import Presigner
+
+    folder = Path(tempfile.gettempdir()) / f"bench-sharing-lines-{count}"
+    if not (folder / "t" / "_delta_log" / f"{1:020d}.json").exists():
+        measure("sharing-table", count, str(folder))
+    config = Config(object_store=ObjectStoreConfig(endpoint="http://127.0.0.1:19000", region="us-east-1",
+                                                   access_key_id="AKIDEXAMPLE", secret_access_key="bench-secret"))
+    table = SharedTable(_LocalStore(folder, _LINES_NAMESPACE), "t/", "t", 1,
+                        allowed=(_LINES_NAMESPACE, "s3://lakefs-data/bulk-import"))
+    profiler = None
+    if profile:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.001)
+        profiler.start()
+    before = peak_rss_mib()
+    started, cpu = time.perf_counter(), time.process_time()
+    lines = size = 0
+    first, counting = None, 0.0  # the count of lines is the reader's work: not the answer's CPU
+    for chunk in encode_lines(query_lines(table.snapshot(), fmt, Presigner(config, 3600), versioned=False)):
+        first = first or time.perf_counter()
+        counted = time.process_time()
+        lines += chunk.count(b"\n")
+        size += len(chunk)
+        counting += time.process_time() - counted
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu - counting
+    if profiler is not None:
+        profiler.stop()
+        Path(profile).write_text(profiler.output_html() if profile.endswith(".html") else profiler.output_text())
+    return {"format": fmt, "lines": lines, "bytes": size, "seconds": seconds, "cpu_seconds": cpu,
+            "us_per_line": cpu / lines * 1e6, "first_chunk_seconds": (first or started) - started,
+            "rss_before_mib": before, "peak_rss_mib": peak_rss_mib()}
+
+
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
     print(json.dumps({"export": _export, "rewrite": _rewrite, "stream": _stream, "diff": _diff,
                       "append": _append, "republish": _republish, "rowdiff": _rowdiff, "exceptall": _exceptall,
-                      "presign": _presign, "livefiles": _livefiles}[command](*arguments)))
+                      "presign": _presign, "livefiles": _livefiles,
+                      "sharing-table": _sharing_table, "sharing-lines": _sharing_lines}[command](*arguments)))

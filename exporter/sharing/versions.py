@@ -15,6 +15,9 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from exporter.config import Config
 from exporter.delta.actions import in_commit_timestamp, parse_actions
 from exporter.delta.live_files import LiveFiles
@@ -30,7 +33,7 @@ from exporter.storage.layout import (
     export_location,
 )
 from exporter.storage.objectstore import ObjectStore
-from exporter.storage.presign import PresignedUrl, Presigner
+from exporter.storage.presign import PresignedUrl, Presigner, string_bytes
 
 
 WINDOW = 1000  # versions listed at a time when looking back for a checkpoint (as Spark's reader does)
@@ -236,22 +239,44 @@ class TableSigner:
 
     def __call__(self, path: str) -> tuple[str, PresignedUrl]:
         """(absolute path, presigned URL) of one path."""
-        [absolute], [url] = self.many([path])
-        return absolute, PresignedUrl(url, self.presigner.expires_ms)
+        absolute = absolute_path(path, self.location)
+        if not (_within(absolute, self.allowed) and not _within(absolute, self.denied)):
+            raise self._unshared(absolute)
+        return absolute, self.presigner.presign(absolute)
 
-    def many(self, paths: list[str]) -> tuple[list[str], list[str]]:
-        """(absolute paths, presigned URLs, each expiring at `presigner.expires_ms`) of many paths."""
-        absolute = [absolute_path(path, self.location) for path in paths]
-        allowed, denied = self.allowed, self.denied
-        for path in absolute:
-            if path.startswith("s3://") and "%" not in path and "/." not in path:  # `_within`, inline
-                shared = path.startswith(allowed) and not path.startswith(denied)
-            else:
-                shared = _within(path, allowed) and not _within(path, denied)
-            if not shared:
-                raise UnshareableTable(f"table {self.table!r} references {path}, outside its repository's "
-                                       "storage namespace and sharing.allowed_locations: not shared")
-        return absolute, self.presigner.presign_many(absolute)
+    def column(self, paths: pa.Array) -> tuple[pa.Array, pa.Array]:
+        """(absolute paths, presigned URLs) of a string column of paths, each checked as `__call__`
+        checks it: `s3://` paths with nothing to decode and no dot segment by their prefixes, column-wide."""
+        absolute = paths
+        if pc.starts_with(paths, "s3://").true_count < len(paths):
+            relative = pc.invert(pc.match_substring(paths, "://"))
+            if relative.true_count:
+                absolute = pc.if_else(relative, pc.binary_join_element_wise(self.location, paths, ""), paths)
+        plain = pc.starts_with(absolute, "s3://")
+        raw = string_bytes(absolute)
+        for odd in ("%", "/."):  # `_within` decodes and looks for dot segments
+            if odd.encode() in raw:
+                plain = pc.and_(plain, pc.invert(pc.match_substring(absolute, odd)))
+        shared = pc.and_(_starts_with_any(absolute, self.allowed), pc.invert(_starts_with_any(absolute, self.denied)))
+        if plain.true_count < len(absolute):
+            odd = pc.invert(plain)
+            shared = pc.replace_with_mask(shared, odd, pa.array([
+                _within(path, self.allowed) and not _within(path, self.denied)
+                for path in absolute.filter(odd).to_pylist()], pa.bool_()))
+        if shared.true_count < len(absolute):
+            raise self._unshared(absolute[pc.index(shared, False).as_py()].as_py())
+        return absolute, self.presigner.presign_column(absolute)
+
+    def _unshared(self, path: str) -> UnshareableTable:
+        return UnshareableTable(f"table {self.table!r} references {path}, outside its repository's "
+                                "storage namespace and sharing.allowed_locations: not shared")
+
+
+def _starts_with_any(column: pa.Array, prefixes: tuple[str, ...]) -> pa.Array:
+    found = pa.repeat(False, len(column))
+    for prefix in prefixes:
+        found = pc.or_(found, pc.starts_with(column, prefix))
+    return found
 
 
 class _Timestamps:

@@ -286,30 +286,147 @@ def test_a_snapshots_files_are_whole_add_actions_without_the_checkpoints_parsed_
                       "modificationTime": 5, "dataChange": True, "stats": '{"numRecords":3}'} for i in (0, 2)]
 
 
-def test_file_lines_built_from_arrow_columns_are_the_bytes_of_the_dict_lines():
-    """The checkpoint's files in the parquet format are encoded from Arrow columns; the line format's
-    rule is `_file_line`: every line must be its bytes (partition values with nulls and non-ASCII,
-    stats with quotes, sizes missing, keys needing quoting)."""
+_AWKWARD = '{"numRecords":3,"minValues":{"s":"\\"é\\" \\\\ \t\n\u0001\u007f 😀"}}'  # stats as a writer may escape
+
+
+def _checkpoint_adds(*extra_fields):
+    """A checkpoint batch as `LiveFiles.checkpoint_batches(whole=True)` yields it, with awkward values:
+    paths to quote, decode or resolve (relative, `s3a://`, another bucket), partition values with
+    nulls, quotes, backslashes, control and non-ASCII characters, stats with the same, sizes and
+    stats missing, a map naming a key twice."""
     import pyarrow as pa
 
-    from exporter.delta.live_files import _plain
-    from exporter.sharing.lines import _COMPACT, _parquet_file_lines
-
-    config = Config(object_store={"access_key_id": "AKIA", "secret_access_key": "s", "endpoint": "http://minio:9000"})
-    adds = pa.array([
+    strings = pa.map_(pa.string(), pa.string())
+    vector = pa.struct([("storageType", pa.string()), ("pathOrInlineDv", pa.string()), ("offset", pa.int32()),
+                        ("sizeInBytes", pa.int32()), ("cardinality", pa.int64())])
+    kind = pa.struct([("defaultRowCommitVersion", pa.int64()), ("path", pa.string()), ("partitionValues", strings), ("size", pa.int64()),
+                      ("modificationTime", pa.int64()), ("dataChange", pa.bool_()), ("stats", pa.string()),
+                      ("tags", strings), ("deletionVector", vector), *extra_fields])
+    awkward_path = "s3://lake/repo/data/" + "".join(chr(c) for c in range(0x20, 0x7F) if c not in b"%/") + ".parquet"
+    adds = [
         {"path": "s3://lake/repo/data/p=1/a b+c.parquet", "partitionValues": [("p", "1"), ("q", None)], "size": 10,
-         "stats": '{"numRecords":3,"minValues":{"s":"\\"é\\""}}'},
-        {"path": "s3://lake/repo/data/été/x.parquet", "partitionValues": [], "size": None, "stats": None},
-        {"path": "s3://lake/repo/data/%C3%A9/y.parquet", "partitionValues": [("k", "ünï")], "size": 0, "stats": ""},
-    ], type=pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string())),
-                       ("size", pa.int64()), ("stats", pa.string())]))
-    table = SharedTable(MemoryStore(namespace="s3://lake/repo"), "t/", "t", 0, allowed=("s3://lake/repo/",))
-    sign = table.signer(Presigner(config, 3600, now=1_700_000_000))
+         "stats": _AWKWARD, "tags": [("INSERTION_TIME", "1")], "modificationTime": 7, "dataChange": False},
+        {"path": "s3://lake/repo/data/été/x.parquet", "partitionValues": [], "size": None, "stats": None,
+         "defaultRowCommitVersion": 2},
+        {"path": "s3://lake/repo/data/p=0/b.parquet", "partitionValues": [("p", 'a"b\\c'), ("r", "")],
+         "stats": '{"minValues":{"s":"a\"b\\c"}}', "size": 1},
+        {"path": "s3://lake/repo/data/%C3%A9/y.parquet", "partitionValues": [("k", 'ü"n\\ï\t😀')], "size": 0,
+         "stats": ""},
+        {"path": "relative/p=2/z.parquet", "partitionValues": None, "size": 3, "stats": '{"numRecords":1}'},
+        {"path": "s3a://lake/repo/data/q.parquet", "partitionValues": [("p", "3")], "size": 4, "dataChange": True},
+        {"path": "s3://imports/2026/p=4/v.parquet", "partitionValues": [("p", "4")], "size": 5},
+        {"path": awkward_path, "partitionValues": [("p", "5")], "size": 6},
+        {"path": "s3://lake/repo/data/%7e/.hidden/w.parquet", "partitionValues": [("p", None)], "size": 7},
+    ]
+    return pa.array(adds, kind)
 
-    built = list(_parquet_file_lines(adds, sign))
 
-    assert built == [_COMPACT(_file_line("file", "add", _plain(add), "parquet", sign)) for add in adds.to_pylist()]
-    assert json.loads(built[0])["file"]["partitionValues"] == {"p": "1", "q": None}
-    with_vector = pa.array([{"path": "s3://lake/repo/d.parquet", "deletionVector": {"storageType": "p"}}])
+def _sign():
+    config = Config(object_store={"access_key_id": "AKIA", "secret_access_key": "s", "endpoint": "http://minio:9000"})
+    table = SharedTable(MemoryStore(namespace="s3://lake/repo"), "t/", "t", 0, allowed=("s3://lake/repo/", "s3://imports"))
+    return table.signer(Presigner(config, 3600, now=1_700_000_000))
+
+
+def _dict_lines(adds, fmt: str, sign) -> bytes:
+    """The checkpoint batch's lines the one way `_file_line` builds them: a dict per file."""
+    from exporter.delta.live_files import _plain
+    from exporter.sharing.lines import _COMPACT
+
+    return "".join(_COMPACT(_file_line("file", "add", _plain(add), fmt, sign)) + "\n"
+                   for add in adds.to_pylist()).encode()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_file_lines_built_from_arrow_columns_are_the_bytes_of_the_dict_lines(fmt):
+    """The checkpoint's files are encoded from Arrow columns, a chunk of lines at a time; the line
+    format's rule is `_file_line`: every chunk must be the bytes of its lines encoded one by one
+    (the whole batch, and each row alone: what a batch holds decides how it is escaped and quoted)."""
+    import pyarrow as pa
+
+    from exporter.sharing.lines import _checkpoint_file_lines
+
+    sign = _sign()
+    adds = _checkpoint_adds()
+    batches = [adds, *(adds.slice(row, 1) for row in range(len(adds))), adds.slice(1, 3)]
+    with mock.patch("exporter.sharing.lines._file_line", side_effect=AssertionError("a dict per file")):
+        built = [_checkpoint_file_lines(batch, fmt, sign) for batch in batches]
+
+    assert built == [_dict_lines(batch, fmt, sign) for batch in batches]
+    first = json.loads(built[0].splitlines()[0])["file"]
+    values = first["partitionValues"] if fmt == "parquet" else first["deltaSingleAction"]["add"]["partitionValues"]
+    assert values == {"p": "1", "q": None}
+    twice = pa.array([{"path": "s3://lake/repo/d.parquet", "partitionValues": [("p", "1"), ("p", "2")]}],
+                     pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string()))]))
+    odd = pa.array([{"path": "s3://lake/repo/d.parquet", "stats": "{}", "weight": 0.5}])  # a float
+    for batch in (twice, odd):  # encoded from their dicts
+        assert _checkpoint_file_lines(batch, fmt, sign) == _dict_lines(batch, fmt, sign)
+
+
+def test_deletion_vectors_are_signed_in_the_delta_format_and_refused_in_parquet():
+    import pyarrow as pa
+
+    from exporter.sharing.lines import _checkpoint_file_lines
+
+    sign = _sign()
+    adds = _checkpoint_adds().to_pylist()
+    adds[0]["deletionVector"] = {"storageType": "p", "pathOrInlineDv": "s3://lake/repo/t/deletion_vector_1.bin",
+                                 "offset": 1, "sizeInBytes": 36, "cardinality": 2}
+    adds[2]["deletionVector"] = {"storageType": "i", "pathOrInlineDv": "wi5b=000010000siXQKl0rr91000f55c8Xg0@@D72lkbi5=-{L",
+                                 "sizeInBytes": 40, "cardinality": 6}
+    adds[5]["deletionVector"] = {"storageType": "p", "pathOrInlineDv": "s3://lake/repo/t/%C3%A9 dv.bin", "offset": 9,
+                                 "sizeInBytes": 36, "cardinality": 2}
+    with_vectors = pa.array(adds, _checkpoint_adds().type)
+    with mock.patch("exporter.sharing.lines._file_line", side_effect=AssertionError("a dict per file")):
+        built = _checkpoint_file_lines(with_vectors, "delta", sign)
+    expected = _dict_lines(with_vectors, "delta", sign).decode()
+
+    assert built == expected.encode()
+    assert '"deletionVectorFileId"' in expected.splitlines()[5]
     with pytest.raises(UnsupportedByClient, match="deletion vector"):
-        list(_parquet_file_lines(with_vector, sign))
+        _checkpoint_file_lines(with_vectors, "parquet", sign)
+    adds[1]["deletionVector"] = {"storageType": "u", "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^", "sizeInBytes": 4}
+    with pytest.raises(UnshareableTable, match="relative to the table"):
+        _checkpoint_file_lines(pa.array(adds, with_vectors.type), "delta", sign)
+    adds[1]["deletionVector"] = {"storageType": "p", "pathOrInlineDv": "s3://secrets/dv.bin"}
+    with pytest.raises(UnshareableTable, match="s3://secrets/dv.bin"):
+        _checkpoint_file_lines(pa.array(adds, with_vectors.type), "delta", sign)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_a_query_answers_each_live_file_once_in_the_bytes_of_its_dict_lines(fmt):
+    """A snapshot query's whole answer, as `serve` streams it: protocol, metaData, the later commits'
+    files, then the checkpoint's chunks of lines; the same NDJSON bytes as every line's dict encoded."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from exporter.sharing.lines import _file_id, _metadata_line, _protocol_line, encode_lines, query_lines
+
+    adds = _checkpoint_adds()
+    actions = pa.table({"add": pa.concat_arrays([pa.nulls(1, adds.type), adds]),
+                        "protocol": pa.array([PLAIN, *[None] * len(adds)]),
+                        "metaData": pa.array([{"id": "t", "schemaString": "{}"}, *[None] * len(adds)])})
+    sink = io.BytesIO()
+    pq.write_table(actions, sink, row_group_size=4)  # the adds in two row groups
+    later = [{"add": {"path": "s3://lake/repo/data/later.parquet", "partitionValues": {"p": "9"}, "size": 1,
+                      "modificationTime": 2, "dataChange": True, "stats": '{"numRecords":1}'}},
+             {"remove": {"path": adds[3]["path"].as_py(), "dataChange": True}}]
+    store = MemoryStore({"t/_delta_log/" + f"{1:020d}.checkpoint.parquet": sink.getvalue(),
+                         "t/_delta_log/" + f"{1:020d}.json": b"{}\n",
+                         "t/_delta_log/" + f"{2:020d}.json": "".join(json.dumps(a) + "\n" for a in later).encode()},
+                        namespace="s3://lake/repo")
+    table = SharedTable(store, "t/", "t", 2, allowed=("s3://lake/repo/", "s3://imports"))
+    presigner = Presigner(Config(object_store={"access_key_id": "AKIA", "secret_access_key": "s",
+                                               "endpoint": "http://minio:9000"}), 3600, now=1_700_000_000)
+    snapshot = table.snapshot()
+
+    answer = b"".join(encode_lines(query_lines(snapshot, fmt, presigner, versioned=True)))
+
+    sign = table.signer(presigner)
+    dicts = [_protocol_line(snapshot.protocol, fmt), _metadata_line(snapshot.metadata, fmt, 2),
+             *(_file_line("file", "add", add, fmt, sign) for add in snapshot.live.files(whole=True))]
+    assert answer == b"".join(encode_lines(dicts))
+    assert len(answer.splitlines()) == 2 + len(adds)  # one file removed, one added
+    assert b"later.parquet" in answer.splitlines()[2]
+    assert _file_id(adds[3]["path"].as_py()).encode() not in answer  # the removed one

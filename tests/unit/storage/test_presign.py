@@ -42,6 +42,27 @@ def test_presigned_urls_are_the_ones_botocore_signs(key):
     assert ours.expires_ms == (NOW + 900) * 1000
 
 
+def test_a_column_of_addresses_is_signed_as_botocore_signs_each_one():
+    """A checkpoint batch's addresses are signed column by column: every URL is still botocore's,
+    whatever the batch mixes (keys to quote, to decode, non-ASCII, other buckets, `s3a://`)."""
+    import pyarrow as pa
+
+    from exporter.delta.paths import physical_uri
+
+    keys = ["data/part-00000.snappy.parquet", "region=eu/a b+c.parquet", "ü/日本 語.parquet", "x=1/y:z@w!$'()*,;.bin",
+            "deletion_vector_0a1b.bin"]
+    written = [f"s3://lakefs-data/{key}" for key in keys] + [physical_uri(f"s3://lakefs-data/{key}") for key in keys]
+    signed = [("lakefs-data", key) for key in keys] * 2
+    written += ["s3a://lakefs-data/p=1/s3a.parquet", "s3://other/p=2/k.parquet"]
+    signed += [("lakefs-data", "p=1/s3a.parquet"), ("other", "p=2/k.parquet")]
+    expected = {uri: botocore_url(bucket, key, 900) for uri, (bucket, key) in zip(written, signed)}
+    other = ObjectStoreConfig(prefix="s3://other/", endpoint=STORE.endpoint, access_key_id=STORE.access_key_id,
+                              secret_access_key=STORE.secret_access_key)  # signed as botocore_url signs
+    presigner = Presigner(Config(object_store=STORE, extra_object_stores=(other,)), 900, now=NOW)
+    for batch in (written, written[:2], written[1:2], written[2:3], written[3:4], written[-2:], written[::-1]):
+        assert presigner.presign_column(pa.array(batch, pa.string())).to_pylist() == [expected[uri] for uri in batch]
+
+
 def test_a_presigned_url_never_holds_the_secret():
     url = Presigner(CONFIG, 60, now=NOW).presign("s3://lakefs-data/x.parquet").url
     assert STORE.secret_access_key.get_secret_value() not in url and "X-Amz-Signature=" in url
