@@ -25,7 +25,11 @@ def soft_time_limit(hard: int) -> int:
 def configure(config: Config) -> Celery:
     """Point the app at the config's Redis and set its delivery and time-limit rules."""
     global _config
+    moved = _config is not None and _config.redis != config.redis
     _config = config
+    if moved:  # Celery keeps its broker connections: without this, tasks still went to the first Redis
+        app._pool = None
+        app.amqp._producer_pool = None
     app.conf.update(
         broker_url=config.redis,
         result_backend=config.redis,
