@@ -14,9 +14,10 @@ import pytest
 from exporter.config import Config
 from exporter.export.commit import export_table, exports_in_store
 from exporter.export.log_writer import ExportOutcome, discard_export
+from exporter.export.retention import prune
 from exporter.iceberg.manifests import read_manifest, read_manifest_list
 from exporter.iceberg.table import DELTA_VERSION
-from exporter.storage.layout import MANIFEST, export_location
+from exporter.storage.layout import MANIFEST, commit_root, export_location
 from tests.fakes import FakeLakeFS, MemoryStore
 from tests.unit.source_tables import SourceTable
 
@@ -146,3 +147,19 @@ def test_discarding_an_export_removes_its_iceberg_metadata_json_first(lakefs, ev
     assert batches[0] == [location + "metadata/v1.metadata.json"]
     assert location + MANIFEST in batches[1]
     assert store.list_keys(location) == []
+
+
+def test_prune_deletes_an_exports_iceberg_table_with_it(lakefs, events, redis_url):
+    old = events.append(1).commit()
+    export(lakefs, "main", old, events)
+    events.append(2).commit()
+    config = Config(iceberg={"enabled": True}, redis_url=redis_url)
+    store = namespace(lakefs)
+    location = export_location(ON, "main", old, "events")
+    deletes_before = len(store.deleted)
+
+    plan = prune(config, lakefs, "repo", config.retention.model_copy(update={"keep_last": 1, "keep_hours": 0}))
+
+    assert plan.deleted == [store.uri(commit_root(ON, "main", old))]
+    assert store.list_keys(location) == []
+    assert [batch for batch in store.deleted[deletes_before:] if batch][0] == [location + "metadata/v0.metadata.json"]
