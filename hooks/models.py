@@ -48,6 +48,17 @@ class BranchTableOutcome(BaseModel):
     appended: list[int] | None = None
 
 
+class IcebergOutcome(BaseModel):
+    """With `iceberg.enabled`: the export as an Iceberg table beside its Delta log."""
+
+    state: Literal["written", "refused", "failed"] = Field(
+        description="`refused`: Iceberg cannot represent the table (the reason names the column or feature); "
+                    "the Delta export is complete either way")
+    metadata_location: str | None = Field(None, description="the metadata.json to give an Iceberg reader")
+    snapshot_ids: dict[str, int] | None = Field(None, description="Delta version -> Iceberg snapshot id")
+    reason: str | None = None
+
+
 class ExportRecord(BaseModel):
     """One (ref, commit, table)'s export, or the commit-level record of a ref."""
 
@@ -65,6 +76,7 @@ class ExportRecord(BaseModel):
     permanent: bool | None = None
     branch_table: BranchTableOutcome | None = Field(None, description="for a branch that keeps branch tables: what "
                                                     "the append did with this commit's export")
+    iceberg: IcebergOutcome | None = None
 
 
 class RefExports(BaseModel):

@@ -127,7 +127,7 @@ class Processes:
                 os.killpg(process.pid, signal.SIGKILL)
 
 
-SERVICE_PORT = 18080
+SERVICE_PORT = int(os.environ.get("LAKEFS_DELTA_TEST_SERVICE_PORT", "18080"))
 # short timings so redelivery and retries happen within a test
 SERVICE_ENV = {"LAKEFS_DELTA_TASKS_VISIBILITY_TIMEOUT_SECONDS": "15", "LAKEFS_DELTA_TASKS_LOCK_TTL_SECONDS": "6",
                "LAKEFS_DELTA_TASKS_RETRY_BACKOFF_SECONDS": "1", "LAKEFS_DELTA_TASKS_RETRY_BACKOFF_MAX_SECONDS": "4",

@@ -260,7 +260,8 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
         outcome = ExportOutcome(table=table_name, table_path=table_path, ok=False, error=reason or str(exc),
                                 permanent=reason is None)
     facts = {"location": outcome.location, "checkpoint_version": outcome.checkpoint_version,
-             "head_version": outcome.head_version, "files_rewritten": outcome.files_rewritten}
+             "head_version": outcome.head_version, "files_rewritten": outcome.files_rewritten,
+             **({"iceberg": outcome.iceberg} if outcome.iceberg is not None else {})}
     line += f" seconds={time.monotonic() - started:.2f}"
     if outcome.ok:
         _record(status, repository, ref, commit_id, table_name, "done", reason="", skipped=outcome.skipped, **facts)
@@ -269,6 +270,8 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
             status.observe("lakefs_delta_export_seconds", outcome.seconds)
             status.count("lakefs_delta_versions_read_total", amount=outcome.versions)
             status.count("lakefs_delta_files_rewritten_total", amount=outcome.files_rewritten)
+            if outcome.iceberg is not None:
+                status.count("lakefs_delta_iceberg_metadata_total", {"outcome": outcome.iceberg["state"]})
         log.info("%s outcome=%s", line, "exists" if outcome.skipped else "done")
         if outcome.table_path:
             precompute_diff.apply_async((repository, commit_id, outcome.table_path), priority=BACKGROUND)

@@ -3,7 +3,7 @@
 Every key can be set either way; the environment wins. Names: the YAML path in upper case joined
 by `_`, e.g. `lakefs.endpoint` -> `LAKEFS_DELTA_LAKEFS_ENDPOINT`, `tasks.retry.max_retries` ->
 `LAKEFS_DELTA_TASKS_RETRY_MAX_RETRIES`. Lists are comma-separated. Settings are grouped by
-capability (`api`, `catch_up`, `row_diff`, `tasks`, `workers`, ...); the previous release's flat
+capability (`api`, `catch_up`, `iceberg`, `row_diff`, `tasks`, `workers`, ...); the previous release's flat
 keys (`RENAMED_KEYS`) still load, with a warning naming the new key, and given both ways are an error.
 Secrets are `SecretStr`: they print as `**********`, and `masked()` hides them, a password inside
 `redis_url` included. Errors name the bad key.
@@ -25,15 +25,15 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from exporter.config.renamed import (ENV_PREFIX, RENAMED_KEYS, RenamedConfigKey, renamed_variables, upgrade_document,
                                      upgrade_environment)
-from exporter.config.sections import (TASK_KINDS, ApiConfig, ApiToken, CatchUpConfig, LakeFSConfig, ObjectStoreConfig,
-                                      RetentionConfig, RetryConfig, RowDiffConfig, RowDiffSparkConfig, ShareConfig,
-                                      SharingConfig, TasksConfig, WorkersConfig)
+from exporter.config.sections import (TASK_KINDS, ApiConfig, ApiToken, CatchUpConfig, IcebergConfig, LakeFSConfig,
+                                      ObjectStoreConfig, RetentionConfig, RetryConfig, RowDiffConfig,
+                                      RowDiffSparkConfig, ShareConfig, SharingConfig, TasksConfig, WorkersConfig)
 from exporter.errors import ConfigError
 
 __all__ = ["CONFIG_ENV", "ENV_PREFIX", "KNOWN_EVENTS", "RENAMED_KEYS", "RENAMED_VARIABLES", "TASK_KINDS", "ApiConfig",
-           "ApiToken", "CatchUpConfig", "Config", "LakeFSConfig", "ObjectStoreConfig", "RenamedConfigKey",
-           "RetentionConfig", "RetryConfig", "RowDiffConfig", "RowDiffSparkConfig", "ShareConfig", "SharingConfig",
-           "TasksConfig", "WorkersConfig", "load_config", "mask_url"]
+           "ApiToken", "CatchUpConfig", "Config", "IcebergConfig", "LakeFSConfig", "ObjectStoreConfig",
+           "RenamedConfigKey", "RetentionConfig", "RetryConfig", "RowDiffConfig", "RowDiffSparkConfig", "ShareConfig",
+           "SharingConfig", "TasksConfig", "WorkersConfig", "load_config", "mask_url"]
 
 CONFIG_ENV = "LAKEFS_DELTA_CONFIG"
 KNOWN_EVENTS = ("post-commit", "post-merge", "post-create-tag")
@@ -62,6 +62,7 @@ class Config(BaseSettings):
     events: tuple[str, ...] = KNOWN_EVENTS
     api: ApiConfig = ApiConfig()
     catch_up: CatchUpConfig = CatchUpConfig()
+    iceberg: IcebergConfig = IcebergConfig()
     row_diff: RowDiffConfig = RowDiffConfig()
     retention: RetentionConfig = RetentionConfig()
     sharing: SharingConfig = SharingConfig()

@@ -55,6 +55,14 @@ class RetentionConfig(_Section):
     interval_seconds: int = Field(0, ge=0)
 
 
+class IcebergConfig(_Section):
+    """Iceberg metadata beside each export (`<export>/metadata/`), for engines that read Iceberg, not
+    Delta (DuckDB, PyIceberg). Off until proven on every reader; a table Iceberg cannot represent is
+    still exported as Delta, with the reason in its status."""
+
+    enabled: bool = False
+
+
 class RowDiffSparkConfig(_Section):
     """The Spark job a row diff runs as when its differing data is above `row_diff.max_bytes`."""
 

@@ -29,10 +29,12 @@ from exporter.storage.objectstore import ObjectSource, ObjectStore, Upload
 
 
 def export_cold(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commit_id: str, table: TableDescriptor,
-                target: str, outcome: ExportOutcome, started: float, still_held: Callable[[], None] | None = None) -> None:
+                target: str, outcome: ExportOutcome, started: float, still_held: Callable[[], None] | None = None,
+                iceberg: bool = False) -> None:
     """A cold export. JSON files are rewritten in memory; parquet checkpoints, parts and sidecars
     are streamed row group by row group from their physical addresses into uploads that appear
-    only when `write_log` completes them, so memory does not grow with the table."""
+    only when `write_log` completes them, so memory does not grow with the table. With `iceberg`,
+    the Iceberg table goes before the manifest (`write_manifest`)."""
     layout = list_log(lakefs, store, repository, commit_id, table.path)
     source = _SourceLog(store, layout)
     read = time.monotonic()
@@ -66,7 +68,7 @@ def export_cold(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, c
                                  timings={"list_and_read": round(read - started, 3),
                                           "rewrite": round(rewritten_at - read, 3),
                                           "write": round(time.monotonic() - rewritten_at, 3)})
-    write_manifest(store, target, manifest, still_held)
+    write_manifest(store, target, manifest, outcome, iceberg, still_held)
 
 
 class _SourceLog:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from exporter.config import Config
 from exporter.errors import ExporterError, NotFound, TableNotFound
 from exporter.export.cold import export_cold
+from exporter.export.iceberg_metadata import ICEBERG
 from exporter.export.incremental import ColdExportNeeded, copy_export, export_incrementally
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.lakefs.client import LakeFS
@@ -63,7 +64,8 @@ def exports_in_store(config: Config, repository: str, commit_id: str, ref: str |
             found.setdefault(manifest["ref"], {})[manifest["table"]] = {
                 "state": "done", "ref": manifest["ref"], "table": manifest["table"], "location": store.uri(target),
                 "checkpoint_version": manifest.get("checkpoint_version"), "head_version": manifest.get("head_version"),
-                "files_rewritten": manifest.get("files_rewritten"), "source": "manifest"}
+                "files_rewritten": manifest.get("files_rewritten"), "source": "manifest",
+                **({ICEBERG: manifest[ICEBERG]} if ICEBERG in manifest else {})}
     return found
 
 
@@ -139,7 +141,8 @@ def _export_incrementally_or_cold(config: Config, lakefs: LakeFS, store: ObjectS
         outcome.incremental = True
     except ColdExportNeeded as reason:
         outcome.cold_reason = str(reason)
-        export_cold(lakefs, store, repository, ref, commit_id, table, target, outcome, started, still_held)
+        export_cold(lakefs, store, repository, ref, commit_id, table, target, outcome, started, still_held,
+                    iceberg=config.iceberg.enabled)
 
 
 def _discard_after(store: ObjectStore, target: str, error: ExporterError) -> None:

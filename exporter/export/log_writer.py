@@ -1,9 +1,10 @@
 """Writing an export's `_delta_log`, in the one order that makes it trustworthy, and its outcome.
 
 Order of writes (`write_log`): commits in version order, then the file that starts the log segment,
-so no reader sees a table before all of it is written; then `_last_checkpoint`, and last the
-manifest `_lakefs_export.json` that marks the export complete. `discard_export` undoes it in the
-reverse order.
+so no reader sees a table before all of it is written; then `_last_checkpoint`; with
+`iceberg.enabled` the Iceberg table over the complete log, its `metadata.json` last of it; and last
+the manifest `_lakefs_export.json` that marks the export complete and names the Iceberg table.
+`discard_export` undoes it in the reverse order.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from datetime import datetime, timezone
 
 import exporter
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogSegment, commit_name
+from exporter.export.iceberg_metadata import ICEBERG, write_iceberg_metadata
 from exporter.lakefs.descriptors import TableDescriptor
 from exporter.lakefs.table_log import IO_THREADS
-from exporter.storage.layout import MANIFEST
+from exporter.storage.layout import MANIFEST, is_iceberg_metadata_file
 from exporter.storage.objectstore import ObjectStore
 from exporter.threads import io_pool
 
@@ -39,6 +41,7 @@ class ExportOutcome:
     permanent: bool = True  # for failures: False means a retry may succeed
     incremental: bool = False  # copied the parent's export and added the new commits
     cold_reason: str = ""  # why the parent's export could not be reused
+    iceberg: dict | None = None  # with iceberg.enabled: the Iceberg table's record (`write_iceberg_metadata`)
 
     def summary(self) -> str:
         if not self.ok:
@@ -46,9 +49,11 @@ class ExportOutcome:
         if self.skipped:
             return f"EXISTS  {self.table} -> {self.location} (already exported)"
         how = "incremental" if self.incremental else "cold"
+        iceberg = "" if self.iceberg is None else f"; Iceberg {self.iceberg['state']}: " + (
+            self.iceberg.get("metadata_location") or self.iceberg.get("reason", ""))
         return (f"OK      {self.table} -> {self.location}  versions {self.checkpoint_version if self.checkpoint_version is not None else 0}"
                 f"..{self.head_version}, {self.files_rewritten} paths rewritten, {self.lakefs_calls} lakeFS calls, "
-                f"{self.seconds:.2f}s ({how})")
+                f"{self.seconds:.2f}s ({how}){iceberg}")
 
 
 def manifest_document(repository: str, ref: str, commit_id: str, table: TableDescriptor, outcome: ExportOutcome,
@@ -106,8 +111,19 @@ def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], N
     write(LAST_CHECKPOINT)
 
 
-def write_manifest(store: ObjectStore, target: str, manifest: dict, still_held: Callable[[], None] | None = None) -> None:
-    """The manifest, written last: it marks the export complete."""
+def write_manifest(store: ObjectStore, target: str, manifest: dict, outcome: ExportOutcome, iceberg: bool = False,
+                   still_held: Callable[[], None] | None = None) -> None:
+    """With `iceberg`, the Iceberg table of the complete log (its record in `manifest` and `outcome`);
+    then the manifest, written last: it marks the export complete.
+
+    The Iceberg table comes before the manifest, not after it: the manifest is the export's one
+    commit point (an export that has one is never redone), so a crash after it would leave the
+    export without its Iceberg table for good; and readers learn the metadata.json from the
+    manifest or the status, both written after it."""
+    manifest.pop(ICEBERG, None)  # a copied manifest's names the other export's table
+    if iceberg:
+        timestamps = {int(version): ms for version, ms in manifest["source_timestamps_ms"].items()}
+        outcome.iceberg = manifest[ICEBERG] = write_iceberg_metadata(store, target, timestamps, still_held)
     _commit_point(still_held)
     store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")
 
@@ -118,11 +134,14 @@ def _commit_point(still_held: Callable[[], None] | None) -> None:
 
 
 def discard_export(store: ObjectStore, target: str) -> int:
-    """Remove what an export wrote, first the files that make it a table, so it never reads as one."""
+    """Remove what an export wrote, first the files that make it a table (the Iceberg metadata.json,
+    then the manifest and the log's start), so it never reads as one."""
     keys = store.list_keys(target)
     log = target + LOG_DIR
+    iceberg_tables = [k for k in keys if is_iceberg_metadata_file(target, k)]
+    store.delete(iceberg_tables)
     starts = [k for k in keys if k == target + MANIFEST or k == log + LAST_CHECKPOINT
               or (k.startswith(log) and (".checkpoint." in k or k.endswith(commit_name(0))))]
     store.delete(starts)
-    store.delete([k for k in keys if k not in set(starts)])
+    store.delete([k for k in keys if k not in {*iceberg_tables, *starts}])
     return len(keys)

@@ -2,6 +2,10 @@
 
     <export_prefix>/<ref>/<commit id>/<table>/          a per-commit export; its manifest
                                                         `_lakefs_export.json` is written last
+        metadata/ data/                                 with `iceberg.enabled`, the export as an Iceberg
+                                                        table at the same location: `metadata/` (its
+                                                        `v<head>.metadata.json` written last, before the
+                                                        manifest) and position deletes under `data/`
     <export_prefix>/<branch>/latest/<table>/            a branch table; its state
                                                         `_lakefs_branch_table.json` is written last
     <parent of export_prefix>/rowdiff/<left>/<right>/<table>/<key>.parquet
@@ -20,6 +24,8 @@ from exporter.config import Config
 MANIFEST = "_lakefs_export.json"  # an export is complete once this exists
 STATE = "_lakefs_branch_table.json"  # a branch table's head, offset and followed commits
 LATEST = "latest"  # the commit folder of branch tables: never a commit id (those are 64 hex digits)
+ICEBERG_FOLDERS = ("metadata/", "data/")  # an Iceberg table's, under its location (exporter/iceberg)
+_ICEBERG_METADATA_FILE = re.compile(r"metadata/[^/]*\.metadata\.json")
 _SEGMENT_SAFE = re.compile(r"[A-Za-z0-9._-]")
 
 
@@ -53,6 +59,18 @@ def commit_root(config: Config, ref: str, commit_id: str) -> str:
 def export_location(config: Config, ref: str, commit_id: str, table: str) -> str:
     """The export of `table` at `commit_id`, reached through `ref`."""
     return f"{commit_root(config, ref, commit_id)}{location_segment(table)}/"
+
+
+def iceberg_location(location: str) -> str:
+    """The Iceberg table over an export: the export's own location, its folders beside `_delta_log/`."""
+    return location
+
+
+def is_iceberg_metadata_file(location: str, key: str) -> bool:
+    """Whether `key` is a `metadata.json` of the Iceberg table at `iceberg_location(location)`: the
+    file a reader is pointed at, so the one that makes the other files a table."""
+    root = iceberg_location(location)
+    return key.startswith(root) and bool(_ICEBERG_METADATA_FILE.fullmatch(key[len(root):]))
 
 
 def branch_tables_root(config: Config, branch: str) -> str:

@@ -23,10 +23,12 @@ def delta_rows(table: Path, version: int) -> list[tuple]:
     return rows_of(pa.table(query.execute("SELECT * FROM t").read_all()).to_batches())
 
 
-def pyiceberg_rows(metadata_location: str, snapshot_id: int | None = None) -> list[tuple]:
+def pyiceberg_rows(metadata_location: str, snapshot_id: int | None = None,
+                   properties: dict[str, str] | None = None) -> list[tuple]:
+    """`properties`: PyIceberg's FileIO properties (`s3.endpoint`, keys) for a table in S3."""
     # batches, not to_arrow(): PyIceberg 0.12 cannot concatenate a delta-rs file read as `string` with a
     # DataFusion-written one read as `string_view` (ArrowTypeError "Unable to merge")
-    scan = StaticTable.from_metadata(metadata_location).scan(snapshot_id=snapshot_id)
+    scan = StaticTable.from_metadata(metadata_location, properties=properties or {}).scan(snapshot_id=snapshot_id)
     return rows_of(scan.to_arrow_batch_reader())
 
 
@@ -38,8 +40,9 @@ def duckdb_connection() -> duckdb.DuckDBPyConnection:
     return connection
 
 
-def duckdb_rows(metadata_location: str, snapshot_id: int | None = None) -> list[tuple]:
-    connection = duckdb_connection()
+def duckdb_rows(metadata_location: str, snapshot_id: int | None = None,
+                connection: duckdb.DuckDBPyConnection | None = None) -> list[tuple]:
+    connection = connection or duckdb_connection()
     at = "" if snapshot_id is None else f", snapshot_from_id => {snapshot_id}"
     result = connection.execute(f"SELECT * FROM iceberg_scan('{metadata_location}'{at})").fetch_arrow_table()
     return rows_of(result.to_batches())

@@ -16,7 +16,7 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 
 import workers.app
-from exporter.config import Config
+from exporter.config import Config, IcebergConfig
 from exporter.errors import BranchTableRefused, ExporterError, NotFound, ServiceUnavailable, TableNotFound, WorkerLost
 from exporter.export.branch_table import AppendOutcome
 from exporter.export.log_writer import ExportOutcome
@@ -191,6 +191,19 @@ def test_a_completed_export_is_recorded_and_queues_its_diff_and_branch_table_app
         ("lakefs_delta.append_branch_table", ("repo", "main", commit, "events"), None)]
     assert tasks_total(worker.status, "export_table", "succeeded") == 1
     assert worker.status.metrics()["lakefs_delta_export_seconds_count"] == 1
+
+
+def test_an_exports_iceberg_table_is_recorded_and_counted(worker, tmp_path, monkeypatch):
+    monkeypatch.setattr(workers.app, "_config", worker.config.model_copy(update={"iceberg": IcebergConfig(enabled=True)}))
+    commit = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events").append(1).commit()
+
+    tasks.export_table.apply(("repo", "main", commit, "events", "tables/events"))
+
+    record = worker.status.record("repo", "main", commit, "events")["iceberg"]
+    location = export_location(worker.config, "main", commit, "events")
+    assert record == {"state": "written", "metadata_location": worker.namespace.uri(location + "metadata/v0.metadata.json"),
+                      "snapshot_ids": record["snapshot_ids"]} and list(record["snapshot_ids"]) == ["0"]
+    assert worker.status.metrics()['lakefs_delta_iceberg_metadata_total{outcome="written"}'] == 1
 
 
 def test_an_export_another_delivery_is_writing_is_requeued_without_spending_a_retry(worker, exports):

@@ -1,0 +1,165 @@
+"""Exports with `iceberg.enabled`: each complete export (cold, incremental, a tag's copy) has its own
+Iceberg table at its location, written after the Delta log and before the manifest, which names its
+metadata.json and the snapshot of each Delta version; a table Iceberg cannot represent is still
+exported as Delta, with the reason; discarding an export removes the metadata.json first."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from exporter.config import Config
+from exporter.export.commit import export_table, exports_in_store
+from exporter.export.log_writer import ExportOutcome, discard_export
+from exporter.export.retention import prune
+from exporter.iceberg.manifests import read_manifest, read_manifest_list
+from exporter.iceberg.table import DELTA_VERSION
+from exporter.storage.layout import MANIFEST, commit_root, export_location
+from tests.fakes import FakeLakeFS, MemoryStore
+from tests.unit.source_tables import SourceTable
+
+pytestmark = pytest.mark.unit
+
+ON, OFF = Config(iceberg={"enabled": True}), Config()
+
+
+def namespace(lakefs: FakeLakeFS) -> MemoryStore:
+    return lakefs.store.at(lakefs.storage_namespace("repo"))
+
+
+def export(lakefs: FakeLakeFS, ref: str, commit_id: str, table: SourceTable, config: Config = ON,
+           **options) -> ExportOutcome:
+    outcome = export_table(config, "repo", ref, commit_id, table.descriptor, lakefs=lakefs, **options)
+    assert outcome.ok, outcome.error
+    return outcome
+
+
+def manifest(lakefs: FakeLakeFS, location: str) -> dict:
+    return json.loads(namespace(lakefs).get(location + MANIFEST))
+
+
+def iceberg_files(store: MemoryStore, location: str) -> list[str]:
+    return [key for key in store.list_keys(location) if key.startswith((location + "metadata/", location + "data/"))]
+
+
+def test_without_the_switch_an_export_is_delta_only_and_its_manifest_as_before(lakefs, events):
+    commit = events.append(1, 2).commit()
+
+    outcome = export(lakefs, "main", commit, events, config=OFF)
+
+    location = export_location(OFF, "main", commit, "events")
+    assert outcome.iceberg is None
+    assert iceberg_files(namespace(lakefs), location) == []
+    assert "iceberg" not in manifest(lakefs, location)
+
+
+def test_an_export_has_its_iceberg_table_written_after_the_log_and_before_the_manifest(lakefs, events):
+    commit = events.append(1, 2).append(3).commit()
+    store = namespace(lakefs)
+    written_before = len(store.written)
+
+    outcome = export(lakefs, "main", commit, events)
+
+    location = export_location(ON, "main", commit, "events")
+    record = manifest(lakefs, location)["iceberg"]
+    assert record == outcome.iceberg
+    assert record["state"] == "written"
+    assert record["metadata_location"] == store.uri(location + "metadata/v1.metadata.json")
+    metadata = json.loads(store.get(location + "metadata/v1.metadata.json"))
+    assert {s["summary"][DELTA_VERSION]: s["snapshot-id"] for s in metadata["snapshots"]} == \
+        {version: snapshot_id for version, snapshot_id in record["snapshot_ids"].items()} and \
+        sorted(record["snapshot_ids"]) == ["0", "1"]
+    written = store.written[written_before:]
+    log, iceberg = [k for k in written if "/_delta_log/" in k], [k for k in written if k in iceberg_files(store, location)]
+    assert written == [*log, *iceberg, location + MANIFEST]  # the Delta log, the Iceberg table, the manifest
+    assert iceberg[-1] == location + "metadata/v1.metadata.json"
+    # the table names the export's data files: the objects' physical addresses
+    head = next(s for s in metadata["snapshots"] if s["snapshot-id"] == metadata["current-snapshot-id"])
+    data_files = [entry["data_file"]["file_path"]
+                  for listed in read_manifest_list(store.get_uri(head["manifest-list"]))
+                  for entry in read_manifest(store.get_uri(listed["manifest_path"]))]
+    assert sorted(data_files) == sorted(lakefs.physical_address("repo", commit, path) for path in events.data_files())
+    assert exports_in_store(ON, "repo", commit, lakefs=lakefs)["main"]["events"]["iceberg"] == record
+
+
+def test_incremental_and_copied_exports_write_their_own_iceberg_table_naming_no_other_exports_file(lakefs, events):
+    first = events.append(1).commit()
+    export(lakefs, "main", first, events)
+    second = events.append(2).commit()
+    incremental = export(lakefs, "main", second, events)
+    lakefs.create_tag("repo", "v1", second)
+    copied = export(lakefs, "v1", second, events, copy_from=("main",))
+
+    store = namespace(lakefs)
+    assert incremental.incremental and copied.incremental
+    for ref, outcome in (("main", incremental), ("v1", copied)):
+        location = export_location(ON, ref, second, "events")
+        assert outcome.iceberg == manifest(lakefs, location)["iceberg"]
+        assert outcome.iceberg["metadata_location"] == store.uri(location + "metadata/v1.metadata.json")
+        assert sorted(outcome.iceberg["snapshot_ids"]) == ["0", "1"]
+        metadata = json.loads(store.get(location + "metadata/v1.metadata.json"))
+        lists = [s["manifest-list"] for s in metadata["snapshots"]]
+        manifests = [m["manifest_path"] for uri in lists for m in read_manifest_list(store.get_uri(uri))]
+        assert all(uri.startswith(store.uri(location + "metadata/")) for uri in lists + manifests), (ref, lists, manifests)
+    # the same Delta versions are the same snapshots in every export of the table
+    assert incremental.iceberg["snapshot_ids"] == copied.iceberg["snapshot_ids"]
+
+
+def test_a_table_iceberg_cannot_represent_is_exported_as_delta_with_the_reason(lakefs, events):
+    """A NullType column (`void`) has no Iceberg type: the export completes, its record says why,
+    and nothing Iceberg is left behind."""
+    data = events.folder / "part-0.parquet"
+    events.folder.mkdir(parents=True)
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64())}), data)
+    schema = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}},
+                                           {"name": "nothing", "type": "void", "nullable": True, "metadata": {}}]}
+    actions = [{"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+               {"metaData": {"id": "t", "format": {"provider": "parquet", "options": {}}, "schemaString": json.dumps(schema),
+                             "partitionColumns": [], "configuration": {}, "createdTime": 0}},
+               {"add": {"path": data.name, "partitionValues": {}, "size": data.stat().st_size, "modificationTime": 0,
+                        "dataChange": True, "stats": json.dumps({"numRecords": 2})}}]
+    (events.folder / "_delta_log").mkdir()
+    (events.folder / "_delta_log" / "00000000000000000000.json").write_text("\n".join(map(json.dumps, actions)) + "\n")
+    commit = events.commit()
+
+    outcome = export(lakefs, "main", commit, events)
+
+    location = export_location(ON, "main", commit, "events")
+    assert outcome.iceberg["state"] == "refused" and "'nothing'" in outcome.iceberg["reason"]
+    assert manifest(lakefs, location)["iceberg"] == outcome.iceberg
+    assert iceberg_files(namespace(lakefs), location) == []
+    assert namespace(lakefs).exists(location + "_delta_log/00000000000000000000.json")
+
+
+def test_discarding_an_export_removes_its_iceberg_metadata_json_first(lakefs, events):
+    commit = events.append(1).append(2).commit()
+    export(lakefs, "main", commit, events)
+    store = namespace(lakefs)
+    location = export_location(ON, "main", commit, "events")
+    deletes_before = len(store.deleted)
+
+    discard_export(store, location)
+
+    batches = [batch for batch in store.deleted[deletes_before:] if batch]
+    assert batches[0] == [location + "metadata/v1.metadata.json"]
+    assert location + MANIFEST in batches[1]
+    assert store.list_keys(location) == []
+
+
+def test_prune_deletes_an_exports_iceberg_table_with_it(lakefs, events, redis_url):
+    old = events.append(1).commit()
+    export(lakefs, "main", old, events)
+    events.append(2).commit()
+    config = Config(iceberg={"enabled": True}, redis_url=redis_url)
+    store = namespace(lakefs)
+    location = export_location(ON, "main", old, "events")
+    deletes_before = len(store.deleted)
+
+    plan = prune(config, lakefs, "repo", config.retention.model_copy(update={"keep_last": 1, "keep_hours": 0}))
+
+    assert plan.deleted == [store.uri(commit_root(ON, "main", old))]
+    assert store.list_keys(location) == []
+    assert [batch for batch in store.deleted[deletes_before:] if batch][0] == [location + "metadata/v0.metadata.json"]
