@@ -302,7 +302,11 @@ class FakeLakeFS:
             kind = "added" if path not in before else "removed" if path not in after else "changed"
             changes.append({"path": path, "path_type": "object", "type": kind,
                             "size_bytes": (after.get(path) or before[path]).size_bytes})
-        yield from changes[:amount]
+        if amount < PAGE_SIZE:  # one short page, as the client asks it
+            yield from changes[:amount]
+            return
+        self.calls += max(1, -(-len(changes) // PAGE_SIZE)) - 1  # one call per page of 1000
+        yield from changes
 
     def merge_base(self, repository: str, source: str, destination: str) -> str:
         found = self._repository("merge_base", repository, source, destination)

@@ -126,6 +126,22 @@ def export_queue(config: Config, checkpoint_files: int) -> str | None:
     return config.workers.large_table_queue if checkpoint_files >= config.workers.large_table_files else None
 
 
+HINT_SECONDS = 60.0  # a table's size is asked again after this: a routing hint, not a fact of the commit
+_hints: dict[tuple[str, str], tuple[int, float]] = {}
+
+
+def _checkpoint_files(lakefs: LakeFS, repository: str, commit_id: str, table_path: str) -> int:
+    """The table's checkpoint size, for its queue: read once a minute per table, not per commit (a
+    storm of commits to the same tables asked lakeFS for each), so a table that just grew past
+    `workers.large_table_files` may have one more export on the default queue."""
+    cached = _hints.get((repository, table_path))
+    if cached is not None and time.monotonic() - cached[1] < HINT_SECONDS:
+        return cached[0]
+    files = checkpoint_files_hint(lakefs, repository, commit_id, table_path)
+    _hints[(repository, table_path)] = (files, time.monotonic())
+    return files
+
+
 @app.task(name="lakefs_delta.ping", ignore_result=False)
 def ping(word: str) -> str:
     """Proves a worker is consuming from the broker."""
@@ -158,7 +174,7 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
                 status.set_table(repository, ref, commit_id, descriptor, "failed", reason=reason, permanent=True)
                 log.warning("commit %s/%s: %s", repository, commit_id, reason)
             for table in tables:
-                queue = export_queue(config, checkpoint_files_hint(lakefs, repository, commit_id, table.path))
+                queue = export_queue(config, _checkpoint_files(lakefs, repository, commit_id, table.path))
                 status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path,
                                  **({"queue": queue} if queue else {}))
                 export_table.apply_async((repository, ref, commit_id, table.name, table.path),

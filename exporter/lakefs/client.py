@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -19,6 +20,8 @@ from exporter.config import LakeFSConfig
 from exporter.errors import BadRequest, ExporterError, NotFound, ServiceUnavailable
 
 PAGE_SIZE = 1000  # lakeFS caps `amount` at 1000
+COMMITS_CACHED = 4096  # commits are immutable: kept by id (all forgotten when this many)
+NAMESPACE_SECONDS = 60.0  # a repository's storage namespace is asked again after this (deleted and re-created)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class LakeFS:
         self.tags = lakefs_sdk.TagsApi(self.client)
         self.actions = lakefs_sdk.ActionsApi(self.client)
         self.calls = 0
+        self._commits: dict[tuple[str, str], Commit] = {}
+        self._namespaces: dict[str, tuple[str, float]] = {}
 
     def _call(self, what: str, method, *args, **kwargs):
         self.calls += 1
@@ -77,14 +82,30 @@ class LakeFS:
     # ------------------------------------------------------------ reading
 
     def storage_namespace(self, repository: str) -> str:
-        return self._call(f"get repository {repository}", self.repositories.get_repository, repository).storage_namespace
+        """Asked once a minute per repository: every export of a storm of commits needs it."""
+        cached = self._namespaces.get(repository)
+        if cached is not None and time.monotonic() - cached[1] < NAMESPACE_SECONDS:
+            return cached[0]
+        namespace = self._call(f"get repository {repository}", self.repositories.get_repository,
+                               repository).storage_namespace
+        self._namespaces[repository] = (namespace, time.monotonic())
+        return namespace
 
     def default_branch(self, repository: str) -> str:
         return self._call(f"get repository {repository}", self.repositories.get_repository, repository).default_branch
 
     def commit(self, repository: str, ref: str) -> Commit:
+        """A commit by id is asked once (commits never change); a branch or tag is resolved each time."""
+        cached = self._commits.get((repository, ref))
+        if cached is not None:
+            return cached
         found = self._call(f"get commit {repository}@{ref}", self.commits.get_commit, repository, ref)
-        return Commit(found.id, list(found.parents), found.creation_date, found.message, dict(found.metadata or {}))
+        commit = Commit(found.id, list(found.parents), found.creation_date, found.message, dict(found.metadata or {}))
+        if commit.id == ref:
+            if len(self._commits) >= COMMITS_CACHED:
+                self._commits.clear()
+            self._commits[(repository, ref)] = commit
+        return commit
 
     def list_objects(self, repository: str, ref: str, prefix: str, delimiter: str | None = None,
                      after: str = "") -> Iterator[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -9,9 +10,13 @@ from dataclasses import dataclass
 import yaml
 
 from exporter.errors import DescriptorError
-from exporter.lakefs.client import LakeFS
+from exporter.lakefs.client import PAGE_SIZE, LakeFS
 
 DESCRIPTORS_PREFIX = "_lakefs_tables/"
+_PARSED_CACHED = 4096
+# (descriptor path, content checksum) -> what parse_descriptor made of it: a descriptor is read
+# once per content, not once per commit
+_parsed: dict[tuple[str, str], "TableDescriptor | None | DescriptorError"] = {}
 
 
 @dataclass(frozen=True)
@@ -64,11 +69,11 @@ def discover_tables(lakefs: LakeFS, repository: str, ref: str) -> Discovery:
         descriptor = entry["path"]
         if entry.get("path_type") != "object" or not descriptor.endswith((".yaml", ".yml")):
             continue
-        try:
-            table = parse_descriptor(descriptor, lakefs.get_object(repository, ref, descriptor))
-        except DescriptorError as exc:
-            errors.append(exc)
+        parsed = _read_descriptor(lakefs, repository, ref, descriptor, entry.get("checksum"))
+        if isinstance(parsed, DescriptorError):
+            errors.append(parsed)
             continue
+        table = parsed
         if table is None:
             continue
         if table.name in tables:
@@ -80,12 +85,35 @@ def discover_tables(lakefs: LakeFS, repository: str, ref: str) -> Discovery:
     return Discovery([t for name, t in sorted(tables.items()) if name not in duplicates], errors)
 
 
+def _read_descriptor(lakefs: LakeFS, repository: str, ref: str, descriptor: str,
+                     checksum: str | None) -> TableDescriptor | None | DescriptorError:
+    key = (descriptor, checksum or "")
+    if checksum and key in _parsed:
+        return _parsed[key]
+    try:
+        parsed: TableDescriptor | None | DescriptorError = parse_descriptor(
+            descriptor, lakefs.get_object(repository, ref, descriptor))
+    except DescriptorError as exc:
+        parsed = exc
+    if checksum:
+        if len(_parsed) >= _PARSED_CACHED:
+            _parsed.clear()
+        _parsed[key] = parsed
+    return parsed
+
+
 def changed_tables(lakefs: LakeFS, repository: str, commit_id: str, tables: list[TableDescriptor]) -> list[TableDescriptor]:
-    """Tables with any change under their path or in their descriptor since the first parent."""
+    """Tables with any change under their path or in their descriptor since the first parent: from
+    one page of the commit's whole diff when it fits, else one diff per table."""
     commit = lakefs.commit(repository, commit_id)
     if not commit.parents:
         return list(tables)
     parent = commit.parents[0]
+    changes = [c["path"] for c in itertools.islice(lakefs.diff(repository, parent, commit_id), PAGE_SIZE + 1)]
+    if len(changes) <= PAGE_SIZE:
+        changed = set(changes)
+        return [table for table in tables
+                if table.descriptor in changed or any(path.startswith(table.prefix) for path in changed)]
     changed_descriptors = {d["path"] for d in lakefs.diff(repository, parent, commit_id, prefix=DESCRIPTORS_PREFIX)}
     return [table for table in tables
             if table.descriptor in changed_descriptors

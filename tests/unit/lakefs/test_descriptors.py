@@ -71,3 +71,22 @@ def test_the_tables_a_commit_exports_are_named_all_or_changed_and_refusals_keep_
     assert named.refused["_lakefs_tables/bad:name.yaml"].startswith("_lakefs_tables/bad:name.yaml: not valid YAML")
     assert [t.name for t in tables_to_export(lakefs, "repo", c1, every_table=True).tables] == ["a", "b"]
     assert [t.name for t in tables_to_export(lakefs, "repo", c1).tables] == ["b"]
+
+
+def test_the_changed_tables_come_from_one_diff_of_the_commit_unless_it_runs_past_a_page():
+    descriptors = {f"_lakefs_tables/{n}.yaml": f"name: {n}\ntype: delta\npath: tables/{n}\n".encode() for n in "abcd"}
+    lakefs, first = repository_with({**descriptors, **{f"tables/{n}/_delta_log/{0:020d}.json": b"{}" for n in "abcd"}})
+    tables_to_export(lakefs, "repo", first)  # each descriptor read once
+    small = lakefs.commit_files("repo", "main", {"tables/b/_delta_log/00000000000000000001.json": b"{}",
+                                                 "_lakefs_tables/c.yaml": b"name: c\ntype: delta\npath: tables/c/\n",
+                                                 "tables/ab/x.parquet": b"x"})  # not under tables/a/
+    before = lakefs.calls
+    assert [t.name for t in tables_to_export(lakefs, "repo", small).tables] == ["b", "c"]
+    one_diff = lakefs.calls - before
+    big = lakefs.commit_files("repo", "main", {f"tables/d/part-{i:05d}.parquet": b"x" for i in range(1_200)})
+    before = lakefs.calls
+    assert [t.name for t in tables_to_export(lakefs, "repo", big).tables] == ["d"]
+    past_a_page = lakefs.calls - before
+
+    assert one_diff == 4, one_diff  # the listing, the commit, one diff, and the descriptor whose content changed
+    assert past_a_page == 4 + 1 + 4, past_a_page  # listing, commit, two pages; then the descriptors' diff, one a table
