@@ -80,8 +80,12 @@ def commit_on_branch(lakefs, repository: str, branch: str, commits: int, version
     return made
 
 
-def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2, concurrency: int = 1) -> list[dict]:
+def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2, concurrency: int | None = None) -> list[dict]:
+    """`concurrency`: processes per worker, by default what a worker runs as shipped (`workers.concurrency`)."""
+    from exporter.config.sections import WorkersConfig
     from exporter.lakefs.installer import install_actions
+
+    concurrency = concurrency or WorkersConfig().concurrency
 
     branches = max(1, min(branches, commits))  # a small storm (the CI smoke) still commits
     state, _, lakefs = running_stack()
