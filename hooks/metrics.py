@@ -18,8 +18,9 @@ HELP = {
     "lakefs_delta_tasks": "Celery tasks run by the workers, by task and outcome",
     "lakefs_delta_versions_read": "Delta versions read by completed exports",
     "lakefs_delta_files_rewritten": "Paths rewritten to physical addresses by completed exports",
-    "lakefs_delta_iceberg_metadata": "Iceberg tables written beside completed exports (iceberg.enabled), by "
-                                     "outcome: written, refused (Iceberg cannot represent the table), failed",
+    "lakefs_delta_iceberg_metadata": "Iceberg tables written beside completed exports and branch-table appends "
+                                     "(iceberg.enabled), by outcome: written, refused (Iceberg cannot represent "
+                                     "the table), failed",
     "lakefs_delta_export_seconds": "Seconds a completed table export took",
     "lakefs_delta_diff_precompute_seconds": "Seconds a diff precomputation took",
     "lakefs_delta_catch_up_terminal_failures": "Exports the last catch-up run found failed for good and did not "

@@ -40,16 +40,8 @@ class EventIgnored(BaseModel):
     event_type: str
 
 
-class BranchTableOutcome(BaseModel):
-    state: Literal["appended", "unchanged", "refused", "failed"] = Field(
-        description="`refused`: the branch keeps no branch tables, or the commit is not on its first-parent line")
-    reason: str | None = None
-    head_version: int | None = None
-    appended: list[int] | None = None
-
-
 class IcebergOutcome(BaseModel):
-    """With `iceberg.enabled`: the export as an Iceberg table beside its Delta log."""
+    """With `iceberg.enabled`: the export (or branch table) as an Iceberg table beside its Delta log."""
 
     state: Literal["written", "refused", "failed"] = Field(
         description="`refused`: Iceberg cannot represent the table (the reason names the column or feature); "
@@ -57,6 +49,17 @@ class IcebergOutcome(BaseModel):
     metadata_location: str | None = Field(None, description="the metadata.json to give an Iceberg reader")
     snapshot_ids: dict[str, int] | None = Field(None, description="Delta version -> Iceberg snapshot id")
     reason: str | None = None
+    rewritten: str | None = Field(None, description="a branch table's Iceberg table written anew rather than "
+                                                     "appended to, and why (its log no longer held the commits)")
+
+
+class BranchTableOutcome(BaseModel):
+    state: Literal["appended", "unchanged", "refused", "failed"] = Field(
+        description="`refused`: the branch keeps no branch tables, or the commit is not on its first-parent line")
+    reason: str | None = None
+    head_version: int | None = None
+    appended: list[int] | None = None
+    iceberg: IcebergOutcome | None = None
 
 
 class ExportRecord(BaseModel):
@@ -116,6 +119,9 @@ class BranchTableVersions(BaseModel):
     offset: int = Field(description="branch-table version minus source version, since the last synthetic version")
     last_commit: str
     commits: list[BranchTableCommit] = Field(description="oldest first")
+    iceberg: IcebergOutcome | None = Field(None, description="with `iceberg.enabled`: the branch table as an Iceberg "
+                                           "table, a snapshot per version (`snapshot_ids`: branch-table version -> "
+                                           "snapshot id)")
 
 
 class Operation(BaseModel):

@@ -374,7 +374,10 @@ def append_branch_table(self, repository: str, branch: str, commit_id: str, tabl
         return {"ok": False, "error": str(exc)}
     _note_branch_table(status, repository, branch, commit_id, table_name,
                        {"state": "unchanged" if outcome.skipped else "appended", "reason": outcome.skipped or outcome.synthetic,
-                        "head_version": outcome.head_version, "appended": outcome.appended})
+                        "head_version": outcome.head_version, "appended": outcome.appended,
+                        **({"iceberg": outcome.iceberg} if outcome.iceberg is not None else {})})
+    if outcome.iceberg is not None:
+        status.count("lakefs_delta_iceberg_metadata_total", {"outcome": outcome.iceberg["state"]})
     status_count(status, "append_branch_table", "succeeded")
     log.info("%s outcome=%s", line, outcome.summary())
     return {"ok": True, "head_version": outcome.head_version, "appended": outcome.appended,

@@ -126,18 +126,22 @@ def _complete_checkpoints(names: Iterable[str]) -> dict[int, Checkpoint]:
     return chosen
 
 
-def select_segment(listing: LogListing, last_checkpoint_hint: int | None = None) -> LogSegment:
+def select_segment(listing: LogListing, last_checkpoint_hint: int | None = None,
+                   checkpoint_at_most: int | None = None) -> LogSegment:
     """The newest complete checkpoint and every commit after it, up to the newest version.
 
     `last_checkpoint_hint` (from `_last_checkpoint`) is accepted but never decides: it may be
     stale or point at a checkpoint that is gone, and the listing is the truth.
+    With `checkpoint_at_most`, the newest checkpoint at or below that version (none: from version
+    0): the segment of a reader that holds the table up to that version and reads on from there.
     """
     if not listing.sizes:
         raise TableNotFound("no files under _delta_log/: not a Delta table")
     head = max([*listing.commits, *listing.checkpoints], default=None)
     if head is None:
         raise CorruptLog("_delta_log/ has no commit (NNN.json) and no complete checkpoint")
-    checkpoint = listing.checkpoints[max(listing.checkpoints)] if listing.checkpoints else None
+    usable = [v for v in listing.checkpoints if checkpoint_at_most is None or v <= checkpoint_at_most]
+    checkpoint = listing.checkpoints[max(usable)] if usable else None
     first = checkpoint.version + 1 if checkpoint else 0
     missing = [version for version in range(first, head + 1) if version not in listing.commits]
     if missing:

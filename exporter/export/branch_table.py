@@ -11,7 +11,9 @@ back, a new table). The branch table's history is never rewritten under its read
 synthetic version (operation `LAKEFS SYNC`) removes the files no longer live and adds the new
 ones, and from then on source version v is branch version v + offset. The state beside
 `_delta_log/` (`_lakefs_branch_table.json`, written last) holds the head, the offset and the
-lakeFS commit <-> version mapping.
+lakeFS commit <-> version mapping; with `iceberg.enabled`, the record of the branch table's Iceberg
+table too (`exporter.export.iceberg_metadata.branch_iceberg_metadata`: a snapshot appended per
+version, written after the Delta log and before the state).
 
 Appends are serialised per (branch, table) by the caller (a Redis lock in the worker); each is
 idempotent and ordered: a commit the branch table already followed, or an ancestor of it, is a
@@ -45,6 +47,7 @@ from exporter.export.branch_log import (
     table_id_of,
     with_gone_files_resolved,
 )
+from exporter.export.iceberg_metadata import ICEBERG, branch_iceberg_metadata
 from exporter.export.log_writer import discard_export, write_log
 from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.lakefs.installer import branch_tables_kept, installed_action
@@ -70,6 +73,8 @@ class AppendOutcome:
     skipped: str = ""  # why nothing was written
     checkpoint: int | None = None  # the branch-table version of a checkpoint the append copied
     expired: int = 0  # log files removed by the log retention after it
+    sources: dict[int, int] = field(default_factory=dict)  # branch-table version -> source version, of those copied
+    iceberg: dict | None = None  # with iceberg.enabled: the Iceberg table's record (`branch_iceberg_metadata`)
     lakefs_calls: int = 0
     seconds: float = 0.0
 
@@ -78,8 +83,10 @@ class AppendOutcome:
             return f"UNCHANGED {self.table} -> {self.location}: {self.skipped}"
         how = f" (synthetic: {self.synthetic})" if self.synthetic else ""
         shown = f"{self.appended[0]}..{self.appended[-1]}" if self.appended else "none"
+        iceberg = "" if self.iceberg is None else f"; Iceberg {self.iceberg['state']}: " + (
+            self.iceberg.get("metadata_location") or self.iceberg.get("reason", ""))
         return (f"APPENDED {self.table} -> {self.location}  versions {shown}, head {self.head_version}{how}, "
-                f"{self.lakefs_calls} lakeFS calls, {self.seconds:.2f}s")
+                f"{self.lakefs_calls} lakeFS calls, {self.seconds:.2f}s{iceberg}")
 
 
 def read_state(store: ObjectStore, location: str) -> dict | None:
@@ -149,6 +156,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
         if state is None:
             state = _create(store, target, exported, repository, branch, commit_id, manifest)
             outcome.appended = list(range(state["first_version"], state["head_version"] + 1))
+            outcome.sources = {v: v for v in outcome.appended}
         else:
             if relation != "newer":
                 outcome.skipped = ("the branch table already follows this commit" if relation == "same" else
@@ -159,6 +167,12 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
             _append(config, lakefs, store, target, exported, state, repository, branch, commit_id, manifest, outcome,
                     between)
         state.update(last_commit=commit_id, last_commit_created=commit.creation_date)
+        if config.iceberg.enabled:  # off, the Iceberg table stays where it was: the next append on continues it
+            timestamps = {int(v): ms for v, ms in manifest["source_timestamps_ms"].items()}
+            state[ICEBERG] = outcome.iceberg = branch_iceberg_metadata(
+                store, target, read_exported_log(store, target), state.get(ICEBERG),
+                {version: timestamps[source] for version, source in outcome.sources.items() if source in timestamps},
+                still_held)
         if still_held:
             still_held()
         store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")  # last: the commit point
@@ -280,6 +294,7 @@ def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exp
             store.put(target + LOG_DIR + commit_name(version + offset),
                       annotated(gone.get(version, versions[version]), repository, introduced_by[version], version))
         outcome.appended = [v + offset for v in new]
+        outcome.sources = {v + offset: v for v in new}
         if gone and live_files_differ(store, target, exported):  # a remove matched no add: never left live
             reason = (f"after versions {new[0]}..{new[-1]} the branch table's live files differed from the "
                       "source's (a removed file it could not match)")

@@ -6,16 +6,21 @@ Always written fresh, never appended to the parent export's table: an appended t
 the parent's manifests and delete files, which prune removes with the parent (older, so first).
 A table Iceberg cannot represent leaves the Delta export as it is: the record says why, and the
 files written before the refusal are removed (never a wrong Iceberg table).
+
+A branch table's Iceberg table is appended to instead (`branch_iceberg_metadata`): its files are
+never pruned, so each append adds the snapshots of the new versions to the table its state names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.errors import CorruptLog, ExporterError, IcebergUnsupported
-from exporter.export.readback import read_exported_log
-from exporter.iceberg.table import write_table
+from exporter.delta.log import select_segment
+from exporter.export.readback import ExportedLog, read_exported_log
+from exporter.iceberg.table import IcebergTable, append_table, write_table
 from exporter.storage.layout import ICEBERG_FOLDERS, iceberg_location, is_iceberg_metadata_file
 from exporter.storage.objectstore import ObjectStore
 
@@ -51,18 +56,58 @@ def write_iceberg_metadata(store: ObjectStore, location: str, source_timestamps:
     cannot represent the table) / `failed` (another permanent error) with the `reason`. Transient
     errors raise: the export is retried, as for any write of it."""
     log = read_exported_log(store, location)
-    try:
+
+    def write(files: _ExportFiles) -> tuple[IcebergTable, str | None]:
         if log is None:
             raise CorruptLog(f"no _delta_log at {store.uri(location)}")
-        table = write_table(log, _ExportFiles(store, iceberg_location(location), still_held), store.get_range,
-                            source_timestamps)
+        return write_table(log, files, store.get_range, source_timestamps), None
+
+    return _recorded(store, location, write, still_held)
+
+
+def branch_iceberg_metadata(store: ObjectStore, location: str, log: ExportedLog, previous: dict | None,
+                            source_timestamps: Mapping[int, int],
+                            still_held: Callable[[], None] | None = None) -> dict:
+    """The branch table at `location` (its complete log `log`) as an Iceberg table: a snapshot for
+    each version after the head of the table `previous` (its record in the state) names, appended;
+    the record as `write_iceberg_metadata` gives it. Without a table to continue (none yet, refused,
+    failed) it is written anew from the log's newest checkpoint; so too, `rewritten` saying why,
+    when the log retention removed commits the table does not have."""
+    if previous and previous.get("state") == "written" and \
+            max(map(int, previous["snapshot_ids"])) == log.segment.head_version:
+        return previous  # nothing appended since (the same commit's table again)
+
+    def write(files: _ExportFiles) -> tuple[IcebergTable, str | None]:
+        rewritten = None
+        if previous and previous.get("state") == "written":
+            head = max(map(int, previous["snapshot_ids"]))
+            try:  # from a checkpoint the Iceberg table has: later checkpoints skip commits it lacks
+                continued = dataclasses.replace(log, segment=select_segment(log.listing, checkpoint_at_most=head))
+            except CorruptLog as error:
+                rewritten = (f"the Iceberg table ends at version {head} and the log no longer holds the commits "
+                             f"after it (log retention: {error}): written anew from the newest checkpoint")
+            else:
+                return append_table(previous["metadata_location"].removeprefix(files.location), continued, files,
+                                    store.get_range, source_timestamps), None
+        discard_iceberg_metadata(store, location)  # a new table: none of an older one's files named twice
+        return write_table(log, files, store.get_range, source_timestamps), rewritten
+
+    return _recorded(store, location, write, still_held)
+
+
+def _recorded(store: ObjectStore, location: str, write: Callable[[_ExportFiles], tuple[IcebergTable, str | None]],
+              still_held: Callable[[], None] | None) -> dict:
+    """The record of the Iceberg table `write` writes at `location`; a permanent error leaves none."""
+    try:
+        table, rewritten = write(_ExportFiles(store, iceberg_location(location), still_held))
     except ExporterError as error:
         if not error.permanent:
             raise
         discard_iceberg_metadata(store, location)
         return {"state": "refused" if isinstance(error, IcebergUnsupported) else "failed", "reason": str(error)}
     return {"state": "written", "metadata_location": table.metadata_location,
-            "snapshot_ids": {str(version): snapshot_id for version, snapshot_id in sorted(table.snapshot_ids.items())}}
+            "snapshot_ids": {str(version): snapshot_id for version, snapshot_id in sorted(table.snapshot_ids.items())},
+            **({"rewritten": rewritten} if rewritten else {})}
 
 
 def discard_iceberg_metadata(store: ObjectStore, location: str) -> int:

@@ -42,6 +42,12 @@ _DECIMAL = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 _PROMOTIONS = {("int", "long"), ("float", "double")}
 _FEATURE_OF_TYPE = {"variant": "variantType", "void": "none (a NullType column)", "null": "none (a NullType column)"}
 
+# Columns Delta Spark's change data feed writes into data files beside the table's (the change type,
+# null there, and its CDC partition flag, false), without field ids: no table column, so each is
+# named in the name mapping with an id no field has (just below spec.md#reserved-field-ids), which
+# readers projecting by field id leave out; PyIceberg refuses a file column the mapping does not name.
+_CDF_FILE_COLUMNS = {"_change_type": 2**31 - 1 - 201, "__is_cdc": 2**31 - 1 - 202}
+
 FieldKey = tuple  # a field's identity across versions: its id under column mapping, else its path of names
 
 
@@ -104,6 +110,9 @@ def iceberg_schema(metadata: Mapping[str, Any], previous: Mapping[FieldKey, int]
         floor = max(floor, _ASSIGNED_BASE - 1, int(configuration.get(_MAX_COLUMN_ID) or 0))
     ids = _Ids(mapped, known, floor + 1)
     fields, mapping = _struct_fields(delta_schema.get("fields") or [], (), ids, "")
+    named = {name for entry in mapping for name in entry["names"]}
+    mapping += [{"field-id": field_id, "names": [name]} for name, field_id in _CDF_FILE_COLUMNS.items()
+                if name not in named]
     columns = [Column(name=f["name"], physical_name=physical_name(f), field_id=iceberg["id"], delta_type=f["type"],
                       ordered_like_bytes=_COLLATIONS not in (f.get("metadata") or {}))
                for f, iceberg in zip(delta_schema.get("fields") or [], fields)]

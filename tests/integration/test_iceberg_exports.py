@@ -2,9 +2,12 @@
 (`StaticTable.from_metadata`) and DuckDB (`iceberg_scan`, S3 secret for MinIO) read exactly the rows
 Spark reads from the source through lakeFS at the commit, at the head and at an older snapshot.
 
-The table is written by Spark through lakeFS's S3 gateway: partitioned, column mapping `name`,
-deletion vectors from DELETE and UPDATE, a checkpoint; a first commit is exported cold, a second
-(a DELETE: a deletion vector replaced) incrementally.
+The first table is written by Spark through lakeFS's S3 gateway: partitioned, column mapping
+`name`, deletion vectors from DELETE and UPDATE, a checkpoint; a first commit is exported cold, a
+second (a DELETE: a deletion vector replaced) incrementally. Then tables of other kinds: column
+mapping `id` (a column renamed and one dropped), change data feed on (its `_change_data` files are
+no table rows), one written by delta-rs 1.6 (awkward partition values, an overwrite, deletes), and
+a branch table after appends (a checkpoint past the Iceberg table's head) and after a divergence.
 """
 
 from __future__ import annotations
@@ -15,18 +18,37 @@ import pyarrow as pa
 import pytest
 
 from exporter.config import IcebergConfig
+from exporter.export.branch_table import append_commit, branch_table_versions
+from exporter.export.commit import export_commit
 from tests.integration.deltatables import add_descriptor, export_one, read_version, table_uri
-from tests.unit.iceberg.readers import duckdb_connection, duckdb_rows, pyiceberg_rows, rows_of
+from tests.integration.test_branch_tables import commit_and_append
+from tests.integration.test_foreign_writers import gateway, upload_and_export  # noqa: F401 (a fixture)
+from tests.integration.writers import write_with_deltalake
+from tests.unit.iceberg.readers import delta_rows, duckdb_connection, duckdb_rows, pyiceberg_rows, rows_of
 
 pytestmark = pytest.mark.integration
 
 PATH = "tables/orders"
 
 
-def spark_rows(spark, repository: str, commit_id: str, version: int) -> list[tuple]:
-    """Rows Spark reads from the source through lakeFS at the commit, as the Iceberg readers' rows."""
-    frame = read_version(spark, table_uri(repository, commit_id, PATH), version)
-    return rows_of([pa.Table.from_pylist([row.asDict() for row in frame.collect()])])
+def spark_rows(spark, repository: str, commit_id: str, version: int, path: str = PATH) -> list[tuple]:
+    """Rows Spark reads from the source through lakeFS at the commit, as the Iceberg readers' rows
+    (through Arrow: a `timestamp` is an instant there, as Iceberg's `timestamptz` reads)."""
+    return rows_of(read_version(spark, table_uri(repository, commit_id, path), version).toArrow().to_batches())
+
+
+def assert_iceberg_reads(record: dict, expected: dict[int, list[tuple]], readers) -> None:
+    """PyIceberg and DuckDB read the table `record` names as `expected` says: at the head (its
+    newest version) and at each other version's snapshot."""
+    properties, connection = readers
+    assert record["state"] == "written", record
+    head = max(expected)
+    assert max(map(int, record["snapshot_ids"])) == head
+    location = record["metadata_location"]
+    for version, rows in sorted(expected.items()):
+        snapshot = None if version == head else record["snapshot_ids"][str(version)]
+        assert pyiceberg_rows(location, snapshot, properties=properties) == rows, f"PyIceberg, version {version}"
+        assert duckdb_rows(location, snapshot, connection=connection) == rows, f"DuckDB, version {version}"
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +67,6 @@ def readers(stack_env):
 
 
 def test_pyiceberg_and_duckdb_read_an_export_as_spark_reads_the_source(spark, lakefs, config, repository, s3, readers):
-    properties, connection = readers
     config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
     uri = table_uri(repository, "main", PATH)
     spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, `amount eur` DECIMAL(10,2), note STRING, region STRING, "
@@ -70,17 +91,90 @@ def test_pyiceberg_and_duckdb_read_an_export_as_spark_reads_the_source(spark, la
     assert cold.ok and incremental.ok and incremental.incremental, (cold.error, incremental.error)
     for outcome, commit_id, head, older in ((cold, first, 4, 3), (incremental, second, 5, 4)):
         record = outcome.iceberg
-        assert record["state"] == "written", record
         assert record["metadata_location"] == f"{outcome.location}metadata/v{head}.metadata.json"
         assert sorted(map(int, record["snapshot_ids"])) == list(range(3, head + 1))  # from the checkpoint
         bucket, _, key = outcome.location.removeprefix("s3://").partition("/")
         manifest = json.loads(s3.get_object(Bucket=bucket, Key=key + "_lakefs_export.json")["Body"].read())
         assert manifest["iceberg"] == record
-        expected = spark_rows(spark, repository, commit_id, head)
-        assert pyiceberg_rows(record["metadata_location"], properties=properties) == expected
-        assert duckdb_rows(record["metadata_location"], connection=connection) == expected
-        snapshot = record["snapshot_ids"][str(older)]
-        expected = spark_rows(spark, repository, commit_id, older)
-        assert pyiceberg_rows(record["metadata_location"], snapshot, properties=properties) == expected
-        assert duckdb_rows(record["metadata_location"], snapshot, connection=connection) == expected
+        assert_iceberg_reads(record, {v: spark_rows(spark, repository, commit_id, v) for v in (older, head)}, readers)
     assert len(spark_rows(spark, repository, second, 5)) == 41 - 8 + 1 - 1
+
+
+def test_pyiceberg_and_duckdb_read_column_mapping_id_and_change_data_feed_exports_as_spark(spark, lakefs, config,
+                                                                                          repository, readers):
+    config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
+    mapped, changes = table_uri(repository, "main", "tables/mapped"), table_uri(repository, "main", "tables/changes")
+    spark.sql(f"CREATE TABLE delta.`{mapped}` (id INT, `full name` STRING, at TIMESTAMP, local TIMESTAMP_NTZ, "
+              "price DECIMAL(12,3)) USING delta TBLPROPERTIES ('delta.columnMapping.mode' = 'id')")      # 0
+    spark.sql(f"INSERT INTO delta.`{mapped}` VALUES (1, 'Ann', TIMESTAMP'2024-03-01 10:00:00.123456', "
+              "TIMESTAMP_NTZ'2024-03-01 10:00:00', 1.125), (2, NULL, NULL, NULL, -99999.999)")         # 1
+    spark.sql(f"ALTER TABLE delta.`{mapped}` RENAME COLUMN `full name` TO name")                         # 2
+    spark.sql(f"ALTER TABLE delta.`{mapped}` DROP COLUMN price")                                         # 3
+    spark.sql(f"INSERT INTO delta.`{mapped}` VALUES (3, 'Cy', TIMESTAMP'1969-12-31 23:59:59', "
+              "TIMESTAMP_NTZ'2038-01-19 03:14:08')")                                                     # 4
+    spark.sql(f"CREATE TABLE delta.`{changes}` (id INT, kind STRING) USING delta "
+              "TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")                                  # 0
+    spark.sql(f"INSERT INTO delta.`{changes}` VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')")           # 1
+    spark.sql(f"UPDATE delta.`{changes}` SET kind = 'changed' WHERE id < 3")                            # 2
+    spark.sql(f"DELETE FROM delta.`{changes}` WHERE id = 4")                                            # 3
+    add_descriptor(lakefs, repository, "mapped", "tables/mapped")
+    add_descriptor(lakefs, repository, "changes", "tables/changes")
+    commit_id = lakefs.commit_branch(repository, "main", "mapped, changes")
+    assert lakefs.list_objects(repository, commit_id, "tables/changes/_change_data/"), "CDF wrote change files"
+
+    outcomes = {o.table: o for o in export_commit(config, repository, "main", commit_id, lakefs=lakefs)}
+
+    for name, versions in (("mapped", (1, 4)), ("changes", (2, 3))):
+        assert outcomes[name].ok, outcomes[name].error
+        assert_iceberg_reads(outcomes[name].iceberg, {v: spark_rows(spark, repository, commit_id, v, f"tables/{name}")
+                                                      for v in versions}, readers)
+
+
+def test_pyiceberg_and_duckdb_read_an_export_of_a_delta_rs_table_as_delta_rs(lakefs, config, repository, gateway,
+                                                                           readers, tmp_path):
+    config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
+    local_dir = tmp_path / "table"
+    written = write_with_deltalake("1.6.6", local_dir)  # awkward partition values, an overwrite, deletes, a checkpoint
+
+    outcome = upload_and_export(lakefs, config, gateway, repository, local_dir, "rs")
+
+    assert outcome.ok, outcome.error
+    versions = (written["checkpoint_version"], written["head_version"])
+    assert_iceberg_reads(outcome.iceberg, {v: delta_rows(local_dir, v) for v in versions}, readers)
+
+
+def test_pyiceberg_and_duckdb_read_a_branch_table_after_appends_and_a_divergence(spark, lakefs, config, repository,
+                                                                                readers):
+    config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True), "branch_tables": ("main",)})
+    path = "tables/ledger"
+    uri = table_uri(repository, "main", path)
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, amount DECIMAL(10,2), region STRING) USING delta "
+              "PARTITIONED BY (region) TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', "
+              "'delta.checkpointInterval' = '3')")                                                       # 0
+    values = ", ".join(f"({i}, {i}.5, '{('eu', 'us')[i % 2]}')" for i in range(1, 13))
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES {values}")                                             # 1
+    add_descriptor(lakefs, repository, "ledger", path)
+    first = commit_and_append(config, lakefs, repository, "ledger", "versions 0-1")
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id % 4 = 0")                                            # 2
+    second = commit_and_append(config, lakefs, repository, "ledger", "version 2: deletion vectors")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (13, 0.01, 'ap')")                           # 3: a checkpoint
+    spark.sql(f"UPDATE delta.`{uri}` SET amount = 0 WHERE id < 3")                                     # 4
+    third = commit_and_append(config, lakefs, repository, "ledger", "versions 3-4")
+
+    appended = branch_table_versions(config, lakefs, repository, "main", "ledger")
+    assert "rewritten" not in appended["iceberg"], appended["iceberg"]  # appended past checkpoint 3
+    assert sorted(map(int, appended["iceberg"]["snapshot_ids"])) == [0, 1, 2, 3, 4]
+    assert_iceberg_reads(appended["iceberg"], {1: spark_rows(spark, repository, first, 1, path),
+                                               2: spark_rows(spark, repository, second, 2, path),
+                                               4: spark_rows(spark, repository, third, 4, path)}, readers)
+
+    reverted = lakefs.revert(repository, "main", third)  # the source's head moves back to version 2
+    assert export_one(config, lakefs, repository, "main", reverted, "ledger").ok
+    synced = append_commit(config, lakefs, repository, "main", reverted, "ledger")
+
+    assert synced.appended == [5] and synced.synthetic
+    record = branch_table_versions(config, lakefs, repository, "main", "ledger")["iceberg"]
+    assert {v: record["snapshot_ids"][v] for v in appended["iceberg"]["snapshot_ids"]} == \
+        appended["iceberg"]["snapshot_ids"]
+    assert_iceberg_reads(record, {4: spark_rows(spark, repository, third, 4, path),
+                                  5: spark_rows(spark, repository, reverted, 2, path)}, readers)

@@ -223,3 +223,38 @@ def test_every_row_is_found_by_its_own_values_bounds_skip_only_other_files(tmp_p
                                        f"WHERE \"{name}\" = CAST(? AS {sql_type.get(name, 'BIGINT')})",
                                        [str(value)]).fetch_arrow_table()
             assert row in map(dict, rows_of(found.to_batches())), (name, value)
+
+
+@pytest.mark.parametrize("mode", ["none", "id"])
+def test_change_data_feed_columns_a_data_file_holds_beside_the_tables_are_left_out(tmp_path, mode):
+    """With the change data feed on, Delta Spark's DML writes data files holding `_change_type`
+    (null) and `__is_cdc` (false) beside the table's columns, without field ids; Delta readers
+    read only the schema's columns, and so must Iceberg readers (PyIceberg refuses a file column
+    the name mapping does not name)."""
+    source = tmp_path / "source"
+    (source / "_delta_log").mkdir(parents=True)
+    physical = "col-5f1a" if mode == "id" else "id"
+    id_field = pa.field(physical, pa.int64(), metadata={b"PARQUET:field_id": b"1"} if mode == "id" else None)
+    data = pa.table([pa.array([1, 2], pa.int64()), pa.array([None, None], pa.string()), pa.array([False, False])],
+                    schema=pa.schema([id_field, ("_change_type", pa.string()), ("__is_cdc", pa.bool_())]))
+    pq.write_table(data, source / "part-0.parquet")
+    mapping = {"delta.columnMapping.id": 1, "delta.columnMapping.physicalName": physical} if mode == "id" else {}
+    schema = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": mapping}]}
+    configuration = {"delta.enableChangeDataFeed": "true"}
+    if mode == "id":
+        configuration.update({"delta.columnMapping.mode": "id", "delta.columnMapping.maxColumnId": "1"})
+    actions = [{"protocol": {"minReaderVersion": 2, "minWriterVersion": 5} if mode == "id" else
+                {"minReaderVersion": 1, "minWriterVersion": 4}},
+               {"metaData": {"id": "t", "format": {"provider": "parquet", "options": {}},
+                             "schemaString": json.dumps(schema), "partitionColumns": [],
+                             "configuration": configuration, "createdTime": 0}},
+               {"add": {"path": "part-0.parquet", "partitionValues": {}, "dataChange": True, "modificationTime": 0,
+                        "size": (source / "part-0.parquet").stat().st_size, "stats": json.dumps({"numRecords": 2})}}]
+    (source / "_delta_log" / f"{0:020d}.json").write_text("\n".join(map(json.dumps, actions)) + "\n")
+
+    result = write_table(export_locally(source, tmp_path / "export"), LocalFiles(tmp_path / "iceberg"), read_range)
+
+    expected = [(("id", 1),), (("id", 2),)]
+    assert delta_rows(source, 0) == expected
+    assert pyiceberg_rows(result.metadata_location) == expected
+    assert duckdb_rows(result.metadata_location) == expected

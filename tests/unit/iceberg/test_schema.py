@@ -64,7 +64,7 @@ def test_column_mapping_ids_and_physical_names_and_ids_kept_across_versions():
     first = schema_of(column("renamed", "long", metadata={"delta.columnMapping.id": 7,
                                                           "delta.columnMapping.physicalName": "col-x"}),
                       configuration=mapped)
-    assert first.fields[0]["id"] == 7 and first.name_mapping == [{"field-id": 7, "names": ["col-x"]}]
+    assert first.fields[0]["id"] == 7 and first.name_mapping[0] == {"field-id": 7, "names": ["col-x"]}
     plain = schema_of(column("a", "long"), column("b", "string"))
     later = iceberg_schema({"schemaString": json.dumps({"type": "struct", "fields": [
         column("new", "date"), column("b", "string"), column("a", "long")]})}, plain.field_ids, plain.last_column_id)
