@@ -1,5 +1,5 @@
 """The Iceberg REST catalog (`/iceberg/v1/...`) as a client sees it: namespaces [repository, ref]
-(a tag `release/v1.2` too), the tables of a ref's commit with Iceberg metadata, a table loaded with
+(a tag `v1.2%2Fx` too), the tables of a ref's commit with Iceberg metadata, a table loaded with
 its metadata and signing config, S3 requests signed only for what its readers read; the API's
 callers and refusals in the spec's error model; every write refused with 406, never a 500."""
 
@@ -21,7 +21,7 @@ from tests.unit.source_tables import SourceTable
 
 pytestmark = pytest.mark.unit
 
-TAG = "release/v1.2"
+TAG = "v1.2%2Fx"  # a dot, and a `%2F` a server decoding the whole path would split (lakeFS refuses `/`)
 STORE = {"endpoint": "http://minio.test:9000", "region": "us-east-1", "access_key_id": "AK", "secret_access_key": "SK"}
 TOKENS = [{"token": "svc", "repositories": ["repo"]}, {"token": "other", "repositories": ["elsewhere"]}]
 SVC = {"Authorization": "Bearer svc"}
@@ -34,7 +34,7 @@ def ns(*parts: str) -> str:
 
 class Catalog:
     """The service's app over the fake lakeFS, with a table `events` exported at `main`'s head and
-    at the tag `release/v1.2` (Iceberg on), and `plain` exported at `main` with Iceberg off."""
+    at the tag `v1.2%2Fx` (Iceberg on), and `plain` exported at `main` with Iceberg off."""
 
     def __init__(self, lakefs, redis_url, tmp_path):
         self.config = Config(iceberg={"enabled": True}, redis_url=redis_url, object_store=STORE,
@@ -85,7 +85,7 @@ def test_namespaces_are_repository_and_ref_a_tag_with_slash_and_dot_included(cat
         {"namespace": ["repo", TAG], "properties": {"commit-id": catalog.commit}}
     assert catalog.request("HEAD", f"/namespaces/{ns('repo', TAG)}").status_code == 204
     assert error(catalog.request("GET", f"/namespaces/{ns('nope')}")) == (403, "ForbiddenException")  # not its token's
-    for missing in (ns("repo", "v9"), ns("repo", "release"), ns("repo", TAG, "x")):
+    for missing in (ns("repo", "v9"), ns("repo", "v1.2/x"), ns("repo", TAG, "x")):
         assert error(catalog.request("GET", f"/namespaces/{missing}")) == (404, "NoSuchNamespaceException"), missing
     assert catalog.request("HEAD", f"/namespaces/{ns('repo', 'v9')}").status_code == 404
 
@@ -105,7 +105,7 @@ def test_a_refs_tables_are_its_commits_exports_with_iceberg_metadata_and_load_wi
         "s3.endpoint": STORE["endpoint"], "s3.region": "us-east-1", "s3.path-style-access": "true",
         "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO", "s3.signer": "S3V4RestSigner",
         "s3.remote-signing-enabled": "true",
-        "s3.signer.endpoint": f"v1/namespaces/repo%1Frelease%2Fv1.2/tables/events/commits/{catalog.commit}/sign"}
+        "s3.signer.endpoint": f"v1/namespaces/repo%1Fv1.2%252Fx/tables/events/commits/{catalog.commit}/sign"}
     assert "SK" not in json.dumps(loaded)  # no store key leaves the service
     assert catalog.request("HEAD", f"/namespaces/{ns('repo', TAG)}/tables/events").status_code == 204
     for table in ("plain", "nope"):
