@@ -2,7 +2,8 @@
 lakeFS identity's token and no storage credentials: it lists the namespaces [repository, ref] (a tag
 `v1.2#rc+1` included) and their tables, loads an export's Iceberg table and reads exactly its rows
 at the head and at an older snapshot, every S3 request signed by the catalog (remote signing); a
-lakeFS user without read rights is refused with 403.
+lakeFS user without read rights is refused with 403. DuckDB attaches the catalog too, and reads only
+with S3 keys of its own (it does no remote signing).
 
 The table is written by delta-rs and committed through lakeFS's API (partitioned, two versions), and
 exported in this process with `iceberg.enabled`; the catalog is the real service's.
@@ -10,12 +11,11 @@ exported in this process with `iceberg.enabled`; the catalog is the real service
 
 from __future__ import annotations
 
-import datetime
-import json
 import time
 from pathlib import Path
 
 import deltalake
+import duckdb
 import httpx
 import pyarrow as pa
 import pytest
@@ -23,7 +23,7 @@ import pytest
 from exporter.config import IcebergConfig
 from tests.integration.deltatables import add_descriptor, export_one
 from tests.integration.test_api_auth import new_user
-from tests.unit.iceberg.readers import rows_of
+from tests.unit.iceberg.readers import duckdb_connection, rows_of
 
 pytestmark = pytest.mark.integration
 
@@ -106,4 +106,32 @@ def test_pyiceberg_reads_an_export_through_the_catalog_without_bucket_keys(servi
     answer = httpx.get(f"{service}/iceberg/v1/namespaces/{repository}%1Fv1.2%23rc%2B1/tables/orders",
                        headers={"Authorization": f"Bearer {lakefs_token(endpoint, *stranger)}"}, timeout=30)
     assert answer.status_code == 403 and answer.json()["error"]["type"] == "ForbiddenException"
+
+    # DuckDB 1.4.4 attaches the catalog, but signs no request through it (it takes vended credentials
+    # or its own S3 secret): without keys its reads are refused by the store; with a secret, exact
+    token = lakefs_token(endpoint, *reader)
+    keyless, keyed = duckdb_attached(service, token), duckdb_attached(service, token, stack_env)
+    with pytest.raises(duckdb.HTTPException, match=r"HTTP 403"):
+        keyless.execute(f'SELECT * FROM lake."{repository}.main".orders').fetchall()
+    assert rows_of([keyed.execute(f'SELECT * FROM lake."{repository}.main".orders').fetch_arrow_table()]) == \
+        rows_of([FIRST, SECOND])
     print(f"\ncatalog test body: {time.monotonic() - started:.1f}s")
+
+
+def duckdb_attached(service: str, token: str, stack_env: dict[str, str] | None = None):
+    """DuckDB with the catalog attached as `lake`; with `stack_env`, an S3 secret for MinIO (and no
+    access delegation asked of the catalog). A namespace is `"repository.ref"`, which DuckDB splits
+    at each `.`: refs with a `.` (the tag) cannot be named."""
+    connection = duckdb_connection()
+    connection.execute("LOAD httpfs")
+    connection.execute(f"CREATE SECRET catalog (TYPE iceberg, TOKEN '{token}')")
+    delegation = ""
+    if stack_env is not None:
+        key, secret = (stack_env["LAKEFS_DELTA_OBJECT_STORE_ACCESS_KEY_ID"],
+                       stack_env["LAKEFS_DELTA_OBJECT_STORE_SECRET_ACCESS_KEY"])
+        connection.execute(f"CREATE SECRET minio (TYPE s3, KEY_ID '{key}', SECRET '{secret}', REGION 'us-east-1', "
+                           f"ENDPOINT '{stack_env['LAKEFS_DELTA_OBJECT_STORE_ENDPOINT'].split('://', 1)[1]}', "
+                           "URL_STYLE 'path', USE_SSL false)")
+        delegation = ", ACCESS_DELEGATION_MODE 'none'"
+    connection.execute(f"ATTACH 'lake' AS lake (TYPE iceberg, SECRET catalog, ENDPOINT '{service}/iceberg'{delegation})")
+    return connection
