@@ -9,11 +9,10 @@ from __future__ import annotations
 import bisect
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
