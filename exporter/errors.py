@@ -109,6 +109,22 @@ class UnshareableTable(ExporterError):
     a relative deletion vector, or a path outside the locations sharing may presign."""
 
 
+# The Iceberg REST catalog's refusals, by meaning: the catalog maps them to the spec's error types
+
+
+class NoSuchNamespace(NotFound):
+    """No namespace by that name: not [repository, ref] of a repository and a branch or tag with exports."""
+
+
+class NoSuchIcebergTable(NotFound):
+    """No Iceberg table by that name at the ref's commit: no complete export, or one without Iceberg metadata."""
+
+
+class SignatureRefused(ExporterError):
+    """A request the catalog's S3 signer does not sign: not a GET or HEAD of one object its table's
+    readers need (under the repository's storage namespace, outside `_lakefs/` but the table's export)."""
+
+
 def rebuilt(kind: str, message: str) -> ExporterError:
     """An error recorded by its class name and message (a worker's, read back by the API): the same
     class, so the one mapping to an HTTP answer applies; `ExporterError` for a name it does not know."""

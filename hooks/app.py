@@ -1,5 +1,6 @@
 """The HTTP service (FastAPI): lakeFS webhook receiver, export status, history diff, datasets,
-the diff page and its sign-in, health, metrics, and the Delta Sharing server at /delta-sharing.
+the diff page and its sign-in, health, metrics, the Delta Sharing server at /delta-sharing, and the
+read-only Iceberg REST catalog at /iceberg.
 
 `create_app` only assembles: the routers (`hooks.routes`, one per capability), what they share
 (`hooks.deps`), and the one mapping of errors to HTTP answers (`hooks.errors`). Request and answer
@@ -17,6 +18,7 @@ import exporter
 from exporter.config import Config
 from hooks import errors
 from hooks.deps import AUTH_NONE_WARNING, Services
+from hooks.iceberg import create_iceberg_app
 from hooks.routes import datasets, diff, exports, ops, pages, session, webhook
 from hooks.sharing import create_sharing_app
 
@@ -31,6 +33,7 @@ def create_app(config: Config) -> FastAPI:
     app.state.services = Services.start(config)
     app.add_middleware(NoStore)
     app.mount("/delta-sharing", create_sharing_app(config))  # recipients' bearer tokens, not lakeFS identities
+    app.mount("/iceberg", create_iceberg_app(config, app.state.services))  # the API's callers, the spec's errors
     errors.install(app)
     for routes in (webhook, exports, diff, datasets, session, pages, ops):
         app.include_router(routes.router)

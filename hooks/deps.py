@@ -26,7 +26,7 @@ from exporter.diff.table import DiffCache
 from exporter.lakefs.client import LakeFS
 from exporter.state.results import ResultCache
 from exporter.state.status import StatusStore
-from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, RepositoryAccess,
+from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, Caller, RepositoryAccess,
                         Unauthenticated, caller_of)
 from hooks.errors import Refusal, unauthenticated
 from hooks.metrics import ServiceMetrics
@@ -85,18 +85,37 @@ async def require_reader(request: Request, repository: str, tables: Iterable[tup
     """Returns when the caller may read `repository`, and each table's log at its ref (`tables`:
     (ref, table path) pairs), lakeFS deciding; else raises the refusal. Called first in a route's
     body, so that invalid parameters are refused before credentials."""
-    shared = await services(request)
-    config, access = shared.config, shared.access
-    if config.api.auth == "none":
+    caller = await require_caller(request)
+    if caller is None:
         return
-    try:
-        caller = caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
-    except Unauthenticated as exc:
-        raise unauthenticated(str(exc)) from None
+    access = (await services(request)).access
     _refuse_unless_allowed(await access.check(caller, repository), f"repository {repository!r}")
     for ref, table_path in dict.fromkeys(tables):
         _refuse_unless_allowed(await access.check_table(caller, repository, ref, table_path),
                                f"table {table_path!r} at {ref!r}")
+
+
+async def require_caller(request: Request) -> Caller | None:
+    """The caller the request's credentials name (None when `api.auth` is `none`), else the 401 refusal."""
+    config = (await services(request)).config
+    if config.api.auth == "none":
+        return None
+    try:
+        return caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
+    except Unauthenticated as exc:
+        raise unauthenticated(str(exc)) from None
+
+
+async def may_read(request: Request, repository: str, tables: Iterable[tuple[str, str]] = ()) -> bool:
+    """`require_reader` as a yes or no: False where it refuses with 403 or 404 (what a listing leaves
+    out); other refusals (401, lakeFS unreachable) raise."""
+    try:
+        await require_reader(request, repository, tables)
+    except Refusal as refused:
+        if refused.status not in (403, 404):
+            raise
+        return False
+    return True
 
 
 def _refuse_unless_allowed(decision: int, what: str) -> None:

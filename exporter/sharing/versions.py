@@ -9,11 +9,10 @@ from __future__ import annotations
 import bisect
 import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,7 +32,7 @@ from exporter.storage.layout import (
     export_location,
 )
 from exporter.storage.objectstore import ObjectStore
-from exporter.storage.presign import PresignedUrl, Presigner, string_bytes
+from exporter.storage.presign import PresignedUrl, Presigner, folders, string_bytes, within
 
 
 WINDOW = 1000  # versions listed at a time when looking back for a checkpoint (as Spark's reader does)
@@ -222,8 +221,8 @@ class SharedTable:
         """Presigns the paths of this table's log; a path outside the prefixes this table may expose
         (its repository's storage namespace but its `_lakefs/`, `sharing.allowed_locations`) is
         refused, so a log can never make the server sign an object it was not meant to share."""
-        return TableSigner(self.name, self.store.uri(self.location), presigner, _folders(self.allowed),
-                           _folders([self.store.uri("_lakefs/")]))  # lakeFS's own, and exports
+        return TableSigner(self.name, self.store.uri(self.location), presigner, folders(self.allowed),
+                           folders([self.store.uri("_lakefs/")]))  # lakeFS's own, and exports
 
     def _iso(self, version: int) -> str:
         return datetime.fromtimestamp(self.timestamp(version) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -234,13 +233,13 @@ class TableSigner:
     table: str
     location: str  # the table's, for relative paths
     presigner: Presigner
-    allowed: tuple[str, ...]  # `_folders`
+    allowed: tuple[str, ...]  # `folders`
     denied: tuple[str, ...]
 
     def __call__(self, path: str) -> tuple[str, PresignedUrl]:
         """(absolute path, presigned URL) of one path."""
         absolute = absolute_path(path, self.location)
-        if not (_within(absolute, self.allowed) and not _within(absolute, self.denied)):
+        if not (within(absolute, self.allowed) and not within(absolute, self.denied)):
             raise self._unshared(absolute)
         return absolute, self.presigner.presign(absolute)
 
@@ -254,14 +253,14 @@ class TableSigner:
                 absolute = pc.if_else(relative, pc.binary_join_element_wise(self.location, paths, ""), paths)
         plain = pc.starts_with(absolute, "s3://")
         raw = string_bytes(absolute)
-        for odd in ("%", "/."):  # `_within` decodes and looks for dot segments
+        for odd in ("%", "/."):  # `within` decodes and looks for dot segments
             if odd.encode() in raw:
                 plain = pc.and_(plain, pc.invert(pc.match_substring(absolute, odd)))
         shared = pc.and_(_starts_with_any(absolute, self.allowed), pc.invert(_starts_with_any(absolute, self.denied)))
         if plain.true_count < len(absolute):
             odd = pc.invert(plain)
             shared = pc.replace_with_mask(shared, odd, pa.array([
-                _within(path, self.allowed) and not _within(path, self.denied)
+                within(path, self.allowed) and not within(path, self.denied)
                 for path in absolute.filter(odd).to_pylist()], pa.bool_()))
         if shared.true_count < len(absolute):
             raise self._unshared(absolute[pc.index(shared, False).as_py()].as_py())
@@ -315,26 +314,6 @@ def tag_export(config: Config, store: ObjectStore, schema: Schema, table: str) -
 
 def _allowed(config: Config, store: ObjectStore) -> tuple[str, ...]:
     return (store.uri(""), *config.sharing.allowed_locations)
-
-
-def _folders(prefixes: Iterable[str]) -> tuple[str, ...]:
-    """Prefixes as `_within` compares them: decoded, `s3://`, each a folder (ending in `/`)."""
-    return tuple(_s3(unquote(prefix)).rstrip("/") + "/" for prefix in prefixes)
-
-
-def _within(path: str, folders: tuple[str, ...]) -> bool:
-    """Whether the object at `path` (a URI) is under one of `folders` (from `_folders`)."""
-    plain = _s3(unquote(path) if "%" in path else path)
-    if "/../" in plain or "/./" in plain:
-        return False
-    return plain.startswith(folders)
-
-
-def _s3(uri: str) -> str:
-    if uri.startswith("s3://"):
-        return uri
-    scheme, separator, rest = uri.partition("://")
-    return f"s3://{rest}" if separator and scheme in ("s3a", "s3n") else uri
 
 
 def _complete(files: Mapping[str, tuple[int, float]]) -> dict[int, Checkpoint]:

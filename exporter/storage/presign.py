@@ -69,19 +69,40 @@ class Presigner:
         self._split_buckets = {s.prefix.partition("://")[2].split("/")[0] for s in self.stores
                                if "/" in s.prefix.partition("://")[2].strip("/")}
 
-    def presign(self, uri: str) -> PresignedUrl:
+    def presign(self, uri: str, method: str = "GET") -> PresignedUrl:
         """`uri` as a Delta log holds a path: a URI, its key percent-encoded where needed."""
-        return PresignedUrl(self.presign_many([uri])[0], self.expires_ms)
+        return PresignedUrl(self.presign_many([uri], method)[0], self.expires_ms)
 
-    def presign_many(self, uris: list[str]) -> list[str]:
+    def presign_many(self, uris: list[str], method: str = "GET") -> list[str]:
         """The URLs of many addresses (each expiring at `expires_ms`), in one loop."""
         urls = []
         for uri in uris:
             bucket, key = split_uri(uri)
             if "%" in key:
                 key = unquote(key)
-            urls.append(self._signer(uri, bucket, key).url(bucket, key))
+            urls.append(self._signer(uri, bucket, key).url(bucket, key, method))
         return urls
+
+    def address_of(self, url: str) -> str | None:
+        """The `s3://bucket/key` a request URL to a configured store's endpoint names, path-style (as
+        these URLs address it) or virtual-hosted, its key as the URL encodes it; None for a URL to no
+        configured endpoint, or one with a query (a listing, a part, a version: not one object)."""
+        parts = urlsplit(url)
+        if parts.query or parts.fragment:
+            return None
+        for store in self.stores:
+            origin = urlsplit(_endpoint(store))
+            if parts.scheme != origin.scheme:
+                continue
+            if parts.netloc == origin.netloc:
+                bucket, _, key = parts.path.lstrip("/").partition("/")
+            elif parts.netloc.endswith("." + origin.netloc):
+                bucket, key = parts.netloc[:-len(origin.netloc) - 1], parts.path.lstrip("/")
+            else:
+                continue
+            if bucket and key:
+                return f"s3://{unquote(bucket)}/{key}"
+        return None
 
     def presign_column(self, uris: pa.Array) -> pa.Array:
         """`presign_many` of a string column, the same URLs: the addresses in the first one's bucket
@@ -123,9 +144,13 @@ class Presigner:
         return signer
 
 
+def _endpoint(store: ObjectStoreConfig) -> str:
+    return store.endpoint or f"https://s3.{store.region}.amazonaws.com"
+
+
 class _Signer:
     def __init__(self, store: ObjectStoreConfig, batch: Presigner):
-        endpoint = store.endpoint or f"https://s3.{store.region}.amazonaws.com"
+        endpoint = _endpoint(store)
         parts = urlsplit(endpoint)
         self.origin, self.host = f"{parts.scheme}://{parts.netloc}", parts.netloc
         if not _JSON_PLAIN.fullmatch(self.origin):  # so that every URL is a JSON string as it is
@@ -161,9 +186,9 @@ class _Signer:
             root = self.roots[bucket] = "/" + quote(bucket, safe=_UNRESERVED) + "/"
         return root
 
-    def url(self, bucket: str, key: str) -> str:
+    def url(self, bucket: str, key: str, method: str = "GET") -> str:
         path = self.root(bucket) + _quoted_path(key)
-        canonical = f"GET\n{path}{self.canonical_tail}"
+        canonical = f"{method}\n{path}{self.canonical_tail}"
         to_sign = self.to_sign_head + hashlib.sha256(canonical.encode()).hexdigest()
         signature = hmac.digest(self.signing_key, to_sign.encode(), "sha256").hex()
         return f"{self.origin}{path}?{self.query}&X-Amz-Signature={signature}"
@@ -199,6 +224,27 @@ def hex_digests(digests: Iterable[bytes], size: int, count: int) -> pa.Array:
         raise ValueError(f"{len(text) // (2 * size)} digests of {size} bytes, not {count}")
     offsets = np.arange(0, 2 * size * (count + 1), 2 * size, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
+
+
+def folders(prefixes: Iterable[str]) -> tuple[str, ...]:
+    """Prefixes as `within` compares them: decoded, `s3://`, each a folder (ending in `/`)."""
+    return tuple(_s3(unquote(prefix)).rstrip("/") + "/" for prefix in prefixes)
+
+
+def within(path: str, folders: tuple[str, ...]) -> bool:
+    """Whether the object at `path` (a URI) is under one of `folders` (from `folders`): never a path
+    with a dot segment, which a store could resolve elsewhere."""
+    plain = _s3(unquote(path) if "%" in path else path)
+    if "/../" in plain or "/./" in plain:
+        return False
+    return plain.startswith(folders)
+
+
+def _s3(uri: str) -> str:
+    if uri.startswith("s3://"):
+        return uri
+    scheme, separator, rest = uri.partition("://")
+    return f"s3://{rest}" if separator and scheme in ("s3a", "s3n") else uri
 
 
 def string_bytes(column: pa.Array) -> bytes:

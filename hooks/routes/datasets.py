@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from exporter.diff.datasets import resolve_dataset
-from hooks.deps import COMPUTING, Services, ServicesDep, from_workers, require_reader, still_computing
+from hooks.deps import COMPUTING, Services, ServicesDep, from_workers, may_read, require_reader, still_computing
 from hooks.errors import Refusal, problems
 from hooks.models import Dataset, Datasets
 
@@ -25,7 +25,7 @@ async def datasets(request: Request, services: ServicesDep, repository: str, ref
     found = await _datasets_at(services, repository, ref)
     if found is None:
         return still_computing()
-    readable = await asyncio.gather(*(_may_read(request, repository, ref, dataset) for dataset in found))
+    readable = await asyncio.gather(*(may_read(request, repository, [(ref, dataset["path"])]) for dataset in found))
     return {"repository": repository, "ref": ref, "results": [d for d, may in zip(found, readable) if may]}
 
 
@@ -43,17 +43,6 @@ async def resolve(request: Request, services: ServicesDep, repository: str, ref:
         raise Refusal(404, f"no dataset contains {path!r}")
     await require_reader(request, repository, [(ref, dataset["path"])])
     return dataset
-
-
-async def _may_read(request: Request, repository: str, ref: str, dataset: dict) -> bool:
-    """Whether the caller may read the dataset's table (lakeFS can restrict objects by prefix)."""
-    try:
-        await require_reader(request, repository, [(ref, dataset["path"])])
-    except Refusal as refused:
-        if refused.status != 403:
-            raise
-        return False
-    return True
 
 
 async def _datasets_at(services: Services, repository: str, ref: str) -> list[dict] | None:

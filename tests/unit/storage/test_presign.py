@@ -22,14 +22,14 @@ CONFIG = Config(object_store=STORE)
 NOW = 1_795_000_000  # 2026-11-18
 
 
-def botocore_url(bucket: str, key: str, lifetime: int) -> str:
+def botocore_url(bucket: str, key: str, lifetime: int, operation: str = "get_object") -> str:
     client = boto3.client("s3", endpoint_url=STORE.endpoint, region_name=STORE.region,
                           aws_access_key_id=STORE.access_key_id,
                           aws_secret_access_key=STORE.secret_access_key.get_secret_value(),
                           config=botocore.config.Config(signature_version="s3v4", s3={"addressing_style": "path"}))
     frozen = datetime.datetime.fromtimestamp(NOW, datetime.timezone.utc).replace(tzinfo=None)
     with mock.patch("botocore.auth.get_current_datetime", return_value=frozen):
-        return client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=lifetime)
+        return client.generate_presigned_url(operation, Params={"Bucket": bucket, "Key": key}, ExpiresIn=lifetime)
 
 
 @pytest.mark.parametrize("key", ["data/part-00000.snappy.parquet", "a b/c+d%e é~f=g&h.parquet",
@@ -40,6 +40,20 @@ def test_presigned_urls_are_the_ones_botocore_signs(key):
     ours = Presigner(CONFIG, 900, now=NOW).presign(physical_uri(f"s3://lakefs-data/{key}"))
     assert ours.url == botocore_url("lakefs-data", key, 900)
     assert ours.expires_ms == (NOW + 900) * 1000
+
+
+def test_a_head_request_is_signed_as_botocore_signs_it_and_a_request_url_names_its_object():
+    """The Iceberg catalog's S3 remote signing: a reader's GET or HEAD URL back to its address."""
+    presigner = Presigner(CONFIG, 900, now=NOW)
+    key = "data/a b+c.parquet"
+    assert presigner.presign(f"s3://lakefs-data/{key}", "HEAD").url == botocore_url("lakefs-data", key, 900, "head_object")
+    assert presigner.presign(f"s3://lakefs-data/{key}", "HEAD").url != presigner.presign(f"s3://lakefs-data/{key}").url
+    assert presigner.address_of("http://127.0.0.1:19000/lakefs-data/data/a%20b%2Bc.parquet") == \
+        "s3://lakefs-data/data/a%20b%2Bc.parquet"
+    assert presigner.address_of("http://lakefs-data.127.0.0.1:19000/k.parquet") == "s3://lakefs-data/k.parquet"
+    for url in ("http://127.0.0.1:19000/lakefs-data/?list-type=2", "http://127.0.0.1:19000/lakefs-data",
+                "http://elsewhere:19000/lakefs-data/k", "https://127.0.0.1:19000/lakefs-data/k"):
+        assert presigner.address_of(url) is None, url
 
 
 def test_a_column_of_addresses_is_signed_as_botocore_signs_each_one():

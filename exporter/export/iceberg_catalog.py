@@ -1,0 +1,154 @@
+"""What the Iceberg REST catalog answers (issue 26), without HTTP: its namespaces, the tables of a
+namespace, a table's current metadata, and the objects its readers may have signed.
+
+A namespace has two levels, [repository, ref] (PyIceberg prints it `repository.ref`): a repository
+name holds no `.`, but a ref may (`v1.2`, `release/v1.2`), so one level `repository.ref` could not
+be split back. The namespaces of a repository are its branches and tags with exports (a folder under
+the exports root); a lookup of any such ref works. A ref's tables are the exports of its current
+commit whose manifest records a written Iceberg table: a branch shows the export of its head once
+that export is complete. Nothing is listed beyond one folder listing and one manifest per table.
+
+Readers sign their object requests through the catalog (S3 remote signing): GET or HEAD of one
+object under the repository's storage namespace (the data files), outside `_lakefs/` except the
+table's own export (its Iceberg metadata and delete files); signed by `Presigner`, the one SigV4.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from exporter.config import Config
+from exporter.errors import NoSuchIcebergTable, NoSuchNamespace, NotFound, SignatureRefused
+from exporter.export.iceberg_metadata import ICEBERG
+from exporter.lakefs.client import LakeFS
+from exporter.storage.layout import MANIFEST, commit_root, export_location, exports_root, location_segment, segment_name
+from exporter.storage.objectstore import ObjectStore
+from exporter.storage.presign import Presigner, folders, within
+
+SIGNED_SECONDS = 900  # a signed request's lifetime: readers use it at once
+SIGNED_METHODS = ("GET", "HEAD")
+_CACHED_SECONDS = 60  # a repository's storage namespace, reused by each signature of a read
+_CACHED_MANIFESTS = 4096  # complete exports' manifests (never rewritten) read by signatures
+
+
+@dataclass(frozen=True)
+class RefNamespace:
+    repository: str
+    ref: str
+    commit_id: str  # the ref's current commit
+
+
+@dataclass(frozen=True)
+class CatalogTable:
+    repository: str
+    ref: str
+    commit_id: str
+    name: str
+    table_path: str  # in the repository: what lakeFS authorizes a reader of the table for
+    location: str  # the export's, relative to the storage namespace
+    metadata_location: str
+
+
+class IcebergCatalog:
+    """The catalog's lookups, as the service's lakeFS user and object-store keys see them; who may
+    read which repository and table is the caller's business (`hooks.deps.require_reader`)."""
+
+    def __init__(self, config: Config, lakefs: LakeFS):
+        self.config, self.lakefs = config, lakefs
+        self._namespaces: dict[str, tuple[str, float]] = {}
+        self._manifests: dict[tuple[str, str], dict] = {}
+
+    def repositories(self) -> list[str]:
+        return sorted(self.lakefs.list_repositories())
+
+    def refs(self, repository: str) -> list[str]:
+        """The repository's branches and tags that have exports, by name."""
+        exported = {segment_name(folder) for folder in self._store(repository).list_folders(exports_root(self.config))}
+        names = {*self.lakefs.list_branches(repository), *(tag for tag, _ in self.lakefs.list_tags(repository))}
+        return sorted(exported & names)
+
+    def namespace(self, repository: str, ref: str) -> RefNamespace:
+        """The ref and its current commit; NoSuchNamespace unless the ref has exports and resolves."""
+        store = self._store(repository)
+        if not store.list_folders(f"{exports_root(self.config)}{location_segment(ref)}/"):
+            raise NoSuchNamespace(f"no namespace {repository}.{ref}: {ref!r} has no exports in {repository!r}")
+        try:
+            return RefNamespace(repository, ref, self.lakefs.commit(repository, ref).id)
+        except NotFound:
+            raise NoSuchNamespace(f"no namespace {repository}.{ref}: no branch or tag {ref!r}") from None
+
+    def tables(self, namespace: RefNamespace) -> list[CatalogTable]:
+        """The tables of the ref's current commit that have an Iceberg table, by name."""
+        root = commit_root(self.config, namespace.ref, namespace.commit_id)
+        found = []
+        for folder in self._store(namespace.repository).list_folders(root):
+            try:
+                found.append(self.table(namespace.repository, namespace.ref, namespace.commit_id, segment_name(folder)))
+            except NoSuchIcebergTable:
+                continue
+        return sorted(found, key=lambda table: table.name)
+
+    def table(self, repository: str, ref: str, commit_id: str, name: str) -> CatalogTable:
+        """The Iceberg table of the export of `name` at `commit_id` through `ref`."""
+        location = export_location(self.config, ref, commit_id, name)
+        manifest = self._manifest(repository, location)
+        if manifest is None:
+            raise NoSuchIcebergTable(f"no table {name!r} at {ref!r}: commit {commit_id} has no complete export of it")
+        record = manifest.get(ICEBERG) or {"state": "off", "reason": "exported with iceberg.enabled off"}
+        if record["state"] != "written":
+            raise NoSuchIcebergTable(f"no Iceberg table {name!r} at {ref!r}: its export has none "
+                                     f"({record['state']}: {record.get('reason', '')})")
+        return CatalogTable(repository, ref, commit_id, name, manifest["table_path"], location, record["metadata_location"])
+
+    def metadata(self, table: CatalogTable) -> dict:
+        """The table's current metadata (its `metadata.json`)."""
+        return json.loads(self._store(table.repository).get_uri(table.metadata_location))
+
+    def storage_properties(self, repository: str) -> dict[str, str]:
+        """What a reader needs to address the repository's store (no credentials)."""
+        store = self.config.object_store_for(self._storage_namespace(repository))
+        return {"s3.region": store.region, **({"s3.endpoint": store.endpoint} if store.endpoint else {})}
+
+    def signed_url(self, table: CatalogTable, method: str, url: str) -> str:
+        """A presigned URL for the request `method url` of a reader of `table` (S3 remote signing);
+        SignatureRefused unless it reads one object the table's readers need."""
+        if method.upper() not in SIGNED_METHODS:
+            raise SignatureRefused(f"only {' and '.join(SIGNED_METHODS)} requests are signed, not {method}")
+        presigner = Presigner(self.config, SIGNED_SECONDS)
+        address = presigner.address_of(url)
+        if address is None:
+            raise SignatureRefused(f"{url} is not a request for one object of a configured object store")
+        store = self._store(table.repository)
+        own = within(address, folders([store.uri(table.location)]))
+        if not own and not (within(address, folders([store.uri("")]))
+                            and not within(address, folders([store.uri("_lakefs/")]))):
+            raise SignatureRefused(f"{address} is outside what readers of table {table.name!r} read: the repository's "
+                                   "storage namespace (but _lakefs/) and the table's export")
+        return presigner.presign(address, method.upper()).url
+
+    def _manifest(self, repository: str, location: str) -> dict | None:
+        cached = self._manifests.get((repository, location))
+        if cached is None:
+            try:
+                cached = json.loads(self._store(repository).get(location + MANIFEST))
+            except NotFound:
+                return None
+            if len(self._manifests) >= _CACHED_MANIFESTS:
+                self._manifests.clear()
+            self._manifests[(repository, location)] = cached
+        return cached
+
+    def _storage_namespace(self, repository: str) -> str:
+        now = time.monotonic()
+        cached = self._namespaces.get(repository)
+        if cached is None or cached[1] <= now:
+            try:
+                cached = self._namespaces[repository] = (self.lakefs.storage_namespace(repository), now + _CACHED_SECONDS)
+            except NotFound:
+                raise NoSuchNamespace(f"no repository {repository!r}") from None
+        return cached[0]
+
+    def _store(self, repository: str) -> ObjectStore:
+        return ObjectStore(self.config, self._storage_namespace(repository))

@@ -1,0 +1,58 @@
+"""What the catalog's routes share: the catalog (on `app.state`), namespaces and names from the path,
+and the checks that a caller may read a namespace or a table (the API's, `hooks.deps`)."""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from exporter.errors import NoSuchIcebergTable, NoSuchNamespace
+from exporter.export.iceberg_catalog import CatalogTable, IcebergCatalog, RefNamespace
+from hooks.deps import require_reader
+
+SEPARATOR = "\x1f"  # the spec's default namespace separator (`%1F` in a URL)
+
+
+def catalog(request: Request) -> IcebergCatalog:
+    return request.app.state.catalog
+
+
+def segment(parameter: str) -> str:
+    """A path parameter as the client meant it (`app.SegmentPaths` left its `%` and `/` encoded)."""
+    return unquote(parameter)
+
+
+def levels(namespace: str) -> list[str]:
+    """A namespace's levels (decoded, as `parent` or `segment` gives it): one `[repository]`, or two
+    `[repository, ref]`."""
+    parts = namespace.split(SEPARATOR)
+    if not 1 <= len(parts) <= 2 or not all(parts):
+        raise NoSuchNamespace(f"no namespace {'.'.join(parts)!r}: namespaces are [repository] and [repository, ref]")
+    return parts
+
+
+async def readable_namespace(request: Request, parts: list[str]) -> RefNamespace | None:
+    """The namespace `parts` (from `levels`), once the caller may read its repository: the ref's, or
+    None for a repository's own (which holds refs, no tables)."""
+    await require_reader(request, parts[0])
+    if len(parts) == 1:
+        return None
+    return await run_in_threadpool(catalog(request).namespace, *parts)
+
+
+async def readable_table(request: Request, parts: list[str], table: str) -> CatalogTable:
+    """The table at the namespace's current commit, once the caller may read its log at the ref."""
+    found = await readable_namespace(request, parts)
+    if found is None:
+        raise NoSuchIcebergTable(f"no table {table!r} in {parts[0]!r}: a repository's namespace holds refs, "
+                                 "not tables (ask [repository, ref])")
+    return await readable_export(request, found.repository, found.ref, found.commit_id, table)
+
+
+async def readable_export(request: Request, repository: str, ref: str, commit_id: str, table: str) -> CatalogTable:
+    """The table of the export at `commit_id` through `ref`, once the caller may read its log there."""
+    found = await run_in_threadpool(catalog(request).table, repository, ref, commit_id, table)
+    await require_reader(request, repository, [(ref, found.table_path)])
+    return found

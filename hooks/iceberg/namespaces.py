@@ -1,0 +1,56 @@
+"""The catalog's configuration and namespaces: [repository] (holding refs) and [repository, ref]."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Query
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from hooks.deps import may_read, require_caller
+from hooks.iceberg.deps import catalog, levels, readable_namespace, segment
+
+router = APIRouter()
+# what this catalog serves, in the spec's words (clients check before they call)
+ENDPOINTS = ["GET /v1/{prefix}/namespaces", "GET /v1/{prefix}/namespaces/{namespace}",
+             "HEAD /v1/{prefix}/namespaces/{namespace}", "GET /v1/{prefix}/namespaces/{namespace}/tables",
+             "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+             "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}"]
+
+
+@router.get("/config")
+async def config(request: Request, warehouse: str | None = None):
+    """One catalog per service: a `warehouse` the client names changes nothing."""
+    await require_caller(request)
+    return {"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS}
+
+
+@router.get("/namespaces")
+async def list_namespaces(request: Request, parent: str | None = Query(None), pageToken: str | None = None,
+                          pageSize: int | None = None):
+    """Without `parent`: the repositories the caller may read. Under [repository]: its branches and
+    tags with exports. Under [repository, ref]: none. One page holds them all."""
+    await require_caller(request)
+    if not parent:
+        repositories = await run_in_threadpool(catalog(request).repositories)
+        readable = await asyncio.gather(*(may_read(request, repository) for repository in repositories))
+        return {"namespaces": [[repository] for repository, may in zip(repositories, readable) if may]}
+    parts = levels(parent)
+    if await readable_namespace(request, parts) is not None:
+        return {"namespaces": []}
+    return {"namespaces": [[parts[0], ref] for ref in await run_in_threadpool(catalog(request).refs, parts[0])]}
+
+
+@router.get("/namespaces/{namespace}")
+async def load_namespace(request: Request, namespace: str):
+    parts = levels(segment(namespace))
+    found = await readable_namespace(request, parts)
+    return {"namespace": parts, "properties": {} if found is None else {"commit-id": found.commit_id}}
+
+
+@router.head("/namespaces/{namespace}")
+async def namespace_exists(request: Request, namespace: str):
+    await readable_namespace(request, levels(segment(namespace)))
+    return Response(status_code=204)

@@ -1,0 +1,186 @@
+"""The Iceberg REST catalog (`/iceberg/v1/...`) as a client sees it: namespaces [repository, ref]
+(a tag `v1.2%2Fx` too), the tables of a ref's commit with Iceberg metadata, a table loaded with
+its metadata and signing config, S3 requests signed only for what its readers read; the API's
+callers and refusals in the spec's error model; every write refused with 406, never a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from exporter.config import Config
+from exporter.export.commit import export_table
+from exporter.storage.layout import MANIFEST, export_location
+from hooks.app import create_app
+from tests.unit.source_tables import SourceTable
+
+pytestmark = pytest.mark.unit
+
+TAG = "v1.2%2Fx"  # a dot, and a `%2F` a server decoding the whole path would split (lakeFS refuses `/`)
+STORE = {"endpoint": "http://minio.test:9000", "region": "us-east-1", "access_key_id": "AK", "secret_access_key": "SK"}
+TOKENS = [{"token": "svc", "repositories": ["repo"]}, {"token": "other", "repositories": ["elsewhere"]}]
+SVC = {"Authorization": "Bearer svc"}
+
+
+def ns(*parts: str) -> str:
+    """A namespace in a path, as PyIceberg sends it: each part quoted, joined by %1F."""
+    return "%1F".join(quote(part, safe="") for part in parts)
+
+
+class Catalog:
+    """The service's app over the fake lakeFS, with a table `events` exported at `main`'s head and
+    at the tag `v1.2%2Fx` (Iceberg on), and `plain` exported at `main` with Iceberg off."""
+
+    def __init__(self, lakefs, redis_url, tmp_path):
+        self.config = Config(iceberg={"enabled": True}, redis_url=redis_url, object_store=STORE,
+                             api={"tokens": TOKENS})
+        events = SourceTable(lakefs, "repo", "events", tmp_path / "events")
+        plain = SourceTable(lakefs, "repo", "plain", tmp_path / "plain")
+        events.append(1, 2)
+        plain.append(7).commit()
+        self.commit = events.commit()
+        lakefs.create_tag("repo", TAG, self.commit)
+        for ref, table, config in (("main", events, self.config), (TAG, events, self.config),
+                                   ("main", plain, self.config.model_copy(update={"iceberg": Config().iceberg}))):
+            assert export_table(config, "repo", ref, self.commit, table.descriptor, lakefs=lakefs).ok
+        self.store = lakefs.store.at("s3://lake/repo")
+        self.manifest = json.loads(self.store.get(export_location(self.config, TAG, self.commit, "events") + MANIFEST))
+        self.app = create_app(self.config)
+
+    def request(self, method: str, path: str, headers: dict | None = SVC, **kwargs) -> httpx.Response:
+        async def send():
+            transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://service") as client:
+                return await client.request(method, "/iceberg/v1" + path, headers=headers, **kwargs)
+        return asyncio.run(send())
+
+    def sign(self, method: str, uri: str, ref: str = TAG) -> httpx.Response:
+        return self.request("POST", f"/namespaces/{ns('repo', ref)}/tables/events/commits/{self.commit}/sign",
+                            json={"method": method, "uri": uri, "region": "us-east-1", "headers": {}})
+
+
+@pytest.fixture
+def catalog(lakefs, redis_url, tmp_path) -> Catalog:
+    return Catalog(lakefs, redis_url, tmp_path)
+
+
+def error(answer: httpx.Response) -> tuple[int, str]:
+    body = answer.json()["error"]
+    assert body["code"] == answer.status_code and body["message"]
+    return answer.status_code, body["type"]
+
+
+def test_namespaces_are_repository_and_ref_a_tag_with_slash_and_dot_included(catalog):
+    assert catalog.request("GET", "/config").json()["endpoints"][0] == "GET /v1/{prefix}/namespaces"
+    assert catalog.request("GET", "/namespaces").json() == {"namespaces": [["repo"]]}
+    assert catalog.request("GET", "/namespaces", params={"parent": "repo"}).json() == \
+        {"namespaces": [["repo", "main"], ["repo", TAG]]}
+    assert catalog.request("GET", "/namespaces", params={"parent": f"repo\x1f{TAG}"}).json() == {"namespaces": []}
+    assert catalog.request("GET", f"/namespaces/{ns('repo', TAG)}").json() == \
+        {"namespace": ["repo", TAG], "properties": {"commit-id": catalog.commit}}
+    assert catalog.request("HEAD", f"/namespaces/{ns('repo', TAG)}").status_code == 204
+    assert error(catalog.request("GET", f"/namespaces/{ns('nope')}")) == (403, "ForbiddenException")  # not its token's
+    for missing in (ns("repo", "v9"), ns("repo", "v1.2/x"), ns("repo", TAG, "x")):
+        assert error(catalog.request("GET", f"/namespaces/{missing}")) == (404, "NoSuchNamespaceException"), missing
+    assert catalog.request("HEAD", f"/namespaces/{ns('repo', 'v9')}").status_code == 404
+
+
+def test_a_refs_tables_are_its_commits_exports_with_iceberg_metadata_and_load_with_signing_config(catalog):
+    assert catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables").json() == \
+        {"identifiers": [{"namespace": ["repo", TAG], "name": "events"}]}
+    assert catalog.request("GET", f"/namespaces/{ns('repo', 'main')}/tables").json()["identifiers"] == \
+        [{"namespace": ["repo", "main"], "name": "events"}]  # `plain` has no Iceberg table
+    assert catalog.request("GET", f"/namespaces/{ns('repo')}/tables").json() == {"identifiers": []}
+
+    loaded = catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables/events").json()
+    assert loaded["metadata-location"] == catalog.manifest["iceberg"]["metadata_location"]
+    metadata_key = loaded["metadata-location"].removeprefix("s3://lake/repo/")
+    assert loaded["metadata"] == json.loads(catalog.store.get(metadata_key))
+    assert loaded["config"] == {
+        "s3.endpoint": STORE["endpoint"], "s3.region": "us-east-1", "s3.path-style-access": "true",
+        "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO", "s3.signer": "S3V4RestSigner",
+        "s3.remote-signing-enabled": "true",
+        "s3.signer.endpoint": f"v1/namespaces/repo%1Fv1.2%252Fx/tables/events/commits/{catalog.commit}/sign"}
+    assert "SK" not in json.dumps(loaded)  # no store key leaves the service
+    assert catalog.request("HEAD", f"/namespaces/{ns('repo', TAG)}/tables/events").status_code == 204
+    for table in ("plain", "nope"):
+        assert error(catalog.request("GET", f"/namespaces/{ns('repo', 'main')}/tables/{table}")) == \
+            (404, "NoSuchTableException")
+    assert error(catalog.request("GET", f"/namespaces/{ns('repo')}/tables/events")) == (404, "NoSuchTableException")
+
+
+def test_readers_requests_are_signed_only_for_the_objects_the_table_reads(catalog):
+    data = catalog.manifest["iceberg"]["metadata_location"].replace("s3://lake/", "http://minio.test:9000/lake/")
+    signed = catalog.sign("GET", data).json()
+    assert signed["headers"] == {} and signed["uri"].startswith(data + "?X-Amz-Algorithm=AWS4-HMAC-SHA256&")
+    assert "X-Amz-Expires=900&" in signed["uri"] and "SK" not in signed["uri"]
+    head = catalog.sign("HEAD", data).json()["uri"]
+    assert head.split("X-Amz-Signature=")[1] != signed["uri"].split("X-Amz-Signature=")[1]
+    assert catalog.sign("GET", "http://minio.test:9000/lake/repo/data/g0/obj-1").status_code == 200  # a data file
+    other_export = export_location(catalog.config, "main", catalog.commit, "plain")
+    for method, uri in [("PUT", data), ("DELETE", data),
+                        ("GET", f"http://minio.test:9000/lake/repo/{other_export}{MANIFEST}"),  # _lakefs/, not its own
+                        ("GET", "http://minio.test:9000/lake/repo/_lakefs/actions/log"),
+                        ("GET", "http://minio.test:9000/lake/other-repo/data/x"),  # outside the namespace
+                        ("GET", "http://minio.test:9000/lake/repo/data/../../other-repo/x"),
+                        ("GET", "http://minio.test:9000/lake/?list-type=2&prefix=repo/"),  # a listing
+                        ("GET", "http://elsewhere.test/lake/repo/data/x")]:
+        assert error(catalog.sign(method, uri)) == (403, "ForbiddenException"), (method, uri)
+    assert error(catalog.request("POST", f"/namespaces/{ns('repo', TAG)}/tables/events/commits/{catalog.commit}/sign",
+                                 json={"uri": data})) == (400, "BadRequestException")
+    assert error(catalog.request("POST", f"/namespaces/{ns('repo', TAG)}/tables/events/commits/{'0' * 64}/sign",
+                                 json={"method": "GET", "uri": data})) == (404, "NoSuchTableException")
+
+
+def test_callers_are_the_apis_and_refusals_have_the_spec_error_model(catalog):
+    assert error(catalog.request("GET", "/namespaces", headers={})) == (401, "NotAuthorizedException")
+    assert error(catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables/events", headers={})) == \
+        (401, "NotAuthorizedException")
+    other = {"Authorization": "Bearer other"}
+    assert catalog.request("GET", "/namespaces", headers=other).json() == {"namespaces": []}
+    for method, path in [("GET", f"/namespaces/{ns('repo', TAG)}"), ("GET", f"/namespaces/{ns('repo', TAG)}/tables"),
+                         ("GET", f"/namespaces/{ns('repo', TAG)}/tables/events"),
+                         ("GET", f"/namespaces/{ns('repo', 'v9')}/tables/events")]:  # before whether it exists
+        assert error(catalog.request(method, path, headers=other)) == (403, "ForbiddenException"), path
+    signer = f"/namespaces/{ns('repo', TAG)}/tables/events/commits/{catalog.commit}/sign"
+    assert error(catalog.request("POST", signer, headers=other, json={"method": "GET", "uri": "http://minio.test:9000/lake/repo/data/x"})) == \
+        (403, "ForbiddenException")
+
+
+def test_a_table_outside_the_callers_lakefs_prefix_is_left_out_and_refused(catalog):
+    def lakefs(request: httpx.Request) -> httpx.Response:  # RBAC: this identity reads only tables/plain/
+        if request.url.path.endswith(("/user", "/repositories/repo")):
+            return httpx.Response(200)
+        if request.url.path.endswith("/objects/stat"):
+            return httpx.Response(404 if request.url.params["path"].startswith("tables/plain/") else 401)
+        return httpx.Response(500)
+
+    catalog.app.state.services.access.client = httpx.AsyncClient(transport=httpx.MockTransport(lakefs))
+    alice = {"Authorization": "Basic " + base64.b64encode(b"AKIA1:secret").decode()}
+    assert catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables", headers=alice).json() == {"identifiers": []}
+    assert error(catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables/events", headers=alice)) == \
+        (403, "ForbiddenException")
+
+
+@pytest.mark.parametrize("method, path", [
+    ("POST", "/namespaces"), ("DELETE", f"/namespaces/{ns('repo', TAG)}"),
+    ("POST", f"/namespaces/{ns('repo', TAG)}/properties"), ("POST", f"/namespaces/{ns('repo', TAG)}/tables"),
+    ("POST", f"/namespaces/{ns('repo', TAG)}/register"), ("POST", f"/namespaces/{ns('repo', TAG)}/tables/events"),
+    ("DELETE", f"/namespaces/{ns('repo', TAG)}/tables/events"), ("POST", "/tables/rename"),
+    ("POST", "/transactions/commit"),
+])
+def test_every_write_is_refused_as_unsupported(catalog, method, path):
+    assert error(catalog.request(method, path, json={"name": "x"})) == (406, "UnsupportedOperationException")
+
+
+def test_other_requests_get_the_error_model_never_a_500(catalog):
+    assert catalog.request("POST", f"/namespaces/{ns('repo', TAG)}/tables/events/metrics", json={}).status_code == 204
+    assert error(catalog.request("PUT", f"/namespaces/{ns('repo', TAG)}")) == (405, "MethodNotAllowedException")
+    assert error(catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/views")) == (404, "NotFoundException")
+    assert error(catalog.request("GET", "/namespaces", params={"parent": "a\x1fb\x1fc"})) == \
+        (404, "NoSuchNamespaceException")
