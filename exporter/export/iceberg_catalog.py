@@ -4,9 +4,10 @@ namespace, a table's current metadata, and the objects its readers may have sign
 A namespace has two levels, [repository, ref] (PyIceberg prints it `repository.ref`): a repository
 name holds no `.`, but a ref may (`v1.2`, `release/v1.2`), so one level `repository.ref` could not
 be split back. The namespaces of a repository are its branches and tags with exports (a folder under
-the exports root); a lookup of any such ref works. A ref's tables are the exports of its current
-commit whose manifest records a written Iceberg table: a branch shows the export of its head once
-that export is complete. Nothing is listed beyond one folder listing and one manifest per table.
+the exports root); a lookup of any such ref works. A branch's tables are its branch tables with a
+written Iceberg table (their state records it: one stable table whose snapshots follow the branch),
+else the exports of its head; a tag's tables are the exports of its commit whose manifest records
+a written Iceberg table. Nothing is listed beyond a folder listing and one small file per table.
 
 Readers sign their object requests through the catalog (S3 remote signing): GET or HEAD of one
 object under the repository's storage namespace (the data files), outside `_lakefs/` except the
@@ -21,16 +22,18 @@ from dataclasses import dataclass
 
 from exporter.config import Config
 from exporter.errors import NoSuchIcebergTable, NoSuchNamespace, NotFound, SignatureRefused
+from exporter.export.branch_table import read_state
 from exporter.export.iceberg_metadata import ICEBERG
 from exporter.lakefs.client import LakeFS
-from exporter.storage.layout import MANIFEST, commit_root, export_location, exports_root, location_segment, segment_name
+from exporter.storage.layout import (MANIFEST, branch_table_location, branch_tables_root, commit_root, export_location,
+                                     exports_root, location_segment, segment_name)
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.presign import Presigner, folders, within
 
 SIGNED_SECONDS = 900  # a signed request's lifetime: readers use it at once
 SIGNED_METHODS = ("GET", "HEAD")
-_CACHED_SECONDS = 60  # a repository's storage namespace, reused by each signature of a read
 _CACHED_MANIFESTS = 4096  # complete exports' manifests (never rewritten) read by signatures
+_STATE_SECONDS = 5.0  # a branch table's state, read again after this (each append rewrites it)
 
 
 @dataclass(frozen=True)
@@ -47,8 +50,9 @@ class CatalogTable:
     commit_id: str
     name: str
     table_path: str  # in the repository: what lakeFS authorizes a reader of the table for
-    location: str  # the export's, relative to the storage namespace
+    location: str  # the export's or branch table's, relative to the storage namespace
     metadata_location: str
+    branch_table: bool = False  # a branch's stable table, not the export of one commit
 
 
 class IcebergCatalog:
@@ -57,8 +61,8 @@ class IcebergCatalog:
 
     def __init__(self, config: Config, lakefs: LakeFS):
         self.config, self.lakefs = config, lakefs
-        self._namespaces: dict[str, tuple[str, float]] = {}
         self._manifests: dict[tuple[str, str], dict] = {}
+        self._states: dict[tuple[str, str], tuple[dict | None, float]] = {}
 
     def repositories(self) -> list[str]:
         return sorted(self.lakefs.list_repositories())
@@ -80,18 +84,27 @@ class IcebergCatalog:
             raise NoSuchNamespace(f"no namespace {repository}.{ref}: no branch or tag {ref!r}") from None
 
     def tables(self, namespace: RefNamespace) -> list[CatalogTable]:
-        """The tables of the ref's current commit that have an Iceberg table, by name."""
-        root = commit_root(self.config, namespace.ref, namespace.commit_id)
+        """The ref's tables that have an Iceberg table (its branch tables', its current commit's exports'), by name."""
+        store = self._store(namespace.repository)
+        names = {segment_name(folder) for root in (commit_root(self.config, namespace.ref, namespace.commit_id),
+                                                   branch_tables_root(self.config, namespace.ref))
+                 for folder in store.list_folders(root)}
         found = []
-        for folder in self._store(namespace.repository).list_folders(root):
+        for name in names:
             try:
-                found.append(self.table(namespace.repository, namespace.ref, namespace.commit_id, segment_name(folder)))
+                found.append(self.table(namespace.repository, namespace.ref, namespace.commit_id, name))
             except NoSuchIcebergTable:
                 continue
         return sorted(found, key=lambda table: table.name)
 
     def table(self, repository: str, ref: str, commit_id: str, name: str) -> CatalogTable:
-        """The Iceberg table of the export of `name` at `commit_id` through `ref`."""
+        """The Iceberg table of `name` through `ref`: its branch table's when it has one written,
+        else that of the export of `name` at `commit_id`."""
+        location = branch_table_location(self.config, ref, name)
+        state = self._state(repository, location)
+        if state is not None and (state.get(ICEBERG) or {}).get("state") == "written":
+            return CatalogTable(repository, ref, commit_id, name, state["table_path"], location,
+                                state[ICEBERG]["metadata_location"], branch_table=True)
         location = export_location(self.config, ref, commit_id, name)
         manifest = self._manifest(repository, location)
         if manifest is None:
@@ -140,15 +153,21 @@ class IcebergCatalog:
             self._manifests[(repository, location)] = cached
         return cached
 
-    def _storage_namespace(self, repository: str) -> str:
-        now = time.monotonic()
-        cached = self._namespaces.get(repository)
-        if cached is None or cached[1] <= now:
-            try:
-                cached = self._namespaces[repository] = (self.lakefs.storage_namespace(repository), now + _CACHED_SECONDS)
-            except NotFound:
-                raise NoSuchNamespace(f"no repository {repository!r}") from None
+    def _state(self, repository: str, location: str) -> dict | None:
+        """A branch table's state (None: no branch table), read at most every few seconds."""
+        cached = self._states.get((repository, location))
+        if cached is None or time.monotonic() - cached[1] >= _STATE_SECONDS:
+            if len(self._states) >= _CACHED_MANIFESTS:
+                self._states.clear()
+            cached = self._states[(repository, location)] = (read_state(self._store(repository), location),
+                                                              time.monotonic())
         return cached[0]
+
+    def _storage_namespace(self, repository: str) -> str:
+        try:
+            return self.lakefs.storage_namespace(repository)  # the client keeps it a minute
+        except NotFound:
+            raise NoSuchNamespace(f"no repository {repository!r}") from None
 
     def _store(self, repository: str) -> ObjectStore:
         return ObjectStore(self.config, self._storage_namespace(repository))

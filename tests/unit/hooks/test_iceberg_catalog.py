@@ -184,3 +184,28 @@ def test_other_requests_get_the_error_model_never_a_500(catalog):
     assert error(catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/views")) == (404, "NotFoundException")
     assert error(catalog.request("GET", "/namespaces", params={"parent": "a\x1fb\x1fc"})) == \
         (404, "NoSuchNamespaceException")
+
+
+def test_a_branch_with_a_branch_table_serves_it_and_its_readers_are_signed_for_it(catalog, lakefs):
+    """Branches through their branch table (one stable Iceberg table whose snapshots follow the
+    branch), tags through their export."""
+    from exporter.export.branch_table import append_commit, read_state
+    from exporter.storage.layout import branch_table_location
+
+    appending = catalog.config.model_copy(update={"branch_tables": ("main",)})
+    assert append_commit(appending, lakefs, "repo", "main", catalog.commit, "events").iceberg["state"] == "written"
+    location = branch_table_location(catalog.config, "main", "events")
+    state = read_state(catalog.store, location)
+
+    loaded = catalog.request("GET", f"/namespaces/{ns('repo', 'main')}/tables/events").json()
+    tagged = catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables/events").json()
+
+    assert loaded["metadata-location"] == state["iceberg"]["metadata_location"]
+    assert loaded["metadata-location"].startswith(f"s3://lake/repo/{location}")
+    assert tagged["metadata-location"] == catalog.manifest["iceberg"]["metadata_location"]  # the tag: its export
+    assert catalog.request("GET", f"/namespaces/{ns('repo', 'main')}/tables").json()["identifiers"] == \
+        [{"namespace": ["repo", "main"], "name": "events"}]
+    own = loaded["metadata-location"].replace("s3://lake/", "http://minio.test:9000/lake/")
+    assert catalog.sign("GET", own, ref="main").status_code == 200
+    export_file = tagged["metadata-location"].replace("s3://lake/", "http://minio.test:9000/lake/")
+    assert error(catalog.sign("GET", export_file, ref="main")) == (403, "ForbiddenException")  # not the branch's table
