@@ -11,6 +11,8 @@ a repository is lakeFS's decision (`hooks.auth`).
 from __future__ import annotations
 
 import logging
+import threading
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
@@ -28,9 +30,17 @@ log = logging.getLogger("lakefs_delta.hooks")
 def create_app(config: Config) -> FastAPI:
     if config.api.auth == "none":
         log.warning(AUTH_NONE_WARNING)
+    services = Services.start(config)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        threading.Thread(target=services.warm_up, name="warm-up", daemon=True).start()  # never delays the start
+        yield
+
     app = FastAPI(title="lakefs-delta-exporter", version=exporter.__version__, docs_url=None, redoc_url=None,
-                  description="Exports Delta tables in lakeFS for engines outside lakeFS, and diffs them.")
-    app.state.services = Services.start(config)
+                  description="Exports Delta tables in lakeFS for engines outside lakeFS, and diffs them.",
+                  lifespan=lifespan)
+    app.state.services = services
     app.add_middleware(NoStore)
     app.mount("/delta-sharing", create_sharing_app(config))  # recipients' bearer tokens, not lakeFS identities
     app.mount("/iceberg", create_iceberg_app(config, app.state.services))  # the API's callers, the spec's errors

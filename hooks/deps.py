@@ -71,6 +71,18 @@ class Services:
     def lakefs(self) -> LakeFS:
         return LakeFS(self.config.lakefs)
 
+    def warm_up(self) -> None:
+        """Make Celery's result backend and open the broker's and the status store's connections
+        before the first event, which otherwise paid for them (3 s measured with 60 sharing answers
+        streaming from the process); a broker down now is the first event's 503 to report, not the start's."""
+        try:
+            self.queue.backend  # the first publish made the result backend (imports: 0.14 s idle, seconds when busy)
+            with self.queue.producer_or_acquire() as producer:
+                producer.connection.ensure_connection(max_retries=1)
+            self.status.redis.ping()
+        except Exception as exc:  # kombu/redis raise many types when the broker is down
+            log.warning("broker not reachable at start: %s", type(exc).__name__)
+
 
 async def services(request: Request) -> Services:
     """The app's services. A coroutine: FastAPI runs a plain function dependency on anyio's default

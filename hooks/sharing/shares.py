@@ -6,11 +6,10 @@ import base64
 from typing import Any
 
 from fastapi import APIRouter, Query
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from exporter.errors import InvalidParameter
-from hooks.sharing.deps import catalog_of
+from hooks.sharing.deps import catalog_of, in_thread
 
 MAX_RESULTS = 500
 router = APIRouter()
@@ -33,7 +32,7 @@ async def list_schemas(request: Request, share: str, maxResults: int = Query(MAX
                        pageToken: str | None = None):
     catalog = await catalog_of(request)
     offered = catalog.share(share)
-    schemas = await run_in_threadpool(catalog.schemas, offered)
+    schemas = await in_thread(request, catalog.schemas, offered)
     return page([{"name": schema.name, "share": offered.name} for schema in schemas], maxResults, pageToken)
 
 
@@ -46,7 +45,7 @@ async def list_tables(request: Request, share: str, schema: str, maxResults: int
     def tables() -> list[dict]:
         found = catalog.schema(offered, schema)
         return [{"name": name, "schema": found.name, "share": offered.name} for name in catalog.tables(offered, found)]
-    return page(await run_in_threadpool(tables), maxResults, pageToken)
+    return page(await in_thread(request, tables), maxResults, pageToken)
 
 
 @router.get("/shares/{share}/all-tables")
@@ -58,7 +57,7 @@ async def list_all_tables(request: Request, share: str, maxResults: int = Query(
     def tables() -> list[dict]:
         return [{"name": name, "schema": schema.name, "share": offered.name}
                 for schema in catalog.schemas(offered) for name in catalog.tables(offered, schema)]
-    return page(await run_in_threadpool(tables), maxResults, pageToken)
+    return page(await in_thread(request, tables), maxResults, pageToken)
 
 
 def page(items: list[dict], max_results: int, page_token: str | None) -> dict:

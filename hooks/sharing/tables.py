@@ -7,13 +7,12 @@ import logging
 from typing import Any
 
 from fastapi import APIRouter, Header, Query
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from exporter.errors import InvalidParameter, VersionOutOfRange
 from exporter.sharing.lines import changes_lines, encode_lines, metadata_lines, query_lines, range_protocol, response_format
-from hooks.sharing.deps import catalog_of, services
+from hooks.sharing.deps import catalog_of, chunks, in_thread, services
 from hooks.sharing.errors import MalformedRequest
 
 log = logging.getLogger("lakefs_delta.sharing")
@@ -33,7 +32,7 @@ async def table_version(request: Request, share: str, schema: str, table: str, s
         if startingTimestamp is None:
             return shared.head_version
         return shared.version_at(startingTimestamp, at_or_after=True)
-    return Response(status_code=200, headers={VERSION_HEADER: str(await run_in_threadpool(version))})
+    return Response(status_code=200, headers={VERSION_HEADER: str(await in_thread(request, version))})
 
 
 @router.get(TABLE + "/metadata")
@@ -50,7 +49,7 @@ async def table_metadata(request: Request, share: str, schema: str, table: str,
         snapshot = shared.snapshot(at)
         fmt = response_format(capabilities, snapshot.protocol)
         return snapshot.version, fmt, b"".join(encode_lines(metadata_lines(snapshot, fmt)))
-    at, fmt, body = await run_in_threadpool(answer)
+    at, fmt, body = await in_thread(request, answer)
     return Response(body, media_type=NDJSON, headers=_headers(at, fmt))
 
 
@@ -80,7 +79,7 @@ async def query_table(request: Request, share: str, schema: str, table: str,
         snapshot = shared.snapshot(at)
         fmt = response_format(capabilities, snapshot.protocol)
         return snapshot.version, fmt, query_lines(snapshot, fmt, presigner, versioned=at is not None)
-    return await _streamed(answer)
+    return await _streamed(request, answer)
 
 
 @router.get(TABLE + "/changes")
@@ -110,17 +109,17 @@ async def table_changes(request: Request, share: str, schema: str, table: str,
         fmt = response_format(capabilities, protocol)
         return start, fmt, changes_lines(shared, first, end, fmt, presigner,
                                          historical_metadata=includeHistoricalMetadata, protocol=protocol)
-    return await _streamed(answer)
+    return await _streamed(request, answer)
 
 
-async def _streamed(answer) -> StreamingResponse:
+async def _streamed(request: Request, answer) -> StreamingResponse:
     """The answer's protocol and metadata lines are made before the status is sent, so a refusal
     is still an HTTP error; an error after that (an object the table may not expose, the store
     gone) can only break the connection, which clients take as a failed read, never a table."""
     def first_lines():
         version, fmt, lines = answer()
         return version, fmt, lines, [next(lines), next(lines)]
-    version, fmt, lines, first = await run_in_threadpool(first_lines)
+    version, fmt, lines, first = await in_thread(request, first_lines)
 
     def all_lines():
         yield from first
@@ -129,7 +128,8 @@ async def _streamed(answer) -> StreamingResponse:
         except Exception as exc:
             log.error("sharing answer broken off after its status was sent: %s", exc)
             raise
-    return StreamingResponse(encode_lines(all_lines()), media_type=NDJSON, headers=_headers(version, fmt))
+    return StreamingResponse(chunks(request, encode_lines(all_lines())), media_type=NDJSON,
+                             headers=_headers(version, fmt))
 
 
 def _headers(version: int, fmt: str) -> dict[str, str]:
