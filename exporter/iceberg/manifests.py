@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,4 +190,41 @@ def write_manifest_list(records: list[dict], snapshot_id: int, parent_id: int | 
     metadata = {"snapshot-id": str(snapshot_id), "parent-snapshot-id": "null" if parent_id is None else str(parent_id),
                 "sequence-number": str(sequence_number), "format-version": str(FORMAT_VERSION)}
     fastavro.writer(out, _PARSED_MANIFEST_FILE, records, codec=_CODEC, metadata=metadata)
+    return out.getvalue()
+
+
+def relocate_manifest_list(raw: bytes, old: str, new: str, lengths: dict[str, int]) -> bytes:
+    """A manifest list naming its manifests under `new` instead of `old` (each of `lengths`, by its
+    new location, with that length: a rewritten manifest's); its header kept."""
+    def moved(record: dict) -> dict:
+        path = new + record["manifest_path"][len(old):] if record["manifest_path"].startswith(old) \
+            else record["manifest_path"]
+        return {**record, "manifest_path": path, "manifest_length": lengths.get(path, record["manifest_length"])}
+
+    return _rewritten(raw, moved)
+
+
+def relocate_manifest(raw: bytes, old: str, new: str) -> tuple[bytes, list[str]]:
+    """A manifest naming its files under `new` instead of `old` (a delete manifest's delete files),
+    and the locations it moved; its entries, schema and header otherwise kept."""
+    def moved(entry: dict) -> dict:
+        path = entry["data_file"]["file_path"]
+        if path.startswith(old):
+            entry["data_file"]["file_path"] = new + path[len(old):]
+            paths.append(path)
+        return entry
+
+    paths: list[str] = []
+    return _rewritten(raw, moved), paths
+
+
+def _rewritten(raw: bytes, change: Callable[[dict], dict]) -> bytes:
+    """An Avro file this module wrote, each record through `change`, with the schema (field ids
+    included), codec and metadata it had."""
+    reader = fastavro.reader(io.BytesIO(raw))
+    metadata = {key: value for key, value in reader.metadata.items() if not key.startswith("avro.")}
+    schema = json.loads(reader.metadata["avro.schema"])
+    records = [change(record) for record in reader]
+    out = io.BytesIO()
+    fastavro.writer(out, fastavro.parse_schema(schema), records, codec=reader.codec, metadata=metadata)
     return out.getvalue()

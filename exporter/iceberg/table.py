@@ -20,7 +20,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +33,8 @@ from exporter.iceberg.deletes import FILE_PATH_ID, delete_file_key, position_del
 from exporter.iceberg.manifests import (ADDED, DATA, DELETED, DELETES, EXISTING, FORMAT_VERSION, PartitionField,
                                         bound_of, data_file, read_manifest, read_manifest_list, write_manifest,
                                         write_manifest_list)
+from exporter.iceberg.files import IcebergFiles
+from exporter.iceberg.relocate import CopyKeys, relocate_table
 from exporter.iceberg.schema import NAME_MAPPING, TableSchema, field_ids_of, iceberg_primitive, iceberg_schema, \
     name_mapping_json
 from exporter.iceberg.stats import file_metrics, stats_columns
@@ -44,16 +46,6 @@ MANIFEST_ENTRIES = 50_000  # files per manifest written from a checkpoint (or a 
 _FIRST_PARTITION_ID = 1000  # spec.md#partition-specs: partition field ids start above 999
 
 ReadRange = Callable[[str, int, int], bytes]  # (a log's absolute URI, start, end) -> those bytes
-
-
-class IcebergFiles(Protocol):
-    """Where the Iceberg table goes: `location` is its root URI (ending with `/`); keys are relative to it."""
-
-    location: str
-
-    def put(self, key: str, body: bytes) -> None: ...
-
-    def get(self, key: str) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +77,24 @@ def append_table(metadata_key: str, log: SnapshotLog, files: IcebergFiles, read_
     """The Iceberg table at `metadata_key` (written by `write_table` or `append_table`) with a
     snapshot for each version of `log` after the last one it has; only the manifests holding a
     removed file are rewritten. The log must hold every commit after that version."""
-    previous = json.loads(files.get(metadata_key))
+    return _append(json.loads(files.get(metadata_key)), metadata_key, log, files, read_range, source_timestamps,
+                   manifest_entries)
+
+
+def copy_table(metadata_key: str, source: IcebergFiles, copy: CopyKeys, log: SnapshotLog, files: IcebergFiles,
+               read_range: ReadRange, source_timestamps: Mapping[int, int] | None = None,
+               manifest_entries: int = MANIFEST_ENTRIES) -> IcebergTable:
+    """The Iceberg table at `source`'s `metadata_key` made at `files.location` (`relocate_table`:
+    what it names is copied there, not read) with a snapshot for each version of `log` after the
+    last one it has, as `append_table` adds them; every snapshot it had stays readable."""
+    previous = relocate_table(metadata_key, source, files, copy)
+    return _append(previous, None, log, files, read_range, source_timestamps, manifest_entries)
+
+
+def _append(previous: dict, metadata_key: str | None, log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
+            source_timestamps: Mapping[int, int] | None, manifest_entries: int) -> IcebergTable:
+    """`append_table` of the table `previous` (at `files.location`; its metadata file `metadata_key`
+    there, None when it has none there)."""
     builder = _Builder(files, read_range, manifest_entries, source_timestamps or {})
     head = builder.resume(previous, metadata_key)
     segment = log.segment
@@ -394,8 +403,9 @@ class _Builder:
 
     # ------------------------------------------------------------ an existing table
 
-    def resume(self, metadata: dict, metadata_key: str) -> int:
-        """Continue the table `metadata` describes; the Delta version of its current snapshot."""
+    def resume(self, metadata: dict, metadata_key: str | None) -> int:
+        """Continue the table `metadata` describes (its file `metadata_key`, None when it has none at
+        this location: the metadata log starts with the next); the Delta version of its current snapshot."""
         if metadata.get("format-version") != FORMAT_VERSION:
             raise CorruptLog(f"{metadata_key}: format version {metadata.get('format-version')}, not {FORMAT_VERSION}")
         self.table_uuid = metadata["table-uuid"]
@@ -412,8 +422,8 @@ class _Builder:
         self.properties = dict(metadata.get("properties") or {})
         self.snapshots = metadata["snapshots"]
         self.snapshot_log = metadata["snapshot-log"]
-        self.metadata_log = [*metadata.get("metadata-log", []),
-                             {"metadata-file": self._uri(metadata_key), "timestamp-ms": metadata["last-updated-ms"]}]
+        self.metadata_log = [*metadata.get("metadata-log", []), *([] if metadata_key is None else [
+            {"metadata-file": self._uri(metadata_key), "timestamp-ms": metadata["last-updated-ms"]}])]
         self.sequence_number = metadata["last-sequence-number"]
         self.snapshot_ids = {int(s["summary"][DELTA_VERSION]): s["snapshot-id"] for s in self.snapshots}
         head = next(s for s in self.snapshots if s["snapshot-id"] == metadata["current-snapshot-id"])
