@@ -19,6 +19,9 @@ FORMAT_VERSION = 2
 DATA, DELETES = 0, 1  # manifest content, and a file's: data, position deletes
 EXISTING, ADDED, DELETED = 0, 1, 2  # manifest entry status
 _CODEC = "deflate"
+# a table property: each manifest has its live entries' data paths, hashed (`table._hashes`), at
+# `path_hashes_key` (8 bytes a file): an append finds the manifests a path is in without reading them
+PATH_HASHES = "lakefs-delta.manifest-path-hashes"
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,11 @@ def data_file(content: int, path: str, partition: dict, record_count: int, size:
             "null_value_counts": as_map(null_value_counts), "nan_value_counts": None,
             "lower_bounds": as_map(lower_bounds), "upper_bounds": as_map(upper_bounds), "key_metadata": None,
             "split_offsets": None, "equality_ids": None, "sort_order_id": None}
+
+
+def path_hashes_key(manifest_key: str) -> str:
+    """Where the hashes of a manifest's data paths are kept, beside it (`table.PATH_HASHES`)."""
+    return manifest_key.removesuffix(".avro") + ".paths"
 
 
 def bound_of(entry: dict, kind: str, field_id: int) -> bytes | None:

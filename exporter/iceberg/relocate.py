@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from exporter.errors import CorruptLog
 from exporter.iceberg.files import IcebergFiles
-from exporter.iceberg.manifests import DELETES, FORMAT_VERSION, read_manifest_list, relocate_manifest, \
-    relocate_manifest_list
+from exporter.iceberg.manifests import DELETES, FORMAT_VERSION, PATH_HASHES, path_hashes_key, read_manifest_list, \
+    relocate_manifest, relocate_manifest_list
 
 CopyKeys = Callable[[list[str]], None]  # copy these keys of the source table to the same keys at the new location
 
@@ -40,6 +40,7 @@ def relocate_table(metadata_key: str, source: IcebergFiles, files: IcebergFiles,
             raise CorruptLog(f"{metadata_key}: {uri} is not under the table's location {old}")
         return uri[len(old):]
 
+    indexed = (metadata.get("properties") or {}).get(PATH_HASHES) == "true"
     lists = {key_of(s["manifest-list"]): source.get(key_of(s["manifest-list"])) for s in metadata["snapshots"]}
     copied: dict[str, None] = {}  # in order, each once
     rewritten: dict[str, bytes] = {}  # delete manifests, rewritten
@@ -51,6 +52,8 @@ def relocate_table(metadata_key: str, source: IcebergFiles, files: IcebergFiles,
                 copied.update(dict.fromkeys(key_of(path) for path in moved))
             elif record["content"] != DELETES:
                 copied[key] = None
+            if indexed:
+                copied[path_hashes_key(key)] = None  # the data paths it holds: the same after the move
     copy(list(copied))
     for key, body in rewritten.items():
         files.put(key, body)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -30,10 +31,10 @@ from exporter.delta.live_files import LiveFiles, SnapshotLog
 from exporter.delta.paths import physical_address
 from exporter.errors import CorruptLog, VersionOutOfRange
 from exporter.iceberg.deletes import FILE_PATH_ID, delete_file_key, position_deletes
-from exporter.iceberg.manifests import (ADDED, DATA, DELETED, DELETES, EXISTING, FORMAT_VERSION, PartitionField,
-                                        bound_of, data_file, read_manifest, read_manifest_list, write_manifest,
-                                        write_manifest_list)
 from exporter.iceberg.files import IcebergFiles
+from exporter.iceberg.manifests import (ADDED, DATA, DELETED, DELETES, EXISTING, FORMAT_VERSION, PATH_HASHES,
+                                        PartitionField, bound_of, data_file, path_hashes_key, read_manifest,
+                                        read_manifest_list, write_manifest, write_manifest_list)
 from exporter.iceberg.relocate import CopyKeys, relocate_table
 from exporter.iceberg.schema import NAME_MAPPING, TableSchema, field_ids_of, iceberg_primitive, iceberg_schema, \
     name_mapping_json
@@ -200,6 +201,7 @@ class _Builder:
         self.totals = _Totals()
         self.columns: list = []
         self.written: list[int] = []  # versions this builder added
+        self.path_hashes = False  # whether the resumed table's manifests have their `path_hashes_key` objects
 
     # ------------------------------------------------------------ versions
 
@@ -244,6 +246,7 @@ class _Builder:
         self.spec_id = self._spec_id([schema.column(name) for name in partition_columns])
         self.columns = stats_columns(schema.columns, partition_columns)
         self.properties[NAME_MAPPING] = name_mapping_json(schema)
+        self.properties[PATH_HASHES] = "true"
 
     def _schema_id(self, schema: TableSchema) -> int:
         for document in self.schemas:
@@ -345,6 +348,8 @@ class _Builder:
         rewriting only the manifests that hold one."""
         wanted = _hashes(paths)
         for index, manifest in enumerate(self.manifests):
+            if manifest.hashes is None and self.path_hashes:
+                manifest.hashes = pa.array(np.frombuffer(self.files.get(path_hashes_key(manifest.key)), "<i8"))
             if manifest.hashes is not None and not pc.any(pc.is_in(wanted, value_set=manifest.hashes)).as_py():
                 continue
             content = manifest.record["content"]
@@ -377,6 +382,7 @@ class _Builder:
         if record["min_sequence_number"] is None:
             record["min_sequence_number"] = self.sequence_number
         manifest = _Manifest(key, record, _hashes([_data_path(e, content) for e in entries if e["status"] != DELETED]))
+        self.files.put(path_hashes_key(key), manifest.hashes.to_numpy().astype("<i8").tobytes())
         if add:
             self.manifests.append(manifest)
         return manifest
@@ -420,6 +426,7 @@ class _Builder:
                                                              types[f["source-id"]]) for f in spec["fields"]]
                             for spec in self.specs}
         self.properties = dict(metadata.get("properties") or {})
+        self.path_hashes = self.properties.get(PATH_HASHES) == "true"  # else its manifests are read to find a path
         self.snapshots = metadata["snapshots"]
         self.snapshot_log = metadata["snapshot-log"]
         self.metadata_log = [*metadata.get("metadata-log", []), *([] if metadata_key is None else [

@@ -12,6 +12,7 @@ from pathlib import Path
 import deltalake
 import fastavro
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from exporter.iceberg.table import copy_table, write_table
@@ -32,7 +33,8 @@ def copier(source: Path, target: Path):
 
 
 def strings_in(path: Path) -> list[str]:
-    """Every string a metadata file holds (Avro files decoded: their blocks are compressed)."""
+    """Every string a file of the table holds (Avro files decoded: their blocks are compressed; the
+    `.paths` hashes hold none)."""
     found: list[str] = []
 
     def walk(value) -> None:
@@ -52,8 +54,7 @@ def strings_in(path: Path) -> list[str]:
             walk(record)
     elif path.suffix == ".json":
         walk(json.loads(path.read_text()))
-    else:  # a position delete file: the data file it applies to
-        import pyarrow.parquet as pq
+    elif path.suffix == ".parquet":  # a position delete file: the data file it applies to
         found += pq.read_table(path).column("file_path").to_pylist()
     return found
 
