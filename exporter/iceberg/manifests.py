@@ -7,11 +7,15 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import fastavro
+import numpy as np
+import pyarrow as pa
 
 from exporter.iceberg.values import avro_type, from_avro, single_value
 
@@ -142,13 +146,9 @@ def write_manifest(entries: list[dict], content: int, spec_id: int, partition_fi
                    schema: dict) -> tuple[bytes, dict]:
     """A manifest's bytes, and its manifest list record without path, length, sequence numbers or
     the snapshot that added it (the caller knows those)."""
-    avro_schema = fastavro.parse_schema(manifest_entry_schema(partition_fields))
-    metadata = {"schema": json.dumps(schema), "schema-id": str(schema["schema-id"]),
-                "partition-spec": json.dumps([f.document() for f in partition_fields]),
-                "partition-spec-id": str(spec_id), "format-version": str(FORMAT_VERSION),
-                "content": "data" if content == DATA else "deletes"}
     out = io.BytesIO()
-    fastavro.writer(out, avro_schema, entries, codec=_CODEC, metadata=metadata)
+    fastavro.writer(out, fastavro.parse_schema(manifest_entry_schema(partition_fields)), entries, codec=_CODEC,
+                    metadata=_manifest_metadata(content, spec_id, partition_fields, schema))
     counts = {status: [0, 0] for status in (EXISTING, ADDED, DELETED)}  # files, rows
     for entry in entries:
         counts[entry["status"]][0] += 1
@@ -163,13 +163,57 @@ def write_manifest(entries: list[dict], content: int, spec_id: int, partition_fi
     return out.getvalue(), record
 
 
+def write_encoded_manifest(rows: pa.Array, record_count: int, partition_values: dict[str, list], spec_id: int,
+                           partition_fields: list[PartitionField], schema: dict) -> tuple[bytes, dict]:
+    """`write_manifest` of ADDED data file entries already in Avro's binary encoding (`columns`),
+    one block; `partition_values`: each partition field's distinct values among them."""
+    header = io.BytesIO()
+    sync_marker = os.urandom(16)
+    fastavro.writer(header, fastavro.parse_schema(manifest_entry_schema(partition_fields)), [], codec=_CODEC,
+                    metadata=_manifest_metadata(DATA, spec_id, partition_fields, schema), sync_marker=sync_marker)
+    offsets = np.frombuffer(rows.buffers()[1], np.int32)[rows.offset:rows.offset + len(rows) + 1]
+    data = memoryview(rows.buffers()[2])[offsets[0]:offsets[-1]] if len(rows) else b""
+    compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
+    block = compressor.compress(data) + compressor.flush()
+    body = header.getvalue() + avro_long(len(rows)) + avro_long(len(block)) + block + sync_marker if len(rows) \
+        else header.getvalue()
+    record = {"partition_spec_id": spec_id, "content": DATA, "min_sequence_number": None,
+              "added_files_count": len(rows), "existing_files_count": 0, "deleted_files_count": 0,
+              "added_rows_count": record_count, "existing_rows_count": 0, "deleted_rows_count": 0,
+              "partitions": partition_summaries(partition_values, partition_fields), "key_metadata": None}
+    return body, record
+
+
+def avro_long(value: int) -> bytes:
+    """Avro's zig-zag varint of a long."""
+    zigzag, out = (value << 1) ^ (value >> 63), bytearray()
+    while zigzag > 0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def _manifest_metadata(content: int, spec_id: int, partition_fields: list[PartitionField], schema: dict) -> dict:
+    return {"schema": json.dumps(schema), "schema-id": str(schema["schema-id"]),
+            "partition-spec": json.dumps([f.document() for f in partition_fields]),
+            "partition-spec-id": str(spec_id), "format-version": str(FORMAT_VERSION),
+            "content": "data" if content == DATA else "deletes"}
+
+
 def _partition_summaries(entries: list[dict], partition_fields: list[PartitionField]) -> list[dict] | None:
-    """spec.md#manifest-lists `field_summary`: per partition field, its value range in the manifest."""
+    return partition_summaries({f.name: [e["data_file"]["partition"].get(f.name) for e in entries]
+                                for f in partition_fields}, partition_fields)
+
+
+def partition_summaries(partition_values: dict[str, list], partition_fields: list[PartitionField]) -> list[dict] | None:
+    """spec.md#manifest-lists `field_summary`: per partition field, its value range in the manifest
+    (`partition_values`: each field's values there, None for null)."""
     if not partition_fields:
         return None
     summaries = []
     for partition_field in partition_fields:
-        values = [e["data_file"]["partition"].get(partition_field.name) for e in entries]
+        values = partition_values[partition_field.name]
         present = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
         summary = {"contains_null": any(v is None for v in values), "lower_bound": None, "upper_bound": None,
                    "contains_nan": any(isinstance(v, float) and math.isnan(v) for v in values)}

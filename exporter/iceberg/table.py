@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,14 +28,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
-from exporter.delta.live_files import LiveFiles, SnapshotLog
+from exporter.delta.live_files import LiveFiles, SnapshotLog, add_actions
 from exporter.delta.paths import physical_address
 from exporter.errors import CorruptLog, VersionOutOfRange
+from exporter.iceberg.columns import Entries, PartitionColumn, manifest_entries
 from exporter.iceberg.deletes import FILE_PATH_ID, delete_file_key, position_deletes
 from exporter.iceberg.files import IcebergFiles
 from exporter.iceberg.manifests import (ADDED, DATA, DELETED, DELETES, EXISTING, FORMAT_VERSION, PATH_HASHES,
                                         PartitionField, bound_of, data_file, path_hashes_key, read_manifest,
-                                        read_manifest_list, write_manifest, write_manifest_list)
+                                        read_manifest_list, write_encoded_manifest, write_manifest,
+                                        write_manifest_list)
 from exporter.iceberg.relocate import CopyKeys, relocate_table
 from exporter.iceberg.schema import NAME_MAPPING, TableSchema, field_ids_of, iceberg_primitive, iceberg_schema, \
     name_mapping_json
@@ -214,7 +217,8 @@ class _Builder:
         commit = log.segment.checkpoint_commit  # checkpoints drop commitInfo: c.json has it
         actions = parse_actions(commit, log.raw(commit)) if commit else []
         self.use_metadata(live.metadata, live.protocol)
-        self._snapshot(checkpoint.version, actions, live.files(whole=True), set(), data_change=True)
+        self._snapshot(checkpoint.version, actions, live.later_files(), set(), data_change=True,
+                       batches=live.checkpoint_batches(whole=True))
 
     def commit_snapshot(self, version: int, actions: list[dict]) -> None:
         check_protocol(actions)
@@ -279,7 +283,8 @@ class _Builder:
     # ------------------------------------------------------------ one snapshot
 
     def _snapshot(self, version: int, actions: list[dict], adds: Iterable[dict], retired: set[str],
-                  data_change: bool) -> None:
+                  data_change: bool, batches: Iterable[pa.StructArray] = ()) -> None:
+        """`batches`: more added files, as Arrow slices (a checkpoint's)."""
         snapshot_id = _snapshot_id(self.table_id, version)
         parent = self.snapshots[-1]["snapshot-id"] if self.snapshots else None
         self.sequence_number += 1
@@ -287,7 +292,8 @@ class _Builder:
         numbers = iter(range(1 << 31))  # of the manifests this snapshot writes
         if retired and self.manifests:
             self._retire(retired, snapshot_id, change, numbers)
-        self._add(adds, snapshot_id, change, numbers)
+        self._add(itertools.chain(adds, self._add_columns(batches, snapshot_id, change, numbers)), snapshot_id, change,
+                  numbers)
         self.manifests = [m for m in self.manifests if m.live or m.record["added_snapshot_id"] == snapshot_id]
         records = [m.record for m in sorted(self.manifests, key=lambda m: m.record["content"])]
         list_key = f"metadata/snap-{snapshot_id}.avro"
@@ -342,6 +348,53 @@ class _Builder:
         for entries, content in ((data, DATA), (deletes, DELETES)):
             if entries:
                 self._write_manifest(entries, content, self.spec_id, snapshot_id, next(names))
+
+    def _add_columns(self, batches: Iterable[pa.StructArray], snapshot_id: int, change: _Change,
+                     names: Iterator[int]) -> Iterator[dict]:
+        """Slices of added files in manifests of at most `manifest_entries` files, written column by
+        column (`columns.manifest_entries`); yields the files that go one by one (`_add`)."""
+        partition = [PartitionColumn(f, self.schema.column(f.name).physical_name, self.schema.column(f.name).name)
+                     for f in self.spec_fields[self.spec_id]]
+        pending: list[tuple[Entries, int, int]] = []  # (entries, start, stop) not in a manifest yet
+        for batch in batches:
+            entries = manifest_entries(batch, self.columns, partition, snapshot_id, self.sequence_number)
+            if entries is None:
+                yield from add_actions(batch)
+                continue
+            start = 0
+            while start < len(entries.rows):
+                room = self.manifest_entries - sum(stop - begin for _, begin, stop in pending)
+                pending.append((entries, start, min(len(entries.rows), start + room)))
+                start = pending[-1][2]
+                if start - pending[-1][1] == room:
+                    self._write_encoded(pending, snapshot_id, change, next(names))
+                    pending = []
+            yield from add_actions(batch.filter(entries.left))
+        if pending:
+            self._write_encoded(pending, snapshot_id, change, next(names))
+
+    def _write_encoded(self, segments: list[tuple[Entries, int, int]], snapshot_id: int, change: _Change,
+                       number: int) -> None:
+        rows = pa.concat_arrays([entries.rows.slice(start, stop - start) for entries, start, stop in segments])
+        paths = [path for entries, start, stop in segments for path in entries.paths[start:stop]]
+        records = sum(int(entries.record_counts[start:stop].sum()) for entries, start, stop in segments)
+        partitions = {field.name: [values[i] for entries, start, stop in segments
+                                   for indices, values in [entries.partitions[field.name]]
+                                   for i in np.unique(indices[start:stop])]
+                      for field in self.spec_fields[self.spec_id]}
+        key = f"metadata/{snapshot_id}-m{number}.avro"
+        schema = next(s for s in self.schemas if s["schema-id"] == self.schema_id)
+        body, record = write_encoded_manifest(rows, records, partitions, self.spec_id,
+                                              self.spec_fields[self.spec_id], schema)
+        self.files.put(key, body)
+        record.update(manifest_path=self._uri(key), manifest_length=len(body), sequence_number=self.sequence_number,
+                      min_sequence_number=self.sequence_number, added_snapshot_id=snapshot_id)
+        manifest = _Manifest(key, record, _hashes(paths))
+        self.files.put(path_hashes_key(key), manifest.hashes.to_numpy().astype("<i8").tobytes())
+        self.manifests.append(manifest)
+        change.added.data_files += len(rows)
+        change.added.records += records
+        change.added.size += sum(int(entries.sizes[start:stop].sum()) for entries, start, stop in segments)
 
     def _retire(self, paths: set[str], snapshot_id: int, change: _Change, names: Iterable[int]) -> None:
         """Mark the entries of `paths` (data files, and the delete files applying to them) deleted,
