@@ -13,6 +13,7 @@ report the largest so far).
     python -m bench.isolated presign project|boto3 COUNT REAL_OBJECT_URI
     python -m bench.isolated livefiles TABLE_URI
     python -m bench.isolated sharing-lines COUNT parquet|delta [PROFILE_FILE]
+    python -m bench.isolated iceberg-metadata COUNT fresh|incremental [PROFILE_FILE]
 Each prints one JSON line: the measurement.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -289,6 +291,26 @@ class _LocalStore:
         return [(name, (self.folder / name).stat().st_size, 0.0) for name in found
                 if name > start_after and (not stop_at or name < stop_at)]
 
+    def list_sizes(self, relative: str) -> dict[str, int]:
+        return {name: size for name, size, _ in self.list_objects(relative)}
+
+    def list_keys(self, relative: str) -> list[str]:
+        return [name for name, _, _ in self.list_objects(relative)]
+
+    def put(self, relative: str, body: bytes, content_type: str = "") -> None:
+        (self.folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (self.folder / relative).write_bytes(body)
+
+    def copy(self, source_relative: str, relative: str) -> None:
+        """A server-side copy: no bytes through the process (a hard link)."""
+        (self.folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (self.folder / relative).unlink(missing_ok=True)
+        os.link(self.folder / source_relative, self.folder / relative)
+
+    def delete(self, relatives: list[str]) -> None:
+        for relative in relatives:
+            (self.folder / relative).unlink(missing_ok=True)
+
 
 _LINES_NAMESPACE = "s3://lakefs-data/bench"
 
@@ -355,9 +377,89 @@ def _sharing_lines(count: str, fmt: str, profile: str = "") -> dict:
             "rss_before_mib": before, "peak_rss_mib": peak_rss_mib()}
 
 
+_ICEBERG_NEW_FILES = 10  # the incremental case: one commit of this many files on the exported table
+
+
+def _iceberg_table(count: str, folder: str) -> dict:
+    """Two exports of a table in `folder` (the storage namespace `_LINES_NAMESPACE`): `parent/`, a
+    checkpoint (version 1) of `count` adds as `build_table` makes them (absolute paths, stats of one
+    long column), and `child/`, the same log (hard links) and a commit of 10 new files (version 2).
+    Made in its own process, so the dicts `synthetic_checkpoint` takes never count in the measured one."""
+    import pyarrow.parquet as pq
+
+    from bench.synthetic import METADATA, PROTOCOL, synthetic_checkpoint
+
+    parent, child = Path(folder) / "parent" / "_delta_log", Path(folder) / "child" / "_delta_log"
+    parent.mkdir(parents=True, exist_ok=True)
+    child.mkdir(parents=True, exist_ok=True)
+    names = [f"s3://lakefs-data/bulk-import/{uuid.UUID(int=i // 50_000).hex}/p={i % 100:04d}/"
+             f"part-{i:07d}-{uuid.UUID(int=i).hex[:8]}.parquet" for i in range(int(count))]
+    (parent / f"{0:020d}.json").write_text("\n".join(json.dumps(action) for action in (PROTOCOL, METADATA)) + "\n")
+    pq.write_table(synthetic_checkpoint(names), parent / f"{1:020d}.checkpoint.parquet", row_group_size=65_536)
+    (parent / f"{1:020d}.json").write_text(json.dumps({"commitInfo": {"operation": "WRITE", "timestamp": 1}}) + "\n")
+    (parent / "_last_checkpoint").write_text(json.dumps({"version": 1, "size": len(names) + 2}))
+    for name in os.listdir(parent):
+        os.link(parent / name, child / name)
+    adds = [{"add": {"path": f"s3://lakefs-data/bulk-import/new/part-{i:07d}.parquet", "partitionValues": {},
+                     "size": 100, "modificationTime": 0, "dataChange": True,
+                     "stats": json.dumps({"numRecords": 10, "minValues": {"id": i}, "maxValues": {"id": i + 9},
+                                          "nullCount": {"id": 0}})}} for i in range(_ICEBERG_NEW_FILES)]
+    (child / f"{2:020d}.json").write_text("\n".join(json.dumps(action) for action in [
+        {"commitInfo": {"operation": "WRITE", "timestamp": 2}}, *adds]) + "\n")
+    return {"files": len(names)}
+
+
+def _iceberg_metadata(count: str, mode: str, profile: str = "") -> dict:
+    """The Iceberg metadata of an export of `count` checkpointed files, as `write_iceberg_metadata`
+    writes it beside the export, in this process over a local folder standing for the object store
+    (copies are hard links): `fresh` the parent export's table, `incremental` the child's (one commit
+    of 10 files more), from the parent's table written before (in another process)."""
+    import shutil
+    import tempfile
+
+    from exporter.export.iceberg_metadata import write_iceberg_metadata
+
+    folder = Path(tempfile.gettempdir()) / f"bench-iceberg-{count}"
+    if not (folder / "child" / "_delta_log" / f"{2:020d}.json").exists():
+        measure("iceberg-table", count, str(folder))
+    location = "parent/" if mode == "fresh" else "child/"
+    for name in ("metadata", "data"):
+        shutil.rmtree(folder / location / name, ignore_errors=True)
+    parent = None
+    if mode == "incremental":
+        parent = ("parent/", measure("iceberg-metadata", count, "fresh")["record"])
+    store = _LocalStore(folder, _LINES_NAMESPACE)
+    profiler = None
+    if profile:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.001)
+        profiler.start()
+    before = peak_rss_mib()
+    started, cpu = time.perf_counter(), time.process_time()
+    record = _write_iceberg(write_iceberg_metadata, store, location, parent)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    if profiler is not None:
+        profiler.stop()
+        Path(profile).write_text(profiler.output_html() if profile.endswith(".html") else profiler.output_text())
+    files = int(count) + (_ICEBERG_NEW_FILES if mode == "incremental" else 0)
+    return {"mode": mode, "files": files, "seconds": seconds, "cpu_seconds": cpu, "us_per_file": cpu / files * 1e6,
+            "snapshots": len(record.get("snapshot_ids", {})), "state": record["state"], "record": record,
+            "rss_before_mib": before, "peak_rss_mib": peak_rss_mib()}
+
+
+def _write_iceberg(write, store, location: str, parent: tuple[str, dict] | None) -> dict:
+    import exporter
+    from exporter.export.iceberg_metadata import ICEBERG
+
+    derived_from = None if parent is None else (parent[0], {ICEBERG: parent[1], "exporter_version": exporter.__version__})
+    return write(store, location, {}, derived_from=derived_from)
+
+
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
     print(json.dumps({"export": _export, "rewrite": _rewrite, "stream": _stream, "diff": _diff,
                       "append": _append, "republish": _republish, "rowdiff": _rowdiff, "exceptall": _exceptall,
                       "presign": _presign, "livefiles": _livefiles,
-                      "sharing-table": _sharing_table, "sharing-lines": _sharing_lines}[command](*arguments)))
+                      "sharing-table": _sharing_table, "sharing-lines": _sharing_lines,
+                      "iceberg-table": _iceberg_table, "iceberg-metadata": _iceberg_metadata}[command](*arguments)))

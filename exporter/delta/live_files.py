@@ -129,6 +129,11 @@ _WHOLE_ADD_COLUMNS = [f"add.{name}" for name in ("path", "partitionValues", "siz
                                                  "defaultRowCommitVersion", "clusteringProvider")]
 
 
+def add_actions(adds: pa.StructArray) -> list[dict]:
+    """A slice of `checkpoint_batches` as the add actions `files` gives."""
+    return [_plain(add) for add in adds.to_pylist()]
+
+
 def _joined(key: tuple[str, str]) -> str:
     """A logical file's key as the Arrow key columns hold it."""
     return f"{key[0]}\0{key[1]}"

@@ -112,9 +112,10 @@ def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], N
 
 
 def write_manifest(store: ObjectStore, target: str, manifest: dict, outcome: ExportOutcome, iceberg: bool = False,
-                   still_held: Callable[[], None] | None = None) -> None:
-    """With `iceberg`, the Iceberg table of the complete log (its record in `manifest` and `outcome`);
-    then the manifest, written last: it marks the export complete.
+                   still_held: Callable[[], None] | None = None, derived_from: tuple[str, dict] | None = None) -> None:
+    """With `iceberg`, the Iceberg table of the complete log (its record in `manifest` and `outcome`),
+    from the table of the export `derived_from` names ((location, manifest)) when it has one; then
+    the manifest, written last: it marks the export complete.
 
     The Iceberg table comes before the manifest, not after it: the manifest is the export's one
     commit point (an export that has one is never redone), so a crash after it would leave the
@@ -123,7 +124,8 @@ def write_manifest(store: ObjectStore, target: str, manifest: dict, outcome: Exp
     manifest.pop(ICEBERG, None)  # a copied manifest's names the other export's table
     if iceberg:
         timestamps = {int(version): ms for version, ms in manifest["source_timestamps_ms"].items()}
-        outcome.iceberg = manifest[ICEBERG] = write_iceberg_metadata(store, target, timestamps, still_held)
+        outcome.iceberg = manifest[ICEBERG] = write_iceberg_metadata(store, target, timestamps, still_held,
+                                                                     derived_from)
     _commit_point(still_held)
     store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")
 

@@ -7,11 +7,15 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Iterable
+import os
+import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import fastavro
+import numpy as np
+import pyarrow as pa
 
 from exporter.iceberg.values import avro_type, from_avro, single_value
 
@@ -19,6 +23,9 @@ FORMAT_VERSION = 2
 DATA, DELETES = 0, 1  # manifest content, and a file's: data, position deletes
 EXISTING, ADDED, DELETED = 0, 1, 2  # manifest entry status
 _CODEC = "deflate"
+# a table property: each manifest has its live entries' data paths, hashed (`table._hashes`), at
+# `path_hashes_key` (8 bytes a file): an append finds the manifests a path is in without reading them
+PATH_HASHES = "lakefs-delta.manifest-path-hashes"
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,11 @@ def data_file(content: int, path: str, partition: dict, record_count: int, size:
             "split_offsets": None, "equality_ids": None, "sort_order_id": None}
 
 
+def path_hashes_key(manifest_key: str) -> str:
+    """Where the hashes of a manifest's data paths are kept, beside it (`table.PATH_HASHES`)."""
+    return manifest_key.removesuffix(".avro") + ".paths"
+
+
 def bound_of(entry: dict, kind: str, field_id: int) -> bytes | None:
     """A bound of a data file entry read back (`kind` is lower_bounds or upper_bounds)."""
     for pair in entry["data_file"].get(kind) or []:
@@ -134,13 +146,9 @@ def write_manifest(entries: list[dict], content: int, spec_id: int, partition_fi
                    schema: dict) -> tuple[bytes, dict]:
     """A manifest's bytes, and its manifest list record without path, length, sequence numbers or
     the snapshot that added it (the caller knows those)."""
-    avro_schema = fastavro.parse_schema(manifest_entry_schema(partition_fields))
-    metadata = {"schema": json.dumps(schema), "schema-id": str(schema["schema-id"]),
-                "partition-spec": json.dumps([f.document() for f in partition_fields]),
-                "partition-spec-id": str(spec_id), "format-version": str(FORMAT_VERSION),
-                "content": "data" if content == DATA else "deletes"}
     out = io.BytesIO()
-    fastavro.writer(out, avro_schema, entries, codec=_CODEC, metadata=metadata)
+    fastavro.writer(out, fastavro.parse_schema(manifest_entry_schema(partition_fields)), entries, codec=_CODEC,
+                    metadata=_manifest_metadata(content, spec_id, partition_fields, schema))
     counts = {status: [0, 0] for status in (EXISTING, ADDED, DELETED)}  # files, rows
     for entry in entries:
         counts[entry["status"]][0] += 1
@@ -155,13 +163,57 @@ def write_manifest(entries: list[dict], content: int, spec_id: int, partition_fi
     return out.getvalue(), record
 
 
+def write_encoded_manifest(rows: pa.Array, record_count: int, partition_values: dict[str, list], spec_id: int,
+                           partition_fields: list[PartitionField], schema: dict) -> tuple[bytes, dict]:
+    """`write_manifest` of ADDED data file entries already in Avro's binary encoding (`columns`),
+    one block; `partition_values`: each partition field's distinct values among them."""
+    header = io.BytesIO()
+    sync_marker = os.urandom(16)
+    fastavro.writer(header, fastavro.parse_schema(manifest_entry_schema(partition_fields)), [], codec=_CODEC,
+                    metadata=_manifest_metadata(DATA, spec_id, partition_fields, schema), sync_marker=sync_marker)
+    offsets = np.frombuffer(rows.buffers()[1], np.int32)[rows.offset:rows.offset + len(rows) + 1]
+    data = memoryview(rows.buffers()[2])[offsets[0]:offsets[-1]] if len(rows) else b""
+    compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
+    block = compressor.compress(data) + compressor.flush()
+    body = header.getvalue() + avro_long(len(rows)) + avro_long(len(block)) + block + sync_marker if len(rows) \
+        else header.getvalue()
+    record = {"partition_spec_id": spec_id, "content": DATA, "min_sequence_number": None,
+              "added_files_count": len(rows), "existing_files_count": 0, "deleted_files_count": 0,
+              "added_rows_count": record_count, "existing_rows_count": 0, "deleted_rows_count": 0,
+              "partitions": partition_summaries(partition_values, partition_fields), "key_metadata": None}
+    return body, record
+
+
+def avro_long(value: int) -> bytes:
+    """Avro's zig-zag varint of a long."""
+    zigzag, out = (value << 1) ^ (value >> 63), bytearray()
+    while zigzag > 0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def _manifest_metadata(content: int, spec_id: int, partition_fields: list[PartitionField], schema: dict) -> dict:
+    return {"schema": json.dumps(schema), "schema-id": str(schema["schema-id"]),
+            "partition-spec": json.dumps([f.document() for f in partition_fields]),
+            "partition-spec-id": str(spec_id), "format-version": str(FORMAT_VERSION),
+            "content": "data" if content == DATA else "deletes"}
+
+
 def _partition_summaries(entries: list[dict], partition_fields: list[PartitionField]) -> list[dict] | None:
-    """spec.md#manifest-lists `field_summary`: per partition field, its value range in the manifest."""
+    return partition_summaries({f.name: [e["data_file"]["partition"].get(f.name) for e in entries]
+                                for f in partition_fields}, partition_fields)
+
+
+def partition_summaries(partition_values: dict[str, list], partition_fields: list[PartitionField]) -> list[dict] | None:
+    """spec.md#manifest-lists `field_summary`: per partition field, its value range in the manifest
+    (`partition_values`: each field's values there, None for null)."""
     if not partition_fields:
         return None
     summaries = []
     for partition_field in partition_fields:
-        values = [e["data_file"]["partition"].get(partition_field.name) for e in entries]
+        values = partition_values[partition_field.name]
         present = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
         summary = {"contains_null": any(v is None for v in values), "lower_bound": None, "upper_bound": None,
                    "contains_nan": any(isinstance(v, float) and math.isnan(v) for v in values)}
@@ -190,4 +242,41 @@ def write_manifest_list(records: list[dict], snapshot_id: int, parent_id: int | 
     metadata = {"snapshot-id": str(snapshot_id), "parent-snapshot-id": "null" if parent_id is None else str(parent_id),
                 "sequence-number": str(sequence_number), "format-version": str(FORMAT_VERSION)}
     fastavro.writer(out, _PARSED_MANIFEST_FILE, records, codec=_CODEC, metadata=metadata)
+    return out.getvalue()
+
+
+def relocate_manifest_list(raw: bytes, old: str, new: str, lengths: dict[str, int]) -> bytes:
+    """A manifest list naming its manifests under `new` instead of `old` (each of `lengths`, by its
+    new location, with that length: a rewritten manifest's); its header kept."""
+    def moved(record: dict) -> dict:
+        path = new + record["manifest_path"][len(old):] if record["manifest_path"].startswith(old) \
+            else record["manifest_path"]
+        return {**record, "manifest_path": path, "manifest_length": lengths.get(path, record["manifest_length"])}
+
+    return _rewritten(raw, moved)
+
+
+def relocate_manifest(raw: bytes, old: str, new: str) -> tuple[bytes, list[str]]:
+    """A manifest naming its files under `new` instead of `old` (a delete manifest's delete files),
+    and the locations it moved; its entries, schema and header otherwise kept."""
+    def moved(entry: dict) -> dict:
+        path = entry["data_file"]["file_path"]
+        if path.startswith(old):
+            entry["data_file"]["file_path"] = new + path[len(old):]
+            paths.append(path)
+        return entry
+
+    paths: list[str] = []
+    return _rewritten(raw, moved), paths
+
+
+def _rewritten(raw: bytes, change: Callable[[dict], dict]) -> bytes:
+    """An Avro file this module wrote, each record through `change`, with the schema (field ids
+    included), codec and metadata it had."""
+    reader = fastavro.reader(io.BytesIO(raw))
+    metadata = {key: value for key, value in reader.metadata.items() if not key.startswith("avro.")}
+    schema = json.loads(reader.metadata["avro.schema"])
+    records = [change(record) for record in reader]
+    out = io.BytesIO()
+    fastavro.writer(out, fastavro.parse_schema(schema), records, codec=reader.codec, metadata=metadata)
     return out.getvalue()

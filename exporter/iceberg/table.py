@@ -16,23 +16,29 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
-from exporter.delta.live_files import LiveFiles, SnapshotLog
+from exporter.delta.live_files import LiveFiles, SnapshotLog, add_actions
 from exporter.delta.paths import physical_address
 from exporter.errors import CorruptLog, VersionOutOfRange
+from exporter.iceberg.columns import Entries, PartitionColumn, manifest_entries
 from exporter.iceberg.deletes import FILE_PATH_ID, delete_file_key, position_deletes
-from exporter.iceberg.manifests import (ADDED, DATA, DELETED, DELETES, EXISTING, FORMAT_VERSION, PartitionField,
-                                        bound_of, data_file, read_manifest, read_manifest_list, write_manifest,
+from exporter.iceberg.files import IcebergFiles
+from exporter.iceberg.manifests import (ADDED, DATA, DELETED, DELETES, EXISTING, FORMAT_VERSION, PATH_HASHES,
+                                        PartitionField, bound_of, data_file, path_hashes_key, read_manifest,
+                                        read_manifest_list, write_encoded_manifest, write_manifest,
                                         write_manifest_list)
+from exporter.iceberg.relocate import CopyKeys, relocate_table
 from exporter.iceberg.schema import NAME_MAPPING, TableSchema, field_ids_of, iceberg_primitive, iceberg_schema, \
     name_mapping_json
 from exporter.iceberg.stats import file_metrics, stats_columns
@@ -44,16 +50,6 @@ MANIFEST_ENTRIES = 50_000  # files per manifest written from a checkpoint (or a 
 _FIRST_PARTITION_ID = 1000  # spec.md#partition-specs: partition field ids start above 999
 
 ReadRange = Callable[[str, int, int], bytes]  # (a log's absolute URI, start, end) -> those bytes
-
-
-class IcebergFiles(Protocol):
-    """Where the Iceberg table goes: `location` is its root URI (ending with `/`); keys are relative to it."""
-
-    location: str
-
-    def put(self, key: str, body: bytes) -> None: ...
-
-    def get(self, key: str) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +81,24 @@ def append_table(metadata_key: str, log: SnapshotLog, files: IcebergFiles, read_
     """The Iceberg table at `metadata_key` (written by `write_table` or `append_table`) with a
     snapshot for each version of `log` after the last one it has; only the manifests holding a
     removed file are rewritten. The log must hold every commit after that version."""
-    previous = json.loads(files.get(metadata_key))
+    return _append(json.loads(files.get(metadata_key)), metadata_key, log, files, read_range, source_timestamps,
+                   manifest_entries)
+
+
+def copy_table(metadata_key: str, source: IcebergFiles, copy: CopyKeys, log: SnapshotLog, files: IcebergFiles,
+               read_range: ReadRange, source_timestamps: Mapping[int, int] | None = None,
+               manifest_entries: int = MANIFEST_ENTRIES) -> IcebergTable:
+    """The Iceberg table at `source`'s `metadata_key` made at `files.location` (`relocate_table`:
+    what it names is copied there, not read) with a snapshot for each version of `log` after the
+    last one it has, as `append_table` adds them; every snapshot it had stays readable."""
+    previous = relocate_table(metadata_key, source, files, copy)
+    return _append(previous, None, log, files, read_range, source_timestamps, manifest_entries)
+
+
+def _append(previous: dict, metadata_key: str | None, log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
+            source_timestamps: Mapping[int, int] | None, manifest_entries: int) -> IcebergTable:
+    """`append_table` of the table `previous` (at `files.location`; its metadata file `metadata_key`
+    there, None when it has none there)."""
     builder = _Builder(files, read_range, manifest_entries, source_timestamps or {})
     head = builder.resume(previous, metadata_key)
     segment = log.segment
@@ -191,6 +204,7 @@ class _Builder:
         self.totals = _Totals()
         self.columns: list = []
         self.written: list[int] = []  # versions this builder added
+        self.path_hashes = False  # whether the resumed table's manifests have their `path_hashes_key` objects
 
     # ------------------------------------------------------------ versions
 
@@ -203,7 +217,8 @@ class _Builder:
         commit = log.segment.checkpoint_commit  # checkpoints drop commitInfo: c.json has it
         actions = parse_actions(commit, log.raw(commit)) if commit else []
         self.use_metadata(live.metadata, live.protocol)
-        self._snapshot(checkpoint.version, actions, live.files(whole=True), set(), data_change=True)
+        self._snapshot(checkpoint.version, actions, live.later_files(), set(), data_change=True,
+                       batches=live.checkpoint_batches(whole=True))
 
     def commit_snapshot(self, version: int, actions: list[dict]) -> None:
         check_protocol(actions)
@@ -235,6 +250,7 @@ class _Builder:
         self.spec_id = self._spec_id([schema.column(name) for name in partition_columns])
         self.columns = stats_columns(schema.columns, partition_columns)
         self.properties[NAME_MAPPING] = name_mapping_json(schema)
+        self.properties[PATH_HASHES] = "true"
 
     def _schema_id(self, schema: TableSchema) -> int:
         for document in self.schemas:
@@ -267,7 +283,8 @@ class _Builder:
     # ------------------------------------------------------------ one snapshot
 
     def _snapshot(self, version: int, actions: list[dict], adds: Iterable[dict], retired: set[str],
-                  data_change: bool) -> None:
+                  data_change: bool, batches: Iterable[pa.StructArray] = ()) -> None:
+        """`batches`: more added files, as Arrow slices (a checkpoint's)."""
         snapshot_id = _snapshot_id(self.table_id, version)
         parent = self.snapshots[-1]["snapshot-id"] if self.snapshots else None
         self.sequence_number += 1
@@ -275,7 +292,8 @@ class _Builder:
         numbers = iter(range(1 << 31))  # of the manifests this snapshot writes
         if retired and self.manifests:
             self._retire(retired, snapshot_id, change, numbers)
-        self._add(adds, snapshot_id, change, numbers)
+        self._add(itertools.chain(adds, self._add_columns(batches, snapshot_id, change, numbers)), snapshot_id, change,
+                  numbers)
         self.manifests = [m for m in self.manifests if m.live or m.record["added_snapshot_id"] == snapshot_id]
         records = [m.record for m in sorted(self.manifests, key=lambda m: m.record["content"])]
         list_key = f"metadata/snap-{snapshot_id}.avro"
@@ -331,11 +349,60 @@ class _Builder:
             if entries:
                 self._write_manifest(entries, content, self.spec_id, snapshot_id, next(names))
 
+    def _add_columns(self, batches: Iterable[pa.StructArray], snapshot_id: int, change: _Change,
+                     names: Iterator[int]) -> Iterator[dict]:
+        """Slices of added files in manifests of at most `manifest_entries` files, written column by
+        column (`columns.manifest_entries`); yields the files that go one by one (`_add`)."""
+        partition = [PartitionColumn(f, self.schema.column(f.name).physical_name, self.schema.column(f.name).name)
+                     for f in self.spec_fields[self.spec_id]]
+        pending: list[tuple[Entries, int, int]] = []  # (entries, start, stop) not in a manifest yet
+        for batch in batches:
+            entries = manifest_entries(batch, self.columns, partition, snapshot_id, self.sequence_number)
+            if entries is None:
+                yield from add_actions(batch)
+                continue
+            start = 0
+            while start < len(entries.rows):
+                room = self.manifest_entries - sum(stop - begin for _, begin, stop in pending)
+                pending.append((entries, start, min(len(entries.rows), start + room)))
+                start = pending[-1][2]
+                if start - pending[-1][1] == room:
+                    self._write_encoded(pending, snapshot_id, change, next(names))
+                    pending = []
+            yield from add_actions(batch.filter(entries.left))
+        if pending:
+            self._write_encoded(pending, snapshot_id, change, next(names))
+
+    def _write_encoded(self, segments: list[tuple[Entries, int, int]], snapshot_id: int, change: _Change,
+                       number: int) -> None:
+        rows = pa.concat_arrays([entries.rows.slice(start, stop - start) for entries, start, stop in segments])
+        paths = [path for entries, start, stop in segments for path in entries.paths[start:stop]]
+        records = sum(int(entries.record_counts[start:stop].sum()) for entries, start, stop in segments)
+        partitions = {field.name: [values[i] for entries, start, stop in segments
+                                   for indices, values in [entries.partitions[field.name]]
+                                   for i in np.unique(indices[start:stop])]
+                      for field in self.spec_fields[self.spec_id]}
+        key = f"metadata/{snapshot_id}-m{number}.avro"
+        schema = next(s for s in self.schemas if s["schema-id"] == self.schema_id)
+        body, record = write_encoded_manifest(rows, records, partitions, self.spec_id,
+                                              self.spec_fields[self.spec_id], schema)
+        self.files.put(key, body)
+        record.update(manifest_path=self._uri(key), manifest_length=len(body), sequence_number=self.sequence_number,
+                      min_sequence_number=self.sequence_number, added_snapshot_id=snapshot_id)
+        manifest = _Manifest(key, record, _hashes(paths))
+        self.files.put(path_hashes_key(key), manifest.hashes.to_numpy().astype("<i8").tobytes())
+        self.manifests.append(manifest)
+        change.added.data_files += len(rows)
+        change.added.records += records
+        change.added.size += sum(int(entries.sizes[start:stop].sum()) for entries, start, stop in segments)
+
     def _retire(self, paths: set[str], snapshot_id: int, change: _Change, names: Iterable[int]) -> None:
         """Mark the entries of `paths` (data files, and the delete files applying to them) deleted,
         rewriting only the manifests that hold one."""
         wanted = _hashes(paths)
         for index, manifest in enumerate(self.manifests):
+            if manifest.hashes is None and self.path_hashes:
+                manifest.hashes = pa.array(np.frombuffer(self.files.get(path_hashes_key(manifest.key)), "<i8"))
             if manifest.hashes is not None and not pc.any(pc.is_in(wanted, value_set=manifest.hashes)).as_py():
                 continue
             content = manifest.record["content"]
@@ -368,6 +435,7 @@ class _Builder:
         if record["min_sequence_number"] is None:
             record["min_sequence_number"] = self.sequence_number
         manifest = _Manifest(key, record, _hashes([_data_path(e, content) for e in entries if e["status"] != DELETED]))
+        self.files.put(path_hashes_key(key), manifest.hashes.to_numpy().astype("<i8").tobytes())
         if add:
             self.manifests.append(manifest)
         return manifest
@@ -394,8 +462,9 @@ class _Builder:
 
     # ------------------------------------------------------------ an existing table
 
-    def resume(self, metadata: dict, metadata_key: str) -> int:
-        """Continue the table `metadata` describes; the Delta version of its current snapshot."""
+    def resume(self, metadata: dict, metadata_key: str | None) -> int:
+        """Continue the table `metadata` describes (its file `metadata_key`, None when it has none at
+        this location: the metadata log starts with the next); the Delta version of its current snapshot."""
         if metadata.get("format-version") != FORMAT_VERSION:
             raise CorruptLog(f"{metadata_key}: format version {metadata.get('format-version')}, not {FORMAT_VERSION}")
         self.table_uuid = metadata["table-uuid"]
@@ -410,10 +479,11 @@ class _Builder:
                                                              types[f["source-id"]]) for f in spec["fields"]]
                             for spec in self.specs}
         self.properties = dict(metadata.get("properties") or {})
+        self.path_hashes = self.properties.get(PATH_HASHES) == "true"  # else its manifests are read to find a path
         self.snapshots = metadata["snapshots"]
         self.snapshot_log = metadata["snapshot-log"]
-        self.metadata_log = [*metadata.get("metadata-log", []),
-                             {"metadata-file": self._uri(metadata_key), "timestamp-ms": metadata["last-updated-ms"]}]
+        self.metadata_log = [*metadata.get("metadata-log", []), *([] if metadata_key is None else [
+            {"metadata-file": self._uri(metadata_key), "timestamp-ms": metadata["last-updated-ms"]}])]
         self.sequence_number = metadata["last-sequence-number"]
         self.snapshot_ids = {int(s["summary"][DELTA_VERSION]): s["snapshot-id"] for s in self.snapshots}
         head = next(s for s in self.snapshots if s["snapshot-id"] == metadata["current-snapshot-id"])

@@ -163,3 +163,71 @@ def test_prune_deletes_an_exports_iceberg_table_with_it(lakefs, events, redis_ur
     assert plan.deleted == [store.uri(commit_root(ON, "main", old))]
     assert store.list_keys(location) == []
     assert [batch for batch in store.deleted[deletes_before:] if batch][0] == [location + "metadata/v0.metadata.json"]
+
+
+def live_data_files(store: MemoryStore, metadata: dict, snapshot_id: int) -> list[str]:
+    """The data files a snapshot of the table reads: every manifest of its list read from the store."""
+    snapshot = next(s for s in metadata["snapshots"] if s["snapshot-id"] == snapshot_id)
+    return sorted(entry["data_file"]["file_path"]
+                  for listed in read_manifest_list(store.get_uri(snapshot["manifest-list"]))
+                  for entry in read_manifest(store.get_uri(listed["manifest_path"])) if entry["status"] != 2)
+
+
+def test_an_incremental_exports_table_is_its_parents_copied_and_reads_every_version_once_the_parent_is_gone(
+        lakefs, events):
+    first = events.append(1).append(2).commit()
+    export(lakefs, "main", first, events)
+    store = namespace(lakefs)
+    parent = export_location(ON, "main", first, "events")
+    parent_files = {key[len(parent):]: store.get(key) for key in iceberg_files(store, parent)}
+    second = events.append(3).commit()
+
+    outcome = export(lakefs, "main", second, events)
+    discard_export(store, parent)  # prune removes the parent, older, first
+
+    location = export_location(ON, "main", second, "events")
+    assert outcome.incremental and sorted(outcome.iceberg["snapshot_ids"]) == ["0", "1", "2"]
+    metadata = json.loads(store.get(location + "metadata/v2.metadata.json"))
+    files = [lakefs.physical_address("repo", second, path) for path in events.data_files()]
+    for version, count in (("0", 1), ("1", 2), ("2", 3)):  # time travel: each version's files
+        live = live_data_files(store, metadata, outcome.iceberg["snapshot_ids"][version])
+        assert len(live) == count and set(live) <= set(files), version
+    # the parent's data manifests were copied (the same bytes), not written again
+    manifests = [key for key in parent_files if key.startswith("metadata/") and "-m" in key]
+    assert manifests and all(store.get(location + key) == parent_files[key] for key in manifests)
+    assert metadata["metadata-log"] == [] and store.uri(parent) not in json.dumps(metadata)
+
+
+def test_an_incremental_export_whose_parent_has_no_iceberg_table_writes_its_own_fresh(lakefs, events):
+    first = events.append(1).commit()
+    export(lakefs, "main", first, events, config=OFF)
+    second = events.append(2).commit()
+
+    outcome = export(lakefs, "main", second, events)
+
+    store = namespace(lakefs)
+    location = export_location(ON, "main", second, "events")
+    metadata = json.loads(store.get(location + "metadata/v1.metadata.json"))
+    assert outcome.incremental and outcome.iceberg["state"] == "written"
+    assert len(live_data_files(store, metadata, outcome.iceberg["snapshot_ids"]["1"])) == 2
+
+
+def test_an_incremental_export_whose_parents_table_cannot_be_copied_writes_its_own_fresh(lakefs, events):
+    """A file of the parent's table gone (pruned while the child was exported): the copy stops, what
+    it wrote is removed, and the table is written from the log."""
+    first = events.append(1).append(2).commit()
+    export(lakefs, "main", first, events)
+    store = namespace(lakefs)
+    parent = export_location(ON, "main", first, "events")
+    store.delete([key for key in iceberg_files(store, parent) if "/snap-" in key][:1])
+    second = events.append(3).commit()
+
+    outcome = export(lakefs, "main", second, events)
+
+    location = export_location(ON, "main", second, "events")
+    metadata = json.loads(store.get(location + "metadata/v2.metadata.json"))
+    assert outcome.incremental and outcome.iceberg["state"] == "written"
+    for version, count in (("0", 1), ("1", 2), ("2", 3)):
+        assert len(live_data_files(store, metadata, outcome.iceberg["snapshot_ids"][version])) == count
+    assert [key for key in iceberg_files(store, location) if key.endswith(".metadata.json")] == \
+        [location + "metadata/v2.metadata.json"]

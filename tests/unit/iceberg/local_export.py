@@ -64,6 +64,7 @@ class LocalFiles:
         self.root = root
         self.location = physical_uri(f"file://{root}") + "/"
         self.written: list[str] = []
+        self.read: list[str] = []
 
     def put(self, key: str, body: bytes) -> None:
         path = self.root / key
@@ -72,6 +73,7 @@ class LocalFiles:
         self.written.append(key)
 
     def get(self, key: str) -> bytes:
+        self.read.append(key)
         return (self.root / key).read_bytes()
 
 

@@ -18,6 +18,7 @@ from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
 
 from exporter.errors import IcebergUnsupported
+from exporter.iceberg.manifests import read_manifest_list
 from exporter.iceberg.table import DELTA_VERSION, append_table, write_table
 from tests.unit.iceberg.local_export import LocalFiles, export_locally, read_range
 from tests.unit.iceberg.readers import delta_rows, duckdb_connection, duckdb_rows, pyiceberg_rows, rows_of
@@ -133,7 +134,7 @@ def test_small_manifests_read_the_same_and_removes_rewrite_only_their_manifests(
         assert pyiceberg_rows(result.metadata_location, snapshot_id) == delta_rows(source, version)
         assert duckdb_rows(result.metadata_location, snapshot_id) == delta_rows(source, version)
     # version 6 only adds: its snapshot writes one manifest and rewrites none
-    written_by_6 = [k for k in files.written if k.startswith(f"metadata/{result.snapshot_ids[6]}-m")]
+    written_by_6 = [k for k in files.written if k.startswith(f"metadata/{result.snapshot_ids[6]}-m") and k.endswith(".avro")]
     assert len(written_by_6) == 1
 
 
@@ -156,6 +157,11 @@ def test_an_append_adds_the_new_versions_and_keeps_the_rest(tmp_path):
         assert duckdb_rows(second.metadata_location, snapshot_id) == delta_rows(source, version), version
     metadata = json.loads((tmp_path / "iceberg" / second.metadata_key).read_text())
     assert [entry["metadata-file"] for entry in metadata["metadata-log"]] == [first.metadata_location]
+    # an append reads only the manifests holding a file it removes (their paths' hashes say which)
+    head_list = tmp_path / "iceberg" / f"metadata/snap-{first.snapshot_ids[7]}.avro"
+    kept = {m["manifest_path"] for m in read_manifest_list(head_list.read_bytes())}
+    read = {files.location + key for key in files.read if key.endswith(".avro") and "-m" in key}
+    assert read & kept and read & kept < kept
 
 
 def nested(ids: list[int], part: str, collections: bool = True) -> pa.Table:

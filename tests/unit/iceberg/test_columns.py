@@ -1,0 +1,115 @@
+"""A checkpoint's files written column by column (`exporter.iceberg.columns`) are the same manifest
+entries, partition summaries and totals as written file by file (`stats`, `values`: the rules'
+reference), for stats of every kind the fast path takes, and for slices it must leave to the slow one."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import exporter.iceberg.table as table_module
+from exporter.iceberg.manifests import read_manifest, read_manifest_list
+from tests.unit.iceberg.local_export import LocalFiles, LocalLog, read_range
+
+pytestmark = pytest.mark.unit
+
+FIELDS = [("id", "long"), ("small", "integer"), ("ratio", "double"), ("f", "float"), ("flag", "boolean"),
+          ("name", "string"), ("day", "date"), ("at", "timestamp"), ("local", "timestamp_ntz"),
+          ("region", "string"), ("bucket", "integer")]
+ADD = pa.struct([("path", pa.string()), ("partitionValues", pa.map_(pa.string(), pa.string())),
+                 ("size", pa.int64()), ("modificationTime", pa.int64()), ("dataChange", pa.bool_()),
+                 ("stats", pa.string())])
+
+
+def stats(records, minimum=None, maximum=None, nulls=None, **more) -> str:
+    document = {"numRecords": records, "minValues": minimum or {}, "maxValues": maximum or {},
+                "nullCount": nulls or {}, **more}
+    return json.dumps({k: v for k, v in document.items() if v is not None})
+
+
+GOOD = [
+    stats(10, {"id": 1, "small": -2, "ratio": 0.0, "f": 1.5, "flag": False, "name": "abc", "day": "2024-01-02",
+               "at": "2024-01-02T03:04:05.123Z", "local": "2024-01-02T03:04:05.123"},
+          {"id": 9, "small": 7, "ratio": -0.0, "f": 3.25, "flag": True, "name": "abd", "day": "2024-01-03",
+           "at": "2024-01-02T03:04:06.5+01:00", "local": "2024-01-02T03:04:06"}, {"id": 0, "name": 3}),
+    stats(5, {"id": -5, "ratio": 1e400, "name": "\u00e9t\u00e9", "at": "2024-01-02T03:04:05"},
+          {"id": 2 ** 40, "ratio": 0.1, "f": 0.1}, {"id": 5, "name": 2, "small": 0}, tightBounds=False),
+    stats(3, {"id": 4}, {"id": 4}, {"id": 3, "flag": 1}, tightBounds=True),
+    stats(7, nulls={"ratio": 7}, tightBounds=False),
+    None,  # no stats: the footer says how many rows (file by file)
+    '{"minValues": {"id": 1}}',  # no numRecords: likewise
+]
+WRONG_TYPE = GOOD[:2] + [stats(3, {"id": "4"}, {"id": 4.5})]  # the slice goes file by file
+
+
+def write_log(folder: Path, all_stats: list[str | None]) -> LocalLog:
+    log = folder / "export" / "_delta_log"
+    log.mkdir(parents=True)
+    footer = folder / "data.parquet"
+    pq.write_table(pa.table({"id": pa.array(range(4), pa.int64())}), footer)
+    schema = {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in FIELDS]}
+    metadata = {"id": "columns", "format": {"provider": "parquet", "options": {}}, "schemaString": json.dumps(schema),
+                "partitionColumns": ["region", "bucket"], "configuration": {}, "createdTime": 0}
+    (log / f"{0:020d}.json").write_text(json.dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}})
+                                        + "\n" + json.dumps({"metaData": metadata}) + "\n")
+    partitions = [[("region", "eu"), ("bucket", "3")], [("region", ""), ("bucket", "-1")], [("bucket", "3")]]
+    adds = [{"path": f"file://{footer}" if i >= 4 else f"s3://bucket/data/part%20{i}.parquet",
+             "partitionValues": partitions[i % 3], "size": footer.stat().st_size if i >= 4 else 100 + i,
+             "modificationTime": 0, "dataChange": False,
+             "stats": text} for i, text in enumerate(all_stats)]
+    add = pa.concat_arrays([pa.nulls(2, ADD), pa.array(adds, ADD)])
+    protocol = pa.array([{"minReaderVersion": 1, "minWriterVersion": 2}] + [None] * (len(adds) + 1))
+    meta_type = pa.struct([("id", pa.string()), ("schemaString", pa.string()),
+                           ("partitionColumns", pa.list_(pa.string())), ("configuration", pa.map_(pa.string(), pa.string())),
+                           ("createdTime", pa.int64())])
+    meta = pa.array([None, {**metadata, "configuration": []}] + [None] * len(adds), meta_type)
+    pq.write_table(pa.table({"protocol": protocol, "metaData": meta, "add": add}), log / f"{1:020d}.checkpoint.parquet")
+    (log / f"{1:020d}.json").write_text(json.dumps({"commitInfo": {"timestamp": 1}}) + "\n")
+    return LocalLog(folder / "export")
+
+
+def written(folder: Path, log: LocalLog) -> tuple[list[dict], list, dict]:
+    files = LocalFiles(folder)
+    result = table_module.write_table(log, files, read_range)
+    metadata = json.loads((folder / result.metadata_key).read_text())
+    listed = read_manifest_list((folder / f"metadata/snap-{result.snapshot_ids[1]}.avro").read_bytes())
+    entries = [entry for record in listed
+               for entry in read_manifest((folder / record["manifest_path"][len(files.location):]).read_bytes())]
+    summary = {k: v for k, v in metadata["snapshots"][-1]["summary"].items()}
+    return sorted(entries, key=lambda e: e["data_file"]["file_path"]), [r["partitions"] for r in listed], summary
+
+
+@pytest.mark.parametrize("all_stats", [GOOD, WRONG_TYPE], ids=["taken", "left-to-the-slow-path"])
+def test_columns_write_what_the_file_by_file_path_writes(tmp_path, monkeypatch, all_stats):
+    log = write_log(tmp_path, all_stats)
+    fast = written(tmp_path / "fast", log)
+    monkeypatch.setattr(table_module, "manifest_entries", lambda *arguments: None)
+    slow = written(tmp_path / "slow", log)
+
+    assert fast[0] == slow[0]  # every entry: path, partition, counts, null counts, bounds
+    assert fast[2] == slow[2]  # the snapshot's totals
+    assert any(entry["data_file"]["lower_bounds"] for entry in fast[0])
+
+
+def test_a_manifest_written_by_columns_sums_up_its_partitions(tmp_path):
+    summaries = written(tmp_path / "fast", write_log(tmp_path, GOOD))[1]
+    # the 4 files taken: (eu, 3), ("" = null, -1), (no value = null, 3), (eu, 3)
+    assert {"contains_null": True, "contains_nan": False, "lower_bound": b"eu", "upper_bound": b"eu"} in \
+        [fields[0] for fields in summaries]
+    assert {"contains_null": False, "contains_nan": False, "lower_bound": struct.pack("<i", -1),
+            "upper_bound": struct.pack("<i", 3)} in [fields[1] for fields in summaries]
+
+
+def test_the_fast_path_takes_good_stats(tmp_path, monkeypatch):
+    """What the comparison above compares: slices the columns take (not all left to the slow path)."""
+    taken = []
+    real = table_module.manifest_entries
+    monkeypatch.setattr(table_module, "manifest_entries",
+                        lambda *arguments: taken.append(real(*arguments)) or taken[-1])
+    table_module.write_table(write_log(tmp_path, GOOD), LocalFiles(tmp_path / "iceberg"), read_range)
+    assert [len(entries.rows) for entries in taken] == [4]
