@@ -352,12 +352,7 @@ def _sharing_lines(count: str, fmt: str, profile: str = "") -> dict:
                                                    access_key_id="AKIDEXAMPLE", secret_access_key="bench-secret"))
     table = SharedTable(_LocalStore(folder, _LINES_NAMESPACE), "t/", "t", 1,
                         allowed=(_LINES_NAMESPACE, "s3://lakefs-data/bulk-import"))
-    profiler = None
-    if profile:
-        from pyinstrument import Profiler
-
-        profiler = Profiler(interval=0.001)
-        profiler.start()
+    profiler = _profiler(profile)
     before = peak_rss_mib()
     started, cpu = time.perf_counter(), time.process_time()
     lines = size = 0
@@ -429,12 +424,7 @@ def _iceberg_metadata(count: str, mode: str, profile: str = "") -> dict:
     if mode == "incremental":
         parent = ("parent/", measure("iceberg-metadata", count, "fresh")["record"])
     store = _LocalStore(folder, _LINES_NAMESPACE)
-    profiler = None
-    if profile:
-        from pyinstrument import Profiler
-
-        profiler = Profiler(interval=0.001)
-        profiler.start()
+    profiler = _profiler(profile)
     before = peak_rss_mib()
     started, cpu = time.perf_counter(), time.process_time()
     record = _write_iceberg(write_iceberg_metadata, store, location, parent)
@@ -454,6 +444,18 @@ def _write_iceberg(write, store, location: str, parent: tuple[str, dict] | None)
 
     derived_from = None if parent is None else (parent[0], {ICEBERG: parent[1], "exporter_version": exporter.__version__})
     return write(store, location, {}, derived_from=derived_from)
+
+
+
+def _profiler(profile: str | None):
+    """pyinstrument's profiler, started, when a profile is asked for; else None."""
+    if not profile:
+        return None
+    from pyinstrument import Profiler
+
+    profiler = Profiler(interval=0.001)
+    profiler.start()
+    return profiler
 
 
 if __name__ == "__main__":

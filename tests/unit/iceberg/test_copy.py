@@ -9,17 +9,15 @@ import json
 import shutil
 from pathlib import Path
 
-import deltalake
 import fastavro
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from exporter.iceberg.table import copy_table, write_table
 from tests.unit.iceberg.local_export import LocalFiles, export_locally, read_range
 from tests.unit.iceberg.readers import duckdb_rows, pyiceberg_rows
-from tests.unit.iceberg.test_deletion_vectors import _PROTOCOL, commit, inline_vector, live_rows, replaced, \
-    stored_vector
+from tests.unit.iceberg.test_deletion_vectors import (_PROTOCOL, commit, inline_vector, live_rows, replaced,
+                                                      stored_vector, two_partitions)
 
 pytestmark = pytest.mark.unit
 
@@ -61,15 +59,7 @@ def strings_in(path: Path) -> list[str]:
 
 def test_a_copied_table_appended_to_reads_every_version_without_the_original(tmp_path):
     table = tmp_path / "source"
-    for region in ("eu", "us"):
-        deltalake.write_deltalake(str(table), pa.table({"id": pa.array(range(10), pa.int64()),
-                                                        "region": [region] * 10}),
-                                  partition_by=["region"], mode="append")
-    adds = {}
-    for version in (0, 1):
-        for line in (table / "_delta_log" / f"{version:020d}.json").read_text().splitlines():
-            if "add" in (action := json.loads(line)):
-                adds[action["add"]["partitionValues"]["region"]] = action["add"]
+    adds = two_partitions(table)
     eu, us = adds["eu"]["path"], adds["us"]["path"]
     first, larger = inline_vector([0, 3]), stored_vector(table, [0, 3, 4, 9])
     commit(table, 2, [_PROTOCOL, *replaced(adds["eu"], None, first)])

@@ -68,8 +68,8 @@ def live_rows(table: Path, files: dict[str, list[int]]) -> list[tuple]:
     return rows_of(batches)
 
 
-def test_deletion_vectors_are_deleted_rows_for_both_readers(tmp_path):
-    table = tmp_path / "source"
+def two_partitions(table) -> dict[str, dict]:
+    """A delta-rs table of 10 rows in each of two partitions, `eu` and `us` (versions 0 and 1): their adds."""
     for region in ("eu", "us"):
         deltalake.write_deltalake(str(table), pa.table({"id": pa.array(range(10), pa.int64()),
                                                         "region": [region] * 10}),
@@ -79,6 +79,12 @@ def test_deletion_vectors_are_deleted_rows_for_both_readers(tmp_path):
         for line in (table / "_delta_log" / f"{version:020d}.json").read_text().splitlines():
             if "add" in (action := json.loads(line)):
                 adds[action["add"]["partitionValues"]["region"]] = action["add"]
+    return adds
+
+
+def test_deletion_vectors_are_deleted_rows_for_both_readers(tmp_path):
+    table = tmp_path / "source"
+    adds = two_partitions(table)
     eu, us = adds["eu"]["path"], adds["us"]["path"]
     first, larger = inline_vector([0, 3]), stored_vector(table, [0, 3, 4, 9])
     commit(table, 2, [_PROTOCOL, *replaced(adds["eu"], None, first)])
