@@ -17,6 +17,7 @@ never pruned, so each append adds the snapshots of the new versions to the table
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -32,6 +33,11 @@ from exporter.storage.objectstore import ObjectStore
 from exporter.threads import io_pool
 
 ICEBERG = "iceberg"  # the key of the Iceberg record in the manifest and the status record
+# What the Iceberg writer raises on values it did not foresee (a bug to fix, not an outage): the
+# Delta export is kept and the record says `failed`. Other errors (a time limit, the store) propagate.
+# (Arrow's and fastavro's errors on values are ValueError, TypeError and NotImplementedError.)
+_UNEXPECTED_DATA = (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError, NotImplementedError)
+log = logging.getLogger("lakefs_delta.exporter")
 
 
 @dataclass
@@ -115,6 +121,10 @@ def _recorded(store: ObjectStore, location: str, write: Callable[[_ExportFiles],
             raise
         discard_iceberg_metadata(store, location)
         return {"state": "refused" if isinstance(error, IcebergUnsupported) else "failed", "reason": str(error)}
+    except _UNEXPECTED_DATA as error:  # a log this writer did not foresee: the Delta export stands without it
+        log.exception("Iceberg metadata at %s not written", store.uri(location))
+        discard_iceberg_metadata(store, location)
+        return {"state": "failed", "reason": f"the Iceberg writer failed on this log: {type(error).__name__}: {error}"}
     return {"state": "written", "metadata_location": table.metadata_location,
             "snapshot_ids": {str(version): snapshot_id for version, snapshot_id in sorted(table.snapshot_ids.items())},
             **({"rewritten": rewritten} if rewritten else {})}

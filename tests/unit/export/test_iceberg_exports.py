@@ -134,6 +134,26 @@ def test_a_table_iceberg_cannot_represent_is_exported_as_delta_with_the_reason(l
     assert namespace(lakefs).exists(location + "_delta_log/00000000000000000000.json")
 
 
+def test_a_log_the_iceberg_writer_did_not_foresee_keeps_its_delta_export(lakefs, events, monkeypatch):
+    """A bug in the Iceberg writer (here a TypeError from its manifests) never costs the Delta
+    export: it completes, the record says `failed` with the error, nothing Iceberg is left."""
+    import exporter.iceberg.table as iceberg_table
+
+    def broken(*args, **kwargs):
+        raise TypeError("unsupported operand type(s) for +: 'int' and 'NoneType'")
+
+    monkeypatch.setattr(iceberg_table, "write_manifest", broken)
+    commit = events.append(1).append(2).commit()
+
+    outcome = export(lakefs, "main", commit, events)
+
+    location = export_location(ON, "main", commit, "events")
+    assert outcome.ok and outcome.iceberg["state"] == "failed", outcome
+    assert outcome.iceberg["reason"].startswith("the Iceberg writer failed on this log: TypeError: unsupported")
+    assert manifest(lakefs, location)["iceberg"] == outcome.iceberg
+    assert iceberg_files(namespace(lakefs), location) == []
+
+
 def test_discarding_an_export_removes_its_iceberg_metadata_json_first(lakefs, events):
     commit = events.append(1).append(2).commit()
     export(lakefs, "main", commit, events)
