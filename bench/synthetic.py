@@ -58,7 +58,8 @@ def build_table(lakefs, gateway, repository: str, files: int, commits_after: int
     lakefs.upload_object(repository, "main", log + f"{1:020d}.json",
                          json.dumps({"commitInfo": {"operation": "WRITE"}}).encode() + b"\n")
     for v, name in enumerate(names[files:], start=2):
-        add = {"add": {"path": name, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True}}
+        add = {"add": {"path": name, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True,
+                       "stats": '{"numRecords":10}'}}  # as writers record them (the placeholders have no footer)
         lakefs.upload_object(repository, "main", log + f"{v:020d}.json",
                              (json.dumps({"commitInfo": {"operation": "WRITE"}}) + "\n" + json.dumps(add) + "\n").encode())
     lakefs.upload_object(repository, "main", f"_lakefs_tables/t{files}.yaml",
@@ -72,8 +73,8 @@ def add_files(lakefs, gateway, repository: str, files: int, count: int, version:
     names = [f"part-new-{uuid.uuid4().hex[:8]}.parquet" for _ in range(count)]
     for name in names:
         gateway.put_object(Bucket=repository, Key=f"main/{prefix}{name}", Body=b"x")
-    adds = [json.dumps({"add": {"path": n, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True}})
-            for n in names]
+    adds = [json.dumps({"add": {"path": n, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True,
+                                "stats": '{"numRecords":10}'}}) for n in names]
     lakefs.upload_object(repository, "main", f"{prefix}_delta_log/{version:020d}.json",
                          "\n".join([json.dumps({"commitInfo": {"operation": "WRITE"}}), *adds, ""]).encode())
     return lakefs.commit_branch(repository, "main", f"{count} more files")
