@@ -23,7 +23,7 @@ from tests.unit.source_tables import SourceTable
 pytestmark = pytest.mark.unit
 
 ON = Config(branch_tables=("main",), iceberg={"enabled": True})
-OFF = Config(branch_tables=("main",))
+OFF = Config(branch_tables=("main",), iceberg={"enabled": False})
 TARGET = branch_table_location(ON, "main", "events")
 
 

@@ -23,7 +23,7 @@ from tests.unit.source_tables import SourceTable
 
 pytestmark = pytest.mark.unit
 
-CONFIG = Config()
+CONFIG = Config(iceberg={"enabled": False})  # the Delta log's files and requests; the Iceberg face: test_iceberg_exports.py
 
 
 def namespace(lakefs: FakeLakeFS) -> MemoryStore:

@@ -46,7 +46,7 @@ class Catalog:
         self.commit = events.commit()
         lakefs.create_tag("repo", TAG, self.commit)
         for ref, table, config in (("main", events, self.config), (TAG, events, self.config),
-                                   ("main", plain, self.config.model_copy(update={"iceberg": Config().iceberg}))):
+                                   ("main", plain, self.config.model_copy(update={"iceberg": Config(iceberg={"enabled": False}).iceberg}))):
             assert export_table(config, "repo", ref, self.commit, table.descriptor, lakefs=lakefs).ok
         self.store = lakefs.store.at("s3://lake/repo")
         self.manifest = json.loads(self.store.get(export_location(self.config, TAG, self.commit, "events") + MANIFEST))
