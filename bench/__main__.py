@@ -478,9 +478,33 @@ def main() -> None:
     out = Path(args.out) if args.out else RESULTS / f"{date.today().isoformat()}.md"
     out.write_text(f"# Benchmarks {date.today().isoformat()}\n\nMachine: {os.cpu_count()} cores.\n\n{table}\n")
     print(f"written to {out}")
-    plotted = plot_exports(rows, out.with_name(out.stem + "-export-time.png"))
-    if plotted:
-        print(f"plot: {plotted}")
+    plotted = [plot_exports(rows, out.with_name(out.stem + "-export-time.png")),
+               plot_storm(rows, out.with_name(out.stem + "-storm.png"))]
+    for path in filter(None, plotted):
+        print(f"plot: {path}")
+
+
+def plot_storm(rows: list[dict], path: Path) -> Path | None:
+    """The storm's commit-to-complete-export latencies: their distribution (each commit's, sorted)."""
+    latencies = next((row["storm_latencies"] for row in rows if "storm_latencies" in row), None)
+    if not latencies:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ordered = sorted(latencies)
+    figure, axes = plt.subplots(figsize=(6, 4))
+    axes.plot(ordered, [100 * (i + 1) / len(ordered) for i in range(len(ordered))], drawstyle="steps-post")
+    for target, label in ((10, "p50 target"), (20, "p99 target")):
+        axes.axvline(target, linestyle="--", color="grey")
+        axes.text(target, 2, f" {label}", color="grey")
+    axes.set(xlabel="seconds from commit to complete export", ylabel="% of commits",
+             title=f"Commit storm: {len(ordered)} commits, 3 tables each")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    return path
 
 
 def plot_exports(rows: list[dict], path: Path) -> Path | None:

@@ -118,7 +118,10 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
         {"benchmark": f"commit to complete export p50 ({TABLES} tables/commit, {workers} workers x {concurrency} "
                       f"processes)", "seconds": percentile(latencies, 0.5)},
         {"benchmark": f"commit to complete export p99 ({workers} workers x {concurrency} processes)",
-         "seconds": percentile(latencies, 0.99)},
+         "seconds": percentile(latencies, 0.99), "storm_latencies": latencies},
+        {"benchmark": "commit to complete export, distribution: p10 / p25 / p50 / p75 / p90 / max "
+                      + " / ".join(f"{percentile(latencies, q):.1f}" for q in (0.1, 0.25, 0.5, 0.75, 0.9))
+                      + f" / {max(latencies, default=0):.1f} s", "seconds": percentile(latencies, 0.75)},
         {"benchmark": f"{len(made)} commits made in (client side)", "seconds": committed - started},
         {"benchmark": f"table exports per minute ({len(done_at) * TABLES} exports, {lost} commits lost)",
          "seconds": finished - started, "files_per_s": len(done_at) * TABLES / ((finished - started) / 60)},

@@ -27,7 +27,10 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "cold diff, 20 versions", "branch table of a 100-file table: append a 10-file commit",
                  "presign 100 GET URLs", "Delta Sharing query, 150-file branch table, parquet",
                  "webhook answers while 3 Delta Sharing queries of the 150-file branch table stream",
-                 "webhook answer p50 (2 hook runs)", "table exports per minute (6 exports, 0 commits lost)"):
+                 "Iceberg metadata of the cold export above (100-file table",
+                 "webhook answer p50 (2 hook runs)", "table exports per minute (6 exports, 0 commits lost)",
+                 "commit to complete export, distribution: p10 / p25 / p50 / p75 / p90 / max"):
         assert part in table, part
     assert "same add paths: True" in table  # the Lua export read back beside this project's
     assert (tmp_path / "smoke-export-time.png").stat().st_size > 0
+    assert (tmp_path / "smoke-storm.png").stat().st_size > 0
