@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -93,8 +94,7 @@ def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], N
     commits = [n for _, n in segment.commits]
     if segment.checkpoint is None:
         start, later = commits[0], commits[1:]
-        with io_pool(IO_THREADS) as pool:  # in any order: these times are overwritten by the second pass
-            list(pool.map(write, later))
+        _write_together(write, later)  # in any order: their times are overwritten by the second pass
         _commit_point(still_held)
         write(start)  # the table exists from here on
         for name in later:
@@ -103,12 +103,25 @@ def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], N
     for name in ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + commits:
         write(name)
     parts = segment.checkpoint.files
-    with io_pool(IO_THREADS) as pool:
-        list(pool.map(write, sidecars))
-        list(pool.map(write, parts[:-1]))  # an incomplete part set is no checkpoint
+    _write_together(write, sidecars)
+    _write_together(write, parts[:-1])  # an incomplete part set is no checkpoint
     _commit_point(still_held)
     write(parts[-1])  # the table exists from here on
     write(LAST_CHECKPOINT)
+
+
+def _write_together(write: Callable[[str], None], names: list[str]) -> None:
+    """`write` each name at once. When one fails, those not started are cancelled and those running
+    end before the error is raised, so the discard that follows a failure leaves none behind; an
+    exception raised in this thread meanwhile (a task's time limit) stops at once (`io_pool`)."""
+    with io_pool(IO_THREADS) as pool:
+        futures = [pool.submit(write, name) for name in names]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for future in futures:
+            future.cancel()  # those not started yet
+        wait(futures)
+        for future in futures:
+            future.result()
 
 
 def write_manifest(store: ObjectStore, target: str, manifest: dict, outcome: ExportOutcome, iceberg: bool = False,

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from exporter.delta.log import LogListing, select_segment
-from exporter.errors import PathIntoLakeFS
+from exporter.errors import ExporterError, PathIntoLakeFS
 from exporter.export.cold import _last_checkpoint
 from exporter.export.log_writer import discard_export, write_log
 from exporter.export.resolve import PathResolver
@@ -219,3 +219,27 @@ def test_a_checkpoint_opened_again_reads_its_footer_once():
     for _ in range(3):
         assert open_parquet(source, "1.checkpoint.parquet").metadata.num_rows == 1
     assert len(store.range_reads) == 2, store.range_reads  # the magic and the tail, once each
+
+
+def test_when_a_write_fails_the_writes_beside_it_end_before_the_error_is_raised():
+    """The commits before `0.json` are written together: a failure is raised only once the writes
+    beside it ended, so the discard that follows finds every object they made."""
+    import threading
+    import time
+
+    segment = segment_of(*(name(v) for v in range(8)))
+    done, lock = [], threading.Lock()
+
+    def write(key: str) -> None:
+        if key == name(3):
+            raise ExporterError("injected: object store refused put")
+        time.sleep(0.2)
+        with lock:
+            done.append(key)
+
+    with pytest.raises(ExporterError, match="injected"):
+        write_log(segment, [], write)
+    ended = list(done)
+    time.sleep(0.4)
+
+    assert done == ended and name(0) not in done, (ended, done)  # nothing lands after, and no table
