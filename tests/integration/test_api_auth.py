@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import uuid
+from contextlib import contextmanager
 
 import httpx
 import lakefs_sdk
@@ -44,6 +46,20 @@ def a_table(lakefs, repository: str) -> str:
     log = "\n".join(json.dumps(a) for a in ({"commitInfo": {"operation": "CREATE TABLE"}}, protocol, metadata))
     lakefs.upload_object(repository, "main", "tables/t/_delta_log/" + f"{0:020d}.json", (log + "\n").encode())
     return lakefs.commit_branch(repository, "main", "a table")
+
+
+@contextmanager
+def workers_held(processes):
+    """Every worker of the session stopped (SIGSTOP, its pool too) for the duration: a task queued
+    meanwhile waits in Redis."""
+    live = [worker.pid for worker in processes.workers.values() if worker.poll() is None]
+    for pgid in live:
+        os.killpg(pgid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pgid in live:
+            os.killpg(pgid, signal.SIGCONT)
 
 
 def diff_path(repository: str) -> str:
@@ -114,7 +130,8 @@ def test_what_is_not_cached_is_computed_by_a_worker_and_the_api_says_ask_again(p
     impatient = processes.serve("service-no-wait", BOUND_PORT + 1, extra_env={"LAKEFS_DELTA_API_DIFF_WAIT_SECONDS": "0"})
     admin = basic(config.lakefs.access_key_id, config.lakefs.secret_access_key.get_secret_value())
 
-    first = httpx.get(impatient + diff_path(repository), headers=admin, timeout=30)
+    with workers_held(processes):  # the diff cannot be computed before the first answer: 202, not a race
+        first = httpx.get(impatient + diff_path(repository), headers=admin, timeout=30)
     assert first.status_code == 202 and first.headers["retry-after"] == "2" and first.json()["status"] == "computing"
     answers = [first]
     while answers[-1].status_code == 202 and len(answers) < 180:  # a second apart: a busy worker, not a stuck one
@@ -131,7 +148,8 @@ def test_what_is_not_cached_is_computed_by_a_worker_and_the_api_says_ask_again(p
 
     # datasets too: listed by a worker once per commit
     datasets = f"/repositories/{repository}/refs/main/datasets"
-    answers = [httpx.get(impatient + datasets, headers=admin, timeout=30)]
+    with workers_held(processes):
+        answers = [httpx.get(impatient + datasets, headers=admin, timeout=30)]
     while answers[-1].status_code == 202 and len(answers) < 180:  # a second apart: a busy worker, not a stuck one
         time.sleep(1)
         answers.append(httpx.get(impatient + datasets, headers=admin, timeout=30))
