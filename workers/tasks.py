@@ -36,6 +36,7 @@ from exporter.export.commit import export_table as export_one_table
 from exporter.export.commit import find_table
 from exporter.export.log_writer import ExportOutcome
 from exporter.export.retention import prune as prune_exports
+from exporter.kept import Kept
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableDescriptor, tables_to_export
 from exporter.lakefs.table_log import checkpoint_files_hint
@@ -126,19 +127,17 @@ def export_queue(config: Config, checkpoint_files: int) -> str | None:
     return config.workers.large_table_queue if checkpoint_files >= config.workers.large_table_files else None
 
 
-HINT_SECONDS = 60.0  # a table's size is asked again after this: a routing hint, not a fact of the commit
-_hints: dict[tuple[str, str], tuple[int, float]] = {}
+# a table's size is asked again after a minute: a routing hint, not a fact of the commit
+_hints: Kept[tuple[str, str], int] = Kept(seconds=60.0)
 
 
 def _checkpoint_files(lakefs: LakeFS, repository: str, commit_id: str, table_path: str) -> int:
     """The table's checkpoint size, for its queue: read once a minute per table, not per commit (a
     storm of commits to the same tables asked lakeFS for each), so a table that just grew past
     `workers.large_table_files` may have one more export on the default queue."""
-    cached = _hints.get((repository, table_path))
-    if cached is not None and time.monotonic() - cached[1] < HINT_SECONDS:
-        return cached[0]
-    files = checkpoint_files_hint(lakefs, repository, commit_id, table_path)
-    _hints[(repository, table_path)] = (files, time.monotonic())
+    files = _hints.get((repository, table_path))
+    if files is None:
+        files = _hints.put((repository, table_path), checkpoint_files_hint(lakefs, repository, commit_id, table_path))
     return files
 
 

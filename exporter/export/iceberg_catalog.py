@@ -17,13 +17,13 @@ table's own export (its Iceberg metadata and delete files); signed by `Presigner
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 
 from exporter.config import Config
 from exporter.errors import NoSuchIcebergTable, NoSuchNamespace, NotFound, SignatureRefused
 from exporter.export.branch_table import read_state
 from exporter.export.iceberg_metadata import ICEBERG
+from exporter.kept import Kept
 from exporter.lakefs.client import LakeFS
 from exporter.storage.layout import (MANIFEST, branch_table_location, branch_tables_root, commit_root, export_location,
                                      exports_root, location_segment, segment_name)
@@ -32,8 +32,7 @@ from exporter.storage.presign import Presigner, folders, within
 
 SIGNED_SECONDS = 900  # a signed request's lifetime: readers use it at once
 SIGNED_METHODS = ("GET", "HEAD")
-_CACHED_MANIFESTS = 4096  # complete exports' manifests (never rewritten) read by signatures
-_STATE_SECONDS = 5.0  # a branch table's state, read again after this (each append rewrites it)
+_UNREAD = object()
 
 
 @dataclass(frozen=True)
@@ -61,8 +60,9 @@ class IcebergCatalog:
 
     def __init__(self, config: Config, lakefs: LakeFS):
         self.config, self.lakefs = config, lakefs
-        self._manifests: dict[tuple[str, str], dict] = {}
-        self._states: dict[tuple[str, str], tuple[dict | None, float]] = {}
+        self._manifests: Kept[tuple[str, str], dict] = Kept()  # complete exports' (never rewritten), read by signatures
+        # a branch table's state (None: no branch table), read again after 5 s: each append rewrites it
+        self._states: Kept[tuple[str, str], dict | None] = Kept(seconds=5.0)
 
     def repositories(self) -> list[str]:
         return sorted(self.lakefs.list_repositories())
@@ -142,26 +142,21 @@ class IcebergCatalog:
         return presigner.presign(address, method.upper()).url
 
     def _manifest(self, repository: str, location: str) -> dict | None:
-        cached = self._manifests.get((repository, location))
-        if cached is None:
+        manifest = self._manifests.get((repository, location))
+        if manifest is None:
             try:
-                cached = json.loads(self._store(repository).get(location + MANIFEST))
+                manifest = self._manifests.put((repository, location),
+                                               json.loads(self._store(repository).get(location + MANIFEST)))
             except NotFound:
                 return None
-            if len(self._manifests) >= _CACHED_MANIFESTS:
-                self._manifests.clear()
-            self._manifests[(repository, location)] = cached
-        return cached
+        return manifest
 
     def _state(self, repository: str, location: str) -> dict | None:
         """A branch table's state (None: no branch table), read at most every few seconds."""
-        cached = self._states.get((repository, location))
-        if cached is None or time.monotonic() - cached[1] >= _STATE_SECONDS:
-            if len(self._states) >= _CACHED_MANIFESTS:
-                self._states.clear()
-            cached = self._states[(repository, location)] = (read_state(self._store(repository), location),
-                                                              time.monotonic())
-        return cached[0]
+        state = self._states.get((repository, location), _UNREAD)
+        if state is _UNREAD:
+            state = self._states.put((repository, location), read_state(self._store(repository), location))
+        return state
 
     def _storage_namespace(self, repository: str) -> str:
         try:

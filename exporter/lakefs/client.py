@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -18,9 +17,9 @@ from lakefs_sdk.exceptions import ApiException
 
 from exporter.config import LakeFSConfig
 from exporter.errors import BadRequest, ExporterError, NotFound, ServiceUnavailable
+from exporter.kept import Kept
 
 PAGE_SIZE = 1000  # lakeFS caps `amount` at 1000
-COMMITS_CACHED = 4096  # commits are immutable: kept by id (all forgotten when this many)
 NAMESPACE_SECONDS = 60.0  # a repository's storage namespace is asked again after this (deleted and re-created)
 
 
@@ -58,8 +57,8 @@ class LakeFS:
         self.tags = lakefs_sdk.TagsApi(self.client)
         self.actions = lakefs_sdk.ActionsApi(self.client)
         self.calls = 0
-        self._commits: dict[tuple[str, str], Commit] = {}
-        self._namespaces: dict[str, tuple[str, float]] = {}
+        self._commits: Kept[tuple[str, str], Commit] = Kept()  # commits are immutable: kept by id
+        self._namespaces: Kept[str, str] = Kept(seconds=NAMESPACE_SECONDS)
 
     def _call(self, what: str, method, *args, **kwargs):
         self.calls += 1
@@ -83,12 +82,10 @@ class LakeFS:
 
     def storage_namespace(self, repository: str) -> str:
         """Asked once a minute per repository: every export of a storm of commits needs it."""
-        cached = self._namespaces.get(repository)
-        if cached is not None and time.monotonic() - cached[1] < NAMESPACE_SECONDS:
-            return cached[0]
-        namespace = self._call(f"get repository {repository}", self.repositories.get_repository,
-                               repository).storage_namespace
-        self._namespaces[repository] = (namespace, time.monotonic())
+        namespace = self._namespaces.get(repository)
+        if namespace is None:
+            namespace = self._namespaces.put(repository, self._call(
+                f"get repository {repository}", self.repositories.get_repository, repository).storage_namespace)
         return namespace
 
     def default_branch(self, repository: str) -> str:
@@ -102,9 +99,7 @@ class LakeFS:
         found = self._call(f"get commit {repository}@{ref}", self.commits.get_commit, repository, ref)
         commit = Commit(found.id, list(found.parents), found.creation_date, found.message, dict(found.metadata or {}))
         if commit.id == ref:
-            if len(self._commits) >= COMMITS_CACHED:
-                self._commits.clear()
-            self._commits[(repository, ref)] = commit
+            self._commits.put((repository, ref), commit)
         return commit
 
     def list_objects(self, repository: str, ref: str, prefix: str, delimiter: str | None = None,

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 import yaml
 
 from exporter.errors import DescriptorError
+from exporter.kept import Kept
 from exporter.lakefs.client import PAGE_SIZE, LakeFS
 
 DESCRIPTORS_PREFIX = "_lakefs_tables/"
-_PARSED_CACHED = 4096
 # (descriptor path, content checksum) -> what parse_descriptor made of it: a descriptor is read
 # once per content, not once per commit
-_parsed: dict[tuple[str, str], "TableDescriptor | None | DescriptorError"] = {}
+_parsed: Kept[tuple[str, str], "TableDescriptor | None | DescriptorError"] = Kept()
+_UNREAD = object()
 
 
 @dataclass(frozen=True)
@@ -88,17 +89,15 @@ def discover_tables(lakefs: LakeFS, repository: str, ref: str) -> Discovery:
 def _read_descriptor(lakefs: LakeFS, repository: str, ref: str, descriptor: str,
                      checksum: str | None) -> TableDescriptor | None | DescriptorError:
     key = (descriptor, checksum or "")
-    if checksum and key in _parsed:
-        return _parsed[key]
+    if checksum and (kept := _parsed.get(key, _UNREAD)) is not _UNREAD:
+        return kept
     try:
         parsed: TableDescriptor | None | DescriptorError = parse_descriptor(
             descriptor, lakefs.get_object(repository, ref, descriptor))
     except DescriptorError as exc:
         parsed = exc
     if checksum:
-        if len(_parsed) >= _PARSED_CACHED:
-            _parsed.clear()
-        _parsed[key] = parsed
+        _parsed.put(key, parsed)
     return parsed
 
 

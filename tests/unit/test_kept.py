@@ -1,0 +1,27 @@
+"""Values kept in a process: by key, at most so many, each for so long when it may change."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.kept import Kept
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_value_is_kept_until_its_time_is_up_and_a_full_store_starts_over(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr("exporter.kept.time.monotonic", lambda: now[0])
+    namespaces, commits = Kept(seconds=60.0), Kept(entries=2)
+
+    namespaces.put("repo", "s3://a")
+    commits.put("c1", None)  # a value may be None: told apart from none by the default
+    commits.put("c2", "two")
+    now[0] += 59.9
+    kept = (namespaces.get("repo"), commits.get("c1", "absent"), commits.get("c2"))
+    now[0] += 0.1
+    commits.put("c3", "three")
+
+    assert kept == ("s3://a", None, "two")
+    assert namespaces.get("repo") is None  # a minute old: asked again
+    assert (commits.get("c1", "absent"), commits.get("c2"), commits.get("c3")) == ("absent", None, "three")
