@@ -33,9 +33,11 @@ from bench.measure import peak_rss_mib
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def measure(*args: str) -> dict:
-    """Run one operation in a fresh interpreter and return what it measured."""
-    done = subprocess.run([sys.executable, "-m", "bench.isolated", *args], cwd=ROOT, capture_output=True, text=True)
+def measure(*args: str, env: dict[str, str] | None = None) -> dict:
+    """Run one operation in a fresh interpreter and return what it measured; `env` is added to this
+    process's environment for it (a setting changed for that run alone)."""
+    done = subprocess.run([sys.executable, "-m", "bench.isolated", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
     if done.returncode != 0:
         raise RuntimeError(f"bench.isolated {' '.join(args)} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

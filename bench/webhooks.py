@@ -112,19 +112,23 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
     answers = hook_answer_seconds(lakefs, repository, [c for c, _ in made])
     finished = max(done_at.values()) if done_at else time.time()
     lost = len(made) - len(done_at)
+    per_minute = len(done_at) * TABLES / ((finished - started) / 60)
     rows = [
         {"benchmark": f"webhook answer p50 ({len(answers)} hook runs)", "seconds": percentile(answers, 0.5)},
         {"benchmark": "webhook answer p99", "seconds": percentile(answers, 0.99)},
         {"benchmark": f"commit to complete export p50 ({TABLES} tables/commit, {workers} workers x {concurrency} "
-                      f"processes)", "seconds": percentile(latencies, 0.5)},
+                      f"processes)", "seconds": percentile(latencies, 0.5),
+         "target": ("≤ 10 s", percentile(latencies, 0.5) <= 10)},
         {"benchmark": f"commit to complete export p99 ({workers} workers x {concurrency} processes)",
-         "seconds": percentile(latencies, 0.99), "storm_latencies": latencies},
+         "seconds": percentile(latencies, 0.99), "storm_latencies": latencies,
+         "target": ("≤ 20 s", percentile(latencies, 0.99) <= 20)},
         {"benchmark": "commit to complete export, distribution: p10 / p25 / p50 / p75 / p90 / max "
                       + " / ".join(f"{percentile(latencies, q):.1f}" for q in (0.1, 0.25, 0.5, 0.75, 0.9))
                       + f" / {max(latencies, default=0):.1f} s", "seconds": percentile(latencies, 0.75)},
         {"benchmark": f"{len(made)} commits made in (client side)", "seconds": committed - started},
         {"benchmark": f"table exports per minute ({len(done_at) * TABLES} exports, {lost} commits lost)",
-         "seconds": finished - started, "files_per_s": len(done_at) * TABLES / ((finished - started) / 60)},
+         "seconds": finished - started, "files_per_s": per_minute,
+         "target": ("≥ 1,500 a minute, none lost", not lost and per_minute >= 1500)},
     ]
     for row in rows:
         row.setdefault("files_per_s", 0)

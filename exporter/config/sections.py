@@ -57,10 +57,10 @@ class RetentionConfig(_Section):
 
 class IcebergConfig(_Section):
     """Iceberg metadata beside each export (`<export>/metadata/`), for engines that read Iceberg, not
-    Delta (DuckDB, PyIceberg). Off until proven on every reader; a table Iceberg cannot represent is
-    still exported as Delta, with the reason in its status."""
+    Delta (DuckDB, PyIceberg), and beside each branch table; on by default (`false`: the Delta log
+    alone). A table Iceberg cannot represent is still exported as Delta, with the reason in its status."""
 
-    enabled: bool = False
+    enabled: bool = True
 
 
 class RowDiffSparkConfig(_Section):

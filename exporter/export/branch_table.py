@@ -172,7 +172,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
             state[ICEBERG] = outcome.iceberg = branch_iceberg_metadata(
                 store, target, read_exported_log(store, target), state.get(ICEBERG),
                 {version: timestamps[source] for version, source in outcome.sources.items() if source in timestamps},
-                still_held)
+                still_held, state["first_version"])
         if still_held:
             still_held()
         store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")  # last: the commit point

@@ -83,12 +83,16 @@ def write_iceberg_metadata(store: ObjectStore, location: str, source_timestamps:
 
 def branch_iceberg_metadata(store: ObjectStore, location: str, log: ExportedLog, previous: dict | None,
                             source_timestamps: Mapping[int, int],
-                            still_held: Callable[[], None] | None = None) -> dict:
+                            still_held: Callable[[], None] | None = None, oldest_version: int = 0) -> dict:
     """The branch table at `location` (its complete log `log`) as an Iceberg table: a snapshot for
     each version after the head of the table `previous` (its record in the state) names, appended;
     the record as `write_iceberg_metadata` gives it. Without a table to continue (none yet, refused,
     failed) it is written anew from the log's newest checkpoint; so too, `rewritten` saying why,
-    when the log retention removed commits the table does not have."""
+    when the log retention removed commits the table does not have.
+
+    The snapshots of versions below `oldest_version` (the branch table's first version, after the
+    log retention) are expired as it appends, and the files only they named deleted after its new
+    metadata.json: the table's metadata grows with the versions the Delta log keeps, not all."""
     if previous and previous.get("state") == "written" and \
             max(map(int, previous["snapshot_ids"])) == log.segment.head_version:
         return previous  # nothing appended since (the same commit's table again)
@@ -103,8 +107,10 @@ def branch_iceberg_metadata(store: ObjectStore, location: str, log: ExportedLog,
                 rewritten = (f"the Iceberg table ends at version {head} and the log no longer holds the commits "
                              f"after it (log retention: {error}): written anew from the newest checkpoint")
             else:
-                return append_table(previous["metadata_location"].removeprefix(files.location), continued, files,
-                                    store.get_range, source_timestamps), None
+                table = append_table(previous["metadata_location"].removeprefix(files.location), continued, files,
+                                     store.get_range, source_timestamps, oldest_version=oldest_version)
+                store.delete([files.root + key for key in table.unreferenced])
+                return table, None
         discard_iceberg_metadata(store, location)  # a new table: none of an older one's files named twice
         return write_table(log, files, store.get_range, source_timestamps), rewritten
 

@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from exporter.iceberg.values import partition_value
 from exporter.parquet.splice import open_parquet
 
 DELTA_VERSION = "delta.version"  # in each snapshot's summary: the Delta version it is
+_METADATA_HEAD = re.compile(r"/metadata/v(\d+)\.metadata\.json$")  # `finish`'s file: the head's Delta version
 MANIFEST_ENTRIES = 50_000  # files per manifest written from a checkpoint (or a big commit)
 _FIRST_PARTITION_ID = 1000  # spec.md#partition-specs: partition field ids start above 999
 
@@ -57,6 +59,9 @@ class IcebergTable:
     metadata_key: str  # the metadata file written last, relative to the location
     metadata_location: str  # its absolute URI: what a reader is given
     snapshot_ids: dict[int, int]  # Delta version -> Iceberg snapshot id, every version the table has
+    # files of the table no snapshot it keeps names any more (`append_table`'s `oldest_version`), relative
+    # to the location: the caller deletes them once the metadata file is written
+    unreferenced: tuple[str, ...] = ()
 
 
 def write_table(log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
@@ -77,12 +82,16 @@ def write_table(log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
 
 def append_table(metadata_key: str, log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
                  source_timestamps: Mapping[int, int] | None = None,
-                 manifest_entries: int = MANIFEST_ENTRIES) -> IcebergTable:
+                 manifest_entries: int = MANIFEST_ENTRIES, oldest_version: int | None = None) -> IcebergTable:
     """The Iceberg table at `metadata_key` (written by `write_table` or `append_table`) with a
     snapshot for each version of `log` after the last one it has; only the manifests holding a
-    removed file are rewritten. The log must hold every commit after that version."""
+    removed file are rewritten. The log must hold every commit after that version.
+
+    `oldest_version`: the snapshots of Delta versions below it are expired (never the current one),
+    as Delta's log retention removed those versions from the Delta log; the files only they named
+    are in the table's `unreferenced`."""
     return _append(json.loads(files.get(metadata_key)), metadata_key, log, files, read_range, source_timestamps,
-                   manifest_entries)
+                   manifest_entries, oldest_version)
 
 
 def copy_table(metadata_key: str, source: IcebergFiles, copy: CopyKeys, log: SnapshotLog, files: IcebergFiles,
@@ -96,7 +105,8 @@ def copy_table(metadata_key: str, source: IcebergFiles, copy: CopyKeys, log: Sna
 
 
 def _append(previous: dict, metadata_key: str | None, log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
-            source_timestamps: Mapping[int, int] | None, manifest_entries: int) -> IcebergTable:
+            source_timestamps: Mapping[int, int] | None, manifest_entries: int,
+            oldest_version: int | None = None) -> IcebergTable:
     """`append_table` of the table `previous` (at `files.location`; its metadata file `metadata_key`
     there, None when it has none there)."""
     builder = _Builder(files, read_range, manifest_entries, source_timestamps or {})
@@ -110,7 +120,8 @@ def _append(previous: dict, metadata_key: str | None, log: SnapshotLog, files: I
     builder.use_metadata(LiveFiles(_LogUpTo(log, head)).metadata, None)
     for version, name in commits:
         builder.commit_snapshot(version, parse_actions(name, log.raw(name)))
-    return builder.finish()
+    unreferenced = builder.expire_before(oldest_version) if oldest_version is not None else []
+    return dataclasses.replace(builder.finish(), unreferenced=tuple(unreferenced))
 
 
 @dataclass
@@ -495,6 +506,35 @@ class _Builder:
         for record in read_manifest_list(self.files.get(head["manifest-list"][len(prefix):])):
             self.manifests.append(_Manifest(record["manifest_path"][len(prefix):], record, None))
         return int(head["summary"][DELTA_VERSION])
+
+    def expire_before(self, version: int) -> list[str]:
+        """Expire the snapshots of Delta versions below `version` but the current one, and the
+        metadata log's files whose head is below it; the keys of the files no kept snapshot names:
+        their manifest lists, the manifests (and path hashes) not carried into the oldest kept
+        snapshot, those metadata files. (A manifest is only carried from snapshot to snapshot or
+        dropped for good, so one a kept snapshot names is in the oldest kept one's list.) Position
+        delete files stay: one may apply again to a file a later version re-adds."""
+        expired = [s for s in self.snapshots[:-1] if int(s["summary"][DELTA_VERSION]) < version]
+        if not expired:
+            return []
+        gone = {s["snapshot-id"] for s in expired}
+        self.snapshots = [s for s in self.snapshots if s["snapshot-id"] not in gone]
+        self.snapshot_log = [e for e in self.snapshot_log if e["snapshot-id"] not in gone]
+        self.snapshot_ids = {v: i for v, i in self.snapshot_ids.items() if i not in gone}
+        prefix = self.location + "/"
+
+        def listed(snapshot: dict) -> set[str]:
+            return {r["manifest_path"] for r in read_manifest_list(self.files.get(snapshot["manifest-list"][len(prefix):]))}
+
+        kept = listed(self.snapshots[0])
+        manifests = sorted(set().union(*map(listed, expired)) - kept)
+        old_metadata = [e for e in self.metadata_log if e["metadata-file"].startswith(prefix) and
+                        (head := _METADATA_HEAD.search(e["metadata-file"])) and int(head.group(1)) < version]
+        self.metadata_log = [e for e in self.metadata_log if e not in old_metadata]
+        keys = [key[len(prefix):] for key in [*(s["manifest-list"] for s in expired), *manifests,
+                                              *(e["metadata-file"] for e in old_metadata)] if key.startswith(prefix)]
+        return keys + [path_hashes_key(key) for key in keys if key.endswith(".avro") and not
+                       key.startswith("metadata/snap-")]  # a manifest's path hashes (none of older tables: no-op)
 
     def finish(self) -> IcebergTable:
         """Write the metadata file, last: the table as of the head."""

@@ -220,6 +220,17 @@ def source_reads(spark, repository: str, commit_id: str, path: str, versions: li
     return answers
 
 
+def is_iceberg_write(key: str) -> bool:
+    """A write of the export's Iceberg metadata: neither its Delta log nor its manifest."""
+    return "/_delta_log/" not in key and not key.endswith(MANIFEST)
+
+
+def iceberg_tables(s3, outcome) -> list[str]:
+    """The `metadata.json` files under an export: what an Iceberg reader can be pointed at."""
+    return [f"s3://{outcome.location.removeprefix('s3://').partition('/')[0]}/{key}"
+            for key in location_keys(s3, outcome.location) if key.endswith(".metadata.json")]
+
+
 @pytest.mark.parametrize("layout", ["checkpoint", "no checkpoint"])
 def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it(
         spark, lakefs, config, repository, s3, monkeypatch, layout):
@@ -252,11 +263,22 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
                 and layout == "no checkpoint")
     assert log_keys[-1].endswith(MANIFEST) and start < len(log_keys) - 1, log_keys
 
+    assert probe.iceberg["state"] == "written", probe.iceberg  # the shipped default: Iceberg metadata too
     for fail_at in range(1, len(written) + 1):
         FailingWrites(monkeypatch, fail_at)
         ref = f"fault-{fail_at}"
         failed = export_table(config, repository, ref, commit_id, table, lakefs=lakefs)
         assert not failed.ok and not failed.permanent and "injected" in failed.error
+        if is_iceberg_write(written[fail_at - 1]):  # after the Delta log, before the manifest
+            assert delta_rs_rows(failed) == expected["delta-rs latest"], fail_at
+            assert iceberg_tables(s3, failed) == [], f"write {fail_at} ({log_keys[fail_at - 1]}) failed, " \
+                                                     "yet an Iceberg reader finds a metadata.json"
+            monkeypatch.undo()
+            retried = export_table(config, repository, ref, commit_id, table, lakefs=lakefs)
+            assert retried.ok and retried.iceberg["state"] == "written", (retried.error, retried.iceberg)
+            assert iceberg_tables(s3, retried) == [retried.iceberg["metadata_location"]]
+            assert delta_rs_rows(retried) == expected["delta-rs latest"]
+            continue
         answers = reads(spark, failed, versions, s3)
         if fail_at - 1 <= start:  # the file that starts the log was not written: no reader sees a table
             unexpected = {name: answer for name, answer in answers.items() if not isinstance(answer, Exception)}

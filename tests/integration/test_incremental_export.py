@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.storage.layout import MANIFEST
 from tests.integration.deltatables import (add_descriptor, assert_export_reads_like_source, delta_rs_rows, export_one,
                                            read_version, rows, table_uri)
 
@@ -13,11 +12,14 @@ pytestmark = pytest.mark.integration
 
 
 def log_files(s3, location: str) -> dict[str, bytes]:
-    """Every file of an export but its manifest (which names its ref and timings), by name."""
+    """Every file of an export's Delta log, by name (its Iceberg metadata names its own location and
+    snapshot times: `test_iceberg_exports.py` reads it; the manifest names its ref and timings)."""
     bucket, _, prefix = location.removeprefix("s3://").partition("/")
-    listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix)
-    return {item["Key"][len(prefix):]: s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
-            for item in listed.get("Contents", []) if not item["Key"].endswith(MANIFEST)}
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "_delta_log/")
+    files = {item["Key"][len(prefix):]: s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+             for item in listed.get("Contents", [])}
+    assert files, f"no Delta log under {location}"
+    return files
 
 
 def test_an_incremental_export_is_byte_for_byte_a_cold_one(spark, lakefs, config, repository, s3):

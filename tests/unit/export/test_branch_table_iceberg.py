@@ -129,6 +129,40 @@ def test_with_the_log_expired_past_its_head_the_iceberg_table_is_written_anew_an
     assert not store.exists(TARGET + "metadata/v0.metadata.json")  # the old table's files went first
 
 
+def test_the_snapshots_of_versions_the_log_retention_removed_expire_with_the_files_only_they_named(lakefs, events):
+    """The log retention removes versions 0 and 1 after the checkpoint at 2 (the store's clock is
+    old); the next append expires their snapshots, and deletes their manifest lists, the manifests
+    no kept snapshot names and the metadata file whose head was 0, after its own metadata file."""
+    store = namespace(lakefs)
+    first = commit_and_append(lakefs, events.append(1).append(2))  # versions 0, 1
+    files_at = {1: delta_files(store)}
+    expiring = commit_and_append(lakefs, events.append(3).checkpoint().append(4))  # versions 2, 3
+    files_at[3] = delta_files(store)
+    assert expiring.checkpoint == 2 and expiring.expired == 2 and read_state(store, TARGET)["first_version"] == 2
+    assert sorted(map(int, expiring.iceberg["snapshot_ids"])) == [0, 1, 2, 3]  # expired at the next append
+    before = json.loads(store.get_uri(expiring.iceberg["metadata_location"]))
+    old_lists = [s["manifest-list"] for s in before["snapshots"] if s["summary"]["delta.version"] in ("0", "1")]
+
+    appended = commit_and_append(lakefs, events.append(5))  # version 4
+
+    record = appended.iceberg
+    assert record["state"] == "written" and "rewritten" not in record
+    assert sorted(map(int, record["snapshot_ids"])) == [2, 3, 4]
+    assert {v: record["snapshot_ids"][v] for v in "23"} == {v: expiring.iceberg["snapshot_ids"][v] for v in "23"}
+    metadata = json.loads(store.get_uri(record["metadata_location"]))
+    assert [s["summary"]["delta.version"] for s in metadata["snapshots"]] == ["2", "3", "4"]
+    assert {e["snapshot-id"] for e in metadata["snapshot-log"]} == {s["snapshot-id"] for s in metadata["snapshots"]}
+    assert [e["metadata-file"] for e in metadata["metadata-log"]] == [expiring.iceberg["metadata_location"]]
+    assert not store.exists(first.iceberg["metadata_location"].removeprefix(store.uri("")))  # its head, 1, expired
+    assert all(not store.exists(uri.removeprefix(store.uri(""))) for uri in old_lists)
+    assert snapshot_files(store, record["metadata_location"]) == delta_files(store)
+    assert snapshot_files(store, record["metadata_location"], record["snapshot_ids"]["3"]) == files_at[3]
+    named = {s["manifest-list"] for s in metadata["snapshots"]} | {
+        m["manifest_path"] for s in metadata["snapshots"] for m in read_manifest_list(store.get_uri(s["manifest-list"]))}
+    left = {store.uri(k) for k in store.list_keys(TARGET + "metadata/") if k.endswith(".avro")}
+    assert left == named  # every manifest and list a kept snapshot names is there, and no other
+
+
 def test_a_table_iceberg_cannot_represent_still_appends_as_delta_with_the_reason(lakefs, events):
     import pyarrow as pa
     import pyarrow.parquet as pq

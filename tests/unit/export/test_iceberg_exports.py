@@ -23,7 +23,7 @@ from tests.unit.source_tables import SourceTable
 
 pytestmark = pytest.mark.unit
 
-ON, OFF = Config(iceberg={"enabled": True}), Config()
+ON, OFF = Config(iceberg={"enabled": True}), Config(iceberg={"enabled": False})
 
 
 def namespace(lakefs: FakeLakeFS) -> MemoryStore:
@@ -45,7 +45,7 @@ def iceberg_files(store: MemoryStore, location: str) -> list[str]:
     return [key for key in store.list_keys(location) if key.startswith((location + "metadata/", location + "data/"))]
 
 
-def test_without_the_switch_an_export_is_delta_only_and_its_manifest_as_before(lakefs, events):
+def test_with_the_switch_off_an_export_is_delta_only_and_its_manifest_as_before(lakefs, events):
     commit = events.append(1, 2).commit()
 
     outcome = export(lakefs, "main", commit, events, config=OFF)
