@@ -3,6 +3,8 @@ and the checks that a caller may read a namespace or a table (the API's, `hooks.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 from urllib.parse import unquote
 
 from starlette.concurrency import run_in_threadpool
@@ -13,6 +15,20 @@ from exporter.export.iceberg_catalog import CatalogTable, IcebergCatalog, RefNam
 from hooks.deps import require_reader
 
 SEPARATOR = "\x1f"  # the spec's default namespace separator (`%1F` in a URL)
+Listed = TypeVar("Listed")
+
+
+def page(items: Sequence[Listed], name: Callable[[Listed], str], token: str | None,
+         size: int | None) -> tuple[list[Listed], dict[str, str]]:
+    """The spec's paging of a listing: the items after the `pageToken` (the name the page before
+    ended at), at most `pageSize` (all without one), by name; and `{"next-page-token": ...}` when
+    more follow. Checks run on a page's items only, so a page costs its size, not the listing's."""
+    ordered = sorted(items, key=name)
+    if token:
+        ordered = [item for item in ordered if name(item) > token]
+    if size is None or len(ordered) <= size:
+        return ordered, {}
+    return ordered[:size], {"next-page-token": name(ordered[size - 1])}
 
 
 def catalog(request: Request) -> IcebergCatalog:

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hooks.deps import may_read, require_caller
-from hooks.iceberg.deps import catalog, levels, readable_namespace, segment
+from hooks.iceberg.deps import catalog, levels, page, readable_namespace, segment
 
 router = APIRouter()
 # what this catalog serves, in the spec's words (clients check before they call)
@@ -29,18 +29,19 @@ async def config(request: Request, warehouse: str | None = None):
 
 @router.get("/namespaces")
 async def list_namespaces(request: Request, parent: str | None = Query(None), pageToken: str | None = None,
-                          pageSize: int | None = None):
+                          pageSize: int | None = Query(None, ge=1)):
     """Without `parent`: the repositories the caller may read. Under [repository]: its branches and
-    tags with exports. Under [repository, ref]: none. One page holds them all."""
+    tags with exports. Under [repository, ref]: none. Paged by name (`deps.page`)."""
     await require_caller(request)
     if not parent:
-        repositories = await run_in_threadpool(catalog(request).repositories)
+        repositories, more = page(await run_in_threadpool(catalog(request).repositories), str, pageToken, pageSize)
         readable = await asyncio.gather(*(may_read(request, repository) for repository in repositories))
-        return {"namespaces": [[repository] for repository, may in zip(repositories, readable) if may]}
+        return {"namespaces": [[repository] for repository, may in zip(repositories, readable) if may], **more}
     parts = levels(parent)
     if await readable_namespace(request, parts) is not None:
         return {"namespaces": []}
-    return {"namespaces": [[parts[0], ref] for ref in await run_in_threadpool(catalog(request).refs, parts[0])]}
+    refs, more = page(await run_in_threadpool(catalog(request).refs, parts[0]), str, pageToken, pageSize)
+    return {"namespaces": [[parts[0], ref] for ref in refs], **more}
 
 
 @router.get("/namespaces/{namespace}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import quote
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -14,7 +14,7 @@ from starlette.responses import Response
 from exporter.export.iceberg_catalog import CatalogTable
 from exporter.errors import NoSuchIcebergTable
 from hooks.deps import may_read, require_reader
-from hooks.iceberg.deps import catalog, levels, readable_export, readable_namespace, readable_table, segment
+from hooks.iceberg.deps import catalog, levels, page, readable_export, readable_namespace, readable_table, segment
 
 router = APIRouter()
 TABLE = "/namespaces/{namespace}/tables/{table}"
@@ -34,16 +34,19 @@ class SignRequest(BaseModel):
 
 
 @router.get("/namespaces/{namespace}/tables")
-async def list_tables(request: Request, namespace: str, pageToken: str | None = None, pageSize: int | None = None):
-    """The tables of the ref's current commit with an Iceberg table, which the caller may read."""
+async def list_tables(request: Request, namespace: str, pageToken: str | None = None,
+                      pageSize: int | None = Query(None, ge=1)):
+    """The tables of the ref's current commit with an Iceberg table, which the caller may read;
+    paged by name (`deps.page`)."""
     parts = levels(segment(namespace))
     found = await readable_namespace(request, parts)
     if found is None:
         return {"identifiers": []}
-    tables = await run_in_threadpool(catalog(request).tables, found)
+    tables, more = page(await run_in_threadpool(catalog(request).tables, found), lambda t: t.name, pageToken, pageSize)
     readable = await asyncio.gather(*(may_read(request, found.repository, [(found.ref, table.table_path)])
                                       for table in tables))
-    return {"identifiers": [{"namespace": parts, "name": table.name} for table, may in zip(tables, readable) if may]}
+    return {"identifiers": [{"namespace": parts, "name": table.name} for table, may in zip(tables, readable) if may],
+            **more}
 
 
 @router.get(TABLE)

@@ -178,3 +178,45 @@ def test_pyiceberg_and_duckdb_read_a_branch_table_after_appends_and_a_divergence
         appended["iceberg"]["snapshot_ids"]
     assert_iceberg_reads(record, {4: spark_rows(spark, repository, third, 4, path),
                                   5: spark_rows(spark, repository, reverted, 2, path)}, readers)
+
+
+def test_after_the_log_retention_a_branch_tables_iceberg_table_reads_every_version_the_delta_log_keeps(
+        spark, lakefs, config, repository, readers):
+    """The log retention, run at a clock 30 days after checkpoint 3 was written, removes versions
+    0-2 of the branch table; the next append expires their Iceberg snapshots and deletes the files
+    only they named: PyIceberg and DuckDB read each version still kept as Spark reads the source."""
+    from exporter.delta.live_files import LiveFiles
+    from exporter.export.branch_table import expire_log, read_state
+    from exporter.export.readback import read_exported_log
+    from exporter.storage.layout import branch_table_location
+    from exporter.storage.objectstore import ObjectStore
+
+    config = config.model_copy(update={"branch_tables": ("main",)})  # Iceberg metadata: the default
+    path = "tables/aging"
+    uri = table_uri(repository, "main", path)
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, region STRING) USING delta PARTITIONED BY (region) "
+              "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', 'delta.checkpointInterval' = '3')")  # 0
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1, 'eu'), (2, 'us'), (3, 'eu')")                       # 1
+    add_descriptor(lakefs, repository, "aging", path)
+    commits = {1: commit_and_append(config, lakefs, repository, "aging", "versions 0-1")}
+    for version, change in ((2, "INSERT INTO {} VALUES (4, 'us')"), (3, "DELETE FROM {} WHERE id = 1"),  # 3: a checkpoint
+                            (4, "INSERT INTO {} VALUES (5, 'ap')"), (5, "UPDATE {} SET id = 30 WHERE id = 3")):
+        spark.sql(change.format(f"delta.`{uri}`"))
+        commits[version] = commit_and_append(config, lakefs, repository, "aging", f"version {version}")
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    target = branch_table_location(config, "main", "aging")
+    written = {name.rsplit("/", 1)[-1]: at for name, _, at in store.list_objects(target + "_delta_log/")}
+    before = branch_table_versions(config, lakefs, repository, "main", "aging")["iceberg"]
+    assert sorted(map(int, before["snapshot_ids"])) == [0, 1, 2, 3, 4, 5]
+    clock = written[f"{3:020d}.checkpoint.parquet"] + 30 * 86400 + 0.25
+    assert expire_log(store, target, read_state(store, target), LiveFiles(read_exported_log(store, target)).metadata,
+                      3, now=clock) >= 3
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (6, 'eu')")                                              # 6
+    commits[6] = commit_and_append(config, lakefs, repository, "aging", "version 6")
+
+    record = branch_table_versions(config, lakefs, repository, "main", "aging")["iceberg"]
+    assert sorted(map(int, record["snapshot_ids"])) == [3, 4, 5, 6], record
+    assert {v: record["snapshot_ids"][v] for v in "345"} == {v: before["snapshot_ids"][v] for v in "345"}
+    assert_iceberg_reads(record, {v: spark_rows(spark, repository, commits[v], v, path) for v in (3, 4, 5, 6)}, readers)
+    metadata_files = [key for key in store.list_keys(target + "metadata/") if key.endswith(".metadata.json")]
+    assert not any(key.endswith(("/v1.metadata.json", "/v2.metadata.json")) for key in metadata_files), metadata_files

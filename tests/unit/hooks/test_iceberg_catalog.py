@@ -90,6 +90,22 @@ def test_namespaces_are_repository_and_ref_a_tag_with_slash_and_dot_included(cat
     assert catalog.request("HEAD", f"/namespaces/{ns('repo', 'v9')}").status_code == 404
 
 
+def test_listings_are_paged_by_name_with_the_specs_page_token(catalog):
+    def listed(path: str, **params) -> dict:
+        answer = catalog.request("GET", path, params=params)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    first = listed("/namespaces", parent="repo", pageSize=1)
+    assert first == {"namespaces": [["repo", "main"]], "next-page-token": "main"}
+    assert listed("/namespaces", parent="repo", pageSize=1, pageToken="main") == {"namespaces": [["repo", TAG]]}
+    assert listed("/namespaces", parent="repo", pageSize=5) == {"namespaces": [["repo", "main"], ["repo", TAG]]}
+    assert listed("/namespaces", pageSize=1) == {"namespaces": [["repo"]]}
+    assert listed(f"/namespaces/{ns('repo', TAG)}/tables", pageSize=1, pageToken="events") == {"identifiers": []}
+    for path in ("/namespaces", f"/namespaces/{ns('repo', TAG)}/tables"):
+        assert error(catalog.request("GET", path, params={"pageSize": 0})) == (400, "BadRequestException")
+
+
 def test_a_refs_tables_are_its_commits_exports_with_iceberg_metadata_and_load_with_signing_config(catalog):
     assert catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables").json() == \
         {"identifiers": [{"namespace": ["repo", TAG], "name": "events"}]}
