@@ -118,12 +118,13 @@ LUA_RATIO_TARGETS = {10_000: 16, 100_000: 159, 1_000_000: 150}
 DELTA_ONLY = {"LAKEFS_DELTA_ICEBERG_ENABLED": "false"}  # the export Lua's is compared with: a Delta log only
 
 
-def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0) -> list[dict]:
+def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0,
+                  built: dict[int, tuple[str, str]] | None = None) -> list[dict]:
     """Each export in its own process (its own peak RSS): cold (the Delta log alone, which is what
     Lua writes, then as shipped, with Iceberg metadata), warm (a no-op: the manifest exists), and
     incremental after a commit that adds 10 files; lakeFS's Lua exporter beside the cold one. A Lua
     hook that outlives its time-out is stopped by restarting lakeFS, so nothing after it shares the
-    machine with it."""
+    machine with it. `built` gets each table's repository and exported head commit, by size."""
     from devtools import stack
 
     state, config, lakefs = running_stack()
@@ -131,7 +132,9 @@ def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0
     rows = []
     for files in sizes:
         repository, commit_id = synthetic_table(lakefs, gateway, "bench", files)
-        table_rows = bench_table_exports(state, lakefs, gateway, repository, files, commit_id, lua, lua_timeout)
+        table_rows, head = bench_table_exports(state, lakefs, gateway, repository, files, commit_id, lua, lua_timeout)
+        if built is not None:
+            built[files] = repository, head
         rows += table_rows
         if any(row.get("timeout") for row in table_rows):
             print("the Lua hook is still running inside lakeFS: restarting lakeFS to stop it", flush=True)
@@ -141,10 +144,10 @@ def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0
 
 
 def bench_table_exports(state, lakefs, gateway, repository: str, files: int, commit_id: str, lua: bool = True,
-                        lua_timeout: float = 600.0, ref: str = "main", new_version: int = 52) -> list[dict]:
+                        lua_timeout: float = 600.0, ref: str = "main", new_version: int = 52) -> tuple[list[dict], str]:
     """The rows of `bench_exports` for one table `build_table` made (`t<files>` at `commit_id`),
-    exported under `ref` (and the Delta log alone under `<ref>-delta-only`); the 10-file commit
-    writes `new_version`."""
+    exported under `ref` (and the Delta log alone under `<ref>-delta-only`), and the 10-file commit
+    after it (exported; it writes `new_version`)."""
     from bench.lua_exporter import bench_lua_export
     from bench.synthetic import add_files
 
@@ -189,7 +192,7 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
                  "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]})
     print(rows[-1], flush=True)
     if not lua:
-        return rows
+        return rows, child
     print(f"running lakeFS's Lua Delta exporter on {repository} ...", flush=True)
     # on the branch head (the 10-file commit): the Lua hook's trigger commit must sit on what it exports
     lua_row = bench_lua_export(lakefs, state, repository, files, child, head_location, lua_timeout)
@@ -201,7 +204,7 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
             text, met = cold_rows[0].get("target", ("", True))
             cold_rows[0]["target"] = (f"{text + ', ' if text else ''}≥ {wanted}× Lua",
                                       met and cold_rows[0]["vs_lua"] >= wanted)
-    return rows + [lua_row]
+    return rows + [lua_row], child
 
 
 def bench_row_diff(rows: int) -> list[dict]:
@@ -496,12 +499,19 @@ def main() -> None:
     if args.stream_actions:
         rows += bench_streaming_checkpoint(args.stream_actions)
         rows += bench_streaming_checkpoint(args.stream_actions, path_order=False)
-    rows += bench_exports(args.sizes, not args.no_lua, args.lua_timeout) if args.sizes else []
+    built: dict[int, tuple[str, str]] = {}
+    rows += bench_exports(args.sizes, not args.no_lua, args.lua_timeout, built) if args.sizes else []
     rows += bench_diffs(args.diff_versions) if args.diff_versions else []
     rows += bench_branch_tables(args.branch_table_sizes) if args.branch_table_sizes else []
     rows += bench_row_diff(args.row_diff_rows) if args.row_diff_rows else []
     rows += bench_presign(args.presign_urls) if args.presign_urls else []
-    rows += bench_sharing(args.sharing_sizes, args.sharing_repository, args.sharing_queries) if args.sharing_sizes else []
+    for size in args.sharing_sizes:  # a table the exports above built is queried, not built again
+        if args.sharing_repository or size not in built:
+            rows += bench_sharing([size], args.sharing_repository, args.sharing_queries)
+            continue
+        repository, head = built[size]
+        assert measure("append", repository, "main", head, f"t{size}")["appended"]  # its branch table
+        rows += bench_sharing([size], repository, args.sharing_queries)
     if args.storm:
         from bench.webhooks import bench_commit_storm, bench_idle_latency
 

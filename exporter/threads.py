@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+IO_THREADS = 16  # requests in flight at once for one piece of work (a log's reads, an export's writes)
+
 
 @contextmanager
 def io_pool(threads: int) -> Iterator[ThreadPoolExecutor]:

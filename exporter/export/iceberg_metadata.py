@@ -27,10 +27,9 @@ from exporter.errors import CorruptLog, ExporterError, IcebergUnsupported
 from exporter.delta.log import select_segment
 from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.iceberg.table import IcebergTable, append_table, copy_table, write_table
-from exporter.lakefs.table_log import IO_THREADS
 from exporter.storage.layout import ICEBERG_FOLDERS, iceberg_location, is_iceberg_metadata_file
 from exporter.storage.objectstore import ObjectStore
-from exporter.threads import io_pool
+from exporter.threads import IO_THREADS, io_pool
 
 ICEBERG = "iceberg"  # the key of the Iceberg record in the manifest and the status record
 # What the Iceberg writer raises on values it did not foresee (a bug to fix, not an outage): the

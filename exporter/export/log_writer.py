@@ -19,10 +19,9 @@ import exporter
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogSegment, commit_name
 from exporter.export.iceberg_metadata import ICEBERG, write_iceberg_metadata
 from exporter.lakefs.descriptors import TableDescriptor
-from exporter.lakefs.table_log import IO_THREADS
 from exporter.storage.layout import MANIFEST, is_iceberg_metadata_file
 from exporter.storage.objectstore import ObjectStore
-from exporter.threads import io_pool
+from exporter.threads import IO_THREADS, io_pool
 
 
 @dataclass

@@ -25,7 +25,6 @@ from exporter.errors import NotFound
 from exporter.export.log_writer import discard_export
 from exporter.export.readback import read_exported_log
 from exporter.lakefs.client import LakeFS
-from exporter.lakefs.table_log import IO_THREADS
 from exporter.state.status import StatusStore
 from exporter.storage.layout import (
     LATEST,
@@ -37,7 +36,7 @@ from exporter.storage.layout import (
     segment_name,
 )
 from exporter.storage.objectstore import ObjectStore, split_uri
-from exporter.threads import io_pool
+from exporter.threads import IO_THREADS, io_pool
 
 HOUR = 3600
 

@@ -20,6 +20,7 @@ from exporter.errors import CorruptLog
 from exporter.iceberg.files import IcebergFiles
 from exporter.iceberg.manifests import DELETES, FORMAT_VERSION, PATH_HASHES, path_hashes_key, read_manifest_list, \
     relocate_manifest, relocate_manifest_list
+from exporter.threads import IO_THREADS, io_pool
 
 CopyKeys = Callable[[list[str]], None]  # copy these keys of the source table to the same keys at the new location
 
@@ -41,25 +42,25 @@ def relocate_table(metadata_key: str, source: IcebergFiles, files: IcebergFiles,
         return uri[len(old):]
 
     indexed = (metadata.get("properties") or {}).get(PATH_HASHES) == "true"
-    lists = {key_of(s["manifest-list"]): source.get(key_of(s["manifest-list"])) for s in metadata["snapshots"]}
-    copied: dict[str, None] = {}  # in order, each once
-    rewritten: dict[str, bytes] = {}  # delete manifests, rewritten
-    for raw in lists.values():
-        for record in read_manifest_list(raw):
-            key = key_of(record["manifest_path"])
-            if record["content"] == DELETES and key not in rewritten:
-                rewritten[key], moved = relocate_manifest(source.get(key), old, new)
-                copied.update(dict.fromkeys(key_of(path) for path in moved))
-            elif record["content"] != DELETES:
-                copied[key] = None
-            if indexed:
-                copied[path_hashes_key(key)] = None  # the data paths it holds: the same after the move
-    copy(list(copied))
-    for key, body in rewritten.items():
-        files.put(key, body)
-    lengths = {new + key: len(body) for key, body in rewritten.items()}
-    for key, raw in lists.items():
-        files.put(key, relocate_manifest_list(raw, old, new, lengths))
+    with io_pool(IO_THREADS) as pool:  # each step's requests at once: a table has a list per snapshot
+        list_keys = list(dict.fromkeys(key_of(s["manifest-list"]) for s in metadata["snapshots"]))
+        lists = dict(zip(list_keys, pool.map(source.get, list_keys)))
+        copied: dict[str, None] = {}  # in order, each once
+        delete_manifests: dict[str, None] = {}
+        for raw in lists.values():
+            for record in read_manifest_list(raw):
+                key = key_of(record["manifest_path"])
+                (delete_manifests if record["content"] == DELETES else copied)[key] = None
+                if indexed:
+                    copied[path_hashes_key(key)] = None  # the data paths it holds: the same after the move
+        rewritten: dict[str, bytes] = {}  # delete manifests, rewritten
+        for key, raw in zip(delete_manifests, pool.map(source.get, delete_manifests)):
+            rewritten[key], moved = relocate_manifest(raw, old, new)
+            copied.update(dict.fromkeys(key_of(path) for path in moved))
+        copy(list(copied))
+        lengths = {new + key: len(body) for key, body in rewritten.items()}
+        writes = [*rewritten.items(), *((key, relocate_manifest_list(raw, old, new, lengths)) for key, raw in lists.items())]
+        list(pool.map(lambda write: files.put(*write), writes))
     location = new.rstrip("/")
     snapshots = [{**s, "manifest-list": new + key_of(s["manifest-list"])} for s in metadata["snapshots"]]
     return {**metadata, "location": location, "table-uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, location)),

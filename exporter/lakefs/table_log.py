@@ -21,9 +21,8 @@ from exporter.lakefs.addresses import AddressIndex, AddressIndexBuilder
 from exporter.lakefs.client import PAGE_SIZE, LakeFS
 from exporter.parquet.splice import BytesSource, ParquetSource
 from exporter.storage.objectstore import ObjectSource, ObjectStore
-from exporter.threads import io_pool
+from exporter.threads import IO_THREADS, io_pool
 
-IO_THREADS = 16
 LIST_THREADS = 8  # folders of a table listed at once
 
 

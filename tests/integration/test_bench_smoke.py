@@ -26,8 +26,8 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "export 100-file table + 50 commits (cold, as shipped", "| ≤ 10 s: ",
                  "lakeFS Lua exporter, 100-file table + 50 commits", "history diff of the 10-file commit",
                  "cold diff, 20 versions", "branch table of a 100-file table: append a 10-file commit",
-                 "presign 100 GET URLs", "Delta Sharing query, 150-file branch table, parquet",
-                 "webhook answers while 3 Delta Sharing queries of the 150-file branch table stream",
+                 "presign 100 GET URLs", "Delta Sharing query, 160-file branch table, parquet",
+                 "webhook answers while 3 Delta Sharing queries of the 160-file branch table stream",
                  "Iceberg metadata of the cold export above (100-file table",
                  "webhook answer p50 (2 hook runs)", "table exports per minute (6 exports, 0 commits lost)",
                  "commit to complete export, distribution: p10 / p25 / p50 / p75 / p90 / max"):
