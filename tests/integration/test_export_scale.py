@@ -1,5 +1,6 @@
 """An export's memory follows its row groups, not its table: a 200,000-file table (imported into
-lakeFS in one job, see `bench.synthetic.import_objects`) exported in a process of its own."""
+lakeFS in one job, see `bench.synthetic.import_objects`) exported in a process of its own, its
+Delta log alone and as shipped (with its Iceberg metadata), each within a bound."""
 
 import io
 
@@ -20,8 +21,8 @@ PARTITIONS = 100
 # streaming) came to about 370 MiB; streamed, the export measured 300 MiB.
 PEAK_RSS_BOUND_MIB = 340
 # The Iceberg metadata written after it (`iceberg.enabled`, the default) keeps a few hundred bytes a
-# file: the whole export as shipped measured XXX MiB.
-SHIPPED_PEAK_RSS_BOUND_MIB = XXX
+# file (its manifests' entries, Arrow columns): the export as shipped measured 417 MiB (Delta alone: 287).
+SHIPPED_PEAK_RSS_BOUND_MIB = 480
 
 
 def test_a_200000_file_table_exports_within_a_memory_bound(lakefs, repository, s3):
