@@ -45,8 +45,11 @@ from exporter.iceberg.schema import NAME_MAPPING, TableSchema, field_ids_of, ice
 from exporter.iceberg.stats import file_metrics, stats_columns
 from exporter.iceberg.values import partition_value
 from exporter.parquet.splice import open_parquet
+from exporter.threads import IO_THREADS, io_pool
 
 DELTA_VERSION = "delta.version"  # in each snapshot's summary: the Delta version it is
+# the Delta metaData action at the table's head, kept so an append needs not replay the log to find it
+DELTA_METADATA = "lakefs-delta.delta-metadata"
 _METADATA_HEAD = re.compile(r"/metadata/v(\d+)\.metadata\.json$")  # `finish`'s file: the head's Delta version
 MANIFEST_ENTRIES = 50_000  # files per manifest written from a checkpoint (or a big commit)
 _FIRST_PARTITION_ID = 1000  # spec.md#partition-specs: partition field ids start above 999
@@ -117,7 +120,8 @@ def _append(previous: dict, metadata_key: str | None, log: SnapshotLog, files: I
     if head < first - 1:
         raise VersionOutOfRange(f"the Iceberg table ends at Delta version {head} but the log's commits start at "
                                 f"{first}: versions {head + 1}-{first - 1} are not in it; write the table anew")
-    builder.use_metadata(LiveFiles(_LogUpTo(log, head)).metadata, None)
+    kept = builder.properties.get(DELTA_METADATA)
+    builder.use_metadata(json.loads(kept) if kept else LiveFiles(_LogUpTo(log, head)).metadata, None)
     for version, name in commits:
         builder.commit_snapshot(version, parse_actions(name, log.raw(name)))
     unreferenced = builder.expire_before(oldest_version) if oldest_version is not None else []
@@ -262,6 +266,7 @@ class _Builder:
         self.columns = stats_columns(schema.columns, partition_columns)
         self.properties[NAME_MAPPING] = name_mapping_json(schema)
         self.properties[PATH_HASHES] = "true"
+        self.properties[DELTA_METADATA] = json.dumps(metadata, separators=(",", ":"))
 
     def _schema_id(self, schema: TableSchema) -> int:
         for document in self.schemas:
@@ -411,9 +416,11 @@ class _Builder:
         """Mark the entries of `paths` (data files, and the delete files applying to them) deleted,
         rewriting only the manifests that hold one."""
         wanted = _hashes(paths)
+        unread = [m for m in self.manifests if m.hashes is None] if self.path_hashes else []
+        with io_pool(IO_THREADS) as pool:  # the path hashes not read yet, at once
+            for manifest, raw in zip(unread, pool.map(lambda m: self.files.get(path_hashes_key(m.key)), unread)):
+                manifest.hashes = pa.array(np.frombuffer(raw, "<i8"))
         for index, manifest in enumerate(self.manifests):
-            if manifest.hashes is None and self.path_hashes:
-                manifest.hashes = pa.array(np.frombuffer(self.files.get(path_hashes_key(manifest.key)), "<i8"))
             if manifest.hashes is not None and not pc.any(pc.is_in(wanted, value_set=manifest.hashes)).as_py():
                 continue
             content = manifest.record["content"]

@@ -109,7 +109,7 @@ def splice_leaves_to(source: ParquetSource, name: str, leaves: list[str], rewrit
             if position is not None:  # the source's own path spelling in the schema
                 moved.get(_CC_META_DATA).set(_CMD_PATH_IN_SCHEMA, LIST, chunk.get(_CC_META_DATA).get(_CMD_PATH_IN_SCHEMA))
                 if origin.get(_CC_META_DATA).get(_CMD_NUM_VALUES) != chunk.get(_CC_META_DATA).get(_CMD_NUM_VALUES):
-                    raise ExporterError(f"_delta_log/{name}: rewritten column {'.'.join(path)} has a different "
+                    raise ExporterError(f"{_shown(name)}: rewritten column {'.'.join(path)} has a different "
                                         "number of values than the source; refusing")
             sink.write(body)
             written += len(body)
@@ -134,6 +134,11 @@ def _row_group(group: ThriftStruct, chunks: list[ThriftStruct]) -> ThriftStruct:
     return rewritten
 
 
+def _shown(name: str) -> str:
+    """A file in an error: a log file by its name under `_delta_log/`, a data file by its URI."""
+    return name if "://" in name else f"_delta_log/{name}"
+
+
 class _SourceFile(io.RawIOBase):
     """A seekable file over a `ParquetSource` for pyarrow: reads inside the footer or the current
     row group's window come from memory, anything else is one ranged read."""
@@ -148,16 +153,16 @@ class _SourceFile(io.RawIOBase):
         """The FileMetaData and where it starts; the file's tail stays in memory."""
         size, name = self.source.size, self.name
         if size < 12 or self.source.read_range(0, 4) != MAGIC:
-            raise CorruptLog(f"_delta_log/{name}: not a parquet file (no PAR1 header)")
+            raise CorruptLog(f"{_shown(name)}: not a parquet file (no PAR1 header)")
         tail_start = max(0, size - self._TAIL)
         tail = self.source.read_range(tail_start, size)
         if tail[-4:] == _ENCRYPTED_MAGIC:
-            raise ExporterError(f"_delta_log/{name}: the parquet footer is encrypted; the exporter cannot rewrite it")
+            raise ExporterError(f"{_shown(name)}: the parquet footer is encrypted; the exporter cannot rewrite it")
         if tail[-4:] != MAGIC:
-            raise CorruptLog(f"_delta_log/{name}: not a parquet file (no PAR1 trailer): truncated?")
+            raise CorruptLog(f"{_shown(name)}: not a parquet file (no PAR1 trailer): truncated?")
         length = int.from_bytes(tail[-8:-4], "little")
         if length <= 0 or length > size - 12:
-            raise CorruptLog(f"_delta_log/{name}: parquet footer length {length} does not fit the file")
+            raise CorruptLog(f"{_shown(name)}: parquet footer length {length} does not fit the file")
         footer_start = size - 8 - length
         if footer_start < tail_start:
             tail = self.source.read_range(footer_start, size)
@@ -210,7 +215,7 @@ def _open(source, name: str) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(source)
     except Exception as exc:  # pyarrow raises several types for a broken file
-        raise CorruptLog(f"_delta_log/{name}: not a readable parquet file: {exc}") from None
+        raise CorruptLog(f"{_shown(name)}: not a readable parquet file: {exc}") from None
 
 
 def read_columns(source: ParquetSource, name: str, columns: list[str] | None = None) -> pa.Table:
@@ -224,14 +229,14 @@ def read_present_columns(parquet_file: pq.ParquetFile, name: str, columns: list[
     try:
         return parquet_file.read(columns=present)
     except Exception as exc:
-        raise CorruptLog(f"_delta_log/{name}: not a readable parquet checkpoint: {exc}") from None
+        raise CorruptLog(f"{_shown(name)}: not a readable parquet checkpoint: {exc}") from None
 
 
 def read_row_group(parquet_file: pq.ParquetFile, index: int, columns: list[str], name: str) -> pa.Table:
     try:
         return parquet_file.read_row_group(index, columns=columns)
     except Exception as exc:
-        raise CorruptLog(f"_delta_log/{name}: row group {index} is not readable: {exc}") from None
+        raise CorruptLog(f"{_shown(name)}: row group {index} is not readable: {exc}") from None
 
 
 def _leaf_indexes(parquet_file: pq.ParquetFile) -> dict[str, int]:
@@ -253,13 +258,13 @@ def _encode_leaves(source: pq.ParquetFile, row_group: int, leaves: list[str], ta
     encoded = sink.getvalue()
     check = pq.ParquetFile(io.BytesIO(encoded))
     if check.metadata.num_row_groups != 1:
-        raise ExporterError(f"_delta_log/{name}: rewriting its path columns changed the row groups "
+        raise ExporterError(f"{_shown(name)}: rewriting its path columns changed the row groups "
                             f"(1 -> {check.metadata.num_row_groups}); refusing")
     for position, leaf in enumerate(leaves):
         before, after = source.schema.column(indexes[leaf]), check.schema.column(position)
         if (before.physical_type, before.max_definition_level, before.max_repetition_level) != \
                 (after.physical_type, after.max_definition_level, after.max_repetition_level):
-            raise ExporterError(f"_delta_log/{name}: column {leaf} cannot be rewritten with its physical layout "
+            raise ExporterError(f"{_shown(name)}: column {leaf} cannot be rewritten with its physical layout "
                                 f"({before.physical_type}/{before.max_definition_level}/{before.max_repetition_level} "
                                 f"became {after.physical_type}/{after.max_definition_level}/{after.max_repetition_level})")
     return encoded
@@ -273,15 +278,15 @@ def _codec_number(compression: str) -> int:
 def _chunk_range(chunk: ThriftStruct, limit: int, name: str) -> tuple[int, int]:
     """(start, end) of a column chunk's pages in its file."""
     if chunk.get(_CC_FILE_PATH) is not None:
-        raise ExporterError(f"_delta_log/{name}: a column chunk lives in another file; the exporter cannot copy it")
+        raise ExporterError(f"{_shown(name)}: a column chunk lives in another file; the exporter cannot copy it")
     if any(chunk.get(f) is not None for f in _CC_ENCRYPTED_FIELDS):
-        raise ExporterError(f"_delta_log/{name}: encrypted columns; the exporter cannot rewrite them")
+        raise ExporterError(f"{_shown(name)}: encrypted columns; the exporter cannot rewrite them")
     meta: ThriftStruct = chunk.get(_CC_META_DATA)
     offsets = [o for o in (meta.get(_CMD_DICTIONARY_PAGE_OFFSET), meta.get(_CMD_DATA_PAGE_OFFSET)) if o and o >= 4]
     start = min(offsets, default=0)
     end = start + (meta.get(_CMD_TOTAL_COMPRESSED) or 0)
     if not offsets or end > limit:
-        raise CorruptLog(f"_delta_log/{name}: column chunk {_dotted(meta)} lies outside the file")
+        raise CorruptLog(f"{_shown(name)}: column chunk {_dotted(meta)} lies outside the file")
     return start, end
 
 

@@ -108,6 +108,22 @@ def test_incremental_and_copied_exports_write_their_own_iceberg_table_naming_no_
     assert incremental.iceberg["snapshot_ids"] == copied.iceberg["snapshot_ids"]
 
 
+def test_an_incremental_exports_iceberg_table_reads_only_the_new_commits_of_the_log(lakefs, events):
+    """The Delta metaData at the parent table's head is in its properties: the versions it has are
+    not read again (a storm's tables have no checkpoint: each export would read its whole log)."""
+    first = events.append(1).append(2).append(3).commit()  # versions 0-2
+    export(lakefs, "main", first, events)
+    second = events.append(4).commit()  # version 3
+    store = namespace(lakefs)
+    before = len(store.reads)
+
+    incremental = export(lakefs, "main", second, events)
+
+    log = store.uri(export_location(ON, "main", second, "events") + "_delta_log/")
+    assert incremental.incremental and sorted(map(int, incremental.iceberg["snapshot_ids"])) == [0, 1, 2, 3]
+    assert [uri.removeprefix(log) for uri in store.reads[before:] if uri.startswith(log)] == [f"{3:020d}.json"]
+
+
 def test_a_table_iceberg_cannot_represent_is_exported_as_delta_with_the_reason(lakefs, events):
     """A NullType column (`void`) has no Iceberg type: the export completes, its record says why,
     and nothing Iceberg is left behind."""
