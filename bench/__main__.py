@@ -115,16 +115,17 @@ def synthetic_table(lakefs, gateway, name_prefix: str, files: int) -> tuple[str,
 
 # Issue 25's targets for the cold export beside lakeFS's Lua exporter: Lua's time over this project's
 LUA_RATIO_TARGETS = {10_000: 16, 100_000: 159, 1_000_000: 150}
-DELTA_ONLY = {"LAKEFS_DELTA_ICEBERG_ENABLED": "false"}  # the export Lua's is compared with: a Delta log only
+# Each export's setting, whatever the default: the Delta log alone (what Lua writes), or with Iceberg metadata
+DELTA_ONLY, WITH_ICEBERG = ({"LAKEFS_DELTA_ICEBERG_ENABLED": on} for on in ("false", "true"))
 
 
 def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0,
                   built: dict[int, tuple[str, str]] | None = None) -> list[dict]:
-    """Each export in its own process (its own peak RSS): cold (the Delta log alone, which is what
-    Lua writes, then as shipped, with Iceberg metadata), warm (a no-op: the manifest exists), and
-    incremental after a commit that adds 10 files; lakeFS's Lua exporter beside the cold one. A Lua
-    hook that outlives its time-out is stopped by restarting lakeFS, so nothing after it shares the
-    machine with it. `built` gets each table's repository and exported head commit, by size."""
+    """Each export in its own process (its own peak RSS): cold (the Delta log alone, as shipped and
+    what Lua writes; then with `iceberg.enabled`), warm (a no-op: the manifest exists), and
+    incremental after a commit that adds 10 files (both ways); lakeFS's Lua exporter beside the cold
+    one. A Lua hook that outlives its time-out is stopped by restarting lakeFS, so nothing after it
+    shares the machine with it. `built` gets each table's repository and exported head commit, by size."""
     from devtools import stack
 
     state, config, lakefs = running_stack()
@@ -146,18 +147,19 @@ def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0
 def bench_table_exports(state, lakefs, gateway, repository: str, files: int, commit_id: str, lua: bool = True,
                         lua_timeout: float = 600.0, ref: str = "main", new_version: int = 52) -> tuple[list[dict], str]:
     """The rows of `bench_exports` for one table `build_table` made (`t<files>` at `commit_id`),
-    exported under `ref` (and the Delta log alone under `<ref>-delta-only`), and the 10-file commit
-    after it (exported; it writes `new_version`)."""
+    exported under `ref` (and with Iceberg metadata under `<ref>-iceberg`), and the 10-file commit
+    after it (exported both ways; it writes `new_version`)."""
     from bench.lua_exporter import bench_lua_export
     from bench.synthetic import add_files
 
-    delta_only = f"{ref}-delta-only"
+    with_iceberg = f"{ref}-iceberg"
+    ways = ((ref, DELTA_ONLY, "the Delta log alone, as shipped: what Lua writes"),
+            (with_iceberg, WITH_ICEBERG, "with iceberg.enabled: Delta log and Iceberg metadata"))
     cold_rows = []
-    for label, at, env in (("cold, the Delta log alone: what Lua writes", delta_only, DELTA_ONLY),
-                           ("cold, as shipped: Delta log and Iceberg metadata", ref, None)):
+    for at, env, label in ways:
         measured = measure("export", repository, at, commit_id, f"t{files}", env=env)
         assert measured["ok"], measured["error"]
-        cold_rows.append({"benchmark": f"export {files:,}-file table + 50 commits ({label})",
+        cold_rows.append({"benchmark": f"export {files:,}-file table + 50 commits (cold, {label})",
                           "seconds": measured["seconds"], "files_per_s": (files + 50) / measured["seconds"],
                           "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]})
         print(cold_rows[-1], flush=True)
@@ -170,22 +172,28 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
                 "files_per_s": (files + 50) / measured["seconds"], "lakefs_calls": measured["lakefs_calls"],
                 "peak_rss_mib": measured["peak_rss_mib"]}
     print(warm_row, flush=True)
-    measured = measure("iceberg", repository, delta_only, commit_id, f"t{files}")
+    child = add_files(lakefs, gateway, repository, files, 10, version=new_version)
+    incremental_rows = []
+    for at, env, label in ways:
+        measured = measure("export", repository, at, child, f"t{files}", env=env)
+        assert measured["ok"] and measured["incremental"], measured
+        incremental_rows.append({
+            "benchmark": f"export {files:,}-file table after a 10-file commit (incremental, {label.split(':')[0]})",
+            "seconds": measured["seconds"], "files_per_s": 10 / measured["seconds"],
+            "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"],
+            "location": measured["location"]})
+        print(incremental_rows[-1], flush=True)
+    head_location = incremental_rows[0].pop("location")  # what the Lua hook exports too: its trigger commit adds only the action
+    incremental_rows[1].pop("location")
+    # the Iceberg step alone, in its own process, over the Delta-only export: its CPU and peak memory
+    measured = measure("iceberg", repository, ref, commit_id, f"t{files}")
     assert measured["state"] == "written", measured
     iceberg_row = {"benchmark": f"Iceberg metadata of the cold export above ({files:,}-file table, "
                                 f"{measured['snapshots']} snapshots), alone: {measured['cpu_seconds']:.2f} s of CPU",
                    "seconds": measured["seconds"], "files_per_s": (files + 50) / measured["seconds"],
                    "lakefs_calls": 1, "peak_rss_mib": measured["peak_rss_mib"]}
     print(iceberg_row, flush=True)
-    child = add_files(lakefs, gateway, repository, files, 10, version=new_version)
-    measured = measure("export", repository, ref, child, f"t{files}")
-    assert measured["ok"] and measured["incremental"], measured
-    head_location = measured["location"]  # the table the Lua hook exports too: its trigger commit adds only the action
-    rows = cold_rows + [warm_row, iceberg_row, {
-        "benchmark": f"export {files:,}-file table after a 10-file commit (incremental, as shipped)",
-        "seconds": measured["seconds"], "files_per_s": 10 / measured["seconds"],
-        "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]}]
-    print(rows[-1], flush=True)
+    rows = cold_rows + [warm_row, iceberg_row, *incremental_rows]
     measured = measure("diff", repository, commit_id, child, f"tables/t{files}")
     rows.append({"benchmark": f"history diff of the 10-file commit against its parent, {files:,}-file table (cold)",
                  "seconds": measured["seconds"], "files_per_s": measured["files"] / measured["seconds"],
@@ -480,6 +488,8 @@ def main() -> None:
     parser.add_argument("--branch-table-sizes", type=int, nargs="*", default=[10_000],
                         help="tables whose branch table is created and appended to")
     parser.add_argument("--storm", type=int, default=200, help="commits arriving at once (0: skip)")
+    parser.add_argument("--storm-iceberg", action="store_true",
+                        help="the storm again with iceberg.enabled (each export writes its Iceberg metadata too)")
     parser.add_argument("--presign-urls", type=int, default=100_000,
                         help="URLs presigned by exporter.storage.presign and by boto3 (0: skip)")
     parser.add_argument("--sharing-sizes", type=int, nargs="*", default=[1_000_000],
@@ -517,6 +527,7 @@ def main() -> None:
 
         rows += bench_idle_latency()
         rows += bench_commit_storm(args.storm)
+        rows += bench_commit_storm(args.storm, iceberg=True) if args.storm_iceberg else []
     table = markdown(rows)
     print(table)
     RESULTS.mkdir(exist_ok=True)

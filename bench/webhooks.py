@@ -82,8 +82,10 @@ def commit_on_branch(lakefs, repository: str, branch: str, commits: int, version
     return made
 
 
-def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2, concurrency: int | None = None) -> list[dict]:
-    """`concurrency`: processes per worker, by default what a worker runs as shipped (`workers.concurrency`)."""
+def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2, concurrency: int | None = None,
+                       iceberg: bool = False) -> list[dict]:
+    """`concurrency`: processes per worker, by default what a worker runs as shipped (`workers.concurrency`);
+    `iceberg`: the service and workers run with `iceberg.enabled` (each export writes its Iceberg metadata)."""
     from exporter.config.sections import WorkersConfig
     from exporter.lakefs.installer import install_actions
 
@@ -91,7 +93,8 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
 
     branches = max(1, min(branches, commits))  # a small storm (the CI smoke) still commits
     state, _, lakefs = running_stack()
-    env = {**os.environ, **state.environment()}
+    env = {**os.environ, **state.environment(), **({"LAKEFS_DELTA_ICEBERG_ENABLED": "true"} if iceberg else {})}
+    setting = ", iceberg.enabled" if iceberg else ""
     repository = new_repository(lakefs, "bench-storm")
     seed_tables(lakefs, repository)
     install_actions(lakefs, repository, "main", f"http://127.0.0.1:{PORT}/webhooks/lakefs", ["storm-*"], {})
@@ -119,16 +122,16 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
         {"benchmark": f"webhook answer p50 ({len(answers)} hook runs)", "seconds": percentile(answers, 0.5)},
         {"benchmark": "webhook answer p99", "seconds": percentile(answers, 0.99)},
         {"benchmark": f"commit to complete export p50 ({TABLES} tables/commit, {workers} workers x {concurrency} "
-                      f"processes)", "seconds": percentile(latencies, 0.5),
+                      f"processes{setting})", "seconds": percentile(latencies, 0.5),
          "target": ("≤ 10 s", percentile(latencies, 0.5) <= 10)},
-        {"benchmark": f"commit to complete export p99 ({workers} workers x {concurrency} processes)",
+        {"benchmark": f"commit to complete export p99 ({workers} workers x {concurrency} processes{setting})",
          "seconds": percentile(latencies, 0.99), "storm_latencies": latencies,
          "target": ("≤ 20 s", percentile(latencies, 0.99) <= 20)},
         {"benchmark": "commit to complete export, distribution: p10 / p25 / p50 / p75 / p90 / max "
                       + " / ".join(f"{percentile(latencies, q):.1f}" for q in (0.1, 0.25, 0.5, 0.75, 0.9))
-                      + f" / {max(latencies, default=0):.1f} s", "seconds": percentile(latencies, 0.75)},
+                      + f" / {max(latencies, default=0):.1f} s{setting}", "seconds": percentile(latencies, 0.75)},
         {"benchmark": f"{len(made)} commits made in (client side)", "seconds": committed - started},
-        {"benchmark": f"table exports per minute ({len(done_at) * TABLES} exports, {lost} commits lost)",
+        {"benchmark": f"table exports per minute ({len(done_at) * TABLES} exports, {lost} commits lost{setting})",
          "seconds": finished - started, "files_per_s": per_minute,
          "target": ("≥ 1,500 a minute, none lost", not lost and per_minute >= 1500)},
     ]
@@ -143,7 +146,8 @@ def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
     from exporter.lakefs.installer import install_actions
 
     state, _, lakefs = running_stack()
-    env = {**os.environ, **state.environment()}
+    env = {**os.environ, **state.environment(), **({"LAKEFS_DELTA_ICEBERG_ENABLED": "true"} if iceberg else {})}
+    setting = ", iceberg.enabled" if iceberg else ""
     repository = new_repository(lakefs, "bench-idle")
     gateway = gateway_client(state)
     build_table(lakefs, gateway, repository, files)

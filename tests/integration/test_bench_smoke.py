@@ -23,7 +23,7 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     table = out.read_text()
     for part in ("checkpoint file rewrite, 1,000 adds", "export 100-file table + 50 commits (cold, the Delta log alone",
-                 "export 100-file table + 50 commits (cold, as shipped", "| ≤ 10 s: ",
+                 "export 100-file table + 50 commits (cold, with iceberg.enabled", "| ≤ 10 s: ",
                  "lakeFS Lua exporter, 100-file table + 50 commits", "history diff of the 10-file commit",
                  "cold diff, 20 versions", "branch table of a 100-file table: append a 10-file commit",
                  "presign 100 GET URLs", "Delta Sharing query, 160-file branch table, parquet",

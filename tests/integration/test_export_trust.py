@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from exporter.config import IcebergConfig
 from exporter.errors import ExporterError, ServiceUnavailable
 from exporter.export.commit import export_table, find_table
 from exporter.storage.objectstore import ObjectStore
@@ -247,6 +248,7 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
     commit_id = lakefs.commit_branch(repository, "main", f"faults ({layout})")
     table = find_table(lakefs, repository, commit_id, "faults")
 
+    config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})  # its writes fail in turn too
     counting = FailingWrites(monkeypatch)
     probe = export_table(config, repository, "probe", commit_id, table, lakefs=lakefs)
     assert probe.ok, probe.error
@@ -263,7 +265,7 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
                 and layout == "no checkpoint")
     assert log_keys[-1].endswith(MANIFEST) and start < len(log_keys) - 1, log_keys
 
-    assert probe.iceberg["state"] == "written", probe.iceberg  # the shipped default: Iceberg metadata too
+    assert probe.iceberg["state"] == "written", probe.iceberg
     for fail_at in range(1, len(written) + 1):
         FailingWrites(monkeypatch, fail_at)
         ref = f"fault-{fail_at}"

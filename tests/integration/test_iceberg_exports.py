@@ -191,7 +191,7 @@ def test_after_the_log_retention_a_branch_tables_iceberg_table_reads_every_versi
     from exporter.storage.layout import branch_table_location
     from exporter.storage.objectstore import ObjectStore
 
-    config = config.model_copy(update={"branch_tables": ("main",)})  # Iceberg metadata: the default
+    config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True), "branch_tables": ("main",)})
     path = "tables/aging"
     uri = table_uri(repository, "main", path)
     spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, region STRING) USING delta PARTITIONED BY (region) "
