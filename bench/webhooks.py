@@ -146,8 +146,7 @@ def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
     from exporter.lakefs.installer import install_actions
 
     state, _, lakefs = running_stack()
-    env = {**os.environ, **state.environment(), **({"LAKEFS_DELTA_ICEBERG_ENABLED": "true"} if iceberg else {})}
-    setting = ", iceberg.enabled" if iceberg else ""
+    env = {**os.environ, **state.environment()}
     repository = new_repository(lakefs, "bench-idle")
     gateway = gateway_client(state)
     build_table(lakefs, gateway, repository, files)

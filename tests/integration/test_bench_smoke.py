@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 SMOKE = ["--actions", "1000", "--stream-actions", "1000", "--sizes", "100", "--diff-versions", "20",
          "--row-diff-rows", "0", "--branch-table-sizes", "100", "--storm", "2", "--presign-urls", "100",
-         "--sharing-sizes", "100", "--sharing-queries", "3", "--lua-timeout", "120"]
+         "--sharing-sizes", "100", "--sharing-queries", "3", "--lua-timeout", "120", "--storm-iceberg"]
 
 
 def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
@@ -30,6 +30,7 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "webhook answers while 3 Delta Sharing queries of the 160-file branch table stream",
                  "Iceberg metadata of the cold export above (100-file table",
                  "webhook answer p50 (2 hook runs)", "table exports per minute (6 exports, 0 commits lost)",
+                 "table exports per minute (6 exports, 0 commits lost, iceberg.enabled)",
                  "commit to complete export, distribution: p10 / p25 / p50 / p75 / p90 / max"):
         assert part in table, part
     assert "same add paths: True" in table  # the Lua export read back beside this project's
