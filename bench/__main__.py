@@ -120,17 +120,16 @@ DELTA_ONLY, WITH_ICEBERG = ({"LAKEFS_DELTA_ICEBERG_ENABLED": on} for on in ("fal
 
 
 def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0,
-                  built: dict[int, tuple[str, str]] | None = None) -> list[dict]:
+                  built: dict[int, tuple[str, str]] | None = None, rows: list[dict] | None = None) -> list[dict]:
     """Each export in its own process (its own peak RSS): cold (the Delta log alone, as shipped and
     what Lua writes; then with `iceberg.enabled`), warm (a no-op: the manifest exists), and
     incremental after a commit that adds 10 files (both ways); lakeFS's Lua exporter beside the cold
     one. A Lua hook that outlives its time-out is stopped by restarting lakeFS, so nothing after it
-    shares the machine with it. `built` gets each table's repository and exported head commit, by size."""
-    from devtools import stack
-
+    shares the machine with it. `built` gets each table's repository and exported head commit, by size;
+    `rows` (returned) each table's rows as they are measured."""
     state, config, lakefs = running_stack()
     gateway = gateway_client(state)
-    rows = []
+    rows = [] if rows is None else rows
     for files in sizes:
         repository, commit_id = synthetic_table(lakefs, gateway, "bench", files)
         table_rows, head = bench_table_exports(state, lakefs, gateway, repository, files, commit_id, lua, lua_timeout)
@@ -139,9 +138,25 @@ def bench_exports(sizes: list[int], lua: bool = True, lua_timeout: float = 600.0
         rows += table_rows
         if any(row.get("timeout") for row in table_rows):
             print("the Lua hook is still running inside lakeFS: restarting lakeFS to stop it", flush=True)
-            stack.stop_service("lakefs")
-            stack.up()
+            restart_lakefs()
     return rows
+
+
+def restart_lakefs(wait: float = 180.0) -> None:
+    """Stop lakeFS (and a Lua hook running in it) and start it again, once its port is free: a
+    process of many GB holds its socket for a while after it is killed."""
+    from devtools import stack
+
+    stack.stop_service("lakefs")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            stack.up()
+            return
+        except stack.StackError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 def bench_table_exports(state, lakefs, gateway, repository: str, files: int, commit_id: str, lua: bool = True,
@@ -204,6 +219,7 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
     print(f"running lakeFS's Lua Delta exporter on {repository} ...", flush=True)
     # on the branch head (the 10-file commit): the Lua hook's trigger commit must sit on what it exports
     lua_row = bench_lua_export(lakefs, state, repository, files, child, head_location, lua_timeout)
+    print({key: value for key, value in lua_row.items() if key != "lua"}, flush=True)
     if not lua_row.get("failed"):
         for row in cold_rows:  # a time-out makes Lua's time, and so the ratio, a lower bound
             row["vs_lua"], row["vs_lua_bound"] = lua_row["seconds"] / row["seconds"], bool(lua_row.get("timeout"))
@@ -505,12 +521,30 @@ def main() -> None:
     args = parser.parse_args()
     if args.sharing_repository and len(args.sharing_sizes) != 1:
         parser.error("--sharing-repository reuses one table: give one --sharing-sizes")
-    rows = bench_checkpoint_rewrite(args.actions) if args.actions else []
+    rows: list[dict] = []
+    out = Path(args.out) if args.out else RESULTS / f"{date.today().isoformat()}.md"
+    try:
+        measure_all(args, rows)
+    finally:  # what was measured is kept, whatever stopped the run
+        table = markdown(rows)
+        print(table)
+        RESULTS.mkdir(exist_ok=True)
+        out.write_text(f"# Benchmarks {date.today().isoformat()}\n\nMachine: {os.cpu_count()} cores.\n\n{table}\n")
+        print(f"written to {out}")
+    plotted = [plot_exports(rows, out.with_name(out.stem + "-export-time.png")),
+               plot_storm(rows, out.with_name(out.stem + "-storm.png"))]
+    for path in filter(None, plotted):
+        print(f"plot: {path}")
+
+
+def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
+    """Every part `main`'s arguments ask for, in order, each part's rows added to `rows` as it ends."""
+    rows += bench_checkpoint_rewrite(args.actions) if args.actions else []
     if args.stream_actions:
         rows += bench_streaming_checkpoint(args.stream_actions)
         rows += bench_streaming_checkpoint(args.stream_actions, path_order=False)
     built: dict[int, tuple[str, str]] = {}
-    rows += bench_exports(args.sizes, not args.no_lua, args.lua_timeout, built) if args.sizes else []
+    bench_exports(args.sizes, not args.no_lua, args.lua_timeout, built, rows) if args.sizes else None
     rows += bench_diffs(args.diff_versions) if args.diff_versions else []
     rows += bench_branch_tables(args.branch_table_sizes) if args.branch_table_sizes else []
     rows += bench_row_diff(args.row_diff_rows) if args.row_diff_rows else []
@@ -528,16 +562,6 @@ def main() -> None:
         rows += bench_idle_latency()
         rows += bench_commit_storm(args.storm)
         rows += bench_commit_storm(args.storm, iceberg=True) if args.storm_iceberg else []
-    table = markdown(rows)
-    print(table)
-    RESULTS.mkdir(exist_ok=True)
-    out = Path(args.out) if args.out else RESULTS / f"{date.today().isoformat()}.md"
-    out.write_text(f"# Benchmarks {date.today().isoformat()}\n\nMachine: {os.cpu_count()} cores.\n\n{table}\n")
-    print(f"written to {out}")
-    plotted = [plot_exports(rows, out.with_name(out.stem + "-export-time.png")),
-               plot_storm(rows, out.with_name(out.stem + "-storm.png"))]
-    for path in filter(None, plotted):
-        print(f"plot: {path}")
 
 
 def plot_storm(rows: list[dict], path: Path) -> Path | None:
