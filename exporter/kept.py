@@ -5,6 +5,7 @@ store starts over), each for `seconds` when it may change (None: until forgotten
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
@@ -29,3 +30,8 @@ class Kept(Generic[K, V]):
             self._values.clear()
         self._values[key] = (value, time.monotonic())
         return value
+
+    def keep(self, key: K, make: Callable[[], V]) -> V:
+        """The value kept for `key`, else `make()`'s, kept (None too); an error of `make` keeps nothing."""
+        found = self.get(key, _ABSENT)
+        return self.put(key, make()) if found is _ABSENT else found

@@ -135,10 +135,8 @@ def _checkpoint_files(lakefs: LakeFS, repository: str, commit_id: str, table_pat
     """The table's checkpoint size, for its queue: read once a minute per table, not per commit (a
     storm of commits to the same tables asked lakeFS for each), so a table that just grew past
     `workers.large_table_files` may have one more export on the default queue."""
-    files = _hints.get((repository, table_path))
-    if files is None:
-        files = _hints.put((repository, table_path), checkpoint_files_hint(lakefs, repository, commit_id, table_path))
-    return files
+    return _hints.keep((repository, table_path),
+                       lambda: checkpoint_files_hint(lakefs, repository, commit_id, table_path))
 
 
 @app.task(name="lakefs_delta.ping", ignore_result=False)

@@ -32,7 +32,6 @@ from exporter.storage.presign import Presigner, folders, within
 
 SIGNED_SECONDS = 900  # a signed request's lifetime: readers use it at once
 SIGNED_METHODS = ("GET", "HEAD")
-_UNREAD = object()
 
 
 @dataclass(frozen=True)
@@ -142,21 +141,15 @@ class IcebergCatalog:
         return presigner.presign(address, method.upper()).url
 
     def _manifest(self, repository: str, location: str) -> dict | None:
-        manifest = self._manifests.get((repository, location))
-        if manifest is None:
-            try:
-                manifest = self._manifests.put((repository, location),
-                                               json.loads(self._store(repository).get(location + MANIFEST)))
-            except NotFound:
-                return None
-        return manifest
+        try:
+            return self._manifests.keep((repository, location),
+                                        lambda: json.loads(self._store(repository).get(location + MANIFEST)))
+        except NotFound:
+            return None
 
     def _state(self, repository: str, location: str) -> dict | None:
         """A branch table's state (None: no branch table), read at most every few seconds."""
-        state = self._states.get((repository, location), _UNREAD)
-        if state is _UNREAD:
-            state = self._states.put((repository, location), read_state(self._store(repository), location))
-        return state
+        return self._states.keep((repository, location), lambda: read_state(self._store(repository), location))
 
     def _storage_namespace(self, repository: str) -> str:
         try:

@@ -538,10 +538,13 @@ class _Builder:
         old_metadata = [e for e in self.metadata_log if e["metadata-file"].startswith(prefix) and
                         (head := _METADATA_HEAD.search(e["metadata-file"])) and int(head.group(1)) < version]
         self.metadata_log = [e for e in self.metadata_log if e not in old_metadata]
-        keys = [key[len(prefix):] for key in [*(s["manifest-list"] for s in expired), *manifests,
-                                              *(e["metadata-file"] for e in old_metadata)] if key.startswith(prefix)]
-        return keys + [path_hashes_key(key) for key in keys if key.endswith(".avro") and not
-                       key.startswith("metadata/snap-")]  # a manifest's path hashes (none of older tables: no-op)
+
+        def keys(uris: Iterable[str]) -> list[str]:  # this table's own files, relative to its location
+            return [uri[len(prefix):] for uri in uris if uri.startswith(prefix)]
+
+        manifest_keys = keys(manifests)  # with their path hashes (an older table's have none: deleting is a no-op)
+        return [*keys(s["manifest-list"] for s in expired), *manifest_keys, *map(path_hashes_key, manifest_keys),
+                *keys(e["metadata-file"] for e in old_metadata)]
 
     def finish(self) -> IcebergTable:
         """Write the metadata file, last: the table as of the head."""

@@ -82,11 +82,8 @@ class LakeFS:
 
     def storage_namespace(self, repository: str) -> str:
         """Asked once a minute per repository: every export of a storm of commits needs it."""
-        namespace = self._namespaces.get(repository)
-        if namespace is None:
-            namespace = self._namespaces.put(repository, self._call(
-                f"get repository {repository}", self.repositories.get_repository, repository).storage_namespace)
-        return namespace
+        return self._namespaces.keep(repository, lambda: self._call(
+            f"get repository {repository}", self.repositories.get_repository, repository).storage_namespace)
 
     def default_branch(self, repository: str) -> str:
         return self._call(f"get repository {repository}", self.repositories.get_repository, repository).default_branch

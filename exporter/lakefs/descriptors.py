@@ -17,7 +17,6 @@ DESCRIPTORS_PREFIX = "_lakefs_tables/"
 # (descriptor path, content checksum) -> what parse_descriptor made of it: a descriptor is read
 # once per content, not once per commit
 _parsed: Kept[tuple[str, str], "TableDescriptor | None | DescriptorError"] = Kept()
-_UNREAD = object()
 
 
 @dataclass(frozen=True)
@@ -88,17 +87,13 @@ def discover_tables(lakefs: LakeFS, repository: str, ref: str) -> Discovery:
 
 def _read_descriptor(lakefs: LakeFS, repository: str, ref: str, descriptor: str,
                      checksum: str | None) -> TableDescriptor | None | DescriptorError:
-    key = (descriptor, checksum or "")
-    if checksum and (kept := _parsed.get(key, _UNREAD)) is not _UNREAD:
-        return kept
-    try:
-        parsed: TableDescriptor | None | DescriptorError = parse_descriptor(
-            descriptor, lakefs.get_object(repository, ref, descriptor))
-    except DescriptorError as exc:
-        parsed = exc
-    if checksum:
-        _parsed.put(key, parsed)
-    return parsed
+    def parsed() -> TableDescriptor | None | DescriptorError:
+        try:
+            return parse_descriptor(descriptor, lakefs.get_object(repository, ref, descriptor))
+        except DescriptorError as exc:
+            return exc
+
+    return _parsed.keep((descriptor, checksum), parsed) if checksum else parsed()
 
 
 def changed_tables(lakefs: LakeFS, repository: str, commit_id: str, tables: list[TableDescriptor]) -> list[TableDescriptor]:

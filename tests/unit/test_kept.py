@@ -25,3 +25,19 @@ def test_a_value_is_kept_until_its_time_is_up_and_a_full_store_starts_over(monke
     assert kept == ("s3://a", None, "two")
     assert namespaces.get("repo") is None  # a minute old: asked again
     assert (commits.get("c1", "absent"), commits.get("c2"), commits.get("c3")) == ("absent", None, "three")
+
+
+def test_keep_makes_a_value_once_none_included_and_keeps_nothing_when_making_fails():
+    made = []
+    states = Kept()
+
+    def make(value):
+        made.append(value)
+        return value
+
+    first = (states.keep("no table", lambda: make(None)), states.keep("no table", lambda: make("again")))
+    with pytest.raises(KeyError):
+        states.keep("broken", lambda: {}["missing"])
+
+    assert first == (None, None) and made == [None]
+    assert states.keep("broken", lambda: make("read")) == "read"
