@@ -159,6 +159,11 @@ def restart_lakefs(wait: float = 180.0) -> None:
             time.sleep(1)
 
 
+def split(measured: dict) -> str:
+    """An export with its Iceberg table: the two steps' seconds (the export is complete after the first)."""
+    return f": {measured['seconds']:.2f} s + {measured['iceberg_seconds']:.2f} s" if measured["iceberg_seconds"] else ""
+
+
 def bench_table_exports(state, lakefs, gateway, repository: str, files: int, commit_id: str, lua: bool = True,
                         lua_timeout: float = 600.0, ref: str = "main", new_version: int = 52) -> tuple[list[dict], str]:
     """The rows of `bench_exports` for one table `build_table` made (`t<files>` at `commit_id`),
@@ -168,14 +173,15 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
     from bench.synthetic import add_files
 
     with_iceberg = f"{ref}-iceberg"
-    ways = ((ref, DELTA_ONLY, "the Delta log alone, as shipped: what Lua writes"),
-            (with_iceberg, WITH_ICEBERG, "with iceberg.enabled: Delta log and Iceberg metadata"))
+    ways = ((ref, DELTA_ONLY, "the Delta log alone: what Lua writes"),
+            (with_iceberg, WITH_ICEBERG, "with iceberg.enabled: the export, then its Iceberg table"))
     cold_rows = []
     for at, env, label in ways:
         measured = measure("export", repository, at, commit_id, f"t{files}", env=env)
         assert measured["ok"], measured["error"]
-        cold_rows.append({"benchmark": f"export {files:,}-file table + 50 commits (cold, {label})",
-                          "seconds": measured["seconds"], "files_per_s": (files + 50) / measured["seconds"],
+        cold_rows.append({"benchmark": f"export {files:,}-file table + 50 commits (cold, {label}{split(measured)})",
+                          "seconds": measured["seconds"] + measured["iceberg_seconds"],
+                          "files_per_s": (files + 50) / (measured["seconds"] + measured["iceberg_seconds"]),
                           "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]})
         print(cold_rows[-1], flush=True)
     if files == 1_000_000:
@@ -194,8 +200,10 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
         assert measured["ok"] and measured["incremental"], measured
         locations.append(measured["location"])
         incremental_rows.append({
-            "benchmark": f"export {files:,}-file table after a 10-file commit (incremental, {label.split(':')[0]})",
-            "seconds": measured["seconds"], "files_per_s": 10 / measured["seconds"],
+            "benchmark": f"export {files:,}-file table after a 10-file commit (incremental, {label.split(':')[0]}"
+                         f"{split(measured)})",
+            "seconds": measured["seconds"] + measured["iceberg_seconds"],
+            "files_per_s": 10 / (measured["seconds"] + measured["iceberg_seconds"]),
             "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]})
         print(incremental_rows[-1], flush=True)
     head_location = locations[0]  # the Delta-only export: what the Lua hook exports too (its trigger commit adds only the action)

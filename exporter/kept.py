@@ -31,7 +31,11 @@ class Kept(Generic[K, V]):
         self._values[key] = (value, time.monotonic())
         return value
 
-    def keep(self, key: K, make: Callable[[], V]) -> V:
-        """The value kept for `key`, else `make()`'s, kept (None too); an error of `make` keeps nothing."""
+    def keep(self, key: K, make: Callable[[], V], final: Callable[[V], bool] | None = None) -> V:
+        """The value kept for `key`, else `make()`'s, kept (None too) unless `final` says it may
+        still change (it is made again next time); an error of `make` keeps nothing."""
         found = self.get(key, _ABSENT)
-        return self.put(key, make()) if found is _ABSENT else found
+        if found is not _ABSENT:
+            return found
+        made = make()
+        return self.put(key, made) if final is None or final(made) else made

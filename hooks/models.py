@@ -43,14 +43,16 @@ class EventIgnored(BaseModel):
 class IcebergOutcome(BaseModel):
     """With `iceberg.enabled`: the export (or branch table) as an Iceberg table beside its Delta log."""
 
-    state: Literal["written", "refused", "failed"] = Field(
-        description="`refused`: Iceberg cannot represent the table (the reason names the column or feature); "
+    state: Literal["pending", "written", "refused", "failed"] = Field(
+        description="`pending`: the export is complete and its Iceberg table is written next, by a task of its own; "
+                    "`refused`: Iceberg cannot represent the table (the reason names the column or feature); "
                     "the Delta export is complete either way")
     metadata_location: str | None = Field(None, description="the metadata.json to give an Iceberg reader")
     snapshot_ids: dict[str, int] | None = Field(None, description="Delta version -> Iceberg snapshot id")
     reason: str | None = None
     rewritten: str | None = Field(None, description="a branch table's Iceberg table written anew rather than "
                                                      "appended to, and why (its log no longer held the commits)")
+    recorded_at: float | None = Field(None, description="when the worker recorded it (Unix seconds)")
 
 
 class BranchTableOutcome(BaseModel):

@@ -32,8 +32,10 @@ from exporter.errors import BranchTableRefused, ExporterError, ServiceUnavailabl
 from exporter.export.branch_table import append_commit
 from exporter.export.catch_up import catch_up as find_missing_exports
 from exporter.export.commit import abandon_export
+from exporter.export.commit import export_iceberg as complete_iceberg
 from exporter.export.commit import export_table as export_one_table
 from exporter.export.commit import find_table
+from exporter.export.iceberg_metadata import PENDING
 from exporter.export.log_writer import ExportOutcome
 from exporter.export.retention import prune as prune_exports
 from exporter.kept import Kept
@@ -118,7 +120,9 @@ def delivery(task, *work: object) -> Iterator[int]:
 
 # A precomputed diff waits behind every export in its queue: under a storm of commits the exports
 # (what readers wait for) finish first, and the diffs after. Redis's priorities are BRPOP's order
-# over one list per step, the default (0) first; 9 is taken only when no message of a higher one waits.
+# over one list per step (0, 3, 6, 9), the default (0) first; 9 is taken only when no message of a
+# higher one waits. An export's Iceberg table waits behind the exports, before the diffs.
+ICEBERG_STEP = 6
 BACKGROUND = 9
 
 
@@ -283,9 +287,10 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
             status.observe("lakefs_delta_export_seconds", outcome.seconds)
             status.count("lakefs_delta_versions_read_total", amount=outcome.versions)
             status.count("lakefs_delta_files_rewritten_total", amount=outcome.files_rewritten)
-            if outcome.iceberg is not None:
-                status.count("lakefs_delta_iceberg_metadata_total", {"outcome": outcome.iceberg["state"]})
         log.info("%s outcome=%s", line, "exists" if outcome.skipped else "done")
+        if outcome.iceberg == PENDING:  # also when the export existed: a lost task is made up by the event delivered again
+            export_iceberg.apply_async((repository, ref, commit_id, table_name), priority=ICEBERG_STEP,
+                                       queue=(self.request.delivery_info or {}).get("routing_key"))
         if outcome.table_path:
             precompute_diff.apply_async((repository, commit_id, outcome.table_path), priority=BACKGROUND)
         if branch_table:  # also when the export existed: a lost append is made up by the event delivered again
@@ -301,6 +306,60 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
     status_count(status, "export_table", "failed")
     log.error("%s outcome=failed reason=%s", line, outcome.error)
     return {"ok": False, "error": outcome.error}
+
+
+class ExportIcebergTask(RetriedTask):
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+        """Retries ran out: the export stands, its record says why it has no Iceberg table (its
+        manifest still says pending: an event delivered again queues it again)."""
+        repository, ref, commit_id, table_name = args[:4]
+        status, _ = _services(current_config())
+        _note_iceberg(status, repository, ref, commit_id, table_name,
+                      {"state": "failed", "reason": f"gave up after {self.request.retries} retries: {exc}"})
+        status_count(status, "export_iceberg", "failed")
+
+
+@app.task(bind=True, base=ExportIcebergTask, name="lakefs_delta.export_iceberg")
+def export_iceberg(self, repository: str, ref: str, commit_id: str, table_name: str) -> dict:
+    """Write the Iceberg table of a complete export (`iceberg.enabled`), under the export's lock,
+    the one prune deletes it under; the record goes on the export's status record."""
+    config = current_config()
+    status, _ = _services(config)
+    started = time.monotonic()
+    line = f"iceberg {repository}/{ref}/{commit_id}/{table_name} attempt={self.request.retries + 1}"
+    try:
+        with status.lock(status.export_lock(repository, ref, commit_id, table_name), config.tasks.lock_ttl_seconds) as held:
+            if not held:  # the export is written again, or pruned: look again later, without spending a retry
+                export_iceberg.apply_async((repository, ref, commit_id, table_name), countdown=config.tasks.lock_ttl_seconds / 3,
+                                           retries=self.request.retries, priority=ICEBERG_STEP,
+                                           queue=(self.request.delivery_info or {}).get("routing_key"))
+                log.info("%s outcome=requeued reason=another delivery holds the export's lock", line)
+                return {"ok": None, "requeued": True}
+            with delivery(self, repository, ref, commit_id, table_name):
+                record = complete_iceberg(config, repository, ref, commit_id, table_name, lakefs=_lakefs(config),
+                                          still_held=held.still_held)
+    except TASK_ERRORS as exc:
+        retry_if_transient(exc, line)
+        record = {"state": "failed", "reason": str(exc)}
+    seconds = time.monotonic() - started
+    if record is None:
+        log.info("%s outcome=gone seconds=%.2f reason=the export was pruned", line, seconds)
+        return {"ok": None}
+    _note_iceberg(status, repository, ref, commit_id, table_name, record)
+    status.observe("lakefs_delta_iceberg_seconds", seconds)
+    status.count("lakefs_delta_iceberg_metadata_total", {"outcome": record["state"]})
+    status_count(status, "export_iceberg", "succeeded" if record["state"] == "written" else "failed")
+    log.info("%s outcome=%s seconds=%.2f%s", line, record["state"], seconds,
+             f" reason={record['reason']}" if record.get("reason") else "")
+    return {"ok": record["state"] == "written", "iceberg": record}
+
+
+def _note_iceberg(status: StatusStore, repository: str, ref: str, commit_id: str, table_name: str, record: dict) -> None:
+    """The export's Iceberg record, on its status record, with when it was recorded."""
+    try:
+        status.add_facts(repository, ref, commit_id, table_name, iceberg={**record, "recorded_at": round(time.time(), 3)})
+    except redis.RedisError as exc:
+        log.warning("Iceberg record of %s/%s/%s/%s not recorded: %s", repository, ref, commit_id, table_name, exc)
 
 
 def _record(status: StatusStore, repository: str, ref: str, commit_id: str, table: str, state: str, **facts) -> None:

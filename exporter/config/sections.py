@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 # The workers' task kinds (Celery task `lakefs_delta.<kind>`), for per-kind settings
-TASK_KINDS = ("export_commit", "export_table", "precompute_diff", "compute_diff", "compute_row_diff", "compare_refs",
+TASK_KINDS = ("export_commit", "export_table", "export_iceberg", "precompute_diff", "compute_diff", "compute_row_diff", "compare_refs",
               "list_datasets", "append_branch_table", "catch_up", "prune")
 
 

@@ -34,7 +34,7 @@ def export_cold(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, c
     """A cold export. JSON files are rewritten in memory; parquet checkpoints, parts and sidecars
     are streamed row group by row group from their physical addresses into uploads that appear
     only when `write_log` completes them, so memory does not grow with the table. With `iceberg`,
-    the Iceberg table goes before the manifest (`write_manifest`)."""
+    the manifest records the Iceberg table as pending (`write_manifest`)."""
     layout = list_log(lakefs, store, repository, commit_id, table.path)
     source = _SourceLog(store, layout)
     read = time.monotonic()

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from exporter.config import Config
 from exporter.errors import ExporterError, NotFound, TableNotFound
 from exporter.export.cold import export_cold
-from exporter.export.iceberg_metadata import ICEBERG
+from exporter.export.iceberg_metadata import ICEBERG, PENDING, complete_iceberg_metadata
 from exporter.export.incremental import ColdExportNeeded, copy_export, export_incrementally
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.lakefs.client import LakeFS
@@ -22,15 +22,32 @@ from exporter.storage.objectstore import ObjectStore
 
 def export_commit(config: Config, repository: str, ref: str, commit_id: str | None = None,
                   tables: list[str] | None = None, export_all: bool = False, lakefs: LakeFS | None = None) -> list[ExportOutcome]:
-    """Export the tables a commit changed (or the named ones, or all). One bad table never stops the others."""
+    """Export the tables a commit changed (or the named ones, or all), each with its Iceberg table
+    when `iceberg.enabled` (in this process: workers write it in a task of its own, after the export).
+    One bad table never stops the others."""
     lakefs = lakefs or LakeFS(config.lakefs)
     commit_id = lakefs.commit(repository, commit_id or ref).id
     selection = tables_to_export(lakefs, repository, commit_id, tables or (), every_table=export_all)
     outcomes = [ExportOutcome(table=name, table_path="", ok=False, error=reason)
                 for name, reason in selection.refused.items()]
     for table in selection.tables:
-        outcomes.append(export_table(config, repository, ref, commit_id, table, lakefs=lakefs))
+        outcome = export_table(config, repository, ref, commit_id, table, lakefs=lakefs)
+        if outcome.ok and outcome.iceberg == PENDING:
+            try:
+                outcome.iceberg = export_iceberg(config, repository, ref, commit_id, table.name, lakefs=lakefs)
+            except ExporterError as exc:  # transient: the export stands, its Iceberg table is written when asked again
+                outcome.iceberg = {**PENDING, "reason": f"not written yet: {exc}"}
+        outcomes.append(outcome)
     return outcomes
+
+
+def export_iceberg(config: Config, repository: str, ref: str, commit_id: str, table_name: str,
+                   lakefs: LakeFS | None = None, still_held: Callable[[], None] | None = None) -> dict | None:
+    """The Iceberg table of a complete export whose manifest records it pending, written; its record
+    (`complete_iceberg_metadata`), None when the export is gone. `still_held`: the export's lock."""
+    lakefs = lakefs or LakeFS(config.lakefs)
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    return complete_iceberg_metadata(store, export_location(config, ref, commit_id, table_name), still_held)
 
 
 def missing_exports(config: Config, repository: str, ref: str, commit_id: str, lakefs: LakeFS | None = None,
@@ -93,7 +110,11 @@ def export_table(config: Config, repository: str, ref: str, commit_id: str, tabl
         store = ObjectStore(config, namespace)
         target = export_location(config, ref, commit_id, table.name)
         outcome.location = store.uri(target)
-        if store.exists(target + MANIFEST):
+        try:  # already exported: its Iceberg record says whether that table is still to be written
+            outcome.iceberg = json.loads(store.get(target + MANIFEST)).get(ICEBERG)
+        except NotFound:
+            pass
+        else:
             outcome.ok = outcome.skipped = True
             return outcome
         try:

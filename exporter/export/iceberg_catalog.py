@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from exporter.config import Config
 from exporter.errors import NoSuchIcebergTable, NoSuchNamespace, NotFound, SignatureRefused
 from exporter.export.branch_table import read_state
-from exporter.export.iceberg_metadata import ICEBERG
+from exporter.export.iceberg_metadata import ICEBERG, PENDING
 from exporter.kept import Kept
 from exporter.lakefs.client import LakeFS
 from exporter.storage.layout import (MANIFEST, branch_table_location, branch_tables_root, commit_root, export_location,
@@ -59,7 +59,8 @@ class IcebergCatalog:
 
     def __init__(self, config: Config, lakefs: LakeFS):
         self.config, self.lakefs = config, lakefs
-        self._manifests: Kept[tuple[str, str], dict] = Kept()  # complete exports' (never rewritten), read by signatures
+        # complete exports', read by signatures: kept once their Iceberg record is final (not rewritten again)
+        self._manifests: Kept[tuple[str, str], dict] = Kept()
         # a branch table's state (None: no branch table), read again after 5 s: each append rewrites it
         self._states: Kept[tuple[str, str], dict | None] = Kept(seconds=5.0)
 
@@ -143,7 +144,8 @@ class IcebergCatalog:
     def _manifest(self, repository: str, location: str) -> dict | None:
         try:
             return self._manifests.keep((repository, location),
-                                        lambda: json.loads(self._store(repository).get(location + MANIFEST)))
+                                        lambda: json.loads(self._store(repository).get(location + MANIFEST)),
+                                        final=lambda manifest: manifest.get(ICEBERG) != PENDING)
         except NotFound:
             return None
 

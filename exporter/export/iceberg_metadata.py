@@ -1,6 +1,7 @@
 """An export as an Iceberg table too (issue 26, `iceberg.enabled`): the Iceberg table over the
 exported `_delta_log` read back from the object store (absolute paths), written at the export's
-location (`layout.iceberg_location`) once the Delta log is complete.
+location (`layout.iceberg_location`) once the export is complete (`complete_iceberg_metadata`): the
+export's manifest records it `pending` until then, so the Delta export is never kept waiting for it.
 
 An export derived from another (incremental, a tag's copy) derives its table from that export's
 (`exporter.iceberg.table.copy_table`): the other's manifests and delete files are copied
@@ -17,21 +18,23 @@ never pruned, so each append adds the snapshots of the new versions to the table
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import exporter
 
-from exporter.errors import CorruptLog, ExporterError, IcebergUnsupported
+from exporter.errors import CorruptLog, ExporterError, IcebergUnsupported, NotFound
 from exporter.delta.log import select_segment
 from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.iceberg.table import IcebergTable, append_table, copy_table, write_table
-from exporter.storage.layout import ICEBERG_FOLDERS, iceberg_location, is_iceberg_metadata_file
+from exporter.storage.layout import MANIFEST, ICEBERG_FOLDERS, iceberg_location, is_iceberg_metadata_file
 from exporter.storage.objectstore import ObjectStore
 from exporter.threads import IO_THREADS, io_pool
 
 ICEBERG = "iceberg"  # the key of the Iceberg record in the manifest and the status record
+PENDING = {"state": "pending", "reason": "the export is complete; its Iceberg table is written next"}
 # What the Iceberg writer raises on values it did not foresee (a bug to fix, not an outage): the
 # Delta export is kept and the record says `failed`. Other errors (a time limit, the store) propagate.
 # (Arrow's and fastavro's errors on values are ValueError, TypeError and NotImplementedError.)
@@ -59,6 +62,40 @@ class _ExportFiles:
 
     def get(self, key: str) -> bytes:
         return self.store.get(self.root + key)
+
+
+def complete_iceberg_metadata(store: ObjectStore, location: str,
+                              still_held: Callable[[], None] | None = None) -> dict | None:
+    """Write the Iceberg table of the complete export at `location` whose manifest records it
+    `pending`, then the manifest with its record (`write_iceberg_metadata`); the record, also when
+    it was written before; None without a complete export there (pruned meanwhile). The caller holds
+    the export's lock (`still_held`), the one prune deletes it under."""
+    try:
+        manifest = json.loads(store.get(location + MANIFEST))
+    except NotFound:
+        return None
+    record = manifest.get(ICEBERG)
+    if record is None or record.get("state") != PENDING["state"]:
+        return record
+    timestamps = {int(version): ms for version, ms in manifest["source_timestamps_ms"].items()}
+    manifest[ICEBERG] = write_iceberg_metadata(store, location, timestamps, still_held,
+                                               _derived_from(store, manifest.get("derived_from")))
+    if still_held is not None:
+        still_held()
+    store.put(location + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")
+    return manifest[ICEBERG]
+
+
+def _derived_from(store: ObjectStore, uri: str | None) -> tuple[str, dict] | None:
+    """(location, manifest) of the complete export another was derived from (its manifest's
+    `derived_from`), or None when it has none any more."""
+    root = store.uri("")
+    if not uri or not uri.startswith(root):
+        return None
+    try:
+        return uri[len(root):], json.loads(store.get(uri[len(root):] + MANIFEST))
+    except NotFound:
+        return None
 
 
 def write_iceberg_metadata(store: ObjectStore, location: str, source_timestamps: Mapping[int, int],

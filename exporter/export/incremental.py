@@ -76,7 +76,7 @@ def copy_export(config: Config, store: ObjectStore, repository: str, ref: str, c
     outcome.files_rewritten = manifest.get("files_rewritten", 0)
     copied = {**manifest, "ref": ref, "location": outcome.location, "derived_from": store.uri(source),
               "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    write_manifest(store, target, copied, outcome, config.iceberg.enabled, still_held, (source, manifest))
+    write_manifest(store, target, copied, outcome, config.iceberg.enabled, still_held)
 
 
 def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, ref: str,
@@ -154,5 +154,5 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
                                           "rewrite": round(rewritten_at - read, 3),
                                           "write": round(time.monotonic() - rewritten_at, 3)},
                                  derived_from=store.uri(source))
-    write_manifest(store, target, manifest, outcome, config.iceberg.enabled, still_held, (source, parent))
+    write_manifest(store, target, manifest, outcome, config.iceberg.enabled, still_held)
 

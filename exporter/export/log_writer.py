@@ -1,10 +1,11 @@
 """Writing an export's `_delta_log`, in the one order that makes it trustworthy, and its outcome.
 
 Order of writes (`write_log`): commits in version order, then the file that starts the log segment,
-so no reader sees a table before all of it is written; then `_last_checkpoint`; with
-`iceberg.enabled` the Iceberg table over the complete log, its `metadata.json` last of it; and last
-the manifest `_lakefs_export.json` that marks the export complete and names the Iceberg table.
-`discard_export` undoes it in the reverse order.
+so no reader sees a table before all of it is written; then `_last_checkpoint`; and last the
+manifest `_lakefs_export.json` that marks the export complete. With `iceberg.enabled` the manifest
+records the Iceberg table as `pending`: it is written after, off the export's critical path
+(`exporter.export.iceberg_metadata.complete_iceberg_metadata`). `discard_export` undoes it all in the
+reverse order.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from datetime import datetime, timezone
 
 import exporter
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogSegment, commit_name
-from exporter.export.iceberg_metadata import ICEBERG, write_iceberg_metadata
+from exporter.export.iceberg_metadata import ICEBERG, PENDING
 from exporter.lakefs.descriptors import TableDescriptor
 from exporter.storage.layout import MANIFEST, is_iceberg_metadata_file
 from exporter.storage.objectstore import ObjectStore
@@ -41,7 +42,7 @@ class ExportOutcome:
     permanent: bool = True  # for failures: False means a retry may succeed
     incremental: bool = False  # copied the parent's export and added the new commits
     cold_reason: str = ""  # why the parent's export could not be reused
-    iceberg: dict | None = None  # with iceberg.enabled: the Iceberg table's record (`write_iceberg_metadata`)
+    iceberg: dict | None = None  # with iceberg.enabled: the Iceberg table's record (`PENDING` until written)
 
     def summary(self) -> str:
         if not self.ok:
@@ -124,20 +125,12 @@ def _write_together(write: Callable[[str], None], names: list[str]) -> None:
 
 
 def write_manifest(store: ObjectStore, target: str, manifest: dict, outcome: ExportOutcome, iceberg: bool = False,
-                   still_held: Callable[[], None] | None = None, derived_from: tuple[str, dict] | None = None) -> None:
-    """With `iceberg`, the Iceberg table of the complete log (its record in `manifest` and `outcome`),
-    from the table of the export `derived_from` names ((location, manifest)) when it has one; then
-    the manifest, written last: it marks the export complete.
-
-    The Iceberg table comes before the manifest, not after it: the manifest is the export's one
-    commit point (an export that has one is never redone), so a crash after it would leave the
-    export without its Iceberg table for good; and readers learn the metadata.json from the
-    manifest or the status, both written after it."""
+                   still_held: Callable[[], None] | None = None) -> None:
+    """The manifest, written last: it marks the export complete. With `iceberg`, it records the
+    Iceberg table as `pending` (in `outcome` too): `complete_iceberg_metadata` writes it after."""
     manifest.pop(ICEBERG, None)  # a copied manifest's names the other export's table
     if iceberg:
-        timestamps = {int(version): ms for version, ms in manifest["source_timestamps_ms"].items()}
-        outcome.iceberg = manifest[ICEBERG] = write_iceberg_metadata(store, target, timestamps, still_held,
-                                                                     derived_from)
+        outcome.iceberg = manifest[ICEBERG] = dict(PENDING)
     _commit_point(still_held)
     store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")
 

@@ -87,10 +87,10 @@ class StatusStore:
                                     json.dumps(record), RECORD_TTL_SECONDS))
 
     def add_facts(self, repository: str, ref: str, commit_id: str, table: str, **facts) -> bool:
-        """Facts added to a table's existing record, its state kept; False when there is no record."""
-        record = {**facts, "updated_at": round(time.time(), 3)}
+        """Facts added to a table's existing record, its state and `updated_at` (when the state was
+        set) kept; False when there is no record."""
         return bool(self.redis.eval(_SET_STATE, 1, self._key(repository, commit_id), f"{ref}/{table}", "",
-                                    json.dumps(record), RECORD_TTL_SECONDS))
+                                    json.dumps(facts), RECORD_TTL_SECONDS))
 
     def tables(self, repository: str, commit_id: str, ref: str | None = None) -> dict[str, dict[str, dict]]:
         """{ref: {table: record}} for one commit; `_commit` is the commit-level record of a ref."""

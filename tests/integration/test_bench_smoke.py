@@ -31,6 +31,7 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "Iceberg metadata of the cold export above (100-file table",
                  "webhook answer p50 (2 hook runs)", "table exports per minute (6 exports, 0 commits lost)",
                  "table exports per minute (6 exports, 0 commits lost, iceberg.enabled)",
+                 "commit to its Iceberg tables, p50 / p99 / max ", "s (0 commits without)",
                  "commit to complete export, distribution: p10 / p25 / p50 / p75 / p90 / max"):
         assert part in table, part
     assert "same add paths: True" in table  # the Lua export read back beside this project's

@@ -14,7 +14,8 @@ import pytest
 
 from exporter.config import IcebergConfig
 from exporter.errors import ExporterError, ServiceUnavailable
-from exporter.export.commit import export_table, find_table
+from exporter.export.commit import export_iceberg, export_table, find_table
+from exporter.export.iceberg_metadata import PENDING
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.layout import MANIFEST
 from tests.integration.deltatables import (add_descriptor, assert_export_reads_like_source, delta_rs_rows, export_one,
@@ -221,9 +222,9 @@ def source_reads(spark, repository: str, commit_id: str, path: str, versions: li
     return answers
 
 
-def is_iceberg_write(key: str) -> bool:
-    """A write of the export's Iceberg metadata: neither its Delta log nor its manifest."""
-    return "/_delta_log/" not in key and not key.endswith(MANIFEST)
+def manifest_of(s3, outcome) -> dict:
+    bucket, _, prefix = outcome.location.removeprefix("s3://").partition("/")
+    return json.loads(s3.get_object(Bucket=bucket, Key=prefix + MANIFEST)["Body"].read())
 
 
 def iceberg_tables(s3, outcome) -> list[str]:
@@ -251,7 +252,10 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
     config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})  # its writes fail in turn too
     counting = FailingWrites(monkeypatch)
     probe = export_table(config, repository, "probe", commit_id, table, lakefs=lakefs)
-    assert probe.ok, probe.error
+    assert probe.ok and probe.iceberg == PENDING, (probe.error, probe.iceberg)
+    delta_writes = len(counting.keys)  # the export's; then its Iceberg table's (the worker's next task)
+    probe.iceberg = export_iceberg(config, repository, "probe", commit_id, "faults", lakefs=lakefs)
+    assert probe.iceberg["state"] == "written", probe.iceberg
     first = probe.checkpoint_version or 0
     versions = sorted({first, probe.head_version})
     expected = source_reads(spark, repository, commit_id, "tables/faults", versions)
@@ -263,24 +267,31 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
     log_keys = [k.rsplit("/_delta_log/", 1)[-1] for k in written]
     start = max(i for i, k in enumerate(log_keys) if ".checkpoint." in k or k == f"{0:020d}.json"
                 and layout == "no checkpoint")
-    assert log_keys[-1].endswith(MANIFEST) and start < len(log_keys) - 1, log_keys
+    # the export's manifest last of its writes, after the log's start; the Iceberg table's metadata.json, then the manifest naming it
+    assert log_keys[delta_writes - 1].endswith(MANIFEST) and start < delta_writes - 1, log_keys
+    assert written[-2].endswith(".metadata.json") and written[-1].endswith(MANIFEST), written[delta_writes:]
 
-    assert probe.iceberg["state"] == "written", probe.iceberg
     for fail_at in range(1, len(written) + 1):
         FailingWrites(monkeypatch, fail_at)
         ref = f"fault-{fail_at}"
         failed = export_table(config, repository, ref, commit_id, table, lakefs=lakefs)
-        assert not failed.ok and not failed.permanent and "injected" in failed.error
-        if is_iceberg_write(written[fail_at - 1]):  # after the Delta log, before the manifest
+        if fail_at > delta_writes:  # the export is complete: a write of its Iceberg table, or of the manifest naming it
+            assert failed.ok and failed.iceberg == PENDING, (failed.error, failed.iceberg)
+            with pytest.raises(ExporterError, match="injected") as error:
+                export_iceberg(config, repository, ref, commit_id, "faults", lakefs=lakefs)
+            assert not error.value.permanent  # the task retries it
             assert delta_rs_rows(failed) == expected["delta-rs latest"], fail_at
-            assert iceberg_tables(s3, failed) == [], f"write {fail_at} ({log_keys[fail_at - 1]}) failed, " \
-                                                     "yet an Iceberg reader finds a metadata.json"
+            assert manifest_of(s3, failed)["iceberg"] == PENDING  # what the catalog and the status say: no table yet
+            if fail_at < len(written):
+                assert iceberg_tables(s3, failed) == [], f"write {fail_at} ({written[fail_at - 1]}) failed, " \
+                                                         "yet an Iceberg reader finds a metadata.json"
             monkeypatch.undo()
-            retried = export_table(config, repository, ref, commit_id, table, lakefs=lakefs)
-            assert retried.ok and retried.iceberg["state"] == "written", (retried.error, retried.iceberg)
-            assert iceberg_tables(s3, retried) == [retried.iceberg["metadata_location"]]
-            assert delta_rs_rows(retried) == expected["delta-rs latest"]
+            retried = export_iceberg(config, repository, ref, commit_id, "faults", lakefs=lakefs)
+            assert retried["state"] == "written" and manifest_of(s3, failed)["iceberg"] == retried, retried
+            assert iceberg_tables(s3, failed) == [retried["metadata_location"]]
+            assert delta_rs_rows(failed) == expected["delta-rs latest"]
             continue
+        assert not failed.ok and not failed.permanent and "injected" in failed.error
         answers = reads(spark, failed, versions, s3)
         if fail_at - 1 <= start:  # the file that starts the log was not written: no reader sees a table
             unexpected = {name: answer for name, answer in answers.items() if not isinstance(answer, Exception)}
@@ -299,7 +310,7 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
         assert retried.ok, retried.error
         assert reads(spark, retried, versions, s3) == expected
 
-    for fail_at in (2, len(written)):  # a permanent failure before and after the table is complete
+    for fail_at in (2, delta_writes):  # a permanent failure before and after the table is complete
         FailingWrites(monkeypatch, fail_at, ExporterError("injected: object store refused put: AccessDenied"))
         failed = export_table(config, repository, f"denied-{fail_at}", commit_id, table, lakefs=lakefs)
         monkeypatch.undo()

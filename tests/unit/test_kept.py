@@ -41,3 +41,19 @@ def test_keep_makes_a_value_once_none_included_and_keeps_nothing_when_making_fai
 
     assert first == (None, None) and made == [None]
     assert states.keep("broken", lambda: make("read")) == "read"
+
+
+def test_keep_keeps_only_a_value_final_calls_final():
+    manifests, reads = Kept(), []
+
+    def read(state):
+        reads.append(state)
+        return {"iceberg": state}
+
+    final = lambda manifest: manifest["iceberg"] != "pending"  # noqa: E731
+    seen = [manifests.keep("export", lambda: read("pending"), final=final),
+            manifests.keep("export", lambda: read("written"), final=final),
+            manifests.keep("export", lambda: read("rewritten"), final=final)]
+
+    assert [m["iceberg"] for m in seen] == ["pending", "written", "written"]
+    assert reads == ["pending", "written"]  # made again while pending, kept once written

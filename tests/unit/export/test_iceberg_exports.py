@@ -1,5 +1,6 @@
 """Exports with `iceberg.enabled`: each complete export (cold, incremental, a tag's copy) has its own
-Iceberg table at its location, written after the Delta log and before the manifest, which names its
+Iceberg table at its location. The export's manifest records it pending; it is written after the
+export is complete (`export_iceberg`, a task of its own in workers), and the manifest then names its
 metadata.json and the snapshot of each Delta version; a table Iceberg cannot represent is still
 exported as Delta, with the reason; discarding an export removes the metadata.json first."""
 
@@ -12,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from exporter.config import Config
-from exporter.export.commit import export_table, exports_in_store
+from exporter.export.commit import export_iceberg, export_table, exports_in_store
+from exporter.export.iceberg_metadata import PENDING
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.export.retention import prune
 from exporter.iceberg.manifests import read_manifest, read_manifest_list
@@ -32,8 +34,12 @@ def namespace(lakefs: FakeLakeFS) -> MemoryStore:
 
 def export(lakefs: FakeLakeFS, ref: str, commit_id: str, table: SourceTable, config: Config = ON,
            **options) -> ExportOutcome:
+    """The export, then its Iceberg table, as a worker writes them (`outcome.iceberg`: its record)."""
     outcome = export_table(config, "repo", ref, commit_id, table.descriptor, lakefs=lakefs, **options)
     assert outcome.ok, outcome.error
+    if config.iceberg.enabled:
+        assert outcome.iceberg == PENDING, outcome.iceberg
+        outcome.iceberg = export_iceberg(config, "repo", ref, commit_id, table.descriptor.name, lakefs=lakefs)
     return outcome
 
 
@@ -56,14 +62,23 @@ def test_with_the_switch_off_an_export_is_delta_only_and_its_manifest_as_before(
     assert "iceberg" not in manifest(lakefs, location)
 
 
-def test_an_export_has_its_iceberg_table_written_after_the_log_and_before_the_manifest(lakefs, events):
+def test_an_export_is_complete_before_its_iceberg_table_which_is_written_after_and_named_in_its_manifest(
+        lakefs, events):
     commit = events.append(1, 2).append(3).commit()
     store = namespace(lakefs)
     written_before = len(store.written)
-
-    outcome = export(lakefs, "main", commit, events)
-
     location = export_location(ON, "main", commit, "events")
+
+    delta = export_table(ON, "repo", "main", commit, events.descriptor, lakefs=lakefs)
+
+    assert delta.ok and delta.iceberg == PENDING == manifest(lakefs, location)["iceberg"]
+    assert iceberg_files(store, location) == []
+    assert exports_in_store(ON, "repo", commit, lakefs=lakefs)["main"]["events"]["iceberg"] == PENDING
+    again = export_table(ON, "repo", "main", commit, events.descriptor, lakefs=lakefs)
+    assert again.skipped and again.iceberg == PENDING  # an event delivered again: the task is queued again
+
+    outcome = export(lakefs, "main", commit, events)  # the worker's task
+
     record = manifest(lakefs, location)["iceberg"]
     assert record == outcome.iceberg
     assert record["state"] == "written"
@@ -74,8 +89,11 @@ def test_an_export_has_its_iceberg_table_written_after_the_log_and_before_the_ma
         sorted(record["snapshot_ids"]) == ["0", "1"]
     written = store.written[written_before:]
     log, iceberg = [k for k in written if "/_delta_log/" in k], [k for k in written if k in iceberg_files(store, location)]
-    assert written == [*log, *iceberg, location + MANIFEST]  # the Delta log, the Iceberg table, the manifest
+    # the Delta log, its manifest (the export is complete), the Iceberg table, the manifest naming it
+    assert written == [*log, location + MANIFEST, *iceberg, location + MANIFEST]
     assert iceberg[-1] == location + "metadata/v1.metadata.json"
+    assert export_iceberg(ON, "repo", "main", commit, "events", lakefs=lakefs) == record  # written once
+    assert store.written[written_before:] == written
     # the table names the export's data files: the objects' physical addresses
     head = next(s for s in metadata["snapshots"] if s["snapshot-id"] == metadata["current-snapshot-id"])
     data_files = [entry["data_file"]["file_path"]

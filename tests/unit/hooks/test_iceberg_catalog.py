@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from exporter.config import Config
-from exporter.export.commit import export_table
+from exporter.export.commit import export_iceberg, export_table
 from exporter.storage.layout import MANIFEST, export_location
 from hooks.app import create_app
 from tests.unit.source_tables import SourceTable
@@ -48,6 +48,9 @@ class Catalog:
         for ref, table, config in (("main", events, self.config), (TAG, events, self.config),
                                    ("main", plain, self.config.model_copy(update={"iceberg": Config(iceberg={"enabled": False}).iceberg}))):
             assert export_table(config, "repo", ref, self.commit, table.descriptor, lakefs=lakefs).ok
+            if config.iceberg.enabled:  # what the worker's task does next
+                assert export_iceberg(config, "repo", ref, self.commit, table.descriptor.name, lakefs=lakefs)
+        self.events, self.lakefs = events, lakefs
         self.store = lakefs.store.at("s3://lake/repo")
         self.manifest = json.loads(self.store.get(export_location(self.config, TAG, self.commit, "events") + MANIFEST))
         self.app = create_app(self.config)
@@ -128,6 +131,21 @@ def test_a_refs_tables_are_its_commits_exports_with_iceberg_metadata_and_load_wi
         assert error(catalog.request("GET", f"/namespaces/{ns('repo', 'main')}/tables/{table}")) == \
             (404, "NoSuchTableException")
     assert error(catalog.request("GET", f"/namespaces/{ns('repo')}/tables/events")) == (404, "NoSuchTableException")
+
+
+def test_an_export_whose_iceberg_table_is_pending_is_not_a_table_until_it_is_written(catalog):
+    catalog.lakefs.create_tag("repo", "v2", catalog.commit)
+    assert export_table(catalog.config, "repo", "v2", catalog.commit, catalog.events.descriptor, lakefs=catalog.lakefs).ok
+    tables = f"/namespaces/{ns('repo', 'v2')}/tables"
+
+    assert catalog.request("GET", tables).json() == {"identifiers": []}
+    pending = catalog.request("GET", f"{tables}/events")
+    assert error(pending) == (404, "NoSuchTableException") and "pending" in pending.json()["error"]["message"]
+
+    record = export_iceberg(catalog.config, "repo", "v2", catalog.commit, "events", lakefs=catalog.lakefs)
+
+    assert catalog.request("GET", tables).json()["identifiers"] == [{"namespace": ["repo", "v2"], "name": "events"}]
+    assert catalog.request("GET", f"{tables}/events").json()["metadata-location"] == record["metadata_location"]
 
 
 def test_readers_requests_are_signed_only_for_the_objects_the_table_reads(catalog):

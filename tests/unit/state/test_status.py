@@ -46,14 +46,17 @@ def test_done_is_final_a_late_delivery_cannot_change_it(status):
     assert "reason" not in record
 
 
-def test_facts_join_an_existing_record_only_and_keep_its_state(status):
+def test_facts_join_an_existing_record_only_and_keep_its_state_and_time(status):
     assert not status.add_facts("repo", "main", COMMIT, "events", branch_table={"state": "appended"})
     assert status.record("repo", "main", COMMIT, "events") is None  # no record made from facts alone
 
     status.set_table("repo", "main", COMMIT, "events", "done", location="s3://b/x/")
+    done_at = status.record("repo", "main", COMMIT, "events")["updated_at"]
+    time.sleep(0.01)
     assert status.add_facts("repo", "main", COMMIT, "events", branch_table={"state": "appended"})
     record = status.record("repo", "main", COMMIT, "events")
     assert (record["state"], record["location"], record["branch_table"]) == ("done", "s3://b/x/", {"state": "appended"})
+    assert record["updated_at"] == done_at  # when it was done, not when a fact joined it
 
 
 def test_records_are_per_ref_and_expire(status):

@@ -19,6 +19,7 @@ import workers.app
 from exporter.config import Config, IcebergConfig
 from exporter.errors import BranchTableRefused, ExporterError, NotFound, ServiceUnavailable, TableNotFound, WorkerLost
 from exporter.export.branch_table import AppendOutcome
+from exporter.export.iceberg_metadata import PENDING
 from exporter.export.log_writer import ExportOutcome
 from exporter.lakefs.installer import ACTION_PATH, render_action
 from exporter.state.results import ResultCache
@@ -193,17 +194,66 @@ def test_a_completed_export_is_recorded_and_queues_its_diff_and_branch_table_app
     assert worker.status.metrics()["lakefs_delta_export_seconds_count"] == 1
 
 
-def test_an_exports_iceberg_table_is_recorded_and_counted(worker, tmp_path, monkeypatch):
+def test_an_exports_iceberg_table_is_queued_after_it_behind_the_exports_then_recorded_and_counted(
+        worker, tmp_path, monkeypatch):
     monkeypatch.setattr(workers.app, "_config", worker.config.model_copy(update={"iceberg": IcebergConfig(enabled=True)}))
     commit = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events").append(1).commit()
 
     tasks.export_table.apply(("repo", "main", commit, "events", "tables/events"))
 
-    record = worker.status.record("repo", "main", commit, "events")["iceberg"]
+    record = worker.status.record("repo", "main", commit, "events")
+    assert record["state"] == "done" and record["iceberg"] == PENDING  # done before its Iceberg table
+    assert [(s.name, s.args, s.options.get("priority")) for s in worker.sent][:1] == [
+        ("lakefs_delta.export_iceberg", ("repo", "main", commit, "events"), tasks.ICEBERG_STEP)]
+    assert 0 < tasks.ICEBERG_STEP < tasks.BACKGROUND  # behind the exports, before the diffs
+
+    result = tasks.export_iceberg.apply(worker.sent[0].args)
+
+    record = worker.status.record("repo", "main", commit, "events")
     location = export_location(worker.config, "main", commit, "events")
-    assert record == {"state": "written", "metadata_location": worker.namespace.uri(location + "metadata/v0.metadata.json"),
-                      "snapshot_ids": record["snapshot_ids"]} and list(record["snapshot_ids"]) == ["0"]
+    assert result.get()["ok"] and record["state"] == "done"
+    iceberg = record["iceberg"]
+    assert iceberg == {"state": "written", "metadata_location": worker.namespace.uri(location + "metadata/v0.metadata.json"),
+                       "snapshot_ids": {"0": iceberg["snapshot_ids"]["0"]}, "recorded_at": iceberg["recorded_at"]}
+    assert record["updated_at"] <= iceberg["recorded_at"]
     assert worker.status.metrics()['lakefs_delta_iceberg_metadata_total{outcome="written"}'] == 1
+    assert worker.status.metrics()["lakefs_delta_iceberg_seconds_count"] == 1
+    worker.sent.clear()
+    tasks.export_table.apply(("repo", "main", commit, "events", "tables/events"))  # the event again: nothing to write
+    assert "lakefs_delta.export_iceberg" not in [s.name for s in worker.sent]
+
+
+def test_an_iceberg_table_is_queued_again_when_an_event_finds_its_export_still_pending(worker, tmp_path, monkeypatch):
+    config = worker.config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
+    monkeypatch.setattr(workers.app, "_config", config)
+    commit = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events").append(1).commit()
+    tasks.export_table.apply(("repo", "main", commit, "events", "tables/events"))
+    worker.sent.clear()  # the task was lost: its worker died before it ran
+
+    tasks.export_table.apply(("repo", "main", commit, "events", "tables/events"))
+
+    assert worker.status.record("repo", "main", commit, "events")["skipped"]
+    assert [(s.name, s.args) for s in worker.sent if s.name.endswith("export_iceberg")] == [
+        ("lakefs_delta.export_iceberg", ("repo", "main", commit, "events"))]
+
+
+def test_an_iceberg_table_waits_while_its_export_is_locked_and_is_dropped_when_the_export_is_gone(
+        worker, tmp_path, monkeypatch):
+    monkeypatch.setattr(workers.app, "_config", worker.config.model_copy(update={"iceberg": IcebergConfig(enabled=True)}))
+    commit = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events").append(1).commit()
+    tasks.export_table.apply(("repo", "main", commit, "events", "tables/events"))
+    worker.sent.clear()
+
+    with StatusStore(worker.config.redis).lock(StatusStore.export_lock("repo", "main", commit, "events"), 60):
+        held = tasks.export_iceberg.apply(("repo", "main", commit, "events"))  # prune, or the export again
+    assert held.get() == {"ok": None, "requeued": True}
+    assert [(s.name, s.options.get("priority"), s.options.get("countdown")) for s in worker.sent] == [
+        ("lakefs_delta.export_iceberg", tasks.ICEBERG_STEP, worker.config.tasks.lock_ttl_seconds / 3)]
+
+    location = export_location(worker.config, "main", commit, "events")
+    worker.namespace.delete(worker.namespace.list_keys(location))  # pruned meanwhile
+    gone = tasks.export_iceberg.apply(("repo", "main", commit, "events"))
+    assert gone.get() == {"ok": None} and worker.namespace.list_keys(location) == []  # nothing written back
 
 
 def test_an_export_another_delivery_is_writing_is_requeued_without_spending_a_retry(worker, exports):
