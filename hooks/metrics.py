@@ -21,6 +21,7 @@ HELP = {
     "lakefs_delta_iceberg_metadata": "Iceberg tables written beside completed exports and branch-table appends "
                                      "(iceberg.enabled), by outcome: written, refused (Iceberg cannot represent "
                                      "the table), failed",
+    "lakefs_delta_iceberg_seconds": "Seconds the Iceberg table of a completed export took (its own task)",
     "lakefs_delta_export_seconds": "Seconds a completed table export took",
     "lakefs_delta_diff_precompute_seconds": "Seconds a diff precomputation took",
     "lakefs_delta_catch_up_terminal_failures": "Exports the last catch-up run found failed for good and did not "
