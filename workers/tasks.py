@@ -396,6 +396,8 @@ def catch_up(repositories: list[str] | None = None) -> list[str]:
                                 branch_table=item.branch_table)
         for repository, branch, commit_id, table in plan.appends:
             append_branch_table.delay(repository, branch, commit_id, table)
+        for repository, ref, commit_id, table in plan.icebergs:
+            export_iceberg.apply_async((repository, ref, commit_id, table), priority=ICEBERG_STEP)
     status_count(status, "catch_up", "succeeded")
     try:
         status.set_gauge("lakefs_delta_catch_up_terminal_failures", len(plan.given_up))

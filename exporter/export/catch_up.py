@@ -7,6 +7,8 @@ destination; it covers tags (every table); it skips exports whose status is a te
 (re-queuing them would fail again), exports still in flight (queued, running or retrying, their
 record changed within `catch_up.in_flight_seconds`) and commits outside the retention policy
 (prune would delete their exports), and it queues at most `catch_up.max_per_run` commits a run.
+With `iceberg.enabled` it also queues the Iceberg table of a complete export that still records it
+pending after `catch_up.in_flight_seconds` (its task was lost, or its retries ran out).
 Unless `catch_up.repositories` names them, it acts only on repositories whose installed action
 calls this deployment (`public_url`): another deployment on the same lakeFS has its own catch-up.
 """
@@ -48,9 +50,12 @@ class CatchUpPlan:
     truncated: bool = False  # the per-run bound was reached
     # (repository, branch, head commit, table): branch tables behind their branch's exported head
     appends: list[tuple[str, str, str, str]] = field(default_factory=list)
+    # (repository, ref, commit, table): complete exports whose Iceberg table's task was lost or gave up
+    icebergs: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
         return (f"{len(self.queued)} commit(s) queued, {len(self.appends)} branch table append(s) queued, "
+                f"{len(self.icebergs)} Iceberg table(s) queued, "
                 f"{len(self.given_up)} terminal failure(s) not re-queued, {len(self.in_flight)} in flight left alone"
                 + (", more left for the next run" if self.truncated else ""))
 
@@ -113,10 +118,17 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
                       if within_policy(position, now - commit.creation_date, config.retention)]
         candidates += [(tag, commit_id, True) for tag, commit_id in lakefs.list_tags(repository, config.catch_up.depth)]
         for ref, commit_id, all_tables in candidates:
-            missing = missing_exports(config, repository, ref, commit_id, lakefs=lakefs, all_tables=all_tables)
-            if not missing:
+            gaps = missing_exports(config, repository, ref, commit_id, lakefs=lakefs, all_tables=all_tables)
+            missing = gaps.missing
+            if not missing and not (config.iceberg.enabled and gaps.iceberg_pending):
                 continue
             records = status.tables(repository, commit_id, ref).get(ref, {})
+            if config.iceberg.enabled:  # its task queued when the export was done: left to it a while
+                plan.icebergs += [(repository, ref, commit_id, t) for t in gaps.iceberg_pending
+                                  if time.time() - (records.get(t) or {}).get("updated_at", 0)
+                                  >= config.catch_up.in_flight_seconds]
+            if not missing:
+                continue
             # a table without a record of its own is the commit's while the commit's task is in flight
             record = {t: records.get(t) or records.get(COMMIT_RECORD) for t in missing}
             failed = [t for t in missing if _failed_for_good(records.get(t))]

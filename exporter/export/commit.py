@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from exporter.config import Config
 from exporter.errors import ExporterError, NotFound, TableNotFound
@@ -50,16 +51,31 @@ def export_iceberg(config: Config, repository: str, ref: str, commit_id: str, ta
     return complete_iceberg_metadata(store, export_location(config, ref, commit_id, table_name), still_held)
 
 
+@dataclass
+class ExportGaps:
+    """What a commit's exports under a ref still lack."""
+
+    missing: list[str] = field(default_factory=list)  # tables with no complete export (no manifest)
+    iceberg_pending: list[str] = field(default_factory=list)  # complete exports whose Iceberg table is still to write
+
+
 def missing_exports(config: Config, repository: str, ref: str, commit_id: str, lakefs: LakeFS | None = None,
-                    all_tables: bool = False) -> list[str]:
-    """Names of the tables this commit changed (or of all its tables) that have no complete export
-    (no manifest) under `ref` yet."""
+                    all_tables: bool = False) -> ExportGaps:
+    """The tables this commit changed (or all its tables) without a complete export under `ref`,
+    and those whose complete export records its Iceberg table pending: one manifest read a table."""
     lakefs = lakefs or LakeFS(config.lakefs)
     namespace = lakefs.storage_namespace(repository)
     store = ObjectStore(config, namespace)
-    tables = tables_to_export(lakefs, repository, commit_id, every_table=all_tables).tables
-    return [t.name for t in tables
-            if not store.exists(export_location(config, ref, commit_id, t.name) + MANIFEST)]
+    gaps = ExportGaps()
+    for table in tables_to_export(lakefs, repository, commit_id, every_table=all_tables).tables:
+        try:
+            manifest = json.loads(store.get(export_location(config, ref, commit_id, table.name) + MANIFEST))
+        except NotFound:
+            gaps.missing.append(table.name)
+            continue
+        if manifest.get(ICEBERG) == PENDING:
+            gaps.iceberg_pending.append(table.name)
+    return gaps
 
 
 def exports_in_store(config: Config, repository: str, commit_id: str, ref: str | None = None,

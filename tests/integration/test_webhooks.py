@@ -217,14 +217,14 @@ def test_redis_outage_answers_503_and_catch_up_exports_the_missed_commit(service
     finally:
         stack.up()
     config = load_config()
-    assert missing_exports(config, repository, "main", missed) == ["events"]
+    assert missing_exports(config, repository, "main", missed).missing == ["events"]
 
     from lakefs_delta.cli import main as cli
 
     assert cli(["catch-up", "--repo", repository]) == 0
     done = wait_for_export(service, repository, missed, {"events"}, timeout=120)["events"]
     assert done["state"] == "done", done
-    assert missing_exports(config, repository, "main", missed) == []
+    assert missing_exports(config, repository, "main", missed).missing == []
 
 
 def test_lakefs_outage_mid_task_is_retried_until_it_succeeds(service, lakefs, spark, repository):

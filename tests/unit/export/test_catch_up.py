@@ -12,6 +12,7 @@ import pytest
 from exporter.config import Config
 from exporter.errors import ServiceUnavailable
 from exporter.export.catch_up import MissingExport, catch_up
+from exporter.export.iceberg_metadata import PENDING
 from exporter.lakefs.installer import ACTION_PATH, render_action
 from exporter.state.status import COMMIT_RECORD, StatusStore
 from exporter.storage.layout import MANIFEST, STATE, branch_table_location, export_location
@@ -76,8 +77,8 @@ def test_commits_of_followed_branches_and_tags_whose_tables_have_no_complete_exp
                             ("repo", "main", install, False, ("users",), False),
                             ("repo", "v1", first, True, ("events", "users"), False)]  # a tag: every table
     assert (plan.given_up, plan.skipped_repositories, plan.truncated, plan.appends) == ([], [], False, [])
-    assert plan.summary() == ("3 commit(s) queued, 0 branch table append(s) queued, 0 terminal failure(s) not "
-                              "re-queued, 0 in flight left alone")
+    assert plan.summary() == ("3 commit(s) queued, 0 branch table append(s) queued, 0 Iceberg table(s) queued, "
+                              "0 terminal failure(s) not re-queued, 0 in flight left alone")
 
 
 def test_after_a_merge_only_the_first_parent_line_is_exported_under_the_branch(lakefs, status):
@@ -223,3 +224,22 @@ def test_branches_that_keep_branch_tables_queue_appends_and_lagging_branch_table
     later = change(lakefs, "events")
     assert MissingExport("repo", "main", later, False, ("events",), branch_table=True) in \
         catch_up(CONFIG, lakefs, status).queued
+
+
+def test_with_iceberg_on_a_complete_exports_iceberg_table_left_pending_is_queued_once_its_record_is_old(lakefs, status):
+    iceberg = Config(iceberg={"enabled": True})
+    install = repository(lakefs)
+    store = lakefs.store.at(lakefs.storage_namespace("repo"))
+    for table in ("events", "users"):  # complete exports whose Iceberg table is still to write
+        store.put(export_location(iceberg, "main", install, table) + MANIFEST,
+                  json.dumps({"table": table, "iceberg": PENDING}).encode())
+        status.set_table("repo", "main", install, table, "done")
+    record = status.record("repo", "main", install, "users")
+    status.redis.hset(status._key("repo", install), "main/users",  # done two hours ago: its task was lost
+                      json.dumps({**record, "updated_at": time.time() - 2 * HOUR}))
+
+    plan = catch_up(iceberg, lakefs, status)
+
+    assert queued(plan) == [] and plan.icebergs == [("repo", "main", install, "users")]
+    assert "1 Iceberg table(s) queued" in plan.summary()
+    assert catch_up(CONFIG, lakefs, status).icebergs == []  # iceberg.enabled off: left as they are

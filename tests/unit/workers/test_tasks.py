@@ -418,6 +418,17 @@ def test_catch_up_queues_what_it_found_once_at_a_time(worker):
     assert worker.status.metrics()["lakefs_delta_catch_up_terminal_failures_current"] == 1
 
 
+def test_catch_up_queues_the_iceberg_tables_it_found_left_pending(worker, monkeypatch):
+    from exporter.export.catch_up import CatchUpPlan
+
+    monkeypatch.setattr(tasks, "find_missing_exports", lambda *_: CatchUpPlan(icebergs=[("repo", "v1", "c" * 64, "events")]))
+
+    tasks.catch_up.apply()
+
+    assert [(s.name, s.args, s.options.get("priority")) for s in worker.sent] == [
+        ("lakefs_delta.export_iceberg", ("repo", "v1", "c" * 64, "events"), tasks.ICEBERG_STEP)]
+
+
 @pytest.fixture
 def appends(monkeypatch):
     script = SimpleNamespace(outcome=None)
