@@ -108,3 +108,18 @@ def commit_timestamp(actions: Iterable[Mapping[str, Any]], modification_time_ms:
     in-commit timestamp when set, else the commit file's modification time."""
     timestamp = in_commit_timestamp(actions)
     return modification_time_ms if timestamp is None else timestamp
+
+
+def after(previous: int | None, timestamp: int) -> int:
+    """A commit's time in version order, as Delta's readers make commit times increase (file
+    modification times may go backwards: clock skew, copies): a time not after the previous
+    version's is that one + 1 ms. In-commit timestamps already increase; they are kept."""
+    return timestamp if previous is None or timestamp > previous else previous + 1
+
+
+def increasing(timestamps: Mapping[int, int]) -> dict[int, int]:
+    """{version: commit time}, made increasing in version order (`after`)."""
+    made, previous = {}, None
+    for version in sorted(timestamps):
+        previous = made[version] = after(previous, timestamps[version])
+    return made

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
+from exporter.delta.actions import after, check_protocol, commit_timestamp, parse_actions
 from exporter.delta.live_files import LiveFiles, SnapshotLog, add_actions
 from exporter.delta.paths import physical_address
 from exporter.errors import CorruptLog, VersionOutOfRange
@@ -318,7 +318,10 @@ class _Builder:
         for kind in ("data_files", "records", "size", "delete_files", "position_deletes"):
             setattr(self.totals, kind, getattr(self.totals, kind) + getattr(change.added, kind)
                     - getattr(change.removed, kind))
-        timestamp = commit_timestamp(actions, self.source_timestamps.get(version, _writer_timestamp(actions)))
+        # increasing, as Delta's readers make them, and as Iceberg readers require (a snapshot log going
+        # back more than a minute is refused by Iceberg's Java, Go and Rust readers)
+        timestamp = after(self.snapshot_log[-1]["timestamp-ms"] if self.snapshot_log else None,
+                          commit_timestamp(actions, self.source_timestamps.get(version, _writer_timestamp(actions))))
         snapshot = {"snapshot-id": snapshot_id, "sequence-number": self.sequence_number, "timestamp-ms": timestamp,
                     "manifest-list": self._uri(list_key), "schema-id": self.schema_id,
                     "summary": {"operation": _operation(change, data_change), DELTA_VERSION: str(version),

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.config import Config
-from exporter.delta.actions import in_commit_timestamp, parse_actions
+from exporter.delta.actions import after, in_commit_timestamp, increasing, parse_actions
 from exporter.delta.live_files import LiveFiles
 from exporter.delta.log import (LAST_CHECKPOINT, LOG_DIR, Checkpoint, LogListing, commit_name, commit_version,
                                 log_file_version, select_segment)
@@ -182,7 +182,7 @@ class SharedTable:
             self._written_from, previous = len(self._seen), None
             for v in sorted(v for name in self._seen if (v := commit_version(name)) is not None):
                 at = int(self._seen[commit_name(v)][1] * 1000)
-                previous = self._written_ms[v] = at if previous is None or at > previous else previous + 1
+                previous = self._written_ms[v] = after(previous, at)
         if version not in self._written_ms:
             raise VersionOutOfRange(f"version {version} of table {self.name!r} has no commit in its log")
         return self._written_ms[version]
@@ -308,7 +308,7 @@ def tag_export(config: Config, store: ObjectStore, schema: Schema, table: str) -
     except NotFound:
         raise ShareNotFound(f"no table {table!r} at tag {schema.ref!r}: its export is not complete "
                             f"(or the tag's commit has no such table)") from None
-    timestamps = {int(v): t for v, t in manifest.get("source_timestamps_ms", {}).items()}
+    timestamps = increasing({int(v): t for v, t in manifest.get("source_timestamps_ms", {}).items()})
     return SharedTable(store, location, table, manifest["head_version"], timestamps, allowed=_allowed(config, store))
 
 
