@@ -87,11 +87,11 @@ def test_sections_and_lists_come_from_the_environment(tmp_path):
     config = load_config(path, {"LAKEFS_DELTA_OBJECT_STORE_ENDPOINT": "http://env",
                                 "LAKEFS_DELTA_CATCH_UP_BRANCHES": "main, release-*",
                                 "LAKEFS_DELTA_LAKEFS_TIMEOUT_SECONDS": "2.5",
-                                "LAKEFS_DELTA_ICEBERG_ENABLED": "true"})
+                                "LAKEFS_DELTA_ICEBERG_ENABLED": "false"})
     assert (config.object_store.endpoint, config.object_store.region) == ("http://env", "eu-west-1")
     assert config.catch_up.branches == ("main", "release-*")
     assert config.lakefs.timeout_seconds == 2.5
-    assert config.iceberg.enabled and not load_config(None, {}).iceberg.enabled  # off unless asked for
+    assert not config.iceberg.enabled and load_config(None, {}).iceberg.enabled  # on unless turned off
 
 
 def test_a_large_table_is_routed_to_its_own_queue():

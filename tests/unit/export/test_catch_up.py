@@ -227,7 +227,7 @@ def test_branches_that_keep_branch_tables_queue_appends_and_lagging_branch_table
 
 
 def test_with_iceberg_on_a_complete_exports_iceberg_table_left_pending_is_queued_once_its_record_is_old(lakefs, status):
-    iceberg = Config(iceberg={"enabled": True})
+    iceberg, off = Config(iceberg={"enabled": True}), Config(iceberg={"enabled": False})
     install = repository(lakefs)
     store = lakefs.store.at(lakefs.storage_namespace("repo"))
     for table in ("events", "users"):  # complete exports whose Iceberg table is still to write
@@ -242,4 +242,4 @@ def test_with_iceberg_on_a_complete_exports_iceberg_table_left_pending_is_queued
 
     assert queued(plan) == [] and plan.icebergs == [("repo", "main", install, "users")]
     assert "1 Iceberg table(s) queued" in plan.summary()
-    assert catch_up(CONFIG, lakefs, status).icebergs == []  # iceberg.enabled off: left as they are
+    assert catch_up(off, lakefs, status).icebergs == []  # iceberg.enabled turned off: left as they are

@@ -188,6 +188,7 @@ def test_a_completed_export_is_recorded_and_queues_its_diff_and_branch_table_app
     assert (record["state"], record["location"], record["head_version"], record["skipped"]) == ("done", location, 0, False)
     assert worker.namespace.exists(export_location(worker.config, "main", commit, "events") + MANIFEST)
     assert [(s.name, s.args, s.options.get("priority")) for s in worker.sent] == [
+        ("lakefs_delta.export_iceberg", ("repo", "main", commit, "events"), 6),  # iceberg.enabled: on by default
         ("lakefs_delta.precompute_diff", ("repo", commit, "tables/events"), 9),  # behind every export waiting
         ("lakefs_delta.append_branch_table", ("repo", "main", commit, "events"), None)]
     assert tasks_total(worker.status, "export_table", "succeeded") == 1
