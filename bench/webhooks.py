@@ -85,7 +85,8 @@ def commit_on_branch(lakefs, repository: str, branch: str, commits: int, version
 def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2, concurrency: int | None = None,
                        iceberg: bool = False) -> list[dict]:
     """`concurrency`: processes per worker, by default what a worker runs as shipped (`workers.concurrency`);
-    `iceberg`: the service and workers run with `iceberg.enabled` (each export writes its Iceberg metadata)."""
+    `iceberg`: the service and workers run with `iceberg.enabled` (each export's Iceberg table written by
+    a task of its own after it), else with it off, whatever the default."""
     from exporter.config.sections import WorkersConfig
     from exporter.lakefs.installer import install_actions
 
@@ -93,8 +94,8 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
 
     branches = max(1, min(branches, commits))  # a small storm (the CI smoke) still commits
     state, _, lakefs = running_stack()
-    env = {**os.environ, **state.environment(), **({"LAKEFS_DELTA_ICEBERG_ENABLED": "true"} if iceberg else {})}
-    setting = ", iceberg.enabled" if iceberg else ""
+    env = {**os.environ, **state.environment(), "LAKEFS_DELTA_ICEBERG_ENABLED": "true" if iceberg else "false"}
+    setting = ", iceberg.enabled" if iceberg else ", iceberg.enabled off"
     repository = new_repository(lakefs, "bench-storm")
     seed_tables(lakefs, repository)
     install_actions(lakefs, repository, "main", f"http://127.0.0.1:{PORT}/webhooks/lakefs", ["storm-*"], {})

@@ -29,7 +29,8 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "presign 100 GET URLs", "Delta Sharing query, 160-file branch table, parquet",
                  "webhook answers while 3 Delta Sharing queries of the 160-file branch table stream",
                  "Iceberg metadata of the cold export above (100-file table",
-                 "webhook answer p50 (2 hook runs)", "table exports per minute (6 exports, 0 commits lost)",
+                 "webhook answer p50 (2 hook runs)",
+                 "table exports per minute (6 exports, 0 commits lost, iceberg.enabled off)",
                  "table exports per minute (6 exports, 0 commits lost, iceberg.enabled)",
                  "commit to its Iceberg tables, p50 / p99 / max ", "s (0 commits without)",
                  "commit to complete export, distribution: p10 / p25 / p50 / p75 / p90 / max"):
