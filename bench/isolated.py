@@ -70,6 +70,7 @@ def _iceberg(repository: str, ref: str, commit_id: str, table_name: str) -> dict
     in the store, in this process: seconds, CPU and peak RSS of that step alone."""
     from exporter.config import load_config
     from exporter.export.iceberg_metadata import write_iceberg_metadata
+    from exporter.export.readback import source_timestamps
     from exporter.lakefs.client import LakeFS
     from exporter.storage.layout import MANIFEST, export_location
     from exporter.storage.objectstore import ObjectStore
@@ -79,7 +80,7 @@ def _iceberg(repository: str, ref: str, commit_id: str, table_name: str) -> dict
     location = export_location(config, ref, commit_id, table_name)
     manifest = json.loads(store.get(location + MANIFEST))
     started, cpu = time.perf_counter(), time.process_time()
-    record = write_iceberg_metadata(store, location, {int(v): t for v, t in manifest["source_timestamps_ms"].items()})
+    record = write_iceberg_metadata(store, location, source_timestamps(manifest))
     return {"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu,
             "state": record["state"], "reason": record.get("reason", ""), "snapshots": len(record.get("snapshot_ids", {})),
             "peak_rss_mib": peak_rss_mib()}

@@ -143,6 +143,21 @@ def _checkpoint_files(lakefs: LakeFS, repository: str, commit_id: str, table_pat
                        lambda: checkpoint_files_hint(lakefs, repository, commit_id, table_path))
 
 
+def _delivered_from(task) -> str | None:
+    """The queue the running task was taken from (its routing key): what it queues stays there."""
+    return (task.request.delivery_info or {}).get("routing_key")
+
+
+def _look_again_later(task, args: tuple, line: str, reason: str, countdown: float, kwargs: dict | None = None,
+                      **options) -> dict:
+    """Another delivery holds the lock of the task's work: the task again after `countdown`, on the
+    queue it came from, without spending a retry (waiting for a lock is not a retry)."""
+    task.apply_async(args, kwargs, countdown=countdown, retries=task.request.retries, queue=_delivered_from(task),
+                     **options)
+    log.info("%s outcome=requeued reason=%s", line, reason)
+    return {"ok": None, "requeued": True}
+
+
 @app.task(name="lakefs_delta.ping", ignore_result=False)
 def ping(word: str) -> str:
     """Proves a worker is consuming from the broker."""
@@ -255,12 +270,10 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
     line = f"export {repository}/{ref}/{commit_id}/{table_name} attempt={self.request.retries + 1}"
     try:
         with status.lock(status.export_lock(repository, ref, commit_id, table_name), config.tasks.lock_ttl_seconds) as held:
-            if not held:  # another delivery is exporting it: look again later, without spending a retry
-                export_table.apply_async((repository, ref, commit_id, table_name, table_path),
-                                         {"branch_table": branch_table}, countdown=config.tasks.lock_ttl_seconds / 3, retries=self.request.retries,
-                                         queue=(self.request.delivery_info or {}).get("routing_key"))
-                log.info("%s outcome=requeued reason=another delivery holds the lock", line)
-                return {"ok": None, "requeued": True}
+            if not held:  # another delivery is exporting it
+                return _look_again_later(self, (repository, ref, commit_id, table_name, table_path), line,
+                                         "another delivery holds the lock", config.tasks.lock_ttl_seconds / 3,
+                                         {"branch_table": branch_table})
             with delivery(self, repository, ref, commit_id, table_name) as starts:
                 status.set_table(repository, ref, commit_id, table_name, "running", worker=self.request.hostname,
                                  starts=starts)
@@ -290,7 +303,7 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
         log.info("%s outcome=%s", line, "exists" if outcome.skipped else "done")
         if outcome.iceberg == PENDING:  # also when the export existed: a lost task is made up by the event delivered again
             export_iceberg.apply_async((repository, ref, commit_id, table_name), priority=ICEBERG_STEP,
-                                       queue=(self.request.delivery_info or {}).get("routing_key"))
+                                       queue=_delivered_from(self))
         if outcome.table_path:
             precompute_diff.apply_async((repository, commit_id, outcome.table_path), priority=BACKGROUND)
         if branch_table:  # also when the export existed: a lost append is made up by the event delivered again
@@ -329,12 +342,10 @@ def export_iceberg(self, repository: str, ref: str, commit_id: str, table_name: 
     line = f"iceberg {repository}/{ref}/{commit_id}/{table_name} attempt={self.request.retries + 1}"
     try:
         with status.lock(status.export_lock(repository, ref, commit_id, table_name), config.tasks.lock_ttl_seconds) as held:
-            if not held:  # the export is written again, or pruned: look again later, without spending a retry
-                export_iceberg.apply_async((repository, ref, commit_id, table_name), countdown=config.tasks.lock_ttl_seconds / 3,
-                                           retries=self.request.retries, priority=ICEBERG_STEP,
-                                           queue=(self.request.delivery_info or {}).get("routing_key"))
-                log.info("%s outcome=requeued reason=another delivery holds the export's lock", line)
-                return {"ok": None, "requeued": True}
+            if not held:  # the export is written again, or pruned
+                return _look_again_later(self, (repository, ref, commit_id, table_name), line,
+                                         "another delivery holds the export's lock", config.tasks.lock_ttl_seconds / 3,
+                                         priority=ICEBERG_STEP)
             with delivery(self, repository, ref, commit_id, table_name):
                 record = complete_iceberg(config, repository, ref, commit_id, table_name, lakefs=_lakefs(config),
                                           still_held=held.still_held)
@@ -416,10 +427,8 @@ def append_branch_table(self, repository: str, branch: str, commit_id: str, tabl
     try:
         with status.lock(f"branch-table:{repository}:{branch}:{table_name}", config.tasks.lock_ttl_seconds) as held:
             if not held:  # another append of this branch table is running: after it, this one
-                append_branch_table.apply_async((repository, branch, commit_id, table_name), countdown=1,
-                                                retries=self.request.retries)
-                log.info("%s outcome=requeued reason=another append holds the lock", line)
-                return {"ok": None, "requeued": True}
+                return _look_again_later(self, (repository, branch, commit_id, table_name), line,
+                                         "another append holds the lock", 1)
             with delivery(self, repository, branch, commit_id, table_name):
                 outcome = append_commit(config, _lakefs(config), repository, branch, commit_id, table_name,
                                         still_held=held.still_held)

@@ -49,7 +49,7 @@ from exporter.export.branch_log import (
 )
 from exporter.export.iceberg_metadata import ICEBERG, branch_iceberg_metadata
 from exporter.export.log_writer import discard_export, write_log
-from exporter.export.readback import ExportedLog, read_exported_log
+from exporter.export.readback import ExportedLog, read_exported_log, source_timestamps
 from exporter.lakefs.installer import branch_tables_kept, installed_action
 from exporter.lakefs.client import LakeFS
 from exporter.storage.layout import MANIFEST, STATE, branch_table_location, commit_root, export_location
@@ -168,7 +168,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
                     between)
         state.update(last_commit=commit_id, last_commit_created=commit.creation_date)
         if config.iceberg.enabled:  # off, the Iceberg table stays where it was: the next append on continues it
-            timestamps = {int(v): ms for v, ms in manifest["source_timestamps_ms"].items()}
+            timestamps = source_timestamps(manifest)
             state[ICEBERG] = outcome.iceberg = branch_iceberg_metadata(
                 store, target, read_exported_log(store, target), state.get(ICEBERG),
                 {version: timestamps[source] for version, source in outcome.sources.items() if source in timestamps},

@@ -119,14 +119,14 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
         candidates += [(tag, commit_id, True) for tag, commit_id in lakefs.list_tags(repository, config.catch_up.depth)]
         for ref, commit_id, all_tables in candidates:
             gaps = missing_exports(config, repository, ref, commit_id, lakefs=lakefs, all_tables=all_tables)
-            missing = gaps.missing
-            if not missing and not (config.iceberg.enabled and gaps.iceberg_pending):
+            missing, pending = gaps.missing, gaps.iceberg_pending if config.iceberg.enabled else []
+            if not missing and not pending:
                 continue
             records = status.tables(repository, commit_id, ref).get(ref, {})
-            if config.iceberg.enabled:  # its task queued when the export was done: left to it a while
-                plan.icebergs += [(repository, ref, commit_id, t) for t in gaps.iceberg_pending
-                                  if time.time() - (records.get(t) or {}).get("updated_at", 0)
-                                  >= config.catch_up.in_flight_seconds]
+            # an Iceberg table's task was queued when its export was done: left to it a while
+            plan.icebergs += [(repository, ref, commit_id, t) for t in pending
+                              if time.time() - (records.get(t) or {}).get("updated_at", 0)
+                              >= config.catch_up.in_flight_seconds]
             if not missing:
                 continue
             # a table without a record of its own is the commit's while the commit's task is in flight

@@ -27,7 +27,7 @@ import exporter
 
 from exporter.errors import CorruptLog, ExporterError, IcebergUnsupported, NotFound
 from exporter.delta.log import select_segment
-from exporter.export.readback import ExportedLog, read_exported_log
+from exporter.export.readback import ExportedLog, read_exported_log, source_timestamps
 from exporter.iceberg.table import IcebergTable, append_table, copy_table, write_table
 from exporter.storage.layout import MANIFEST, ICEBERG_FOLDERS, iceberg_location, is_iceberg_metadata_file
 from exporter.storage.objectstore import ObjectStore
@@ -77,8 +77,7 @@ def complete_iceberg_metadata(store: ObjectStore, location: str,
     record = manifest.get(ICEBERG)
     if record is None or record.get("state") != PENDING["state"]:
         return record
-    timestamps = {int(version): ms for version, ms in manifest["source_timestamps_ms"].items()}
-    manifest[ICEBERG] = write_iceberg_metadata(store, location, timestamps, still_held,
+    manifest[ICEBERG] = write_iceberg_metadata(store, location, source_timestamps(manifest), still_held,
                                                _derived_from(store, manifest.get("derived_from")))
     if still_held is not None:
         still_held()

@@ -22,6 +22,7 @@ from exporter.delta.head_files import HeadFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, select_segment
 from exporter.errors import MissingDataFiles, NotFound
 from exporter.export.log_writer import ExportOutcome, manifest_document, write_log, write_manifest
+from exporter.export.readback import source_timestamps
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_commit
 from exporter.lakefs.client import LakeFS
@@ -115,7 +116,7 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
     outputs: dict[str, bytes] = {}
     protocol_actions, missing, rewritten = [], [], 0
     snapshot = HeadFiles()
-    timestamps = {int(v): t for v, t in parent.get("source_timestamps_ms", {}).items()}
+    timestamps = source_timestamps(parent)
     for version, name in new:
         actions = parse_actions(name, raw[name])
         protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]

@@ -24,7 +24,7 @@ from exporter.delta.log import (LAST_CHECKPOINT, LOG_DIR, Checkpoint, LogListing
                                 log_file_version, select_segment)
 from exporter.errors import (ExporterError, InvalidParameter, NotFound, ShareNotFound, UnshareableTable,
                              VersionOutOfRange)
-from exporter.export.readback import ExportedLog
+from exporter.export.readback import ExportedLog, source_timestamps
 from exporter.storage.layout import (
     MANIFEST,
     STATE,
@@ -308,7 +308,7 @@ def tag_export(config: Config, store: ObjectStore, schema: Schema, table: str) -
     except NotFound:
         raise ShareNotFound(f"no table {table!r} at tag {schema.ref!r}: its export is not complete "
                             f"(or the tag's commit has no such table)") from None
-    timestamps = increasing({int(v): t for v, t in manifest.get("source_timestamps_ms", {}).items()})
+    timestamps = increasing(source_timestamps(manifest))
     return SharedTable(store, location, table, manifest["head_version"], timestamps, allowed=_allowed(config, store))
 
 
