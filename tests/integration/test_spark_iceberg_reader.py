@@ -27,15 +27,13 @@ import multiprocessing
 import traceback
 from decimal import Decimal
 
-import deltalake
 import pytest
 
 from exporter.iceberg.table import append_table, write_table
 from tests.unit.iceberg.local_export import LocalFiles, export_locally, read_range
 from tests.unit.iceberg.readers import delta_rows, rows_of
-from tests.unit.iceberg.test_deletion_vectors import (_PROTOCOL, commit, inline_vector, live_rows, replaced,
-                                                      stored_vector, two_partitions)
-from tests.unit.iceberg.test_readers import batch, build_history, write
+from tests.unit.iceberg.test_deletion_vectors import live_rows, vector_history
+from tests.unit.iceberg.test_readers import append_history, build_history
 
 pytestmark = pytest.mark.integration
 RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"  # the newest; none is built for Spark 4.2
@@ -183,8 +181,7 @@ def test_an_appended_table_reads_as_delta_rs_reads_it(tmp_path, spark_iceberg):
     build_history(source)
     files = LocalFiles(tmp_path / "iceberg")
     first = write_table(export_locally(source, tmp_path / "export"), files, read_range)
-    write(source, batch([16, 17], "eu", dt.date(2024, 1, 1), 1, extra=True))            # 8
-    deltalake.DeltaTable(str(source)).delete("id = 1 OR id = 16")                         # 9
+    append_history(source)
     second = append_table(first.metadata_key, export_locally(source, tmp_path / "export"), files, read_range)
 
     assert sorted(second.snapshot_ids) == [4, 5, 6, 7, 8, 9]
@@ -195,23 +192,15 @@ def test_an_appended_table_reads_as_delta_rs_reads_it(tmp_path, spark_iceberg):
 
 
 def test_deletion_vectors_are_deleted_rows(tmp_path, spark_iceberg):
-    """A log with vectors written by hand (delta-rs writes none): inline and stored in a file,
-    replaced by a larger one and then by a smaller one (a restore), read as position deletes."""
+    """A log with vectors written by hand (`vector_history`), read as position deletes."""
     table = tmp_path / "source"
-    adds = two_partitions(table)
-    eu, us = adds["eu"]["path"], adds["us"]["path"]
-    first, larger = inline_vector([0, 3]), stored_vector(table, [0, 3, 4, 9])
-    commit(table, 2, [_PROTOCOL, *replaced(adds["eu"], None, first)])
-    commit(table, 3, replaced(adds["eu"], first, larger) + replaced(adds["us"], None, inline_vector([5])))
-    commit(table, 4, replaced(adds["eu"], larger, first))
+    expected = vector_history(table)
 
     # the hand-written commits are dated 2023, after delta-rs's of today: Iceberg's Java `TableMetadata`
     # refuses a snapshot log going back more than a minute ("[BUG] Expected sorted snapshot log
     # entries."), so the snapshots' times increase as Delta's readers make commit times increase
     result = write_table(export_locally(table, tmp_path / "export"), LocalFiles(tmp_path / "iceberg"), read_range)
 
-    expected = {1: {eu: [], us: []}, 2: {eu: [0, 3], us: []}, 3: {eu: [0, 3, 4, 9], us: [5]},
-                4: {eu: [0, 3], us: [5]}}
     for version, deleted in expected.items():
         rows = live_rows(table, deleted)
         assert spark_iceberg.rows(result.metadata_location, result.snapshot_ids[version]) == rows, version

@@ -83,19 +83,25 @@ def two_partitions(table) -> dict[str, dict]:
     return adds
 
 
-def test_deletion_vectors_are_deleted_rows_for_both_readers(tmp_path):
-    table = tmp_path / "source"
+def vector_history(table: Path) -> dict[int, dict[str, list[int]]]:
+    """Versions 0-4 of a table with vectors written by hand (delta-rs writes none): inline and
+    stored in a file, replaced by a larger one, then by the first again (a restore: fewer rows
+    deleted). The rows each version deletes, by data file and version from 1 on."""
     adds = two_partitions(table)
     eu, us = adds["eu"]["path"], adds["us"]["path"]
     first, larger = inline_vector([0, 3]), stored_vector(table, [0, 3, 4, 9])
     commit(table, 2, [_PROTOCOL, *replaced(adds["eu"], None, first)])
     commit(table, 3, replaced(adds["eu"], first, larger) + replaced(adds["us"], None, inline_vector([5])))
-    commit(table, 4, replaced(adds["eu"], larger, first))  # a restore: fewer rows deleted again
+    commit(table, 4, replaced(adds["eu"], larger, first))
+    return {1: {eu: [], us: []}, 2: {eu: [0, 3], us: []}, 3: {eu: [0, 3, 4, 9], us: [5]}, 4: {eu: [0, 3], us: [5]}}
+
+
+def test_deletion_vectors_are_deleted_rows_for_both_readers(tmp_path):
+    table = tmp_path / "source"
+    expected = vector_history(table)
 
     result = write_table(export_locally(table, tmp_path / "export"), LocalFiles(tmp_path / "iceberg"), read_range)
 
-    expected = {1: {eu: [], us: []}, 2: {eu: [0, 3], us: []}, 3: {eu: [0, 3, 4, 9], us: [5]},
-                4: {eu: [0, 3], us: [5]}}
     for version, files in expected.items():
         rows = live_rows(table, files)
         assert pyiceberg_rows(result.metadata_location, result.snapshot_ids[version]) == rows, version

@@ -138,13 +138,18 @@ def test_small_manifests_read_the_same_and_removes_rewrite_only_their_manifests(
     assert len(written_by_6) == 1
 
 
+def append_history(table: Path) -> None:
+    """Versions 8-9 after `build_history`: an append with the added column, a delete."""
+    write(table, batch([16, 17], "eu", dt.date(2024, 1, 1), 1, extra=True))            # 8
+    deltalake.DeltaTable(str(table)).delete("id = 1 OR id = 16")                         # 9
+
+
 def test_an_append_adds_the_new_versions_and_keeps_the_rest(tmp_path):
     source = tmp_path / "source"
     build_history(source)
     files = LocalFiles(tmp_path / "iceberg")
     first = write_table(export_locally(source, tmp_path / "export"), files, read_range)
-    write(source, batch([16, 17], "eu", dt.date(2024, 1, 1), 1, extra=True))            # 8
-    deltalake.DeltaTable(str(source)).delete("id = 1 OR id = 16")                         # 9
+    append_history(source)
     files.written.clear()
     second = append_table(first.metadata_key, export_locally(source, tmp_path / "export"), files, read_range)
 
