@@ -244,6 +244,7 @@ class FakeLakeFS:
         self.unavailable: dict[str, ExporterError] = {}
         self._repositories: dict[str, _Repository] = {}
         self._serial = itertools.count(1)
+        self._salt = uuid.uuid4().hex  # ids unique across fakes, as lakeFS's are: a process keeps commits by id
 
     # ------------------------------------------------------------ reading
 
@@ -463,7 +464,7 @@ class FakeLakeFS:
 
     def _new_commit(self, found: _Repository, repository: str, parents: list[str], message: str,
                     metadata: dict[str, str], tree: dict[str, _Entry], creation_date: int | None) -> str:
-        commit_id = hashlib.sha256(f"{repository}/{next(self._serial)}/{message}".encode()).hexdigest()
+        commit_id = hashlib.sha256(f"{self._salt}/{repository}/{next(self._serial)}/{message}".encode()).hexdigest()
         found.commits[commit_id] = Commit(commit_id, parents, int(time.time()) if creation_date is None else creation_date,
                                           message, dict(metadata))
         found.trees[commit_id] = dict(tree)

@@ -38,6 +38,7 @@ from exporter.diff.rows_read import (Exceeded, Limit, Reader, RowsOf, Side, file
 from exporter.diff.table import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.lakefs.client import LakeFS
+from exporter.lakefs.descriptors import changes_under
 from exporter.lakefs.table_log import LoadedLog, checkpoint_files_hint
 from exporter.state.results import ResultCache
 from exporter.storage.layout import row_diff_location
@@ -302,7 +303,7 @@ def worth_precomputing(config: Config, lakefs: LakeFS, repository: str, parent: 
     if parent is None or checkpoint_files_hint(lakefs, repository, commit_id, table_path) >= config.workers.large_table_files:
         return False
     changed = 0
-    for change in lakefs.diff(repository, parent, commit_id, prefix=table_path.strip("/") + "/"):
+    for change in changes_under(lakefs, repository, parent, commit_id, table_path.strip("/") + "/"):
         if "/_delta_log/" not in "/" + change["path"]:
             changed += int(change.get("size_bytes") or 0)
             if changed > config.row_diff.precompute_bytes:

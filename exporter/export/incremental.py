@@ -26,7 +26,7 @@ from exporter.export.readback import source_timestamps
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_commit
 from exporter.lakefs.client import LakeFS
-from exporter.lakefs.descriptors import TableDescriptor
+from exporter.lakefs.descriptors import TableDescriptor, changes_under
 from exporter.lakefs.gateway_paths import LakeFSPaths
 from exporter.lakefs.table_log import list_log, read_log_files
 from exporter.storage.layout import MANIFEST, export_location
@@ -84,7 +84,8 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
                          commit_id: str, table: TableDescriptor, target: str, outcome: ExportOutcome,
                          started: float, still_held: Callable[[], None] | None = None) -> None:
     """Export from the parent's export, or raise ColdExportNeeded (before anything is written)."""
-    parents = lakefs.commit(repository, commit_id).parents
+    commit = lakefs.commit(repository, commit_id)
+    parents = commit.parents
     if not parents:
         raise ColdExportNeeded("the commit has no parent")
     source = export_location(config, ref, parents[0], table.name)
@@ -96,7 +97,7 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
         raise ColdExportNeeded("the table's path changed since the parent")
     if parent.get("exporter_version") != exporter.__version__:  # its bytes may differ from today's
         raise ColdExportNeeded(f"the parent was exported by exporter {parent.get('exporter_version')}")
-    for change in lakefs.diff(repository, parents[0], commit_id, prefix=table.prefix):
+    for change in changes_under(lakefs, repository, parents[0], commit.id, table.prefix):
         if change.get("type") != "added":
             raise ColdExportNeeded(f"{change['path']} was {change.get('type')} since the parent")
         if change["path"] == table.prefix + LOG_DIR + LAST_CHECKPOINT:

@@ -103,15 +103,39 @@ def changed_tables(lakefs: LakeFS, repository: str, commit_id: str, tables: list
     if not commit.parents:
         return list(tables)
     parent = commit.parents[0]
-    changes = [c["path"] for c in itertools.islice(lakefs.diff(repository, parent, commit_id), PAGE_SIZE + 1)]
-    if len(changes) <= PAGE_SIZE:
-        changed = set(changes)
+    whole = commit_changes(lakefs, repository, parent, commit.id)
+    if whole is not None:
+        changed = {c["path"] for c in whole}
         return [table for table in tables
                 if table.descriptor in changed or any(path.startswith(table.prefix) for path in changed)]
     changed_descriptors = {d["path"] for d in lakefs.diff(repository, parent, commit_id, prefix=DESCRIPTORS_PREFIX)}
     return [table for table in tables
             if table.descriptor in changed_descriptors
             or next(iter(lakefs.diff(repository, parent, commit_id, prefix=table.prefix, amount=1)), None) is not None]
+
+
+# (repository, parent id, commit id) -> the commit's whole diff when one page holds it, else None:
+# two commits never change, so the tables a commit changed and then each table's own changes (its
+# export, its diff) are answered from one call in a process
+_commit_diffs: Kept[tuple[str, str, str], "list[dict] | None"] = Kept(entries=64)
+
+
+def commit_changes(lakefs: LakeFS, repository: str, parent_id: str, commit_id: str) -> list[dict] | None:
+    """Every entry of the diff between two commit ids, or None when it is longer than a page."""
+    def whole() -> list[dict] | None:
+        changes = list(itertools.islice(lakefs.diff(repository, parent_id, commit_id), PAGE_SIZE + 1))
+        return changes if len(changes) <= PAGE_SIZE else None
+
+    return _commit_diffs.keep((repository, parent_id, commit_id), whole)
+
+
+def changes_under(lakefs: LakeFS, repository: str, parent_id: str, commit_id: str, prefix: str) -> Iterable[dict]:
+    """The diff entries under `prefix` between two commit ids: from the commit's whole diff when this
+    process has it, else one diff of the prefix."""
+    whole = _commit_diffs.get((repository, parent_id, commit_id))
+    if whole is not None:
+        return [change for change in whole if change["path"].startswith(prefix)]
+    return lakefs.diff(repository, parent_id, commit_id, prefix=prefix)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 import pytest
 
 from exporter.errors import DescriptorError
-from exporter.lakefs.descriptors import discover_tables, parse_descriptor, tables_to_export
+from exporter.lakefs.descriptors import changes_under, discover_tables, parse_descriptor, tables_to_export
 from tests.fakes import FakeLakeFS
 
 pytestmark = pytest.mark.unit
@@ -90,3 +90,21 @@ def test_the_changed_tables_come_from_one_diff_of_the_commit_unless_it_runs_past
 
     assert one_diff == 4, one_diff  # the listing, the commit, one diff, and the descriptor whose content changed
     assert past_a_page == 4 + 1 + 4, past_a_page  # listing, commit, two pages; then the descriptors' diff, one a table
+
+
+def test_a_tables_changes_come_from_the_commits_whole_diff_once_the_process_has_it():
+    descriptors = {f"_lakefs_tables/{n}.yaml": f"name: {n}\ntype: delta\npath: tables/{n}\n".encode() for n in "ab"}
+    lakefs, first = repository_with({**descriptors, **{f"tables/{n}/_delta_log/{0:020d}.json": b"{}" for n in "ab"}})
+    second = lakefs.commit_files("repo", "main", {"tables/a/_delta_log/00000000000000000001.json": b"{}",
+                                                  "tables/ab/x.parquet": b"x"})
+    before = lakefs.calls
+    assert [c["path"] for c in changes_under(lakefs, "repo", first, second, "tables/a/")] == [
+        "tables/a/_delta_log/00000000000000000001.json"]
+    assert lakefs.calls == before + 1  # not known here yet: a diff of the prefix
+
+    tables_to_export(lakefs, "repo", second)  # the commit's whole diff, for the tables it changed
+    before = lakefs.calls
+    assert [(c["path"], c["type"]) for c in changes_under(lakefs, "repo", first, second, "tables/a/")] == [
+        ("tables/a/_delta_log/00000000000000000001.json", "added")]
+    assert list(changes_under(lakefs, "repo", first, second, "tables/b/")) == []
+    assert lakefs.calls == before  # answered from it
