@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,7 +46,7 @@ from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableDescriptor, tab
 from exporter.lakefs.table_log import checkpoint_files_hint
 from exporter.state.results import ResultCache
 from exporter.state.status import COMMIT_RECORD, StatusStore
-from workers.app import app, current_config
+from workers.app import app, current_config, soft_time_limit
 
 log = logging.getLogger("lakefs_delta.worker")
 
@@ -244,7 +246,9 @@ def _export_here(task, config: Config, status: StatusStore, repository: str, ref
                               countdown=config.tasks.lock_ttl_seconds / 3)
                 log.info("%s outcome=queued reason=another delivery holds the lock", line)
                 return True
-            outcome = _export_locked(task, config, status, repository, ref, commit_id, table.name, table.path, held)
+            with _soft_time_limit(soft_time_limit(config.tasks.time_limit("export_table"))):
+                outcome = _export_locked(task, config, status, repository, ref, commit_id, table.name, table.path,
+                                         held)
     except TASK_ERRORS as exc:
         reason = _transient_reason(exc)
         outcome = ExportOutcome(table=table.name, table_path=table.path, ok=False, error=reason or str(exc),
@@ -261,6 +265,27 @@ def _export_here(task, config: Config, status: StatusStore, repository: str, ref
     _export_ended(task, status, repository, ref, commit_id, table.name, outcome, branch_table,
                   f"{line} seconds={time.monotonic() - started:.2f}")
     return True
+
+
+@contextmanager
+def _soft_time_limit(seconds: float) -> Iterator[None]:
+    """An export run inline keeps `export_table`'s soft time limit: SoftTimeLimitExceeded is raised
+    in it after `seconds`, as Celery raises it in a task (a signal to the pool process's main thread;
+    elsewhere, as in a test's thread, only the task's own limits hold)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum, frame):
+        raise SoftTimeLimitExceeded(f"export_table's soft time limit ({seconds} s) in the task that listed the commit")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _export_locked(task, config: Config, status: StatusStore, repository: str, ref: str, commit_id: str,

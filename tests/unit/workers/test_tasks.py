@@ -229,6 +229,8 @@ def exports(worker, monkeypatch):
         outcome = script.outcomes.pop(0)
         if isinstance(outcome, BaseException):
             raise outcome
+        if callable(outcome):  # an export that takes its time
+            outcome = outcome()
         return dataclasses.replace(outcome, table=table.name, table_path=table.path)
 
     monkeypatch.setattr(tasks, "export_one_table", export_one_table)
@@ -611,3 +613,23 @@ def test_why_there_is_no_answer_is_cached_for_the_api(worker, diffs):
     assert diffs.computed == 1 + MAX_RETRIES + 1  # retried while retries lasted
     failure = diffs.cache.failure(*other)
     assert isinstance(failure, ServiceUnavailable) and str(failure) == "lakeFS answered 503"
+
+
+def test_a_small_table_exported_inline_keeps_export_tables_time_limit(worker, tmp_path, exports, monkeypatch):
+    """Exported by the task that listed the commit, a table whose object store never answers is
+    stopped at `export_table`'s soft time limit (5 s: 2 s), not the listing task's, and gets a task
+    of its own."""
+    import time
+
+    config = worker.config.model_copy(update={"tasks": worker.config.tasks.model_copy(
+        update={"time_limits": (("export_table", 5),)})})
+    monkeypatch.setattr(workers.app, "_config", config)
+    commit = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events").append(1).commit()
+    exports.outcomes = [lambda: time.sleep(30) or DONE]
+
+    started = time.monotonic()
+    result = tasks.export_commit.apply(("repo", "main", commit))
+
+    assert 2 <= time.monotonic() - started < 10 and result.get() == ["events"]
+    assert [(s.name, s.args[3]) for s in worker.sent] == [("lakefs_delta.export_table", "events")]
+    assert worker.status.record("repo", "main", commit, "events")["state"] == "queued"
