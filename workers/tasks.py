@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import signal
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,7 +44,7 @@ from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableDescriptor, tab
 from exporter.lakefs.table_log import checkpoint_files_hint
 from exporter.state.results import ResultCache
 from exporter.state.status import COMMIT_RECORD, StatusStore
-from workers.app import app, current_config, soft_time_limit
+from workers.app import app, current_config
 
 log = logging.getLogger("lakefs_delta.worker")
 
@@ -179,9 +177,8 @@ class ExportCommitTask(RetriedTask):
 @app.task(bind=True, base=ExportCommitTask, name="lakefs_delta.export_commit")
 def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: bool = False,
                   branch_table: bool = False) -> list[str]:
-    """Find the tables to export (those the commit changed, or all of them for a tag); export the
-    small ones here, one after another (`workers.inline_tables`), and queue one `export_table` for
-    each other; with `branch_table`, each export then appends to the branch table."""
+    """Find the tables to export (those the commit changed, or all of them for a tag) and fan out
+    one `export_table` per table; with `branch_table`, each export then appends to the branch table."""
     config = current_config()
     status, _ = _services(config)
     try:
@@ -192,15 +189,12 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
             for descriptor, reason in selection.refused.items():
                 status.set_table(repository, ref, commit_id, descriptor, "failed", reason=reason, permanent=True)
                 log.warning("commit %s/%s: %s", repository, commit_id, reason)
-            sizes = {t.name: _checkpoint_files(lakefs, repository, commit_id, t.path) for t in tables}
-            inline = [t for t in tables if sizes[t.name] < config.workers.inline_table_files
-                      and export_queue(config, sizes[t.name]) is None][:config.workers.inline_tables]
             for table in tables:
-                if table in inline:
-                    status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path)
-                else:
-                    _queue_export(config, status, repository, ref, commit_id, table.name, table.path, branch_table,
-                                  export_queue(config, sizes[table.name]))
+                queue = export_queue(config, _checkpoint_files(lakefs, repository, commit_id, table.path))
+                status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path,
+                                 **({"queue": queue} if queue else {}))
+                export_table.apply_async((repository, ref, commit_id, table.name, table.path),
+                                         {"branch_table": branch_table}, queue=queue)
             status.set_table(repository, ref, commit_id, COMMIT_RECORD, "done", reason="",
                              tables=[t.name for t in tables], all_tables=all_tables)
     except TASK_ERRORS as exc:
@@ -212,124 +206,10 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
         _record(status, repository, ref, commit_id, COMMIT_RECORD, "failed", reason=str(exc), permanent=True)
         status_count(status, "export_commit", "failed")
         return []
-    log.info("commit %s/%s (%s): %d table(s): %s; exported here: %s", repository, commit_id, ref, len(tables),
-             ", ".join(t.name for t in tables) or "-", ", ".join(t.name for t in inline) or "-")
+    log.info("commit %s/%s (%s): %d table(s) queued: %s", repository, commit_id, ref, len(tables),
+             ", ".join(t.name for t in tables) or "-")
     status_count(status, "export_commit", "succeeded")
-    for position, table in enumerate(inline):
-        if not _export_here(self, config, status, repository, ref, commit_id, table, branch_table):
-            for rest in inline[position + 1:]:  # out of time: the rest in tasks of their own
-                _queue_export(config, status, repository, ref, commit_id, rest.name, rest.path, branch_table, None)
-            break
     return [t.name for t in tables]
-
-
-def _queue_export(config: Config, status: StatusStore, repository: str, ref: str, commit_id: str, table_name: str,
-                  table_path: str, branch_table: bool, queue: str | None, **options) -> None:
-    """One `export_table` task for the table, recorded `queued`."""
-    status.set_table(repository, ref, commit_id, table_name, "queued", table_path=table_path,
-                     **({"queue": queue} if queue else {}))
-    export_table.apply_async((repository, ref, commit_id, table_name, table_path), {"branch_table": branch_table},
-                             queue=queue, **options)
-
-
-def _export_here(task, config: Config, status: StatusStore, repository: str, ref: str, commit_id: str,
-                 table: TableDescriptor, branch_table: bool) -> bool:
-    """Export a commit's small table in the task that listed it, recorded as `export_table` records
-    its own. A table another delivery holds, or whose export met a transient error, is handed to an
-    `export_table` task (its retries take it from there). False when this task ran out of time."""
-    line = f"export {repository}/{ref}/{commit_id}/{table.name} inline"
-    started = time.monotonic()
-    try:
-        with status.lock(status.export_lock(repository, ref, commit_id, table.name), config.tasks.lock_ttl_seconds) as held:
-            if not held:
-                _queue_export(config, status, repository, ref, commit_id, table.name, table.path, branch_table, None,
-                              countdown=config.tasks.lock_ttl_seconds / 3)
-                log.info("%s outcome=queued reason=another delivery holds the lock", line)
-                return True
-            with _soft_time_limit(soft_time_limit(config.tasks.time_limit("export_table"))):
-                outcome = _export_locked(task, config, status, repository, ref, commit_id, table.name, table.path,
-                                         held)
-    except TASK_ERRORS as exc:
-        reason = _transient_reason(exc)
-        outcome = ExportOutcome(table=table.name, table_path=table.path, ok=False, error=reason or str(exc),
-                                permanent=reason is None)
-        if isinstance(exc, SoftTimeLimitExceeded):
-            _queue_export(config, status, repository, ref, commit_id, table.name, table.path, branch_table, None)
-            log.warning("%s outcome=queued reason=%s", line, outcome.error)
-            return False
-    if not outcome.ok and not outcome.permanent:
-        _queue_export(config, status, repository, ref, commit_id, table.name, table.path, branch_table, None)
-        status_count(status, "export_table", "retried")
-        log.warning("%s outcome=queued reason=%s", line, outcome.error)
-        return True
-    _export_ended(task, status, repository, ref, commit_id, table.name, outcome, branch_table,
-                  f"{line} seconds={time.monotonic() - started:.2f}")
-    return True
-
-
-@contextmanager
-def _soft_time_limit(seconds: float) -> Iterator[None]:
-    """An export run inline keeps `export_table`'s soft time limit: SoftTimeLimitExceeded is raised
-    in it after `seconds`, as Celery raises it in a task (a signal to the pool process's main thread;
-    elsewhere, as in a test's thread, only the task's own limits hold)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expired(signum, frame):
-        raise SoftTimeLimitExceeded(f"export_table's soft time limit ({seconds} s) in the task that listed the commit")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def _export_locked(task, config: Config, status: StatusStore, repository: str, ref: str, commit_id: str,
-                   table_name: str, table_path: str, held) -> ExportOutcome:
-    """The export, under its lock `held`, counted as a delivery of `export_table` whichever task runs it."""
-    with delivery(export_table, repository, ref, commit_id, table_name) as starts:
-        status.set_table(repository, ref, commit_id, table_name, "running", worker=task.request.hostname, starts=starts)
-        lakefs = _lakefs(config)
-        table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml")
-                 if table_path else find_table(lakefs, repository, commit_id, table_name))
-        # refs with a finished export of this commit (a tag on an exported commit): copied, not redone
-        done_under = tuple(other for other, tables in status.tables(repository, commit_id).items()
-                           if other != ref and tables.get(table_name, {}).get("state") == "done")
-        return export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs, copy_from=done_under,
-                                still_held=held.still_held)
-
-
-def _export_ended(task, status: StatusStore, repository: str, ref: str, commit_id: str, table_name: str,
-                  outcome: ExportOutcome, branch_table: bool, line: str) -> dict:
-    """An export done (recorded, counted, and what follows it queued) or failed for good (recorded)."""
-    facts = {"location": outcome.location, "checkpoint_version": outcome.checkpoint_version,
-             "head_version": outcome.head_version, "files_rewritten": outcome.files_rewritten,
-             **({"iceberg": outcome.iceberg} if outcome.iceberg is not None else {})}
-    if not outcome.ok:
-        _record(status, repository, ref, commit_id, table_name, "failed", reason=outcome.error,
-                permanent=outcome.permanent, **facts)
-        status_count(status, "export_table", "failed")
-        log.error("%s outcome=failed reason=%s", line, outcome.error)
-        return {"ok": False, "error": outcome.error}
-    _record(status, repository, ref, commit_id, table_name, "done", reason="", skipped=outcome.skipped, **facts)
-    status_count(status, "export_table", "succeeded")
-    if not outcome.skipped:
-        status.observe("lakefs_delta_export_seconds", outcome.seconds)
-        status.count("lakefs_delta_versions_read_total", amount=outcome.versions)
-        status.count("lakefs_delta_files_rewritten_total", amount=outcome.files_rewritten)
-    log.info("%s outcome=%s", line, "exists" if outcome.skipped else "done")
-    if outcome.iceberg == PENDING:  # also when the export existed: a lost task is made up by the event delivered again
-        export_iceberg.apply_async((repository, ref, commit_id, table_name), priority=ICEBERG_STEP,
-                                   queue=_delivered_from(task))
-    if outcome.table_path:
-        precompute_diff.apply_async((repository, commit_id, outcome.table_path), priority=BACKGROUND)
-    if branch_table:  # also when the export existed: a lost append is made up by the event delivered again
-        append_branch_table.delay(repository, ref, commit_id, table_name)
-    return {"ok": True, **facts}
 
 
 class ExportTableTask(RetriedTask):
@@ -394,18 +274,51 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
                 return _look_again_later(self, (repository, ref, commit_id, table_name, table_path), line,
                                          "another delivery holds the lock", config.tasks.lock_ttl_seconds / 3,
                                          {"branch_table": branch_table})
-            outcome = _export_locked(self, config, status, repository, ref, commit_id, table_name, table_path, held)
+            with delivery(self, repository, ref, commit_id, table_name) as starts:
+                status.set_table(repository, ref, commit_id, table_name, "running", worker=self.request.hostname,
+                                 starts=starts)
+                lakefs = _lakefs(config)
+                table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml")
+                         if table_path else find_table(lakefs, repository, commit_id, table_name))
+                # refs with a finished export of this commit (a tag on an exported commit): copied, not redone
+                done_under = tuple(other for other, tables in status.tables(repository, commit_id).items()
+                                   if other != ref and tables.get(table_name, {}).get("state") == "done")
+                outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs,
+                                           copy_from=done_under, still_held=held.still_held)
     except TASK_ERRORS as exc:
         reason = _transient_reason(exc)
         outcome = ExportOutcome(table=table_name, table_path=table_path, ok=False, error=reason or str(exc),
                                 permanent=reason is None)
+    facts = {"location": outcome.location, "checkpoint_version": outcome.checkpoint_version,
+             "head_version": outcome.head_version, "files_rewritten": outcome.files_rewritten,
+             **({"iceberg": outcome.iceberg} if outcome.iceberg is not None else {})}
     line += f" seconds={time.monotonic() - started:.2f}"
-    if not outcome.ok and not outcome.permanent:  # when this was the last retry, on_failure records the end
+    if outcome.ok:
+        _record(status, repository, ref, commit_id, table_name, "done", reason="", skipped=outcome.skipped, **facts)
+        status_count(status, "export_table", "succeeded")
+        if not outcome.skipped:
+            status.observe("lakefs_delta_export_seconds", outcome.seconds)
+            status.count("lakefs_delta_versions_read_total", amount=outcome.versions)
+            status.count("lakefs_delta_files_rewritten_total", amount=outcome.files_rewritten)
+        log.info("%s outcome=%s", line, "exists" if outcome.skipped else "done")
+        if outcome.iceberg == PENDING:  # also when the export existed: a lost task is made up by the event delivered again
+            export_iceberg.apply_async((repository, ref, commit_id, table_name), priority=ICEBERG_STEP,
+                                       queue=_delivered_from(self))
+        if outcome.table_path:
+            precompute_diff.apply_async((repository, commit_id, outcome.table_path), priority=BACKGROUND)
+        if branch_table:  # also when the export existed: a lost append is made up by the event delivered again
+            append_branch_table.delay(repository, ref, commit_id, table_name)
+        return {"ok": True, **facts}
+    if not outcome.permanent:  # when this was the last retry, on_failure records the end
         _record(status, repository, ref, commit_id, table_name, "retrying", reason=outcome.error)
         status_count(status, "export_table", "retried")
         log.warning("%s outcome=retrying reason=%s", line, outcome.error)
         raise Transient(outcome.error)
-    return _export_ended(self, status, repository, ref, commit_id, table_name, outcome, branch_table, line)
+    _record(status, repository, ref, commit_id, table_name, "failed", reason=outcome.error,
+            permanent=outcome.permanent, **facts)
+    status_count(status, "export_table", "failed")
+    log.error("%s outcome=failed reason=%s", line, outcome.error)
+    return {"ok": False, "error": outcome.error}
 
 
 class ExportIcebergTask(RetriedTask):

@@ -241,13 +241,6 @@ class WorkersConfig(_Section):
     # `--queues` to give that queue its own (`lakefs-delta worker` consumes both by default).
     large_table_files: int = Field(500_000, ge=1)
     large_table_queue: str = "lakefs_delta.large"
-    # A commit's small tables (newest checkpoint under `inline_table_files` files, or none) are
-    # exported one after another by the task that lists the commit's tables, up to `inline_tables`
-    # of them: one task a commit instead of one a table, with the commit's lookups made once and no
-    # second trip through the queue. The others, and a table another delivery holds or that meets a
-    # transient error, get an `export_table` task of their own. 0: every table its own task.
-    inline_tables: int = Field(8, ge=0)
-    inline_table_files: int = Field(1_000, ge=0)
 
 
 def _plus_list(text: str) -> list[str]:

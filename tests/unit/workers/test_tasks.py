@@ -21,7 +21,6 @@ from exporter.errors import BranchTableRefused, ExporterError, NotFound, Service
 from exporter.export.branch_table import AppendOutcome
 from exporter.export.iceberg_metadata import PENDING
 from exporter.export.log_writer import ExportOutcome
-from exporter.kept import Kept
 from exporter.lakefs.installer import ACTION_PATH, render_action
 from exporter.state.results import ResultCache
 from exporter.state.status import COMMIT_RECORD, StatusStore
@@ -50,8 +49,7 @@ def worker(monkeypatch, redis_url, fake_lakefs):
     lakefs, store = fake_lakefs, fake_lakefs.store
     lakefs.create_repository("repo", "s3://lake/repo")
     config = Config(redis_url=redis_url, tasks={"max_deliveries": 2, "lock_ttl_seconds": 6},
-                    workers={"large_table_files": 3, "inline_table_files": 2})
-    monkeypatch.setattr(tasks, "_hints", Kept(seconds=60.0))  # table sizes of another test's repository
+                    workers={"large_table_files": 3})
     monkeypatch.setattr(workers.app, "_config", config)
     monkeypatch.setattr(tasks, "_lakefs", lambda _: lakefs)
     for task in (tasks.export_commit, tasks.export_table, tasks.append_branch_table, tasks.compute_diff):
@@ -100,94 +98,31 @@ def commit_tables(lakefs: FakeLakeFS, files: dict[str, bytes]) -> str:
     return lakefs.commit_files("repo", "main", files)
 
 
-def sizes_commit(worker, tmp_path) -> str:
-    """A commit that changes a small table (events: no checkpoint), a middling one (two files in its
-    newest checkpoint) and a big one (seven), and holds a broken descriptor."""
+def test_a_commit_fans_out_one_export_per_changed_table_and_records_refused_descriptors(worker):
     commit_tables(worker.lakefs, {"_lakefs_tables/users.yaml": DESCRIPTOR % (b"users", b"users"),
                                   "tables/users/_delta_log/00000000000000000000.json": b"{}"})
-    return SourceTable(worker.lakefs, "repo", "events", tmp_path / "events").append(1, 2).commit(extra={
-        "_lakefs_tables/mid.yaml": DESCRIPTOR % (b"mid", b"mid"),
+    commit = commit_tables(worker.lakefs, {
+        "_lakefs_tables/events.yaml": DESCRIPTOR % (b"events", b"events"),
         "_lakefs_tables/big.yaml": DESCRIPTOR % (b"big", b"big"),
         "_lakefs_tables/broken.yaml": b"name: [",
-        "tables/mid/_delta_log/_last_checkpoint": b'{"version": 9, "size": 9, "numOfAddFiles": 2}',
+        "tables/events/_delta_log/00000000000000000000.json": b"{}",
         "tables/big/_delta_log/_last_checkpoint": b'{"version": 9, "size": 9, "numOfAddFiles": 7}'})
 
-
-def test_a_commit_exports_its_small_tables_itself_queues_the_others_and_records_refused_descriptors(worker, tmp_path):
-    commit = sizes_commit(worker, tmp_path)
-
     result = tasks.export_commit.apply(("repo", "main", commit))
 
-    assert result.get() == ["big", "events", "mid"]
-    assert [(s.name, s.args, s.kwargs, s.options.get("queue")) for s in worker.sent] == [
+    assert result.get() == ["big", "events"]
+    assert [(s.name, s.args, s.kwargs, s.options["queue"]) for s in worker.sent] == [
         ("lakefs_delta.export_table", ("repo", "main", commit, "big", "tables/big"), {"branch_table": False},
          "lakefs_delta.large"),  # 7 files in its newest checkpoint: the large tables' queue
-        ("lakefs_delta.export_table", ("repo", "main", commit, "mid", "tables/mid"), {"branch_table": False},
-         None),  # 2 files: not small (workers.inline_table_files), a task of its own
-        # events has no checkpoint: exported here, and what follows its export queued
-        ("lakefs_delta.export_iceberg", ("repo", "main", commit, "events"), {}, None),
-        ("lakefs_delta.precompute_diff", ("repo", commit, "tables/events"), {}, None)]
+        ("lakefs_delta.export_table", ("repo", "main", commit, "events", "tables/events"), {"branch_table": False}, None)]
     records = worker.status.tables("repo", commit)["main"]
-    assert (records["mid"]["state"], records["mid"]["table_path"]) == ("queued", "tables/mid")
+    assert (records["events"]["state"], records["events"]["table_path"]) == ("queued", "tables/events")
     assert records["big"]["queue"] == "lakefs_delta.large"
-    events = records["events"]
-    assert (events["state"], events["head_version"], events["location"]) == (
-        "done", 0, worker.namespace.uri(export_location(worker.config, "main", commit, "events")))
-    assert worker.namespace.exists(export_location(worker.config, "main", commit, "events") + MANIFEST)
     refused = worker.status.record("repo", "main", commit, "_lakefs_tables/broken.yaml")
     assert refused["state"] == "failed" and refused["permanent"] and "not valid YAML" in refused["reason"]
-    assert records[COMMIT_RECORD]["state"] == "done" and records[COMMIT_RECORD]["tables"] == ["big", "events", "mid"]
+    assert records[COMMIT_RECORD]["state"] == "done" and records[COMMIT_RECORD]["tables"] == ["big", "events"]
     assert "users" not in records  # unchanged by this commit
     assert tasks_total(worker.status, "export_commit", "succeeded") == 1
-    assert tasks_total(worker.status, "export_table", "succeeded") == 1
-
-
-def test_with_inline_tables_0_every_table_gets_a_task_of_its_own(worker, tmp_path, monkeypatch):
-    monkeypatch.setattr(workers.app, "_config", worker.config.model_copy(
-        update={"workers": worker.config.workers.model_copy(update={"inline_tables": 0})}))
-    commit = sizes_commit(worker, tmp_path)
-
-    tasks.export_commit.apply(("repo", "main", commit))
-
-    assert [(s.name, s.args[3]) for s in worker.sent] == [("lakefs_delta.export_table", name)
-                                                          for name in ("big", "events", "mid")]
-    assert worker.status.record("repo", "main", commit, "events")["state"] == "queued"
-
-
-def test_a_small_table_another_delivery_holds_or_that_meets_a_transient_error_gets_a_task_of_its_own(
-        worker, tmp_path, exports):
-    commit = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events").append(1).commit(extra={
-        "_lakefs_tables/users.yaml": DESCRIPTOR % (b"users", b"users"),
-        "tables/users/_delta_log/00000000000000000000.json": b"{}"})
-    exports.outcomes = [UNAVAILABLE]
-
-    with StatusStore(worker.config.redis).lock(StatusStore.export_lock("repo", "main", commit, "events"), 60):
-        tasks.export_commit.apply(("repo", "main", commit))
-
-    assert [(s.name, s.args[3], s.options.get("countdown")) for s in worker.sent] == [
-        ("lakefs_delta.export_table", "events", worker.config.tasks.lock_ttl_seconds / 3),  # after the holder
-        ("lakefs_delta.export_table", "users", None)]  # its retries take it from here
-    assert [call["table"].name for call in exports.calls] == ["users"]
-    users = worker.status.record("repo", "main", commit, "users")
-    assert users["state"] == "queued" and worker.status.record("repo", "main", commit, "events")["state"] == "queued"
-    assert tasks_total(worker.status, "export_table", "retried") == 1
-
-
-def test_a_commit_out_of_time_queues_the_tables_it_has_not_exported(worker, tmp_path, exports):
-    commit = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events").append(1).commit(extra={
-        "_lakefs_tables/audit.yaml": DESCRIPTOR % (b"audit", b"audit"),
-        "tables/audit/_delta_log/00000000000000000000.json": b"{}",
-        "_lakefs_tables/users.yaml": DESCRIPTOR % (b"users", b"users"),
-        "tables/users/_delta_log/00000000000000000000.json": b"{}"})
-    exports.outcomes = [DONE, SoftTimeLimitExceeded()]
-
-    result = tasks.export_commit.apply(("repo", "main", commit))
-
-    assert result.get() == ["audit", "events", "users"] and len(exports.calls) == 2
-    assert [(s.name, s.args[3]) for s in worker.sent if s.name.endswith("export_table")] == [
-        ("lakefs_delta.export_table", "events"), ("lakefs_delta.export_table", "users")]
-    records = worker.status.tables("repo", commit)["main"]
-    assert [records[name]["state"] for name in ("audit", "events", "users")] == ["done", "queued", "queued"]
 
 
 def test_a_commit_whose_tables_cannot_be_listed_is_retried_then_given_up(worker):
@@ -229,8 +164,6 @@ def exports(worker, monkeypatch):
         outcome = script.outcomes.pop(0)
         if isinstance(outcome, BaseException):
             raise outcome
-        if callable(outcome):  # an export that takes its time
-            outcome = outcome()
         return dataclasses.replace(outcome, table=table.name, table_path=table.path)
 
     monkeypatch.setattr(tasks, "export_one_table", export_one_table)
@@ -613,23 +546,3 @@ def test_why_there_is_no_answer_is_cached_for_the_api(worker, diffs):
     assert diffs.computed == 1 + MAX_RETRIES + 1  # retried while retries lasted
     failure = diffs.cache.failure(*other)
     assert isinstance(failure, ServiceUnavailable) and str(failure) == "lakeFS answered 503"
-
-
-def test_a_small_table_exported_inline_keeps_export_tables_time_limit(worker, tmp_path, exports, monkeypatch):
-    """Exported by the task that listed the commit, a table whose object store never answers is
-    stopped at `export_table`'s soft time limit (5 s: 2 s), not the listing task's, and gets a task
-    of its own."""
-    import time
-
-    config = worker.config.model_copy(update={"tasks": worker.config.tasks.model_copy(
-        update={"time_limits": (("export_table", 5),)})})
-    monkeypatch.setattr(workers.app, "_config", config)
-    commit = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events").append(1).commit()
-    exports.outcomes = [lambda: time.sleep(30) or DONE]
-
-    started = time.monotonic()
-    result = tasks.export_commit.apply(("repo", "main", commit))
-
-    assert 2 <= time.monotonic() - started < 10 and result.get() == ["events"]
-    assert [(s.name, s.args[3]) for s in worker.sent] == [("lakefs_delta.export_table", "events")]
-    assert worker.status.record("repo", "main", commit, "events")["state"] == "queued"
