@@ -83,22 +83,25 @@ def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], N
     Readers (Delta Spark, delta-rs) build a snapshot from a checkpoint or from version 0 and refuse a
     log that has neither below the commits they need. So the file that starts the segment (the
     checkpoint's last part, or `0.json` without a checkpoint) is written last: before it exists every
-    read fails (latest, time travel, CDF); once it exists every version is there. Commits go in
-    version order, so their modification times (the commit timestamps of readers without in-commit
-    timestamps) increase; without a checkpoint, `0.json` is written last and so the later commits
-    (first written together, in any order) are written once more after it, one at a time in version
-    order, with identical bytes, to keep the times in order.
+    read fails (latest, time travel, CDF); once it exists every version is there.
+    Commit times: readers without in-commit timestamps take a commit's time from its file's
+    modification time. With a checkpoint, the commits go one at a time in version order, so their
+    times increase as written. Without one, the commits after `0.json` are written together before
+    it, so their times precede it: Delta Spark, which makes commit times increase
+    (`exporter.delta.actions.after`), takes `0.json`'s time and 1 ms more for each later version;
+    delta-rs selects the head at any time after `0.json` was written. Either way a commit's time on
+    the export is when the export became a table (the source's times are in the manifest), and no
+    time before that reads as a table. (Writing the commits a second time after `0.json`, to order
+    their own times, cost a request per version.)
     `write(name)` writes one file (name under `_delta_log/`): a put of new bytes, or a copy.
     `still_held()` (it raises when the writer's lock is no longer its own) runs before that file.
     """
     commits = [n for _, n in segment.commits]
     if segment.checkpoint is None:
         start, later = commits[0], commits[1:]
-        _write_together(write, later)  # in any order: their times are overwritten by the second pass
+        _write_together(write, later)  # in any order: readers take 0.json's time, then 1 ms a version
         _commit_point(still_held)
         write(start)  # the table exists from here on
-        for name in later:
-            write(name)
         return
     for name in ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + commits:
         write(name)

@@ -63,14 +63,14 @@ def test_v2_sidecars_are_written_before_the_checkpoint_that_names_them():
     assert store.written == [name(2), name(3), "_sidecars/a.parquet", v2, "_last_checkpoint"]
 
 
-def test_without_a_checkpoint_version_zero_starts_the_table_and_later_commits_are_written_again():
+def test_without_a_checkpoint_version_zero_starts_the_table_and_each_commit_is_written_once():
     segment = segment_of(name(0), name(1), name(2))
     store = MemoryStore()
 
     write_log(segment, [], lambda n: store.put(n, b"{}"))
 
-    assert sorted(store.written[:2]) == [name(1), name(2)]  # written together: their times are overwritten
-    assert store.written[2:] == [name(0), name(1), name(2)]
+    assert sorted(store.written[:2]) == [name(1), name(2)]  # together; readers take 0.json's time for them
+    assert store.written[2:] == [name(0)]
 
 
 def test_discarding_removes_what_makes_a_table_first():
