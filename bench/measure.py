@@ -21,3 +21,14 @@ def peak_rss_mib() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def own_redis_database(redis_url: str, database: int) -> str:
+    """`redis_url` pointed at a database of the benchmark's own, emptied first: what an earlier run
+    left there (its precomputed diffs still queued, status records) is not this run's load, and the
+    events of a benchmark queue nothing where a running demo's workers take tasks."""
+    import redis
+
+    url = f"{redis_url.rsplit('/', 1)[0]}/{database}"
+    redis.Redis.from_url(url).flushdb()
+    return url

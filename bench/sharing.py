@@ -23,6 +23,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.measure import own_redis_database
+
 ROOT = Path(__file__).resolve().parent.parent
 LOG = ROOT / "bench" / "results" / "bench-sharing.log"
 SHARE = "bench"
@@ -168,14 +170,14 @@ def webhooks_under_queries(config, repository: str, branch: str, table: str, all
     server (`lakefs-delta serve`, one process): the queries start first and are read slowly (a
     chunk a second each, as a busy consumer reads), then `webhooks` post-commit events are posted one
     after another, each timed to its answer. The server's Redis is a database of its own (db 13,
-    flushed after), so the events queue no export."""
+    emptied before and after), so the events queue no export."""
     import threading
 
     import redis as redis_client
 
     from exporter.state.recipients import Recipients
 
-    redis_url = config.redis.rsplit("/", 1)[0] + "/13"
+    redis_url = own_redis_database(config.redis, 13)
     recipients = Recipients(redis_url)
     _, token = recipients.create(f"bench-{uuid.uuid4().hex[:8]}", [SHARE], datetime.now(timezone.utc) + timedelta(days=1))
     webhook_token = os.environ["LAKEFS_DELTA_WEBHOOK_TOKENS"].split(",")[0]

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import httpx
 
-from bench.measure import peak_rss_mib, percentile
+from bench.measure import own_redis_database, peak_rss_mib, percentile
 from bench.synthetic import METADATA, PROTOCOL, build_table, gateway_client, new_repository, running_stack
 from exporter.state.status import COMMIT_RECORD, StatusStore
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 18090  # not the demo's 18080, so a running demo does not take the events
 TABLES = 3
+DATABASE = 14  # Redis: the service's and workers' own database, emptied before each benchmark
 
 
 def start_processes(env: dict[str, str], workers: int, concurrency: int = 1) -> list[subprocess.Popen]:
@@ -99,7 +100,9 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
 
     branches = max(1, min(branches, commits))  # a small storm (the CI smoke) still commits
     state, _, lakefs = running_stack()
-    env = {**os.environ, **state.environment(), "LAKEFS_DELTA_ICEBERG_ENABLED": "true" if iceberg else "false"}
+    redis_url = own_redis_database(state.redis_url, DATABASE)  # no diffs an earlier run left queued
+    env = {**os.environ, **state.environment(), "LAKEFS_DELTA_REDIS_URL": redis_url,
+           "LAKEFS_DELTA_ICEBERG_ENABLED": "true" if iceberg else "false"}
     setting = ", iceberg.enabled" if iceberg else ", iceberg.enabled off"
     repository = new_repository(lakefs, "bench-storm")
     seed_tables(lakefs, repository)
@@ -116,8 +119,8 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
             made = [c for batch in pool.map(lambda b: commit_on_branch(lakefs, repository, f"storm-{b}", per_branch, 1),
                                              range(branches)) for c in batch]
         committed = time.time()
-        done_at = wait_all_exported(state, repository, made)
-        iceberg_at = wait_all_exported(state, repository, made, iceberg=True) if iceberg else {}
+        done_at = wait_all_exported(redis_url, repository, made)
+        iceberg_at = wait_all_exported(redis_url, repository, made, iceberg=True) if iceberg else {}
     finally:
         stop_processes(processes)
     latencies = [done_at[c] - t for c, t in made if c in done_at]
@@ -159,7 +162,8 @@ def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
     from exporter.lakefs.installer import install_actions
 
     state, _, lakefs = running_stack()
-    env = {**os.environ, **state.environment()}
+    redis_url = own_redis_database(state.redis_url, DATABASE)
+    env = {**os.environ, **state.environment(), "LAKEFS_DELTA_REDIS_URL": redis_url}
     repository = new_repository(lakefs, "bench-idle")
     gateway = gateway_client(state)
     build_table(lakefs, gateway, repository, files)
@@ -178,7 +182,7 @@ def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
                                  (json.dumps({"commitInfo": {"operation": "WRITE"}}) + "\n" + json.dumps(add) + "\n").encode())
             started = time.time()
             commit_id = lakefs.commit_branch(repository, "main", f"idle {i}")
-            done = wait_all_exported(state, repository, [(commit_id, started)], tables=1)
+            done = wait_all_exported(redis_url, repository, [(commit_id, started)], tables=1)
             if i:
                 latencies.append(done[commit_id] - started)
     finally:
@@ -189,7 +193,7 @@ def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
              "lakefs_calls": "-", "peak_rss_mib": peak_rss_mib()}]
 
 
-def wait_all_exported(state, repository: str, made: list[tuple[str, float]], timeout: float = 900,
+def wait_all_exported(redis_url: str, repository: str, made: list[tuple[str, float]], timeout: float = 900,
                       tables: int = TABLES, iceberg: bool = False) -> dict[str, float]:
     """commit id -> time its last table export was done (the record's `updated_at`, written by the
     worker, so how often this looks does not change the figure); with `iceberg`, the time its last
@@ -204,7 +208,7 @@ def wait_all_exported(state, repository: str, made: list[tuple[str, float]], tim
             return record["updated_at"]
         return (record.get("iceberg") or {}).get("recorded_at")
 
-    status = StatusStore(state.redis_url)
+    status = StatusStore(redis_url)
     pending, finished = [c for c, _ in made], {}
     deadline = time.monotonic() + timeout
     while pending and time.monotonic() < deadline:
