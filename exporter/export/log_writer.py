@@ -88,11 +88,9 @@ def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], N
     modification time. With a checkpoint, the commits go one at a time in version order, so their
     times increase as written. Without one, the commits after `0.json` are written together before
     it, so their times precede it: Delta Spark, which makes commit times increase
-    (`exporter.delta.actions.after`), takes `0.json`'s time and 1 ms more for each later version;
-    delta-rs selects the head at any time after `0.json` was written. Either way a commit's time on
-    the export is when the export became a table (the source's times are in the manifest), and no
-    time before that reads as a table. (Writing the commits a second time after `0.json`, to order
-    their own times, cost a request per version.)
+    (`exporter.delta.actions.after`), takes `0.json`'s time and 1 ms more for each later version:
+    when the export became a table (the source's times are in the manifest). (Writing the commits a
+    second time after `0.json`, to order their own times, cost a request per version.)
     `write(name)` writes one file (name under `_delta_log/`): a put of new bytes, or a copy.
     `still_held()` (it raises when the writer's lock is no longer its own) runs before that file.
     """
