@@ -43,6 +43,13 @@ class LogSegment:
     checkpoint_commit: str | None  # the commit at the checkpoint version: checkpoints drop commitInfo
     head_version: int
 
+    @property
+    def json_files(self) -> list[str]:
+        """The segment's JSON files, which a reader reads whole: a V2 checkpoint's top-level file when
+        it is JSON, the commit at the checkpoint version, and every commit after it."""
+        names = [n for n in (self.checkpoint.files if self.checkpoint else []) if n.endswith(".json")]
+        return names + ([self.checkpoint_commit] if self.checkpoint_commit else []) + [n for _, n in self.commits]
+
 
 @dataclass(frozen=True)
 class LogListing:

@@ -81,8 +81,7 @@ class _SourceLog:
         segment = layout.segment
         self.commits = ([(segment.checkpoint.version, segment.checkpoint_commit)] if segment.checkpoint_commit
                         else []) + segment.commits
-        json_names = [n for n in (segment.checkpoint.files if segment.checkpoint else []) if n.endswith(".json")]
-        self.files = read_log_files(store, layout.addresses, json_names + [name for _, name in self.commits])
+        self.files = read_log_files(store, layout.addresses, segment.json_files)
         self.ordered = checkpoint_files(layout.addresses, segment, lambda n: BytesSource(self.files[n])
                                         if n in self.files else self.source_of(n)) if segment.checkpoint else []
         self.files.update(read_log_files(store, layout.addresses,

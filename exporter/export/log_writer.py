@@ -1,7 +1,7 @@
 """Writing an export's `_delta_log`, in the one order that makes it trustworthy, and its outcome.
 
-Order of writes (`write_log`): commits in version order, then the file that starts the log segment,
-so no reader sees a table before all of it is written; then `_last_checkpoint`; and last the
+Order of writes (`write_log`): the commits (and the checkpoint's other files) together, then the file
+that starts the log segment, so no reader sees a table before all of it is written; then `_last_checkpoint`; and last the
 manifest `_lakefs_export.json` that marks the export complete. With `iceberg.enabled` the manifest
 records the Iceberg table as `pending`: it is written after, off the export's critical path
 (`exporter.export.iceberg_metadata.complete_iceberg_metadata`). `discard_export` undoes it all in the
@@ -85,30 +85,29 @@ def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], N
     checkpoint's last part, or `0.json` without a checkpoint) is written last: before it exists every
     read fails (latest, time travel, CDF); once it exists every version is there.
     Commit times: readers without in-commit timestamps take a commit's time from its file's
-    modification time. With a checkpoint, the commits go one at a time in version order, so their
-    times increase as written. Without one, the commits after `0.json` are written together before
-    it, so their times precede it: Delta Spark, which makes commit times increase
-    (`exporter.delta.actions.after`), takes `0.json`'s time and 1 ms more for each later version:
-    when the export became a table (the source's times are in the manifest). (Writing the commits a
-    second time after `0.json`, to order their own times, cost a request per version.)
+    modification time. The commits (with a checkpoint, with its sidecars and all parts but the
+    last) are written together, in any order, so their times are those of one moment, not of the
+    source: Delta Spark, which makes commit times increase (`exporter.delta.actions.after`), takes
+    each version's time and 1 ms more where it is not after the previous version's. Without a
+    checkpoint they all precede `0.json`, so Spark takes `0.json`'s time (when the export became a
+    table) and 1 ms more for each later version. The source's times are in the manifest. (Until
+    2026-11-26 commits went one at a time in version order so their own times would increase, and
+    without a checkpoint a second time after `0.json`: a request, or a round trip, per version.)
     `write(name)` writes one file (name under `_delta_log/`): a put of new bytes, or a copy.
     `still_held()` (it raises when the writer's lock is no longer its own) runs before that file.
     """
     commits = [n for _, n in segment.commits]
     if segment.checkpoint is None:
-        start, later = commits[0], commits[1:]
-        _write_together(write, later)  # in any order: readers take 0.json's time, then 1 ms a version
-        _commit_point(still_held)
-        write(start)  # the table exists from here on
-        return
-    for name in ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + commits:
-        write(name)
-    parts = segment.checkpoint.files
-    _write_together(write, sidecars)
-    _write_together(write, parts[:-1])  # an incomplete part set is no checkpoint
+        start, before = commits[0], commits[1:]
+    else:
+        parts = segment.checkpoint.files
+        start = parts[-1]  # an incomplete part set is no checkpoint; a V2 checkpoint names its sidecars
+        before = ([segment.checkpoint_commit] if segment.checkpoint_commit else []) + commits + sidecars + parts[:-1]
+    _write_together(write, before)
     _commit_point(still_held)
-    write(parts[-1])  # the table exists from here on
-    write(LAST_CHECKPOINT)
+    write(start)  # the table exists from here on
+    if segment.checkpoint is not None:
+        write(LAST_CHECKPOINT)
 
 
 def _write_together(write: Callable[[str], None], names: list[str]) -> None:
