@@ -1,9 +1,10 @@
-"""Reading log files by physical address: what a process read lately is not read again."""
+"""Listing a table and reading its log files by physical address: what a process read lately is not read again."""
 
 import pytest
 
-from exporter.lakefs.table_log import _get_all, _RecentFiles
-from tests.fakes import MemoryStore
+from exporter.lakefs.client import PAGE_SIZE
+from exporter.lakefs.table_log import _get_all, _RecentFiles, load_log
+from tests.fakes import FakeLakeFS, MemoryStore
 
 pytestmark = pytest.mark.unit
 
@@ -30,3 +31,20 @@ def test_recent_files_keep_a_byte_budget_and_drop_the_least_recently_used():
 
     assert (recent.get("a"), recent.get("b"), recent.get("c"), recent.get("big")) == (b"aaaa", None, b"cccc", None)
     assert recent.size == 8
+
+
+def test_a_table_of_more_than_a_page_is_listed_whole_and_its_segment_read_once_while_listed():
+    lakefs = FakeLakeFS()
+    lakefs.create_repository("repo", "s3://bucket/repo")
+    commits = {f"t/_delta_log/{v:020d}.json": f'{{"commitInfo":{{"v":{v}}}}}'.encode() for v in range(3)}
+    data = {f"t/part-{i:05d}.parquet": b"x" for i in range(PAGE_SIZE + 10)}  # the top level takes two pages
+    partitioned = {f"t/p={p}/part-0.parquet": b"y" for p in range(3)}
+    commit_id = lakefs.commit_files("repo", "main", {**commits, **data, **partitioned})
+
+    loaded = load_log(lakefs, lakefs.store, "repo", commit_id, "t")
+
+    assert len(loaded.addresses) == len(commits) + len(data) + len(partitioned)
+    assert loaded.addresses["p=2/part-0.parquet"].startswith("s3://bucket/repo/data/")
+    assert loaded.segment.head_version == 2 and loaded.files == {n.split("/")[-1]: b for n, b in commits.items()}
+    log_reads = [uri for uri in lakefs.store.reads if uri in {loaded.addresses[k[2:]] for k in commits}]
+    assert sorted(log_reads) == sorted(loaded.addresses[k[2:]] for k in commits)  # read ahead, then found there
