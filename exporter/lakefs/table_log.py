@@ -62,7 +62,7 @@ def list_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str
     if log_only:
         folders = [_list_folder(lakefs, repository, commit_id, prefix, prefix + LOG_DIR)]
     else:
-        folders = _list_table(lakefs, store, repository, commit_id, prefix)
+        folders = _list_table(lakefs, repository, commit_id, prefix)
     addresses = AddressIndexBuilder()
     log_entries: list[tuple[str, int]] = []
     modification_times: dict[str, int] = {}
@@ -72,16 +72,11 @@ def list_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str
         modification_times.update(folder.modification_times)
     if not log_entries:
         raise TableNotFound(f"no Delta table at {repository}@{commit_id}/{table_path}: {prefix}{LOG_DIR} is empty")
-    index = addresses.build()
-    listing, segment, last_checkpoint = _segment(store, index, log_entries)
-    return LogLayout(index, listing, segment, modification_times, last_checkpoint)
-
-
-def _segment(store: ObjectStore, addresses: Mapping[str, str],
-             log_entries: list[tuple[str, int]]) -> tuple[LogListing, LogSegment, dict | None]:
     listing = LogListing.from_names(log_entries)
-    last_checkpoint = _last_checkpoint(store, addresses)
-    return listing, select_segment(listing, last_checkpoint.get("version") if last_checkpoint else None), last_checkpoint
+    index = addresses.build()
+    last_checkpoint = _last_checkpoint(store, index)
+    segment = select_segment(listing, last_checkpoint.get("version") if last_checkpoint else None)
+    return LogLayout(index, listing, segment, modification_times, last_checkpoint)
 
 
 @dataclass
@@ -91,42 +86,26 @@ class _Folder:
     addresses: AddressIndexBuilder
     log_entries: list[tuple[str, int]]
     modification_times: dict[str, int]
-    log_addresses: dict[str, str]  # `_delta_log/<name>` -> physical address (few: the log's files)
 
 
-def _list_table(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, prefix: str) -> list[_Folder]:
+def _list_table(lakefs: LakeFS, repository: str, commit_id: str, prefix: str) -> list[_Folder]:
     """Everything under the table, in key order. A table that fits one page is that one call.
-    A bigger one (that page is discarded: one call in a thousand) is listed at the top level with
-    delimiter `/` (the files of an unpartitioned table, and the folders), and each folder
-    (partition, `_delta_log/`) on a thread of its own as soon as the top level names it,
-    `LIST_THREADS` at a time, so a partitioned table is not one serial chain of pages. `_delta_log/`
-    goes first, and once it is listed its segment's JSON files are read (`_read_ahead`) while the
-    data files are still being listed."""
+    A bigger one (that page is discarded: one call in a thousand) is listed at the top level with delimiter `/` (the files of an unpartitioned
+    table, and the folders), then each folder (partition, `_delta_log/`) on its own thread,
+    `LIST_THREADS` at a time, so a partitioned table is not one serial chain of pages."""
     first_page = list(itertools.islice(lakefs.list_objects(repository, commit_id, prefix), PAGE_SIZE))
     if len(first_page) < PAGE_SIZE:
         return [_folder_of(first_page, prefix)]
-    top = _Folder(AddressIndexBuilder(), [], {}, {})
-    log = prefix + LOG_DIR
+    top = _Folder(AddressIndexBuilder(), [], {})
+    folders: list[str] = []
+    for entry in lakefs.list_objects(repository, commit_id, prefix, delimiter="/"):
+        if entry.get("path_type") == "common_prefix":
+            folders.append(entry["path"])
+        else:
+            top.addresses.add(entry["path"][len(prefix):], entry["physical_address"])
     with io_pool(LIST_THREADS) as pool:
-        listed = [pool.submit(lambda: _read_ahead(store, _list_folder(lakefs, repository, commit_id, prefix, log)))]
-        for entry in lakefs.list_objects(repository, commit_id, prefix, delimiter="/"):
-            if entry.get("path_type") != "common_prefix":
-                top.addresses.add(entry["path"][len(prefix):], entry["physical_address"])
-            elif entry["path"] != log:
-                listed.append(pool.submit(_list_folder, lakefs, repository, commit_id, prefix, entry["path"]))
-        return [top, *(future.result() for future in listed)]
-
-
-def _read_ahead(store: ObjectStore, log: _Folder) -> _Folder:
-    """Read the JSON files of the segment a listed `_delta_log/` holds into `_RECENT`, where the
-    export's own reads find them. Only ahead of time: a file it cannot read is the export's to report."""
-    if log.log_entries:
-        try:
-            _, segment, _ = _segment(store, log.log_addresses, log.log_entries)
-            _get_all(store, log.log_addresses, segment.json_files)
-        except ExporterError:
-            pass
-    return log
+        listed = list(pool.map(lambda folder: _list_folder(lakefs, repository, commit_id, prefix, folder), folders))
+    return [top, *listed]
 
 
 def _list_folder(lakefs: LakeFS, repository: str, commit_id: str, table_prefix: str, folder: str) -> _Folder:
@@ -134,14 +113,13 @@ def _list_folder(lakefs: LakeFS, repository: str, commit_id: str, table_prefix: 
 
 
 def _folder_of(entries: Iterable[dict], table_prefix: str) -> _Folder:
-    listed = _Folder(AddressIndexBuilder(), [], {}, {})
+    listed = _Folder(AddressIndexBuilder(), [], {})
     for entry in entries:
         key = entry["path"][len(table_prefix):]
         listed.addresses.add(key, entry["physical_address"])
         if key.startswith(LOG_DIR):
             listed.log_entries.append((key[len(LOG_DIR):], entry.get("size_bytes", 0)))
             listed.modification_times[key[len(LOG_DIR):]] = entry.get("mtime", 0)
-            listed.log_addresses[key] = entry["physical_address"]
     listed.addresses.flush()
     return listed
 
@@ -180,10 +158,11 @@ def load_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str
 
 
 def _last_checkpoint(store: ObjectStore, addresses: Mapping[str, str]) -> dict | None:
-    if LOG_DIR + LAST_CHECKPOINT not in addresses:
+    address = addresses.get(LOG_DIR + LAST_CHECKPOINT)
+    if address is None:
         return None
     try:
-        document = json.loads(_get_all(store, addresses, [LAST_CHECKPOINT])[LAST_CHECKPOINT])
+        document = json.loads(store.get_uri(address))
         int(document["version"])
         return document
     except (ExporterError, ValueError, KeyError, TypeError):

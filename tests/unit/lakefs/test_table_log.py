@@ -33,7 +33,7 @@ def test_recent_files_keep_a_byte_budget_and_drop_the_least_recently_used():
     assert recent.size == 8
 
 
-def test_a_table_of_more_than_a_page_is_listed_whole_and_its_segment_read_once_while_listed():
+def test_a_table_of_more_than_a_page_is_listed_whole_and_its_segment_read_once():
     lakefs = FakeLakeFS()
     lakefs.create_repository("repo", "s3://bucket/repo")
     commits = {f"t/_delta_log/{v:020d}.json": f'{{"commitInfo":{{"v":{v}}}}}'.encode() for v in range(3)}
@@ -47,4 +47,4 @@ def test_a_table_of_more_than_a_page_is_listed_whole_and_its_segment_read_once_w
     assert loaded.addresses["p=2/part-0.parquet"].startswith("s3://bucket/repo/data/")
     assert loaded.segment.head_version == 2 and loaded.files == {n.split("/")[-1]: b for n, b in commits.items()}
     log_reads = [uri for uri in lakefs.store.reads if uri in {loaded.addresses[k[2:]] for k in commits}]
-    assert sorted(log_reads) == sorted(loaded.addresses[k[2:]] for k in commits)  # read ahead, then found there
+    assert sorted(log_reads) == sorted(loaded.addresses[k[2:]] for k in commits)
