@@ -10,6 +10,7 @@ import datetime
 import json
 import re
 import threading
+import time
 
 import pytest
 
@@ -325,10 +326,10 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
 
 def test_a_delivery_giving_up_and_prune_never_empty_an_export_another_delivery_is_writing(
         spark, lakefs, config, repository, monkeypatch):
-    """Delivery A is held inside `write_log` (the object store blocks on the head commit's put: the
-    checkpoint's commit and version 4 are written, the checkpoint is not). Meanwhile delivery B runs
-    out of retries (the task's `on_failure`) and prune runs with nothing kept by age or count. A then
-    completes: every version is there."""
+    """Delivery A is held inside `write_log` (the object store blocks on the head commit's put once
+    the checkpoint's commit and version 4, written together with it, are there; the checkpoint is
+    not). Meanwhile delivery B runs out of retries (the task's `on_failure`) and prune runs with
+    nothing kept by age or count. A then completes: every version is there."""
     from exporter.config import RetentionConfig
     from exporter.export.retention import prune
     from exporter.state.status import StatusStore
@@ -348,6 +349,11 @@ def test_a_delivery_giving_up_and_prune_never_empty_an_export_another_delivery_i
 
     def held_at_the_head(store, relative, body, *args):
         if relative.endswith(f"_delta_log/{5:020d}.json") and "/exported/" in relative:
+            log = relative.removesuffix(f"{5:020d}.json")
+            deadline = time.monotonic() + 120  # the others are written at once with it: prune must see them
+            while not all(store.exists(f"{log}{version:020d}.json") for version in (3, 4)):
+                assert time.monotonic() < deadline, "versions 3 and 4 were never written"
+                time.sleep(0.01)
             entered.set()
             assert release.wait(120), "never released"
         return put(store, relative, body, *args)
