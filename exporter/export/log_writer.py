@@ -1,11 +1,11 @@
 """Writing an export's `_delta_log`, in the one order that makes it trustworthy, and its outcome.
 
-Order of writes (`write_log`): the commits (and the checkpoint's other files) together, then the file
-that starts the log segment, so no reader sees a table before all of it is written; then `_last_checkpoint`; and last the
-manifest `_lakefs_export.json` that marks the export complete. With `iceberg.enabled` the manifest
-records the Iceberg table as `pending`: it is written after, off the export's critical path
-(`exporter.export.iceberg_metadata.complete_iceberg_metadata`). `discard_export` undoes it all in the
-reverse order.
+Order of writes (`write_log`): the commits (and the checkpoint's other files) together, then the
+file that starts the log segment, so no reader sees a table before all of it is written; then
+`_last_checkpoint`; and last the manifest `_lakefs_export.json` that marks the export complete.
+With `iceberg.enabled` the manifest records the Iceberg table as `pending`: it is written after,
+off the export's critical path (`exporter.export.iceberg_metadata.complete_iceberg_metadata`).
+`discard_export` undoes it all in the reverse order.
 """
 
 from __future__ import annotations
