@@ -644,8 +644,9 @@ def plot_exports(rows: list[dict], path: Path) -> Path | None:
         if points:
             axes.plot(*zip(*sorted(points)), marker="o", label=label)
     for files, seconds in bounds:
-        axes.annotate("time-out: Lua still running", (files, seconds), xytext=(0, 14), textcoords="offset points",
-                      ha="right", arrowprops={"arrowstyle": "<-"})
+        axes.plot([files], [seconds], marker="^", markersize=10, color="tab:orange")  # a lower bound
+        axes.annotate(f"time-out at {seconds:,.0f} s:\nLua still running", (files, seconds), xytext=(-10, -8),
+                      textcoords="offset points", ha="right", va="top")
     axes.set(xscale="log", yscale="log", xlabel="data files in the table", ylabel="seconds to export",
              title="Delta log export time vs table size")
     axes.legend()
