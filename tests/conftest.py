@@ -20,6 +20,17 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "tests" / "artifacts"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Every test is `unit` or `integration`: CI selects by marker (`scripts/test.sh`), so a test with
+    neither would be left out of both runs without a word. Checked before `-m` deselects anything."""
+    unmarked = [item.nodeid for item in items
+                if not (item.get_closest_marker("unit") or item.get_closest_marker("integration"))]
+    if unmarked:
+        raise pytest.UsageError("tests marked neither unit nor integration (CI would run none of them): "
+                                + ", ".join(unmarked))
+
+
 @pytest.fixture(scope="session")
 def stack_env() -> dict[str, str]:
     from devtools import stack

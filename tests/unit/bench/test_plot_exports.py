@@ -2,8 +2,11 @@
 inside the axes (it once sat on the title)."""
 
 import matplotlib.pyplot as plt
+import pytest
 
 from bench.__main__ import plot_exports
+
+pytestmark = pytest.mark.unit
 
 ROWS = [
     {"benchmark": "export 10,000-file table + 50 commits (cold, the Delta log alone: what Lua writes)", "seconds": 0.46},
