@@ -90,9 +90,10 @@ class _Folder:
 
 def _list_table(lakefs: LakeFS, repository: str, commit_id: str, prefix: str) -> list[_Folder]:
     """Everything under the table, in key order. A table that fits one page is that one call.
-    A bigger one (that page is discarded: one call in a thousand) is listed at the top level with delimiter `/` (the files of an unpartitioned
-    table, and the folders), then each folder (partition, `_delta_log/`) on its own thread,
-    `LIST_THREADS` at a time, so a partitioned table is not one serial chain of pages."""
+    A bigger one (that page is discarded: one call in a thousand) is listed at the top level with
+    delimiter `/` (the files of an unpartitioned table, and the folders), then each folder
+    (partition, `_delta_log/`) on its own thread, `LIST_THREADS` at a time, so a partitioned table
+    is not one serial chain of pages."""
     first_page = list(itertools.islice(lakefs.list_objects(repository, commit_id, prefix), PAGE_SIZE))
     if len(first_page) < PAGE_SIZE:
         return [_folder_of(first_page, prefix)]
