@@ -378,6 +378,7 @@ def _sharing_lines(count: str, fmt: str, profile: str = "") -> dict:
     from exporter.sharing.lines import encode_lines, query_lines
     from exporter.sharing.versions import SharedTable
     from exporter.storage.presign import Presigner
+    from exporter.storage.scope import ReadScope
 
     folder = Path(tempfile.gettempdir()) / f"bench-sharing-lines-{count}"
     if not (folder / "t" / "_delta_log" / f"{1:020d}.json").exists():
@@ -385,7 +386,7 @@ def _sharing_lines(count: str, fmt: str, profile: str = "") -> dict:
     config = Config(object_store=ObjectStoreConfig(endpoint="http://127.0.0.1:19000", region="us-east-1",
                                                    access_key_id="AKIDEXAMPLE", secret_access_key="bench-secret"))
     table = SharedTable(_LocalStore(folder, _LINES_NAMESPACE), "t/", "t", 1,
-                        allowed=(_LINES_NAMESPACE, "s3://lakefs-data/bulk-import"))
+                        scope=ReadScope(_LINES_NAMESPACE, allowed=("s3://lakefs-data/bulk-import",)))
     profiler = _profiler(profile)
     before = peak_rss_mib()
     started, cpu = time.perf_counter(), time.process_time()

@@ -45,6 +45,19 @@ class PathIntoLakeFS(ExporterError):
     """A log path reads through lakeFS at a branch or tag: what it names changes after the commit."""
 
 
+class PathOutsideRepository(ExporterError):
+    """A log names by absolute path an object the service neither reads nor signs for its repository
+    (`exporter.storage.scope`): outside the storage namespace, in its `_lakefs/`, or in another
+    repository's. Refused before the object is read, so the message says nothing of it (size, existence)."""
+
+    def __init__(self, path: str, namespace: str):
+        shown = path if len(path) <= 300 else path[:300] + "..."
+        super().__init__(f"log path {shown!r} is outside the objects this repository's logs may name: its storage "
+                         f"namespace {namespace} (not its _lakefs/, nor another repository's namespace inside it) and "
+                         "sharing.allowed_locations; the service reads and signs no other object for it")
+        self.path, self.namespace = path, namespace
+
+
 class ServiceUnavailable(ExporterError):
     """lakeFS or the object store could not be reached or answered 5xx/429: worth a retry."""
 
@@ -61,6 +74,11 @@ class LockLost(ExporterError):
 class WorkerLost(ExporterError):
     """A task whose worker died on each of its last deliveries (killed for memory, past its hard time
     limit, or killed outright): it is not run again, since the next delivery would die the same way."""
+
+
+class ActionError(ExporterError):
+    """The lakeFS action installed in a repository (`_lakefs_actions/`) holds a field this service
+    reads in a shape it cannot read (lakeFS accepts `branch_tables: [1]`, say)."""
 
 
 class BadRequest(ExporterError):
@@ -106,7 +124,7 @@ class UnsupportedByClient(ExporterError):
 
 class UnshareableTable(ExporterError):
     """An export or branch table that cannot be shared as it is: its log has no start or no metaData,
-    a relative deletion vector, or a path outside the locations sharing may presign."""
+    or a relative deletion vector (a path outside what sharing may presign: PathOutsideRepository)."""
 
 
 # The Iceberg REST catalog's refusals, by meaning: the catalog maps them to the spec's error types
@@ -117,12 +135,18 @@ class NoSuchNamespace(NotFound):
 
 
 class NoSuchIcebergTable(NotFound):
-    """No Iceberg table by that name at the ref's commit: no complete export, or one without Iceberg metadata."""
+    """No Iceberg table by that name at the ref's commit: no complete export, or one without Iceberg
+    metadata. `table_paths`: the table paths the message tells about, when it names why (its readers'
+    business only)."""
+
+    def __init__(self, message: str, table_paths: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.table_paths = table_paths
 
 
 class SignatureRefused(ExporterError):
     """A request the catalog's S3 signer does not sign: not a GET or HEAD of one object its table's
-    readers need (under the repository's storage namespace, outside `_lakefs/` but the table's export)."""
+    readers need (a data file its snapshots name, or a file of the table's own Iceberg location)."""
 
 
 def rebuilt(kind: str, message: str) -> ExporterError:

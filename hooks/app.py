@@ -3,9 +3,10 @@ the diff page and its sign-in, health, metrics, the Delta Sharing server at /del
 read-only Iceberg REST catalog at /iceberg.
 
 `create_app` only assembles: the routers (`hooks.routes`, one per capability), what they share
-(`hooks.deps`), and the one mapping of errors to HTTP answers (`hooks.errors`). Request and answer
-models are in `hooks.models`; the OpenAPI document at /openapi.json is made from them. Who may read
-a repository is lakeFS's decision (`hooks.auth`).
+(`hooks.deps`), the one mapping of errors to HTTP answers (`hooks.errors`), and the edge every
+request passes first (`hooks.edge`: body size, JSON depth). Request and answer models are in
+`hooks.models`; the OpenAPI document at /openapi.json is made from them. Who may read a repository
+is lakeFS's decision (`hooks.auth`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import exporter
 from exporter.config import Config
 from hooks import errors
 from hooks.deps import AUTH_NONE_WARNING, Services
+from hooks.edge import Edge
 from hooks.iceberg import create_iceberg_app
 from hooks.routes import datasets, diff, exports, ops, pages, session, webhook
 from hooks.sharing import create_sharing_app
@@ -41,9 +43,11 @@ def create_app(config: Config) -> FastAPI:
                   description="Exports Delta tables in lakeFS for engines outside lakeFS, and diffs them.",
                   lifespan=lifespan)
     app.state.services = services
+    sharing, iceberg = create_sharing_app(config), create_iceberg_app(config, services)
+    app.add_middleware(Edge, apps={"/": app, "/delta-sharing": sharing, "/iceberg": iceberg})  # each its errors' format
     app.add_middleware(NoStore)
-    app.mount("/delta-sharing", create_sharing_app(config))  # recipients' bearer tokens, not lakeFS identities
-    app.mount("/iceberg", create_iceberg_app(config, app.state.services))  # the API's callers, the spec's errors
+    app.mount("/delta-sharing", sharing)  # recipients' bearer tokens, not lakeFS identities
+    app.mount("/iceberg", iceberg)  # the API's callers, the spec's errors
     errors.install(app)
     for routes in (webhook, exports, diff, datasets, session, pages, ops):
         app.include_router(routes.router)

@@ -33,8 +33,11 @@ import httpx
 from pydantic import SecretStr
 
 from exporter.config import ApiToken, Config
+from exporter.kept import Kept
+from exporter.lakefs.client import COMMIT_ID
 
 ALLOWED, UNAUTHENTICATED, FORBIDDEN, NO_REPOSITORY, LAKEFS_DOWN = 200, 401, 403, 404, 503
+DECISIONS_KEPT = 50_000  # decisions kept at most (a full cache starts over): ~10 MiB
 
 
 @dataclass(frozen=True)
@@ -93,56 +96,75 @@ def _digest(secret: str) -> str:
 
 
 class RepositoryAccess:
-    """lakeFS's answers about a caller: "may it read this repository?", "may it read this table's
-    log at this ref?" (cached briefly per caller), and, for the page's sign-in, who it is (a
-    lakeFS token for its identity)."""
+    """lakeFS's answers about a caller: "who is it?" (asked once per credential, before anything
+    else), "may it read this repository?" and "may it read this path at this commit?" (cached per
+    caller, bounded in size and time), and, for the page's sign-in, a lakeFS token for its identity.
+
+    Paths are authorized at commit ids: a commit id is the one ref lakeFS never answers 400 for
+    before it authorizes (a tag `rel%` is decoded twice), and a decision about a commit holds as
+    long as the caller's policy does. Only an authorized answer is "allowed": 200, or 404 (lakeFS
+    authorizes a read of a path before it looks the path up)."""
 
     def __init__(self, config: Config, client: httpx.AsyncClient | None = None):
         self.endpoint = config.lakefs.endpoint.rstrip("/") + "/api/v1"
         self.ttl = config.api.auth_cache_seconds
         self.client = client or httpx.AsyncClient(timeout=min(10.0, config.lakefs.timeout_seconds))
-        self.decisions: dict[tuple[str, ...], tuple[int, float]] = {}
+        self.decisions: Kept[tuple[str, ...], int] = Kept(entries=DECISIONS_KEPT, seconds=self.ttl)
+
+    async def verify(self, caller: Caller) -> int:
+        """ALLOWED when lakeFS knows the caller's credentials (a service token is known by matching),
+        UNAUTHENTICATED when it does not, or LAKEFS_DOWN: one lakeFS call per credential and cache
+        time, made before any answer fans out into calls per repository or table."""
+        if caller.service_token is not None:
+            return ALLOWED
+        return await self._decided(caller, ("",), lambda: self._ask_identity(caller))
 
     async def check(self, caller: Caller, repository: str) -> int:
         """ALLOWED, UNAUTHENTICATED (lakeFS does not know the credentials), FORBIDDEN,
         NO_REPOSITORY (the caller may read it, but it does not exist) or LAKEFS_DOWN."""
+        if caller.service_token is not None:
+            return ALLOWED if caller.service_token.allows(repository) else FORBIDDEN
+        known = await self.verify(caller)
+        if known != ALLOWED:
+            return known
         return await self._decided(caller, (repository,), lambda: self._ask_lakefs(caller, repository))
 
-    async def check_table(self, caller: Caller, repository: str, ref: str, table_path: str) -> int:
-        """ALLOWED when lakeFS lets the caller read the table's log at `ref` (lakeFS can restrict a
+    async def check_path(self, caller: Caller, repository: str, commit_id: str, path: str) -> int:
+        """ALLOWED when lakeFS lets the caller read `path` at `commit_id` (lakeFS can restrict a
         repository's objects by prefix); FORBIDDEN, UNAUTHENTICATED or LAKEFS_DOWN otherwise. A
         service token reads whole repositories."""
-        return await self._decided(caller, (repository, ref, table_path),
-                                   lambda: self._ask_lakefs_table(caller, repository, ref, table_path))
+        if caller.service_token is not None:
+            return ALLOWED if caller.service_token.allows(repository) else FORBIDDEN
+        if not COMMIT_ID.fullmatch(commit_id):
+            raise ValueError(f"paths are authorized at commit ids, not at {commit_id!r}")
+        known = await self.verify(caller)
+        if known != ALLOWED:
+            return known
+        return await self._decided(caller, (repository, commit_id, path),
+                                   lambda: self._ask_lakefs_path(caller, repository, commit_id, path))
 
     async def _decided(self, caller: Caller, what: tuple[str, ...], ask) -> int:
-        if caller.service_token is not None:
-            return ALLOWED if caller.service_token.allows(what[0]) else FORBIDDEN
-        now = time.monotonic()
         cached = self.decisions.get((caller.key, *what))
-        if cached and cached[1] > now:
-            return cached[0]
+        if cached is not None:
+            return cached
         decision = await ask()
-        if decision != LAKEFS_DOWN:
-            if len(self.decisions) > 10_000:  # expired entries go first; a full cache starts over
-                self.decisions = {k: v for k, v in self.decisions.items() if v[1] > now} if self.ttl else {}
-            self.decisions[(caller.key, *what)] = (decision, now + self.ttl)
+        if decision != LAKEFS_DOWN and self.ttl:  # an outage is asked about again
+            self.decisions.put((caller.key, *what), decision)
         return decision
 
-    async def _ask_lakefs_table(self, caller: Caller, repository: str, ref: str, table_path: str) -> int:
-        """A stat of `<table>/_delta_log/` with the caller's credentials: lakeFS authorizes reading
-        that path before it looks it up, so 404 (no such object) is a read allowed."""
+    async def _ask_lakefs_path(self, caller: Caller, repository: str, commit_id: str, path: str) -> int:
+        """A stat of `path` with the caller's credentials at the commit."""
         try:
             answer = await self.client.get(
-                f"{self.endpoint}/repositories/{quote(repository, safe='')}/refs/{quote(ref, safe='')}/objects/stat",
-                params={"path": table_path.strip("/") + "/_delta_log/"}, headers={"Authorization": caller.authorization})
+                f"{self.endpoint}/repositories/{quote(repository, safe='')}/refs/{commit_id}/objects/stat",
+                params={"path": path}, headers={"Authorization": caller.authorization})
         except httpx.HTTPError:
             return LAKEFS_DOWN
-        if answer.status_code in (200, 400, 404):  # a ref that does not exist is the route's to answer
+        if answer.status_code in (200, 404):
             return ALLOWED
-        if answer.status_code == 401:
-            return await self._known_identity(caller)
-        return FORBIDDEN if answer.status_code == 403 else LAKEFS_DOWN
+        if answer.status_code in (401, 403, 400):  # the caller is known (verified): refused, or not authorized
+            return FORBIDDEN
+        return LAKEFS_DOWN
 
     async def _ask_lakefs(self, caller: Caller, repository: str) -> int:
         try:
@@ -152,21 +174,18 @@ class RepositoryAccess:
             return LAKEFS_DOWN
         if answer.status_code == 200:
             return ALLOWED
-        if answer.status_code == 401:  # lakeFS answers 401 both to unknown credentials and to "not allowed"
-            return await self._known_identity(caller)
-        if answer.status_code == 403:
+        if answer.status_code in (401, 403):  # lakeFS answers 401 to "not allowed" too; the caller is known
             return FORBIDDEN
         if answer.status_code in (400, 404):
             return NO_REPOSITORY
         return LAKEFS_DOWN
 
-    async def _known_identity(self, caller: Caller) -> int:
-        """FORBIDDEN when lakeFS knows the caller (it just may not read), else UNAUTHENTICATED."""
+    async def _ask_identity(self, caller: Caller) -> int:
         try:
             status = await self._whoami(caller)
         except httpx.HTTPError:
             return LAKEFS_DOWN
-        return FORBIDDEN if status == 200 else UNAUTHENTICATED if status == 401 else LAKEFS_DOWN
+        return ALLOWED if status == 200 else UNAUTHENTICATED if status in (401, 403) else LAKEFS_DOWN
 
     async def _whoami(self, caller: Caller) -> int:
         """lakeFS's status for GET /user with the caller's credentials: 200 when it knows them."""

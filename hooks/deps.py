@@ -1,5 +1,5 @@
-"""What the API's routes share: the services built once per app (`Services`, on `app.state`), who
-may read a repository (`require_reader`), and results computed by the workers (`from_workers`)."""
+"""What the API's routes share: the services built once per app (`Services`, on `app.state`) and
+results computed by the workers (`from_workers`). Who may read what is the request's grant (`hooks.grant`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from collections.abc import Iterable
 from typing import Annotated, Any
 
 import anyio
@@ -26,9 +25,7 @@ from exporter.diff.table import DiffCache
 from exporter.lakefs.client import LakeFS
 from exporter.state.results import ResultCache
 from exporter.state.status import StatusStore
-from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, Caller, RepositoryAccess,
-                        Unauthenticated, caller_of)
-from hooks.errors import Refusal, unauthenticated
+from hooks.auth import RepositoryAccess
 from hooks.metrics import ServiceMetrics
 from hooks.models import Computing
 
@@ -91,54 +88,6 @@ async def services(request: Request) -> Services:
 
 
 ServicesDep = Annotated[Services, Depends(services)]
-
-
-async def require_reader(request: Request, repository: str, tables: Iterable[tuple[str, str]] = ()) -> None:
-    """Returns when the caller may read `repository`, and each table's log at its ref (`tables`:
-    (ref, table path) pairs), lakeFS deciding; else raises the refusal. Called first in a route's
-    body, so that invalid parameters are refused before credentials."""
-    caller = await require_caller(request)
-    if caller is None:
-        return
-    access = (await services(request)).access
-    _refuse_unless_allowed(await access.check(caller, repository), f"repository {repository!r}")
-    for ref, table_path in dict.fromkeys(tables):
-        _refuse_unless_allowed(await access.check_table(caller, repository, ref, table_path),
-                               f"table {table_path!r} at {ref!r}")
-
-
-async def require_caller(request: Request) -> Caller | None:
-    """The caller the request's credentials name (None when `api.auth` is `none`), else the 401 refusal."""
-    config = (await services(request)).config
-    if config.api.auth == "none":
-        return None
-    try:
-        return caller_of(request.headers.get("authorization", ""), config, request.cookies.get(SESSION_COOKIE))
-    except Unauthenticated as exc:
-        raise unauthenticated(str(exc)) from None
-
-
-async def may_read(request: Request, repository: str, tables: Iterable[tuple[str, str]] = ()) -> bool:
-    """`require_reader` as a yes or no: False where it refuses with 403 or 404 (what a listing leaves
-    out); other refusals (401, lakeFS unreachable) raise."""
-    try:
-        await require_reader(request, repository, tables)
-    except Refusal as refused:
-        if refused.status not in (403, 404):
-            raise
-        return False
-    return True
-
-
-def _refuse_unless_allowed(decision: int, what: str) -> None:
-    if decision == UNAUTHENTICATED:
-        raise unauthenticated("lakeFS does not accept these credentials")
-    if decision == FORBIDDEN:
-        raise Refusal(403, f"this identity may not read {what}")
-    if decision == NO_REPOSITORY:
-        raise Refusal(404, f"no {what}")
-    if decision != ALLOWED:
-        raise Refusal(503, f"lakeFS, which decides who may read {what}, cannot be reached")
 
 
 async def from_workers(services: Services, cache: ResultCache, task: str, parts: tuple) -> tuple[bool, Any]:

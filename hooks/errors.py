@@ -71,6 +71,8 @@ def problems(*statuses: int) -> dict:
 
 _MEANING = {400: "bad input (the message says which)", 401: "no credentials, or lakeFS does not accept them",
             403: "the caller may not read this repository (lakeFS's decision, or the service token's list)",
-            404: "no such repository, ref, table or path", 413: "body over 1 MiB", 415: "not application/json",
+            404: "no such repository, ref, table or path",
+            413: "body over its route's limit (`hooks.edge`: the webhook's 1 MiB, else 64 KiB)",
+            415: "not application/json",
             422: "a required field is missing or invalid, or the table cannot be read",
             503: "a service this one needs (lakeFS, Redis, the object store) cannot be reached"}

@@ -114,7 +114,10 @@ class BranchTableVersions(BaseModel):
     repository: str
     branch: str
     table: str
-    table_path: str
+    table_path: str = Field(description="the table's path in the repository now (its descriptor's)")
+    table_paths: list[str] = Field(description="every path in the repository the branch table's versions were read "
+                                   "from (its descriptor re-pointed adds one), the current one last: a reader reads "
+                                   "what each held")
     location: str = Field(description="the table's location: it never changes")
     first_version: int = Field(description="the first version the branch table holds")
     head_version: int

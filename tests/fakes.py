@@ -139,6 +139,10 @@ class MemoryStore:
                 for (bucket, key), found in sorted(self._buckets.objects.items())
                 if bucket == self.bucket and key.startswith(prefix) and key > after and (stop is None or key < stop)]
 
+    def has_objects(self, relative: str) -> bool:
+        prefix = self.key(relative)
+        return any(bucket == self.bucket and key.startswith(prefix) for bucket, key in self._buckets.objects)
+
     def list_folders(self, relative: str) -> list[str]:
         prefix = self.key(relative)
         return sorted({key[len(prefix):].split("/", 1)[0] for bucket, key in self._buckets.objects
@@ -340,8 +344,11 @@ class FakeLakeFS:
         return line, True
 
     def list_repositories(self) -> list[str]:
+        return list(self.storage_namespaces())
+
+    def storage_namespaces(self) -> dict[str, str]:
         self._request("list_repositories")
-        return sorted(self._repositories)
+        return {name: self._repositories[name].storage_namespace for name in sorted(self._repositories)}
 
     def list_branches(self, repository: str) -> list[str]:
         return sorted(self._repository("list_branches", repository).branches)

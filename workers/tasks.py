@@ -42,6 +42,7 @@ from exporter.kept import Kept
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableDescriptor, tables_to_export
 from exporter.lakefs.table_log import checkpoint_files_hint
+from exporter.state.connection import length_prefixed
 from exporter.state.results import ResultCache
 from exporter.state.status import COMMIT_RECORD, StatusStore
 from workers.app import app, current_config
@@ -107,7 +108,7 @@ def delivery(task, *work: object) -> Iterator[int]:
     records as it records any permanent failure, so the message is not run into a dead worker again."""
     config = current_config()
     status, _ = _services(config)
-    key = ":".join(str(part) for part in (task.name.removeprefix("lakefs_delta."), *work))
+    key = length_prefixed(task.name.removeprefix("lakefs_delta."), *work)  # a table path holds `:`
     starts = status.started(key)
     if starts > config.tasks.max_deliveries:
         raise WorkerLost(f"the worker running this task died {starts - 1} times (out of memory, past its time "
@@ -280,6 +281,8 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
                 lakefs = _lakefs(config)
                 table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml")
                          if table_path else find_table(lakefs, repository, commit_id, table_name))
+                if not table_path:  # who may read the record is decided by the table's path
+                    status.add_facts(repository, ref, commit_id, table_name, table_path=table.path)
                 # refs with a finished export of this commit (a tag on an exported commit): copied, not redone
                 done_under = tuple(other for other, tables in status.tables(repository, commit_id).items()
                                    if other != ref and tables.get(table_name, {}).get("state") == "done")

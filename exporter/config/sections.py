@@ -107,8 +107,9 @@ class SharingConfig(_Section):
     endpoint: str = ""
     url_lifetime_seconds: int = Field(3600, ge=60, le=7 * 24 * 3600)  # presigned file URLs (S3 allows 7 days)
     recipient_days: int = Field(90, ge=1)  # a recipient's token expires after this unless told otherwise
-    # Objects a shared table's log may reference and the server may presign, besides the
-    # repository's storage namespace (e.g. the bucket of data lakeFS imported): URI prefixes.
+    # Objects a table's log may name by absolute path, besides the repository's storage namespace
+    # (e.g. the bucket of data lakeFS imported): URI prefixes. The server presigns them for
+    # recipients, and the row diff and the Iceberg step read them (`exporter.storage.scope`).
     allowed_locations: tuple[str, ...] = ()
 
 

@@ -39,6 +39,7 @@ from exporter.diff.table import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import changes_under
+from exporter.lakefs.namespaces import read_scope
 from exporter.lakefs.table_log import LoadedLog, checkpoint_files_hint
 from exporter.state.results import ResultCache
 from exporter.storage.layout import row_diff_location
@@ -101,7 +102,7 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
     plan = _Plan(left, right, left_paths, right_paths, sorted(set(left_paths) & set(right_paths)), common, key)
     to_read = plan.to_read()
     size = sum(int(add.get("size") or 0) for add in to_read)
-    reader = Reader(store, lakefs, repository, prefix)
+    reader = Reader(store, lakefs, repository, prefix, read_scope(config, lakefs, repository))
     too_large = _too_large(config, max_bytes, len(to_read), size, _rows_to_read(reader, plan))
     if too_large and not use_spark:
         raise RowDiffTooLarge(too_large)
@@ -313,6 +314,8 @@ def worth_precomputing(config: Config, lakefs: LakeFS, repository: str, parent: 
 
 class RowDiffCache(ResultCache):
     """Row diffs keyed by (repository, left commit, right commit, table path, key columns)."""
+
+    TABLE_PATH_PART = 3
 
     def __init__(self, redis_url: str, ttl_seconds: int):
         super().__init__(redis_url, ttl_seconds, "rowdiff")

@@ -18,6 +18,7 @@ from exporter.errors import NotFound
 from exporter.lakefs.client import LakeFS
 from exporter.parquet.splice import open_parquet
 from exporter.storage.objectstore import ObjectSource, ObjectStore
+from exporter.storage.scope import ReadScope
 
 
 @dataclass
@@ -68,17 +69,21 @@ def partition_values(side: Side, add: dict) -> dict[str, str | None]:
 
 
 class Reader:
-    """Data files and deletion vectors of the table, read by physical address."""
+    """Data files and deletion vectors of the table, read by physical address: a relative path's
+    as lakeFS resolves it at the commit, an absolute one's only inside `scope` (the repository's own)."""
 
-    def __init__(self, store: ObjectStore, lakefs: LakeFS, repository: str, prefix: str):
+    def __init__(self, store: ObjectStore, lakefs: LakeFS, repository: str, prefix: str,
+                 scope: ReadScope | None = None):
         self.store, self.lakefs, self.repository, self.prefix = store, lakefs, repository, prefix
+        self.scope = scope or ReadScope(store.uri(""))
         self._deleted: dict[tuple[str, str], BitMap] = {}  # counted before the read, then read: fetched once
 
     def address(self, commit_id: str, path: str) -> str:
-        """A log path's object: absolute URIs decoded once; relative ones looked up in lakeFS."""
+        """A log path's object: absolute URIs decoded once, PathOutsideRepository outside the scope;
+        relative ones looked up in lakeFS."""
         decoded = unquote(path)
         if "://" in decoded:
-            return decoded
+            return self.scope.check(path)
         address = self.lakefs.physical_address(self.repository, commit_id, self.prefix + decoded)
         if address is None:
             raise NotFound(f"{self.prefix}{decoded} is in the log at {commit_id} but not in the commit")

@@ -13,7 +13,7 @@ from exporter.delta.actions import parse_actions
 from exporter.delta.replay import TableLog, TableState, snapshot_state, with_older_commits
 from exporter.diff.history import NO_BASE, diff_history, same_table
 from exporter.errors import NotFound, TableNotFound
-from exporter.lakefs.client import LakeFS
+from exporter.lakefs.client import LakeFS, commit_id_of
 from exporter.lakefs.table_log import LoadedLog, load_log
 from exporter.state.results import ResultCache
 from exporter.storage.objectstore import ObjectStore
@@ -89,13 +89,15 @@ def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: s
 class DiffCache(ResultCache):
     """Diffs keyed by (repository, left commit, right commit, table path), bounded by a TTL."""
 
+    TABLE_PATH_PART = 3
+
     def __init__(self, redis_url: str, ttl_seconds: int):
         super().__init__(redis_url, ttl_seconds, "diff")
 
 
 def diff_commits(lakefs: LakeFS, repository: str, left_ref: str | None, right_ref: str) -> tuple[str | None, str]:
     """The commit ids a diff between two refs is keyed by."""
-    return (_commit_id(lakefs, repository, left_ref) if left_ref else None), _commit_id(lakefs, repository, right_ref)
+    return (commit_id_of(lakefs, repository, left_ref) if left_ref else None), commit_id_of(lakefs, repository, right_ref)
 
 
 def cached_diff(config: Config, lakefs: LakeFS, cache: DiffCache, repository: str, left_ref: str | None,
@@ -108,10 +110,3 @@ def cached_diff(config: Config, lakefs: LakeFS, cache: DiffCache, repository: st
     diff = compute_diff(config, lakefs, repository, left_commit, right_commit, table_path)
     cache.put(diff, repository, left_commit, right_commit, table_path)
     return diff, False
-
-
-def _commit_id(lakefs: LakeFS, repository: str, ref: str) -> str:
-    """A full commit id is already what the cache is keyed by; anything else is resolved by lakeFS."""
-    if len(ref) == 64 and all(c in "0123456789abcdef" for c in ref):
-        return ref
-    return lakefs.commit(repository, ref).id

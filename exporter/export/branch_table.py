@@ -10,10 +10,12 @@ A lakeFS revert, reset or merge can replace the source's log (versions rewritten
 back, a new table). The branch table's history is never rewritten under its readers: one
 synthetic version (operation `LAKEFS SYNC`) removes the files no longer live and adds the new
 ones, and from then on source version v is branch version v + offset. The state beside
-`_delta_log/` (`_lakefs_branch_table.json`, written last) holds the head, the offset and the
-lakeFS commit <-> version mapping; with `iceberg.enabled`, the record of the branch table's Iceberg
-table too (`exporter.export.iceberg_metadata.branch_iceberg_metadata`: a snapshot appended per
-version, written after the Delta log and before the state).
+`_delta_log/` (`_lakefs_branch_table.json`, written last) holds the head, the offset, the lakeFS
+commit <-> version mapping and `table_paths`: every path in the repository its versions were read
+from (a re-pointed descriptor adds one; a reader of the branch table reads what each held, so must
+be allowed each); with `iceberg.enabled`, the record of the branch table's Iceberg table too
+(`exporter.export.iceberg_metadata.branch_iceberg_metadata`: a snapshot appended per version,
+written after the Delta log and before the state).
 
 Appends are serialised per (branch, table) by the caller (a Redis lock in the worker); each is
 idempotent and ordered: a commit the branch table already followed, or an ancestor of it, is a
@@ -52,6 +54,7 @@ from exporter.export.log_writer import discard_export, write_log
 from exporter.export.readback import ExportedLog, read_exported_log, source_timestamps
 from exporter.lakefs.installer import branch_tables_kept, installed_action
 from exporter.lakefs.client import LakeFS
+from exporter.lakefs.namespaces import read_scope
 from exporter.storage.layout import MANIFEST, STATE, branch_table_location, commit_root, export_location
 from exporter.storage.objectstore import ObjectStore
 
@@ -90,14 +93,35 @@ class AppendOutcome:
 
 
 def read_state(store: ObjectStore, location: str) -> dict | None:
+    """The branch table's state (None: no branch table). One written before `table_paths` was
+    recorded holds the versions of its one `table_path`."""
     try:
-        return json.loads(store.get(location + STATE))
+        state = json.loads(store.get(location + STATE))
     except NotFound:
         return None
+    if "table_paths" not in state and "table_path" in state:
+        state["table_paths"] = [state["table_path"]]
+    return state
+
+
+def _write_state(store: ObjectStore, target: str, state: dict) -> None:
+    store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")
+
+
+def _read_from(state: dict, table_path: str) -> bool:
+    """Record `table_path` as the one the next versions are read from: last of `table_paths`
+    (each path once, none ever dropped: older versions stay readable) and `table_path`. Whether
+    the state changed."""
+    if state["table_paths"][-1:] == [table_path]:
+        return False
+    state.update(table_path=table_path,
+                 table_paths=[path for path in state["table_paths"] if path != table_path] + [table_path])
+    return True
 
 
 def branch_table_versions(config: Config, lakefs: LakeFS | None, repository: str, branch: str, table: str) -> dict:
-    """The branch table's location, head and lakeFS commit <-> version mapping; NotFound when none."""
+    """The branch table's location, head, lakeFS commit <-> version mapping and the table paths its
+    versions were read from (`table_paths`, the current one last); NotFound when none."""
     lakefs = lakefs or LakeFS(config.lakefs)
     store = ObjectStore(config, lakefs.storage_namespace(repository))
     location = branch_table_location(config, branch, table)
@@ -163,6 +187,10 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
                                    f"commit {commit_id} is older than {state['last_commit']}, which the branch table follows")
                 outcome.head_version = state["head_version"]
                 return outcome
+            if _read_from(state, manifest["table_path"]):  # re-pointed: named before a version from it is written
+                if still_held:
+                    still_held()
+                _write_state(store, target, state)
             drop_orphans(store, target, state["head_version"])
             _append(config, lakefs, store, target, exported, state, repository, branch, commit_id, manifest, outcome,
                     between)
@@ -172,10 +200,10 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
             state[ICEBERG] = outcome.iceberg = branch_iceberg_metadata(
                 store, target, read_exported_log(store, target), state.get(ICEBERG),
                 {version: timestamps[source] for version, source in outcome.sources.items() if source in timestamps},
-                still_held, state["first_version"])
+                still_held, state["first_version"], read_scope(config, lakefs, repository))
         if still_held:
             still_held()
-        store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")  # last: the commit point
+        _write_state(store, target, state)  # last: the commit point
         outcome.head_version = state["head_version"]
         if outcome.checkpoint is not None:  # after a checkpoint, as Delta writers clean their log up
             outcome.expired = expire_log(store, target, state, LiveFiles(exported).metadata or {}, outcome.checkpoint,
@@ -204,7 +232,7 @@ def expire_log(store: ObjectStore, target: str, state: dict, metadata: Mapping[s
                  commits=[entry for entry in state["commits"] if entry["version"] >= start])
     if still_held:
         still_held()
-    store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")
+    _write_state(store, target, state)
     store.delete([prefix + name for name in sorted(expired)])
     return len(expired)
 
@@ -251,6 +279,7 @@ def _create(store: ObjectStore, target: str, exported: ExportedLog, repository: 
     head_name = exported.listing.commits.get(head)
     return {
         "repository": repository, "branch": branch, "table": manifest["table"], "table_path": manifest["table_path"],
+        "table_paths": [manifest["table_path"]],
         "first_version": first, "head_version": head, "offset": 0, "source_version": head,
         "source_sha256": digest(raw[head_name]) if head_name in raw else None,
         "table_id": table_id_of(parsed_commits({versions[n]: content for n, content in raw.items()}), exported),

@@ -16,6 +16,7 @@ calls this deployment (`public_url`): another deployment on the same lakeFS has 
 from __future__ import annotations
 
 import fnmatch
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ from exporter.lakefs.installer import ACTION_PATH, branch_tables_kept, installed
 from exporter.lakefs.client import LakeFS
 from exporter.state.status import COMMIT_RECORD, StatusStore
 
+log = logging.getLogger("lakefs_delta.exporter")
 _BRANCH_EVENTS = ("post-commit", "post-merge")
 
 
@@ -98,7 +100,8 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
             action = installed_action(lakefs, repository)
             branches = followed_branches(lakefs, repository, config, action)
             keeps_tables = branch_tables_kept(config, action)
-        except ExporterError as exc:
+        except ExporterError as exc:  # its own action or lakeFS: the other repositories are still caught up
+            log.warning("catch-up skips repository %s: %s", repository, exc)
             plan.skipped_repositories.append(f"{repository}: {exc}")
             continue
         if branches is None:

@@ -17,6 +17,7 @@ from exporter.export.incremental import ColdExportNeeded, copy_export, export_in
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import TableDescriptor, discover_tables, tables_to_export
+from exporter.lakefs.namespaces import read_scope
 from exporter.storage.layout import MANIFEST, export_location, exports_root, location_segment
 from exporter.storage.objectstore import ObjectStore
 
@@ -48,7 +49,8 @@ def export_iceberg(config: Config, repository: str, ref: str, commit_id: str, ta
     (`complete_iceberg_metadata`), None when the export is gone. `still_held`: the export's lock."""
     lakefs = lakefs or LakeFS(config.lakefs)
     store = ObjectStore(config, lakefs.storage_namespace(repository))
-    return complete_iceberg_metadata(store, export_location(config, ref, commit_id, table_name), still_held)
+    return complete_iceberg_metadata(store, export_location(config, ref, commit_id, table_name), still_held,
+                                     read_scope(config, lakefs, repository))
 
 
 @dataclass
@@ -95,7 +97,8 @@ def exports_in_store(config: Config, repository: str, commit_id: str, ref: str |
             except NotFound:
                 continue  # not complete
             found.setdefault(manifest["ref"], {})[manifest["table"]] = {
-                "state": "done", "ref": manifest["ref"], "table": manifest["table"], "location": store.uri(target),
+                "state": "done", "ref": manifest["ref"], "table": manifest["table"], "table_path": manifest["table_path"],
+                "location": store.uri(target),
                 "checkpoint_version": manifest.get("checkpoint_version"), "head_version": manifest.get("head_version"),
                 "files_rewritten": manifest.get("files_rewritten"), "source": "manifest",
                 **({ICEBERG: manifest[ICEBERG]} if ICEBERG in manifest else {})}

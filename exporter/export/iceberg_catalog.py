@@ -10,28 +10,39 @@ else the exports of its head; a tag's tables are the exports of its commit whose
 a written Iceberg table. Nothing is listed beyond a folder listing and one small file per table.
 
 Readers sign their object requests through the catalog (S3 remote signing): GET or HEAD of one
-object under the repository's storage namespace (the data files), outside `_lakefs/` except the
-table's own export (its Iceberg metadata and delete files); signed by `Presigner`, the one SigV4.
+object its readers read, and nothing else: a file of the table's own Iceberg location (metadata,
+manifests, delete files) or a data file one of its snapshots names (`ReadersObjects`), never an
+object of another repository whose storage namespace lies inside this one's; signed by `Presigner`,
+the one SigV4.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+import numpy as np
 
 from exporter.config import Config
 from exporter.errors import NoSuchIcebergTable, NoSuchNamespace, NotFound, SignatureRefused
 from exporter.export.branch_table import read_state
 from exporter.export.iceberg_metadata import ICEBERG, PENDING
+from exporter.iceberg.manifests import DATA, DELETED, read_manifest, read_manifest_list
 from exporter.kept import Kept
 from exporter.lakefs.client import LakeFS
 from exporter.storage.layout import (MANIFEST, branch_table_location, branch_tables_root, commit_root, export_location,
                                      exports_root, location_segment, segment_name)
 from exporter.storage.objectstore import ObjectStore
-from exporter.storage.presign import Presigner, folders, within
+from exporter.storage.presign import Presigner
+from exporter.storage.scope import folders, plain_address, within
 
 SIGNED_SECONDS = 900  # a signed request's lifetime: readers use it at once
 SIGNED_METHODS = ("GET", "HEAD")
+SIGNABLE_TABLES = 64  # tables whose readers' objects are kept (8 bytes a data file); more are read again
+MANIFESTS_KEPT = 16_384  # manifests whose data files are kept (manifests never change)
+NAMESPACES_SECONDS = 10.0  # every repository's storage namespace is listed again after this (a new nested one counts)
 
 
 @dataclass(frozen=True)
@@ -47,7 +58,10 @@ class CatalogTable:
     ref: str
     commit_id: str
     name: str
-    table_path: str  # in the repository: what lakeFS authorizes a reader of the table for
+    table_path: str  # in the repository: the table's current one
+    # every path in the repository the versions a reader can reach were read from, the current one
+    # last: what lakeFS must authorize a reader of the table for (an export's: its one table_path)
+    table_paths: tuple[str, ...]
     location: str  # the export's or branch table's, relative to the storage namespace
     metadata_location: str
     branch_table: bool = False  # a branch's stable table, not the export of one commit
@@ -55,10 +69,14 @@ class CatalogTable:
 
 class IcebergCatalog:
     """The catalog's lookups, as the service's lakeFS user and object-store keys see them; who may
-    read which repository and table is the caller's business (`hooks.deps.require_reader`)."""
+    read which repository and table is the request's grant's business (`hooks.grant`)."""
 
     def __init__(self, config: Config, lakefs: LakeFS):
         self.config, self.lakefs = config, lakefs
+        # what readers of a table read, by its metadata file (a new one for every change)
+        self._objects: Kept[tuple[str, str], ReadersObjects] = Kept(entries=SIGNABLE_TABLES)
+        self._manifest_files: Kept[str, np.ndarray] = Kept(entries=MANIFESTS_KEPT)
+        self._namespaces: Kept[str, dict[str, str]] = Kept(entries=1, seconds=NAMESPACES_SECONDS)
         # complete exports', read by signatures: kept once their Iceberg record is final (not rewritten again)
         self._manifests: Kept[tuple[str, str], dict] = Kept()
         # a branch table's state (None: no branch table), read again after 5 s: each append rewrites it
@@ -74,9 +92,10 @@ class IcebergCatalog:
         return sorted(exported & names)
 
     def namespace(self, repository: str, ref: str) -> RefNamespace:
-        """The ref and its current commit; NoSuchNamespace unless the ref has exports and resolves."""
+        """The ref and its current commit; NoSuchNamespace unless the ref has exports and resolves.
+        One listing call of one key, however many commits the ref has exported."""
         store = self._store(repository)
-        if not store.list_folders(f"{exports_root(self.config)}{location_segment(ref)}/"):
+        if not store.has_objects(f"{exports_root(self.config)}{location_segment(ref)}/"):
             raise NoSuchNamespace(f"no namespace {repository}.{ref}: {ref!r} has no exports in {repository!r}")
         try:
             return RefNamespace(repository, ref, self.lakefs.commit(repository, ref).id)
@@ -103,17 +122,18 @@ class IcebergCatalog:
         location = branch_table_location(self.config, ref, name)
         state = self._state(repository, location)
         if state is not None and (state.get(ICEBERG) or {}).get("state") == "written":
-            return CatalogTable(repository, ref, commit_id, name, state["table_path"], location,
-                                state[ICEBERG]["metadata_location"], branch_table=True)
+            return CatalogTable(repository, ref, commit_id, name, state["table_path"], tuple(state["table_paths"]),
+                                location, state[ICEBERG]["metadata_location"], branch_table=True)
         location = export_location(self.config, ref, commit_id, name)
         manifest = self._manifest(repository, location)
         if manifest is None:
             raise NoSuchIcebergTable(f"no table {name!r} at {ref!r}: commit {commit_id} has no complete export of it")
         record = manifest.get(ICEBERG) or {"state": "off", "reason": "exported with iceberg.enabled off"}
-        if record["state"] != "written":
+        if record["state"] != "written":  # the reason may name the table's columns: for its readers only
             raise NoSuchIcebergTable(f"no Iceberg table {name!r} at {ref!r}: its export has none "
-                                     f"({record['state']}: {record.get('reason', '')})")
-        return CatalogTable(repository, ref, commit_id, name, manifest["table_path"], location, record["metadata_location"])
+                                     f"({record['state']}: {record.get('reason', '')})", (manifest["table_path"],))
+        return CatalogTable(repository, ref, commit_id, name, manifest["table_path"], (manifest["table_path"],), location,
+                            record["metadata_location"])
 
     def metadata(self, table: CatalogTable) -> dict:
         """The table's current metadata (its `metadata.json`)."""
@@ -126,20 +146,41 @@ class IcebergCatalog:
 
     def signed_url(self, table: CatalogTable, method: str, url: str) -> str:
         """A presigned URL for the request `method url` of a reader of `table` (S3 remote signing);
-        SignatureRefused unless it reads one object the table's readers need."""
+        SignatureRefused unless it reads one object the table's readers read (`readers_objects`)."""
         if method.upper() not in SIGNED_METHODS:
             raise SignatureRefused(f"only {' and '.join(SIGNED_METHODS)} requests are signed, not {method}")
         presigner = Presigner(self.config, SIGNED_SECONDS)
         address = presigner.address_of(url)
         if address is None:
             raise SignatureRefused(f"{url} is not a request for one object of a configured object store")
-        store = self._store(table.repository)
-        own = within(address, folders([store.uri(table.location)]))
-        if not own and not (within(address, folders([store.uri("")]))
-                            and not within(address, folders([store.uri("_lakefs/")]))):
-            raise SignatureRefused(f"{address} is outside what readers of table {table.name!r} read: the repository's "
-                                   "storage namespace (but _lakefs/) and the table's export")
+        if not self.readers_objects(table).holds(address):
+            raise SignatureRefused(f"{address} is not an object readers of table {table.name!r} read: a data file "
+                                   "its snapshots name, or a file of its Iceberg table")
         return presigner.presign(address, method.upper()).url
+
+    def readers_objects(self, table: CatalogTable) -> "ReadersObjects":
+        """What readers of the table read: the files of its own location, and the data files its
+        snapshots' manifests name (read once per metadata file, each manifest once)."""
+        return self._objects.keep((table.repository, table.metadata_location), lambda: self._readers_objects(table))
+
+    def _readers_objects(self, table: CatalogTable) -> "ReadersObjects":
+        store = self._store(table.repository)
+        metadata = self.metadata(table)
+        manifests = list(dict.fromkeys(
+            record["manifest_path"] for snapshot in metadata.get("snapshots") or []
+            for record in read_manifest_list(store.get_uri(snapshot["manifest-list"])) if record.get("content", DATA) == DATA))
+        with ThreadPoolExecutor(8) as pool:
+            hashes = list(pool.map(lambda path: self._manifest_files.keep(path, lambda: _data_files(store, path)),
+                                   manifests))
+        data_files = np.unique(np.concatenate(hashes)) if hashes else np.array([], np.int64)
+        return ReadersObjects(folders([store.uri(table.location)]), data_files, self._nested(table.repository))
+
+    def _nested(self, repository: str) -> tuple[str, ...]:
+        """The storage namespaces of other repositories that lie inside this one's (lakeFS accepts them)."""
+        namespaces = self._namespaces.keep("", self.lakefs.storage_namespaces)
+        own = folders([self._storage_namespace(repository)])
+        return folders([namespace for name, namespace in namespaces.items()
+                        if name != repository and within(namespace.rstrip("/") + "/", own)])
 
     def _manifest(self, repository: str, location: str) -> dict | None:
         try:
@@ -161,3 +202,34 @@ class IcebergCatalog:
 
     def _store(self, repository: str) -> ObjectStore:
         return ObjectStore(self.config, self._storage_namespace(repository))
+
+
+@dataclass(frozen=True)
+class ReadersObjects:
+    """The objects readers of one Iceberg table read: under its own location (`folders`), or a data
+    file its snapshots name (`data_files`: hashes of plain addresses, sorted); never one of another
+    repository nested inside (`excluded`)."""
+
+    location: tuple[str, ...]
+    data_files: np.ndarray
+    excluded: tuple[str, ...]
+
+    def holds(self, address: str) -> bool:
+        plain = plain_address(address)  # None: no object's address, or one with a dot or empty segment
+        if plain is None or within(plain, self.excluded):
+            return False
+        if within(plain, self.location):
+            return True
+        wanted = _address_hash(plain)
+        at = int(np.searchsorted(self.data_files, wanted))
+        return at < len(self.data_files) and self.data_files[at] == wanted
+
+
+def _data_files(store: ObjectStore, manifest_path: str) -> np.ndarray:
+    """The hashes of the data files a data manifest's live entries name."""
+    return np.array([_address_hash(plain_address(entry["data_file"]["file_path"]) or "")
+                     for entry in read_manifest(store.get_uri(manifest_path)) if entry["status"] != DELETED], np.int64)
+
+
+def _address_hash(plain: str) -> int:
+    return int.from_bytes(hashlib.blake2b(plain.encode(), digest_size=8).digest(), "little", signed=True)

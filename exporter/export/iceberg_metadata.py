@@ -28,9 +28,10 @@ import exporter
 from exporter.errors import CorruptLog, ExporterError, IcebergUnsupported, NotFound
 from exporter.delta.log import select_segment
 from exporter.export.readback import ExportedLog, read_exported_log, source_timestamps
-from exporter.iceberg.table import IcebergTable, append_table, copy_table, write_table
+from exporter.iceberg.table import IcebergTable, ReadRange, append_table, copy_table, write_table
 from exporter.storage.layout import MANIFEST, ICEBERG_FOLDERS, iceberg_location, is_iceberg_metadata_file
 from exporter.storage.objectstore import ObjectStore
+from exporter.storage.scope import ReadScope
 from exporter.threads import IO_THREADS, io_pool
 
 ICEBERG = "iceberg"  # the key of the Iceberg record in the manifest and the status record
@@ -64,12 +65,12 @@ class _ExportFiles:
         return self.store.get(self.root + key)
 
 
-def complete_iceberg_metadata(store: ObjectStore, location: str,
-                              still_held: Callable[[], None] | None = None) -> dict | None:
+def complete_iceberg_metadata(store: ObjectStore, location: str, still_held: Callable[[], None] | None = None,
+                              scope: ReadScope | None = None) -> dict | None:
     """Write the Iceberg table of the complete export at `location` whose manifest records it
     `pending`, then the manifest with its record (`write_iceberg_metadata`); the record, also when
     it was written before; None without a complete export there (pruned meanwhile). The caller holds
-    the export's lock (`still_held`), the one prune deletes it under."""
+    the export's lock (`still_held`), the one prune deletes it under; `scope`: what it may read."""
     try:
         manifest = json.loads(store.get(location + MANIFEST))
     except NotFound:
@@ -78,7 +79,7 @@ def complete_iceberg_metadata(store: ObjectStore, location: str,
     if record is None or record.get("state") != PENDING["state"]:
         return record
     manifest[ICEBERG] = write_iceberg_metadata(store, location, source_timestamps(manifest), still_held,
-                                               _derived_from(store, manifest.get("derived_from")))
+                                               _derived_from(store, manifest.get("derived_from")), scope)
     if still_held is not None:
         still_held()
     store.put(location + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")
@@ -99,26 +100,29 @@ def _derived_from(store: ObjectStore, uri: str | None) -> tuple[str, dict] | Non
 
 def write_iceberg_metadata(store: ObjectStore, location: str, source_timestamps: Mapping[int, int],
                            still_held: Callable[[], None] | None = None,
-                           derived_from: tuple[str, dict] | None = None) -> dict:
+                           derived_from: tuple[str, dict] | None = None, scope: ReadScope | None = None) -> dict:
     """The complete export at `location` as an Iceberg table; its record: `state` `written` with
     `metadata_location` and `snapshot_ids` (Delta version -> snapshot id), or `refused` (Iceberg
     cannot represent the table) / `failed` (another permanent error) with the `reason`. Transient
     errors raise: the export is retried, as for any write of it. `derived_from`: (location, manifest)
-    of the export this one was derived from, whose Iceberg table this one's starts from."""
+    of the export this one was derived from, whose Iceberg table this one's starts from. `scope`:
+    the objects the log may make it read (`confined_reads`)."""
     log = read_exported_log(store, location)
+    read_range = confined_reads(store, scope)
 
     def write(files: _ExportFiles) -> tuple[IcebergTable, str | None]:
         if log is None:
             raise CorruptLog(f"no _delta_log at {store.uri(location)}")
-        table = _derived_table(store, location, log, files, derived_from, source_timestamps)
-        return table or write_table(log, files, store.get_range, source_timestamps), None
+        table = _derived_table(store, location, log, files, derived_from, source_timestamps, read_range)
+        return table or write_table(log, files, read_range, source_timestamps), None
 
     return _recorded(store, location, write, still_held)
 
 
 def branch_iceberg_metadata(store: ObjectStore, location: str, log: ExportedLog, previous: dict | None,
                             source_timestamps: Mapping[int, int],
-                            still_held: Callable[[], None] | None = None, oldest_version: int = 0) -> dict:
+                            still_held: Callable[[], None] | None = None, oldest_version: int = 0,
+                           scope: ReadScope | None = None) -> dict:
     """The branch table at `location` (its complete log `log`) as an Iceberg table: a snapshot for
     each version after the head of the table `previous` (its record in the state) names, appended;
     the record as `write_iceberg_metadata` gives it. Without a table to continue (none yet, refused,
@@ -127,7 +131,9 @@ def branch_iceberg_metadata(store: ObjectStore, location: str, log: ExportedLog,
 
     The snapshots of versions below `oldest_version` (the branch table's first version, after the
     log retention) are expired as it appends, and the files only they named deleted after its new
-    metadata.json: the table's metadata grows with the versions the Delta log keeps, not all."""
+    metadata.json: the table's metadata grows with the versions the Delta log keeps, not all.
+    `scope`: the objects the log may make it read (`confined_reads`)."""
+    read_range = confined_reads(store, scope)
     if previous and previous.get("state") == "written" and \
             max(map(int, previous["snapshot_ids"])) == log.segment.head_version:
         return previous  # nothing appended since (the same commit's table again)
@@ -143,13 +149,21 @@ def branch_iceberg_metadata(store: ObjectStore, location: str, log: ExportedLog,
                              f"after it (log retention: {error}): written anew from the newest checkpoint")
             else:
                 table = append_table(previous["metadata_location"].removeprefix(files.location), continued, files,
-                                     store.get_range, source_timestamps, oldest_version=oldest_version)
+                                     read_range, source_timestamps, oldest_version=oldest_version)
                 store.delete([files.root + key for key in table.unreferenced])
                 return table, None
         discard_iceberg_metadata(store, location)  # a new table: none of an older one's files named twice
-        return write_table(log, files, store.get_range, source_timestamps), rewritten
+        return write_table(log, files, read_range, source_timestamps), rewritten
 
     return _recorded(store, location, write, still_held)
+
+
+def confined_reads(store: ObjectStore, scope: ReadScope | None) -> ReadRange:
+    """`store.get_range` of the deletion vectors and data-file footers the exported log names by
+    absolute path, each only inside `scope` (None: the storage namespace but its `_lakefs/`): a log
+    may name another repository's objects, whose bytes would become this table's delete files."""
+    scope = scope or ReadScope(store.uri(""))
+    return lambda uri, start, end: store.get_range(scope.check(uri), start, end)
 
 
 def _recorded(store: ObjectStore, location: str, write: Callable[[_ExportFiles], tuple[IcebergTable, str | None]],
@@ -172,7 +186,7 @@ def _recorded(store: ObjectStore, location: str, write: Callable[[_ExportFiles],
 
 
 def _derived_table(store: ObjectStore, location: str, log: ExportedLog, files: _ExportFiles, derived_from: tuple[str, dict] | None,
-                   source_timestamps: Mapping[int, int]) -> IcebergTable | None:
+                   source_timestamps: Mapping[int, int], read_range: ReadRange) -> IcebergTable | None:
     """The table of the export `derived_from` names, copied to `files` and appended to; None (and
     nothing left) when that export has no Iceberg table of this exporter version, or the copy fails
     for good (it was pruned meanwhile, ...): the table is then written fresh."""
@@ -191,7 +205,7 @@ def _derived_table(store: ObjectStore, location: str, log: ExportedLog, files: _
             list(pool.map(lambda key: store.copy(source.root + key, files.root + key), keys))
 
     try:
-        return copy_table(metadata_key, source, copy, log, files, store.get_range, source_timestamps)
+        return copy_table(metadata_key, source, copy, log, files, read_range, source_timestamps)
     except ExporterError as error:
         if not error.permanent:
             raise

@@ -7,6 +7,7 @@ model layer and parse the page's JSON directly.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -20,6 +21,7 @@ from exporter.errors import BadRequest, ExporterError, NotFound, ServiceUnavaila
 from exporter.kept import Kept
 
 PAGE_SIZE = 1000  # lakeFS caps `amount` at 1000
+COMMIT_ID = re.compile(r"[0-9a-f]{64}")  # what lakeFS names a commit by: 64 lowercase hex digits
 NAMESPACE_SECONDS = 60.0  # a repository's storage namespace is asked again after this (deleted and re-created)
 
 
@@ -167,12 +169,16 @@ class LakeFS:
         return line, False
 
     def list_repositories(self) -> list[str]:
-        ids, after = [], ""
+        return list(self.storage_namespaces())
+
+    def storage_namespaces(self) -> dict[str, str]:
+        """Every repository's storage namespace, by repository id, from one paginated listing."""
+        found, after = {}, ""
         while True:
             page = self._call("list repositories", self.repositories.list_repositories, after=after, amount=PAGE_SIZE)
-            ids += [r.id for r in page.results]
+            found.update((r.id, r.storage_namespace) for r in page.results)
             if not page.pagination.has_more:
-                return ids
+                return found
             after = page.pagination.next_offset
 
     def list_branches(self, repository: str) -> list[str]:
@@ -258,3 +264,8 @@ def _error_message(exc: ApiException) -> str:
         return json.loads(exc.body)["message"]
     except (TypeError, ValueError, KeyError):
         return str(exc.reason)
+
+
+def commit_id_of(lakefs: "LakeFS", repository: str, ref: str) -> str:
+    """The commit a ref names: a full commit id stands for itself; anything else is resolved by lakeFS."""
+    return ref if COMMIT_ID.fullmatch(ref) else lakefs.commit(repository, ref).id

@@ -50,15 +50,17 @@ def parse_descriptor(descriptor: str, raw: bytes) -> TableDescriptor | None:
     name, path = document.get("name"), document.get("path")
     if not isinstance(name, str) or not name.strip():
         raise DescriptorError(descriptor, "`name` is required")
+    name = name.strip()  # checked as it is used: `" .."` is `..`
     if "/" in name or name in (".", ".."):
-        raise DescriptorError(descriptor, f"`name` {name!r} must not contain `/`; it names the export folder")
+        raise DescriptorError(descriptor, f"`name` {name!r} must not contain `/` or be `.` or `..`; it names the "
+                                          "export folder")
     if not isinstance(path, str) or not path.strip("/ "):
         raise DescriptorError(descriptor, "`path` is required (the table's folder from the repository root)")
     if path.startswith("/") or "://" in path:
         raise DescriptorError(descriptor, f"`path` {path!r} must be relative to the repository root")
     if ".." in path.split("/"):
         raise DescriptorError(descriptor, f"`path` {path!r} escapes the repository")
-    return TableDescriptor(name=name.strip(), path=posixpath.normpath(path).strip("/"), descriptor=descriptor)
+    return TableDescriptor(name=name, path=posixpath.normpath(path).strip("/"), descriptor=descriptor)
 
 
 def discover_tables(lakefs: LakeFS, repository: str, ref: str) -> Discovery:

@@ -15,12 +15,11 @@ from urllib.parse import unquote, urlsplit
 
 from exporter.delta.paths import physical_uri
 from exporter.errors import NotFound, PathIntoLakeFS
-from exporter.lakefs.client import LakeFS
+from exporter.lakefs.client import COMMIT_ID, LakeFS
 
 _GATEWAY_SCHEMES = ("s3", "s3a", "s3n")
 # lakeFS repository ids (pkg/validator: `^[a-z0-9][a-z0-9-]{2,62}$`)
 _REPOSITORY_ID = re.compile(r"[a-z0-9][a-z0-9-]{2,62}")
-_COMMIT_ID = re.compile(r"[0-9a-f]{64}")
 
 
 class LakeFSPaths:
@@ -84,7 +83,7 @@ class LakeFSPaths:
         return self._repositories[bucket]
 
     def _is_commit(self, repository: str, ref: str) -> bool:
-        if not _COMMIT_ID.fullmatch(ref):
+        if not COMMIT_ID.fullmatch(ref):
             return False
         try:
             return self.lakefs.commit(repository, ref).id == ref

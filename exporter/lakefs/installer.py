@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from importlib import resources
+from typing import Any
 
 import yaml
 
 from exporter.config import Config
-from exporter.errors import ExporterError, NotFound
+from exporter.errors import ActionError, ExporterError, NotFound
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, parse_descriptor
 
@@ -41,12 +42,43 @@ def webhook_urls(action: dict) -> list[str]:
 
 
 def installed_action(lakefs: LakeFS, repository: str) -> dict | None:
-    """The action `install-actions` committed to the default branch; None when absent or unreadable."""
+    """The action `install-actions` committed to the default branch; None when absent or unreadable,
+    `ActionError` when a field this service reads has another shape."""
     try:
         action = yaml.safe_load(lakefs.get_object(repository, lakefs.default_branch(repository), ACTION_PATH))
     except (NotFound, yaml.YAMLError):
         return None
-    return action if isinstance(action, dict) else {}
+    return _checked(action) if isinstance(action, dict) else {}
+
+
+def _checked(action: dict) -> dict:
+    """The action, once each field its readers (`branch_table_patterns`, `webhook_urls`, catch-up's
+    branches) take is of the shape lakeFS documents: lakeFS itself accepts others when it is committed."""
+    def expect(value: Any, kind: type, where: str, what: str) -> None:
+        if value is not None and not isinstance(value, kind):
+            raise ActionError(f"{ACTION_PATH}: `{where}` must be {what}, not {value!r}")
+
+    def strings(value: Any, where: str) -> None:
+        for position, item in enumerate(value if isinstance(value, list) else []):
+            if not isinstance(item, str):
+                raise ActionError(f"{ACTION_PATH}: `{where}[{position}]` must be a string, not {item!r}")
+
+    events = action.get("on", action.get(True))  # YAML 1.1 reads a bare `on` key as true
+    expect(events, dict, "on", "a mapping of events")
+    for event, settings in (events or {}).items():
+        expect(settings, dict, f"on.{event}", "a mapping")
+        expect((settings or {}).get("branches"), list, f"on.{event}.branches", "a list of branch patterns")
+        strings((settings or {}).get("branches"), f"on.{event}.branches")
+    expect(action.get("hooks"), list, "hooks", "a list")
+    for position, hook in enumerate(action.get("hooks") or []):
+        where = f"hooks[{position}]"
+        expect(hook, dict, where, "a mapping")
+        properties = (hook or {}).get("properties")
+        expect(properties, dict, f"{where}.properties", "a mapping")
+        query = (properties or {}).get("query_params")
+        expect(query, dict, f"{where}.properties.query_params", "a mapping")
+        strings((query or {}).get("branch_tables"), f"{where}.properties.query_params.branch_tables")
+    return action
 
 
 def branch_tables_kept(config: Config, action: dict | None) -> list[str]:

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from exporter.config import Config, ShareConfig
 from exporter.errors import NotFound, NotShared, ShareNotFound
 from exporter.lakefs.client import LakeFS
+from exporter.lakefs.namespaces import read_scope
 from exporter.sharing.versions import Schema, SharedTable, branch_table, tag_export
 from exporter.storage.layout import (
     branch_tables_root,
@@ -93,7 +94,8 @@ class Catalog:
         if not _offered(table, share.tables):  # before any read: whether it exists is not the recipient's to learn
             raise NotShared(f"table {table!r} is not in share {share.name!r}")
         read = branch_table if schema.kind == "branch" else tag_export
-        return read(self.config, self._store(schema.repository), schema, table)
+        store = self._store(schema.repository)
+        return read(self.config, store, schema, table, read_scope(self.config, self.lakefs, schema.repository))
 
     def _store(self, repository: str) -> ObjectStore:
         try:

@@ -30,9 +30,11 @@ from exporter.storage.layout import (
     STATE,
     branch_table_location,
     export_location,
+    private_folders,
 )
 from exporter.storage.objectstore import ObjectStore
-from exporter.storage.presign import PresignedUrl, Presigner, folders, string_bytes, within
+from exporter.storage.presign import PresignedUrl, Presigner
+from exporter.storage.scope import ReadScope
 
 
 WINDOW = 1000  # versions listed at a time when looking back for a checkpoint (as Spark's reader does)
@@ -51,7 +53,7 @@ class SharedTable:
     name: str
     head_version: int
     source_timestamps: dict[int, int] = field(default_factory=dict)  # a tag export's, from its manifest
-    allowed: tuple[str, ...] = ()  # prefixes whose objects may be presigned (the storage namespace, ...)
+    scope: ReadScope | None = None  # the objects its log may make the server presign; None: the storage namespace's
     _timestamps: dict[int, int] = field(default_factory=dict)
     _seen: dict[str, tuple[int, float]] = field(default_factory=dict)  # log files listed so far
     _written_ms: dict[int, int] = field(default_factory=dict)  # commit write times of `_seen`, increasing
@@ -218,11 +220,13 @@ class SharedTable:
         return parse_actions(name, raw)
 
     def signer(self, presigner: Presigner) -> "TableSigner":
-        """Presigns the paths of this table's log; a path outside the prefixes this table may expose
-        (its repository's storage namespace but its `_lakefs/`, `sharing.allowed_locations`) is
-        refused, so a log can never make the server sign an object it was not meant to share."""
-        return TableSigner(self.name, self.store.uri(self.location), presigner, folders(self.allowed),
-                           folders([self.store.uri("_lakefs/")]))  # lakeFS's own, and exports
+        """Presigns the paths of this table's log; a path outside its scope (`exporter.storage.scope`:
+        its repository's storage namespace but its `_lakefs/` and other repositories' namespaces,
+        `sharing.allowed_locations`) is refused, so a log can never make the server sign an object
+        it was not meant to share. The export's own location is not in it: its log names data files
+        and deletion vectors where lakeFS stores them, never a file of an export."""
+        return TableSigner(self.name, self.store.uri(self.location), presigner,
+                           self.scope or ReadScope(self.store.uri("")))
 
     def _iso(self, version: int) -> str:
         return datetime.fromtimestamp(self.timestamp(version) / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -233,49 +237,24 @@ class TableSigner:
     table: str
     location: str  # the table's, for relative paths
     presigner: Presigner
-    allowed: tuple[str, ...]  # `folders`
-    denied: tuple[str, ...]
+    scope: ReadScope
 
     def __call__(self, path: str) -> tuple[str, PresignedUrl]:
-        """(absolute path, presigned URL) of one path."""
+        """(absolute path, presigned URL) of one path; PathOutsideRepository outside the scope."""
         absolute = absolute_path(path, self.location)
-        if not (within(absolute, self.allowed) and not within(absolute, self.denied)):
-            raise self._unshared(absolute)
+        self.scope.check(absolute)  # the presigner decodes the key once, as `check` does
         return absolute, self.presigner.presign(absolute)
 
     def column(self, paths: pa.Array) -> tuple[pa.Array, pa.Array]:
         """(absolute paths, presigned URLs) of a string column of paths, each checked as `__call__`
-        checks it: `s3://` paths with nothing to decode and no dot segment by their prefixes, column-wide."""
+        checks it (`ReadScope.check_column`)."""
         absolute = paths
         if pc.starts_with(paths, "s3://").true_count < len(paths):
             relative = pc.invert(pc.match_substring(paths, "://"))
             if relative.true_count:
                 absolute = pc.if_else(relative, pc.binary_join_element_wise(self.location, paths, ""), paths)
-        plain = pc.starts_with(absolute, "s3://")
-        raw = string_bytes(absolute)
-        for odd in ("%", "/."):  # `within` decodes and looks for dot segments
-            if odd.encode() in raw:
-                plain = pc.and_(plain, pc.invert(pc.match_substring(absolute, odd)))
-        shared = pc.and_(_starts_with_any(absolute, self.allowed), pc.invert(_starts_with_any(absolute, self.denied)))
-        if plain.true_count < len(absolute):
-            odd = pc.invert(plain)
-            shared = pc.replace_with_mask(shared, odd, pa.array([
-                within(path, self.allowed) and not within(path, self.denied)
-                for path in absolute.filter(odd).to_pylist()], pa.bool_()))
-        if shared.true_count < len(absolute):
-            raise self._unshared(absolute[pc.index(shared, False).as_py()].as_py())
+        self.scope.check_column(absolute)
         return absolute, self.presigner.presign_column(absolute)
-
-    def _unshared(self, path: str) -> UnshareableTable:
-        return UnshareableTable(f"table {self.table!r} references {path}, outside its repository's "
-                                "storage namespace and sharing.allowed_locations: not shared")
-
-
-def _starts_with_any(column: pa.Array, prefixes: tuple[str, ...]) -> pa.Array:
-    found = pa.repeat(False, len(column))
-    for prefix in prefixes:
-        found = pc.or_(found, pc.starts_with(column, prefix))
-    return found
 
 
 class _Timestamps:
@@ -291,17 +270,19 @@ class _Timestamps:
         return self.table.timestamp(self.versions[index])
 
 
-def branch_table(config: Config, store: ObjectStore, schema: Schema, table: str) -> SharedTable:
+def branch_table(config: Config, store: ObjectStore, schema: Schema, table: str,
+                 scope: ReadScope | None = None) -> SharedTable:
     location = branch_table_location(config, schema.ref, table)
     try:
         state = json.loads(store.get(location + STATE))
     except NotFound:
         raise ShareNotFound(f"no table {table!r} on branch {schema.ref!r}: it has no branch table (is `branch_tables` "
                             f"set for the branch, and has a commit been exported since?)") from None
-    return SharedTable(store, location, table, state["head_version"], allowed=_allowed(config, store))
+    return SharedTable(store, location, table, state["head_version"], scope=scope or _scope(config, store))
 
 
-def tag_export(config: Config, store: ObjectStore, schema: Schema, table: str) -> SharedTable:
+def tag_export(config: Config, store: ObjectStore, schema: Schema, table: str,
+               scope: ReadScope | None = None) -> SharedTable:
     location = export_location(config, schema.ref, schema.commit_id, table)
     try:
         manifest = json.loads(store.get(location + MANIFEST))
@@ -309,11 +290,13 @@ def tag_export(config: Config, store: ObjectStore, schema: Schema, table: str) -
         raise ShareNotFound(f"no table {table!r} at tag {schema.ref!r}: its export is not complete "
                             f"(or the tag's commit has no such table)") from None
     timestamps = increasing(source_timestamps(manifest))
-    return SharedTable(store, location, table, manifest["head_version"], timestamps, allowed=_allowed(config, store))
+    return SharedTable(store, location, table, manifest["head_version"], timestamps,
+                       scope=scope or _scope(config, store))
 
 
-def _allowed(config: Config, store: ObjectStore) -> tuple[str, ...]:
-    return (store.uri(""), *config.sharing.allowed_locations)
+def _scope(config: Config, store: ObjectStore) -> ReadScope:
+    """The scope without the other repositories' namespaces (`exporter.lakefs.namespaces.read_scope` has them)."""
+    return ReadScope(store.uri(""), allowed=config.sharing.allowed_locations, private=private_folders(config))
 
 
 def _complete(files: Mapping[str, tuple[int, float]]) -> dict[int, Checkpoint]:

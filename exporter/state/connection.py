@@ -16,5 +16,12 @@ def connection(redis_url: str) -> redis.Redis:
 
 
 def key(*parts: str) -> str:
-    """`lakefs-delta:<part>:<part>...`."""
+    """`lakefs-delta:<part>:<part>...`, for fixed parts (names of this product, never free text)."""
     return ":".join((PREFIX, *parts))
+
+
+def length_prefixed(*parts: object) -> str:
+    """Parts, free text included (a table path, key columns), as one string no other parts make:
+    each `<length>:<text>` (None: `-`), joined by `:`. A `:` inside a part is counted, never a
+    boundary, and a suffix such as `:pending` starts with no length: it is never a part."""
+    return ":".join("-" if part is None else f"{len(str(part))}:{part}" for part in parts)

@@ -13,22 +13,31 @@ import json
 from typing import Any
 
 from exporter.errors import ExporterError, rebuilt
-from exporter.state.connection import PREFIX, connection
+from exporter.state.connection import PREFIX, connection, length_prefixed
 
 # Raised when the rules behind an answer change (2: columns matched by identity, replaced tables in
-# the history diff): answers cached under older rules are never served, whatever their TTL.
-RULES = 2
+# the history diff; 3: keys of length-prefixed parts, as parts joined by `:` could pass for others):
+# answers cached under older rules are never served, whatever their TTL.
+RULES = 3
 
 
 class ResultCache:
     FAILURE_TTL_SECONDS = 300
+    # Which part is a table's path, if one is: `a/b/` and `a/b` name one table (its folder).
+    TABLE_PATH_PART: int | None = None
 
     def __init__(self, redis_url: str, ttl_seconds: int, kind: str):
         self.redis = connection(redis_url)
         self.ttl_seconds, self.kind = ttl_seconds, kind
 
     def key(self, *parts: str | None) -> str:
-        return f"{PREFIX}:{self.kind}:r{RULES}:" + ":".join("-" if part is None else part.strip("/") for part in parts)
+        """`lakefs-delta:<kind>:r<RULES>:` and the parts, each length-prefixed: distinct parts never
+        share a key, whatever `:` their free text (a table path, key columns) holds; only the
+        `/` at either end of a table path is no part of it."""
+        at = self.TABLE_PATH_PART
+        if at is not None and at < len(parts) and parts[at] is not None:
+            parts = (*parts[:at], parts[at].strip("/"), *parts[at + 1:])
+        return f"{PREFIX}:{self.kind}:r{RULES}:" + length_prefixed(*parts)
 
     def get(self, *parts: str | None) -> Any | None:
         raw = self.redis.get(self.key(*parts))

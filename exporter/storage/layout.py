@@ -20,6 +20,7 @@ import posixpath
 import re
 
 from exporter.config import Config
+from exporter.storage.scope import LAKEFS_FOLDER
 
 MANIFEST = "_lakefs_export.json"  # an export is complete once this exists
 STATE = "_lakefs_branch_table.json"  # a branch table's head, offset and followed commits
@@ -81,6 +82,14 @@ def branch_tables_root(config: Config, branch: str) -> str:
 def branch_table_location(config: Config, branch: str, table: str) -> str:
     """The branch table of `table` on `branch`: a location that never changes."""
     return f"{branch_tables_root(config, branch)}{location_segment(table)}/"
+
+
+def private_folders(config: Config) -> tuple[str, ...]:
+    """The folders of a storage namespace whose objects no Delta log may name (`exporter.storage.scope`):
+    lakeFS's `_lakefs/`, and where this product writes (every ref's exports and branch tables, the
+    row diffs), under `_lakefs/` too unless `export_prefix` moves them."""
+    parent = posixpath.dirname(config.export_prefix.strip("/"))
+    return tuple(dict.fromkeys([LAKEFS_FOLDER, exports_root(config), f"{parent}/rowdiff/".lstrip("/")]))
 
 
 def row_diff_location(config: Config, left_commit: str | None, right_commit: str, table_prefix: str, key: str) -> str:

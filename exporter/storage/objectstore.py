@@ -112,6 +112,12 @@ class ObjectStore:
         except NotFound:
             return False
 
+    def has_objects(self, relative: str) -> bool:
+        """Whether any object is under `relative`: one listing call of one key, however many there are."""
+        answer = self._call("list", self.uri(relative), lambda: self.client.list_objects_v2(
+            Bucket=self.bucket, Prefix=self.key(relative), MaxKeys=1))
+        return bool(answer.get("Contents"))
+
     def list_keys(self, relative: str) -> list[str]:
         """Every object under `relative`, as names relative to the namespace."""
         return list(self.list_sizes(relative))

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from exporter.config import Config, ObjectStoreConfig
 from exporter.errors import ConfigError
 from exporter.storage.objectstore import split_uri
+from exporter.storage.scope import folders, within  # noqa: F401 (the Iceberg signer's, exporter/export/iceberg_catalog.py)
 
 _ALGORITHM = "AWS4-HMAC-SHA256"
 _UNRESERVED = "-_.~"  # with letters and digits, never encoded (RFC 3986); S3 keeps `/` in the path
@@ -224,27 +225,6 @@ def hex_digests(digests: Iterable[bytes], size: int, count: int) -> pa.Array:
         raise ValueError(f"{len(text) // (2 * size)} digests of {size} bytes, not {count}")
     offsets = np.arange(0, 2 * size * (count + 1), 2 * size, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
-
-
-def folders(prefixes: Iterable[str]) -> tuple[str, ...]:
-    """Prefixes as `within` compares them: decoded, `s3://`, each a folder (ending in `/`)."""
-    return tuple(_s3(unquote(prefix)).rstrip("/") + "/" for prefix in prefixes)
-
-
-def within(path: str, folders: tuple[str, ...]) -> bool:
-    """Whether the object at `path` (a URI) is under one of `folders` (from `folders`): never a path
-    with a dot segment, which a store could resolve elsewhere."""
-    plain = _s3(unquote(path) if "%" in path else path)
-    if "/../" in plain or "/./" in plain:
-        return False
-    return plain.startswith(folders)
-
-
-def _s3(uri: str) -> str:
-    if uri.startswith("s3://"):
-        return uri
-    scheme, separator, rest = uri.partition("://")
-    return f"s3://{rest}" if separator and scheme in ("s3a", "s3n") else uri
 
 
 def string_bytes(column: pa.Array) -> bytes:

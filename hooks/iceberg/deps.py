@@ -1,5 +1,5 @@
 """What the catalog's routes share: the catalog (on `app.state`), namespaces and names from the path,
-and the checks that a caller may read a namespace or a table (the API's, `hooks.deps`)."""
+and a namespace or table once the request's grant (`hooks.grant`, the API's) allows it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from starlette.requests import Request
 
 from exporter.errors import NoSuchIcebergTable, NoSuchNamespace
 from exporter.export.iceberg_catalog import CatalogTable, IcebergCatalog, RefNamespace
-from hooks.deps import require_reader
+from hooks.grant import Grant, grant_for
 
 SEPARATOR = "\x1f"  # the spec's default namespace separator (`%1F` in a URL)
 Listed = TypeVar("Listed")
@@ -22,7 +22,8 @@ def page(items: Sequence[Listed], name: Callable[[Listed], str], token: str | No
          size: int | None) -> tuple[list[Listed], dict[str, str]]:
     """The spec's paging of a listing: the items after the `pageToken` (the name the page before
     ended at), at most `pageSize` (all without one), by name; and `{"next-page-token": ...}` when
-    more follow. Checks run on a page's items only, so a page costs its size, not the listing's."""
+    more follow. Callers page what the grant allows (`Grant.readable` first): a token names only
+    what the caller may read."""
     ordered = sorted(items, key=name)
     if token:
         ordered = [item for item in ordered if name(item) > token]
@@ -49,26 +50,34 @@ def levels(namespace: str) -> list[str]:
     return parts
 
 
-async def readable_namespace(request: Request, parts: list[str]) -> RefNamespace | None:
-    """The namespace `parts` (from `levels`), once the caller may read its repository: the ref's, or
-    None for a repository's own (which holds refs, no tables)."""
-    await require_reader(request, parts[0])
+async def readable_namespace(request: Request, parts: list[str]) -> tuple[Grant, RefNamespace | None]:
+    """The request's grant in the namespace's repository and the namespace `parts` (from `levels`):
+    the ref's, resolved to its commit once, or None for a repository's own (it holds refs, no tables)."""
+    grant = await grant_for(request, parts[0])
     if len(parts) == 1:
-        return None
-    return await run_in_threadpool(catalog(request).namespace, *parts)
+        return grant, None
+    found = await run_in_threadpool(catalog(request).namespace, *parts)
+    grant.commits[found.ref] = found.commit_id
+    return grant, found
 
 
 async def readable_table(request: Request, parts: list[str], table: str) -> CatalogTable:
-    """The table at the namespace's current commit, once the caller may read its log at the ref."""
-    found = await readable_namespace(request, parts)
+    """The table at the namespace's current commit, once the caller may read it there."""
+    grant, found = await readable_namespace(request, parts)
     if found is None:
         raise NoSuchIcebergTable(f"no table {table!r} in {parts[0]!r}: a repository's namespace holds refs, "
                                  "not tables (ask [repository, ref])")
-    return await readable_export(request, found.repository, found.ref, found.commit_id, table)
+    return await readable_export(grant, catalog(request), found.ref, found.commit_id, table)
 
 
-async def readable_export(request: Request, repository: str, ref: str, commit_id: str, table: str) -> CatalogTable:
-    """The table of the export at `commit_id` through `ref`, once the caller may read its log there."""
-    found = await run_in_threadpool(catalog(request).table, repository, ref, commit_id, table)
-    await require_reader(request, repository, [(ref, found.table_path)])
+async def readable_export(grant: Grant, tables: IcebergCatalog, ref: str, commit_id: str, table: str) -> CatalogTable:
+    """The table of the export at `commit_id` through `ref`, once the caller may read every path its
+    versions came from there. Why a table has no Iceberg metadata is told only to whom may read it."""
+    try:
+        found = await run_in_threadpool(tables.table, grant.repository, ref, commit_id, table)
+    except NoSuchIcebergTable as missing:
+        if missing.table_paths and not await grant.may_read(commit_id, missing.table_paths):
+            raise NoSuchIcebergTable(f"no table {table!r} at {ref!r} that this identity may read") from None
+        raise
+    await grant.require(commit_id, found.table_paths, f"table {table!r} at {ref!r}")
     return found

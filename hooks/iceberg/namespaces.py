@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hooks.deps import may_read, require_caller
+from hooks.grant import may_open, require_caller
 from hooks.iceberg.deps import catalog, levels, page, readable_namespace, segment
 
 router = APIRouter()
@@ -22,7 +22,8 @@ ENDPOINTS = ["GET /v1/{prefix}/namespaces", "GET /v1/{prefix}/namespaces/{namesp
 
 @router.get("/config")
 async def config(request: Request, warehouse: str | None = None):
-    """One catalog per service: a `warehouse` the client names changes nothing."""
+    """One catalog per service: a `warehouse` the client names changes nothing. Answered to a caller
+    lakeFS knows (or a service token), like every other route."""
     await require_caller(request)
     return {"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS}
 
@@ -32,13 +33,14 @@ async def list_namespaces(request: Request, parent: str | None = Query(None), pa
                           pageSize: int | None = Query(None, ge=1)):
     """Without `parent`: the repositories the caller may read. Under [repository]: its branches and
     tags with exports. Under [repository, ref]: none. Paged by name (`deps.page`)."""
-    await require_caller(request)
+    await require_caller(request)  # the credentials are known before the listing fans out
     if not parent:
-        repositories, more = page(await run_in_threadpool(catalog(request).repositories), str, pageToken, pageSize)
-        readable = await asyncio.gather(*(may_read(request, repository) for repository in repositories))
-        return {"namespaces": [[repository] for repository, may in zip(repositories, readable) if may], **more}
+        repositories = await run_in_threadpool(catalog(request).repositories)
+        readable = await asyncio.gather(*(may_open(request, repository) for repository in repositories))
+        namespaces, more = page([r for r, may in zip(repositories, readable) if may], str, pageToken, pageSize)
+        return {"namespaces": [[repository] for repository in namespaces], **more}
     parts = levels(parent)
-    if await readable_namespace(request, parts) is not None:
+    if (await readable_namespace(request, parts))[1] is not None:
         return {"namespaces": []}
     refs, more = page(await run_in_threadpool(catalog(request).refs, parts[0]), str, pageToken, pageSize)
     return {"namespaces": [[parts[0], ref] for ref in refs], **more}
@@ -47,7 +49,7 @@ async def list_namespaces(request: Request, parent: str | None = Query(None), pa
 @router.get("/namespaces/{namespace}")
 async def load_namespace(request: Request, namespace: str):
     parts = levels(segment(namespace))
-    found = await readable_namespace(request, parts)
+    _, found = await readable_namespace(request, parts)
     return {"namespace": parts, "properties": {} if found is None else {"commit-id": found.commit_id}}
 
 

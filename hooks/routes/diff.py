@@ -12,10 +12,10 @@ from starlette.requests import Request
 
 from exporter.diff.rows import key_part
 from exporter.diff.rows_file import rows_page
-from exporter.diff.table import diff_commits
 from exporter.storage.objectstore import ObjectStore
-from hooks.deps import COMPUTING, Services, ServicesDep, from_workers, require_reader, still_computing
+from hooks.deps import COMPUTING, ServicesDep, from_workers, still_computing
 from hooks.errors import Refusal, problems
+from hooks.grant import grant_for
 from hooks.models import RefsOverview, RowDiff, TableDiff
 from hooks.paging import MAX_PER_PAGE, paginate, row_pagination, row_start
 
@@ -35,9 +35,8 @@ async def table_diff(request: Request, services: ServicesDep, repository: str, l
     from the cache; a diff not there yet is computed by a worker, waited for up to
     `api.diff_wait_seconds`, else 202."""
     table_path = _table_path(table_path)
-    await require_reader(request, repository, [(left_ref, table_path), (right_ref, table_path)])
+    left_commit, right_commit = await _readable_table(request, repository, left_ref, right_ref, table_path)
     started = time.monotonic()
-    left_commit, right_commit = await _commits(services, repository, left_ref, right_ref)
     cached, diff = await from_workers(services, services.diffs, "lakefs_delta.compute_diff",
                                       (repository, left_commit, right_commit, table_path))
     if diff is None:
@@ -65,9 +64,8 @@ async def row_diff(request: Request, services: ServicesDep, repository: str, lef
     per change and partition, the files, and the rows, paged. Computed by a worker and cached,
     like the history diff (202 while computing)."""
     table_path = _table_path(table_path)
-    await require_reader(request, repository, [(left_ref, table_path), (right_ref, table_path)])
+    left_commit, right_commit = await _readable_table(request, repository, left_ref, right_ref, table_path)
     columns = tuple(c.strip() for c in key.split(",") if c.strip())
-    left_commit, right_commit = await _commits(services, repository, left_ref, right_ref)
     parts = (repository, left_commit, right_commit, table_path, key_part(columns))
     cached, diff = await from_workers(services, services.row_diffs, "lakefs_delta.compute_row_diff", parts)
     if diff is None:
@@ -88,14 +86,17 @@ async def row_diff(request: Request, services: ServicesDep, repository: str, lef
             responses={**COMPUTING, **problems(400, 401, 403, 404, 422, 503)})
 async def refs_overview(request: Request, services: ServicesDep, repository: str, left_ref: str, right_ref: str):
     """Descriptors and detected Delta tables on either side whose objects changed, each with
-    its diff type, row delta, files and a schema-change flag (from its history diff)."""
-    await require_reader(request, repository)
-    left_commit, right_commit = await _commits(services, repository, left_ref, right_ref)
+    its diff type, row delta, files and a schema-change flag (from its history diff). Only the
+    tables the caller may read at both commits are listed."""
+    grant = await grant_for(request, repository, [left_ref, right_ref])
+    left_commit, right_commit = grant.commit(left_ref), grant.commit(right_ref)
     cached, overview = await from_workers(services, services.overviews, "lakefs_delta.compare_refs",
                                           (repository, left_commit, right_commit))
     if overview is None:
         return still_computing()
-    return {**overview, "repository": repository, "left_ref": left_ref, "right_ref": right_ref, "cached": cached}
+    tables = await grant.readable(overview["tables"], lambda _: (left_commit, right_commit), lambda t: [t["path"]])
+    return {**overview, "tables": tables, "repository": repository, "left_ref": left_ref, "right_ref": right_ref,
+            "cached": cached}
 
 
 def _table_path(table_path: str) -> str:
@@ -105,5 +106,10 @@ def _table_path(table_path: str) -> str:
     return table_path
 
 
-async def _commits(services: Services, repository: str, left_ref: str, right_ref: str) -> tuple[str, str]:
-    return await run_in_threadpool(diff_commits, services.lakefs(), repository, left_ref, right_ref)
+async def _readable_table(request: Request, repository: str, left_ref: str, right_ref: str,
+                          table_path: str) -> tuple[str, str]:
+    """The commits the refs resolve to, once the caller may read the table at both."""
+    grant = await grant_for(request, repository, [left_ref, right_ref])
+    for ref in dict.fromkeys((left_ref, right_ref)):
+        await grant.require(grant.commit(ref), [table_path], f"table {table_path!r} at {ref!r}")
+    return grant.commit(left_ref), grant.commit(right_ref)

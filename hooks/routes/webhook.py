@@ -23,7 +23,6 @@ from hooks.errors import Refusal, problems
 from hooks.models import EventIgnored, EventQueued, LakeFSEvent
 
 log = logging.getLogger("lakefs_delta.hooks")
-MAX_BODY = 1024 * 1024
 COMMIT_ID = re.compile(r"[0-9A-Za-z]{1,128}")  # lakeFS commit ids are hex; ASCII letters and digits only
 QUEUED_EVENTS = {"post-commit", "post-merge", "post-create-tag"}
 REF_FIELD = {"post-commit": "branch_id", "post-merge": "branch_id", "post-create-tag": "tag_id"}
@@ -61,7 +60,7 @@ async def _receive(services: Services, request: Request, offered: str | None, br
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise Refusal(415, f"content type must be application/json, not {content_type or 'missing'!r}")
-    event = parse_event(await read_body(request))
+    event = parse_event(await request.body())  # its size and depth checked at the edge (`hooks.edge`)
     event_type = event["event_type"]
     if event_type not in QUEUED_EVENTS or event_type not in config.events:
         events_total.labels(event_type[:40], "ignored").inc()
@@ -89,18 +88,6 @@ def _publish(services: Services, repository: str, ref: str, commit_id: str, tag:
     return services.queue.send_task("lakefs_delta.export_commit", (repository, ref, commit_id, tag),
                                     {"branch_table": branch_table}, retry=True,
                                     retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.5})
-
-
-async def read_body(request: Request) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
-        raise Refusal(413, f"body larger than {MAX_BODY} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise Refusal(413, f"body larger than {MAX_BODY} bytes")
-    return bytes(body)
 
 
 def parse_event(body: bytes) -> dict[str, Any]:

@@ -12,8 +12,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from exporter.errors import (ExporterError, InvalidParameter, NotFound, NotShared, ShareNotFound, UnshareableTable,
-                             UnsupportedByClient, VersionOutOfRange)
+from exporter.errors import (ExporterError, InvalidParameter, NotFound, NotShared, PathOutsideRepository, ShareNotFound,
+                             UnshareableTable, UnsupportedByClient, VersionOutOfRange)
 from exporter.state.recipients import Unauthenticated
 from hooks.models import validation_message
 
@@ -36,6 +36,7 @@ ANSWERS: dict[type[BaseException], tuple[int, str, str | None]] = {
     MalformedRequest: (400, "MALFORMED_REQUEST", None),
     UnsupportedByClient: (400, "UNSUPPORTED_OPERATION", None),
     UnshareableTable: (500, "INTERNAL_ERROR", None),
+    PathOutsideRepository: (500, "INTERNAL_ERROR", None),  # its log names an object it may not: not the recipient's doing
     ExporterError: (500, "INTERNAL_ERROR", "the table cannot be read now"),
     redis.RedisError: (503, "INTERNAL_ERROR", "the recipient store cannot be reached: try again"),
     Exception: (500, "INTERNAL_ERROR", "the server failed to answer; its log says why"),

@@ -12,12 +12,17 @@ from exporter.config import Config, RetentionConfig
 from exporter.delta.live_files import _keys, _plain
 from exporter.delta.replay import file_key
 from exporter.errors import ExporterError
+from exporter.errors import LockLost
 from exporter.export.branch_log import annotated, remove_of
-from exporter.export.branch_table import follows
+from exporter.export.branch_table import append_commit, branch_table_versions, follows, read_state
+from exporter.export.commit import export_iceberg, export_table
+from exporter.export.iceberg_catalog import IcebergCatalog
 from exporter.export.retention import HOUR, within_policy
+from exporter.lakefs.descriptors import TableDescriptor
 from exporter.lakefs.installer import branch_table_patterns, render_action
 from exporter.storage.layout import branch_table_location
 from tests.fakes import FakeLakeFS
+from tests.unit.source_tables import SourceTable
 
 pytestmark = pytest.mark.unit
 
@@ -205,3 +210,85 @@ def test_a_branch_tables_log_retention_writes_its_state_then_removes_the_files(l
     assert left[0] == f"{20:020d}.checkpoint.parquet" and len(left) == 6  # checkpoint 20, versions 20..24
     saved = read_state(store, target)
     assert saved["first_version"] == 20 and [c["version"] for c in saved["commits"]] == [24]
+
+
+def re_pointed(table: SourceTable, path: str) -> SourceTable:
+    """The table's descriptor names `path`: its next commit puts the table's files there too."""
+    table.descriptor = TableDescriptor(table.descriptor.name, path, table.descriptor.descriptor)
+    return table
+
+
+def exported_and_appended(config: Config, lakefs: FakeLakeFS, table: SourceTable) -> str:
+    commit_id = table.commit()
+    exported = export_table(config, "repo", "main", commit_id, table.descriptor, lakefs=lakefs)
+    assert exported.ok, exported.error
+    outcome = append_commit(config, lakefs, "repo", "main", commit_id, table.descriptor.name)
+    assert outcome.appended and not outcome.skipped
+    return commit_id
+
+
+def test_a_branch_table_names_every_path_its_versions_were_read_from_to_each_reader(lakefs, events):
+    """Issue 37, item 1: `_lakefs_tables/events.yaml` re-pointed from `tables/events` to
+    `restricted/events`; the branch table's later versions are read from there, its earlier ones
+    from `tables/events`. Its state, `/versions` and the Iceberg catalog's table name both paths:
+    a reader must be allowed each."""
+    config = Config(branch_tables=("main",), iceberg={"enabled": True})
+    exported_and_appended(config, lakefs, events.append(1, 2))
+    assert branch_table_versions(config, lakefs, "repo", "main", "events")["table_paths"] == ["tables/events"]
+
+    second = exported_and_appended(config, lakefs, re_pointed(events, "restricted/events").append(3))
+
+    versions = branch_table_versions(config, lakefs, "repo", "main", "events")
+    assert versions["table_paths"] == ["tables/events", "restricted/events"]
+    assert versions["table_path"] == "restricted/events" and versions["head_version"] == 1
+    catalog = IcebergCatalog(config, lakefs)
+    table = catalog.table("repo", "main", second, "events")
+    assert table.branch_table and table.table_paths == ("tables/events", "restricted/events")
+    assert table.table_path == "restricted/events"
+    lakefs.create_branch("repo", "feature", second)  # no branch table there: the export of one commit, one path
+    assert export_table(config, "repo", "feature", second, events.descriptor, lakefs=lakefs).ok
+    assert export_iceberg(config, "repo", "feature", second, "events", lakefs=lakefs)["state"] == "written"
+    assert catalog.table("repo", "feature", second, "events").table_paths == ("restricted/events",)
+
+    exported_and_appended(config, lakefs, re_pointed(events, "tables/events").append(4))  # back: each path once
+    state = read_state(lakefs.store.at("s3://lake/repo"), branch_table_location(config, "main", "events"))
+    assert state["table_paths"] == ["restricted/events", "tables/events"] and state["head_version"] == 2
+
+
+def test_a_state_written_before_table_paths_reads_as_its_one_path_and_grows_on_a_re_pointed_append(lakefs, events):
+    config = Config(branch_tables=("main",))
+    exported_and_appended(config, lakefs, events.append(1))
+    store, target = lakefs.store.at("s3://lake/repo"), branch_table_location(config, "main", "events")
+    old = json.loads(store.get(target + "_lakefs_branch_table.json"))
+    del old["table_paths"]  # as the code before it wrote it
+    store.put(target + "_lakefs_branch_table.json", json.dumps(old).encode())
+    assert branch_table_versions(config, lakefs, "repo", "main", "events")["table_paths"] == ["tables/events"]
+
+    exported_and_appended(config, lakefs, re_pointed(events, "restricted/events").append(2))
+
+    assert branch_table_versions(config, lakefs, "repo", "main", "events")["table_paths"] == [
+        "tables/events", "restricted/events"]
+
+
+def test_an_append_from_a_re_pointed_path_names_it_before_writing_a_version_read_from_it(lakefs, events):
+    """An append interrupted after its versions, before its state, leaves them in the log until the
+    next append drops them: the state names their path already."""
+    config = Config(branch_tables=("main",))
+    exported_and_appended(config, lakefs, events.append(1))
+    calls = []
+
+    def lost_after_the_first_check() -> None:
+        calls.append(1)
+        if len(calls) > 1:
+            raise LockLost("the lock expired")
+
+    second = re_pointed(events, "restricted/events").append(2).commit()
+    assert export_table(config, "repo", "main", second, events.descriptor, lakefs=lakefs).ok
+    with pytest.raises(LockLost):
+        append_commit(config, lakefs, "repo", "main", second, "events", still_held=lost_after_the_first_check)
+
+    versions = branch_table_versions(config, lakefs, "repo", "main", "events")
+    assert versions["head_version"] == 0 and versions["last_commit"] != second  # the append did not happen...
+    assert lakefs.store.at("s3://lake/repo").exists(
+        branch_table_location(config, "main", "events") + "_delta_log/00000000000000000001.json")  # ...but wrote 1
+    assert versions["table_paths"] == ["tables/events", "restricted/events"]

@@ -12,6 +12,7 @@ import pytest
 
 from exporter.config import Config
 from exporter.delta.live_files import LiveFiles
+from exporter.errors import PathOutsideRepository
 from exporter.export.branch_table import AppendOutcome, append_commit, branch_table_versions, read_state
 from exporter.export.commit import export_table
 from exporter.export.readback import read_exported_log
@@ -189,3 +190,23 @@ def test_a_table_iceberg_cannot_represent_still_appends_as_delta_with_the_reason
     assert read_state(store, TARGET)["iceberg"] == outcome.iceberg
     assert [k for k in store.list_keys(TARGET) if k.startswith((TARGET + "metadata/", TARGET + "data/"))] == []
     assert len(delta_files(store)) == 1
+
+
+def test_a_branch_tables_iceberg_table_reads_no_file_of_a_repository_nested_in_this_ones(lakefs, events, tmp_path):
+    """A log naming, by absolute path, a data file of a repository whose namespace lies inside this
+    one's (no row count in its stats: the Iceberg table would read its footer) is appended as Delta;
+    its Iceberg table is refused unread, the reason naming the path and the namespace only."""
+    lakefs.create_repository("nested", "s3://lake/repo/nested-x")
+    secret = SourceTable(lakefs, "nested", "salaries", tmp_path / "nested")
+    secret.append(1_000_001).commit()
+    address = lakefs.physical_address("nested", "main", secret.data_files()[0])
+    events.append(1, 2)
+    action = {"add": {"path": address, "partitionValues": {}, "size": 500, "modificationTime": 1, "dataChange": True}}
+
+    outcome = commit_and_append(lakefs, events, extra={
+        f"tables/events/_delta_log/{1:020d}.json": (json.dumps(action) + "\n").encode()})
+
+    assert outcome.iceberg == {"state": "failed", "reason": str(PathOutsideRepository(address, "s3://lake/repo/"))}
+    store = namespace(lakefs)
+    assert address in delta_files(store)  # the Delta branch table keeps the path as it is, unread
+    assert address not in store.reads + [uri for uri, _, _ in store.range_reads]

@@ -8,6 +8,7 @@ import json
 import time
 
 import pytest
+import yaml
 
 from exporter.config import Config
 from exporter.errors import ServiceUnavailable
@@ -243,3 +244,33 @@ def test_with_iceberg_on_a_complete_exports_iceberg_table_left_pending_is_queued
     assert queued(plan) == [] and plan.icebergs == [("repo", "main", install, "users")]
     assert "1 Iceberg table(s) queued" in plan.summary()
     assert catch_up(off, lakefs, status).icebergs == []  # iceberg.enabled turned off: left as they are
+
+
+@pytest.mark.parametrize("malformed, field", [
+    ({"branch_tables": [1]}, "hooks[0].properties.query_params.branch_tables[0]"),
+    ({"hooks": [1]}, "hooks[0]"),
+    ({"hooks": "delta_export"}, "hooks"),
+    ({"on": {"post-commit": {"branches": [None]}}}, "on.post-commit.branches[0]"),
+    ({"on": ["post-commit"]}, "on"),
+])
+def test_a_malformed_action_skips_its_repository_saying_which_file_and_field_and_the_others_are_caught_up(
+        lakefs, status, caplog, malformed, field):
+    """lakeFS accepts an action file whose fields have other shapes than it documents (`branch_tables: [1]`)."""
+    repository(lakefs, "bad")
+    action = yaml.safe_load(render_action("http://exporter:8080/webhook", ["main"]))
+    if "branch_tables" in malformed:
+        action["hooks"][0]["properties"]["query_params"]["branch_tables"] = malformed["branch_tables"]
+    else:
+        action.update(malformed)
+    lakefs.commit_files("bad", "main", {ACTION_PATH: yaml.safe_dump(action).encode()})
+    change(lakefs, "events", repo="bad")
+    repository(lakefs, "good")
+    good = change(lakefs, "events", repo="good")
+
+    plan = catch_up(CONFIG, lakefs, status)
+
+    assert ("good", "main", good) in [(m.repository, m.ref, m.commit_id) for m in plan.queued]
+    assert {m.repository for m in plan.queued} == {"good"}
+    [skipped] = plan.skipped_repositories
+    assert skipped.startswith(f"bad: {ACTION_PATH}: `{field}` must be "), skipped
+    assert any("bad" in record.getMessage() and ACTION_PATH in record.getMessage() for record in caplog.records)

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from exporter.config import Config
+from exporter.errors import PathOutsideRepository
 from exporter.export.commit import export_iceberg, export_table, exports_in_store
 from exporter.export.iceberg_metadata import PENDING
 from exporter.export.log_writer import ExportOutcome, discard_export
@@ -285,3 +286,30 @@ def test_an_incremental_export_whose_parents_table_cannot_be_copied_writes_its_o
         assert len(live_data_files(store, metadata, outcome.iceberg["snapshot_ids"][version])) == count
     assert [key for key in iceberg_files(store, location) if key.endswith(".metadata.json")] == \
         [location + "metadata/v2.metadata.json"]
+
+
+@pytest.mark.parametrize("read", ["footer", "deletion vector"])
+@pytest.mark.parametrize("whose, where", [("other", "s3://lake/repo-other"), ("nested", "s3://lake/repo/nested-x")])
+def test_the_iceberg_table_reads_no_object_of_another_repository_a_log_names(lakefs, events, tmp_path, read, whose,
+                                                                             where):
+    """The export keeps an absolute path as it is, never reading it; its Iceberg table would read the
+    file's footer (no row count in its stats) or its deletion vector into a delete file of this
+    repository's: refused unread, the record's reason naming the path and the namespace only."""
+    lakefs.create_repository(whose, where)
+    secret = SourceTable(lakefs, whose, "salaries", tmp_path / whose)
+    secret.append(1_000_001, 1_000_002).commit()
+    address = lakefs.physical_address(whose, "main", secret.data_files()[0])
+    events.append(1, 2).commit()
+    own = events.data_files()[0].removeprefix("tables/events/")
+    add = {"path": address, "size": 500} if read == "footer" else {
+        "path": own, "size": 500, "stats": json.dumps({"numRecords": 2}),
+        "deletionVector": {"storageType": "p", "pathOrInlineDv": address, "offset": 1, "sizeInBytes": 34, "cardinality": 1}}
+    action = {"add": {"partitionValues": {}, "modificationTime": 1, "dataChange": True, **add}}
+    commit = events.commit(extra={f"tables/events/_delta_log/{1:020d}.json": (json.dumps(action) + "\n").encode()})
+
+    outcome = export(lakefs, "main", commit, events)
+
+    assert outcome.iceberg == {"state": "failed", "reason": str(PathOutsideRepository(address, "s3://lake/repo/"))}
+    store = namespace(lakefs)
+    assert address not in store.reads + [uri for uri, _, _ in store.range_reads]
+    assert iceberg_files(store, export_location(ON, "main", commit, "events")) == []

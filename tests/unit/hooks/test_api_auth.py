@@ -59,7 +59,7 @@ def test_lakefs_decides_once_per_caller_and_repository_within_the_cache_time():
     def lakefs(request: httpx.Request) -> httpx.Response:
         asked.append((request.headers["authorization"], request.url.path))
         repository = request.url.path.rsplit("/", 1)[1]
-        return httpx.Response({"x": 200, "y": 403, "gone": 404, "broken": 500}[repository])
+        return httpx.Response({"user": 200, "x": 200, "y": 403, "gone": 404, "broken": 500}[repository])
 
     settings = config(LAKEFS_DELTA_API_AUTH_CACHE_SECONDS="60")
     access = RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs)))
@@ -69,8 +69,9 @@ def test_lakefs_decides_once_per_caller_and_repository_within_the_cache_time():
         return [await access.check(alice, repository) for repository in ("x", "x", "y", "gone", "broken", "broken")]
 
     assert asyncio.run(decisions()) == [ALLOWED, ALLOWED, FORBIDDEN, NO_REPOSITORY, LAKEFS_DOWN, LAKEFS_DOWN]
-    # x once (cached), y and gone once, and a lakeFS error is never cached
-    assert [path for _, path in asked] == ["/api/v1/repositories/x", "/api/v1/repositories/y",
+    # who the caller is once, before anything else; x once (cached), y and gone once, and a lakeFS
+    # error is never cached
+    assert [path for _, path in asked] == ["/api/v1/user", "/api/v1/repositories/x", "/api/v1/repositories/y",
                                            "/api/v1/repositories/gone", "/api/v1/repositories/broken",
                                            "/api/v1/repositories/broken"]
     assert all(header == basic("AKIA1", "a") for header, _ in asked)  # the caller's own credentials
@@ -115,6 +116,9 @@ def prefix_policy(allowed_prefix: str):
     return lakefs, asked
 
 
+COMMIT = "c" * 64
+
+
 def test_a_table_outside_the_callers_prefix_is_forbidden_and_the_decision_is_cached():
     lakefs, asked = prefix_policy("tables/sales/")
     settings = config(LAKEFS_DELTA_API_AUTH_CACHE_SECONDS="60", LAKEFS_DELTA_API_TOKENS="svc=repo")
@@ -122,15 +126,65 @@ def test_a_table_outside_the_callers_prefix_is_forbidden_and_the_decision_is_cac
     bob = caller_of(basic("AKIA2", "b"), settings)
 
     async def decisions():
-        return [await access.check_table(bob, "repo", "main", "tables/sales"),
-                await access.check_table(bob, "repo", "main", "tables/sales"),
-                await access.check_table(bob, "repo", "main", "tables/hr"),
-                await access.check_table(caller_of("Bearer svc", settings), "repo", "main", "tables/hr")]
+        return [await access.check_path(bob, "repo", COMMIT, "tables/sales/_delta_log/"),
+                await access.check_path(bob, "repo", COMMIT, "tables/sales/_delta_log/"),
+                await access.check_path(bob, "repo", COMMIT, "tables/hr/_delta_log/"),
+                await access.check_path(caller_of("Bearer svc", settings), "repo", COMMIT, "tables/hr/_delta_log/")]
 
     assert asyncio.run(decisions()) == [ALLOWED, ALLOWED, FORBIDDEN, ALLOWED]  # a service token reads its repositories
-    assert asked == [("/api/v1/repositories/repo/refs/main/objects/stat", "tables/sales/_delta_log/"),
-                     ("/api/v1/repositories/repo/refs/main/objects/stat", "tables/hr/_delta_log/"),
-                     ("/api/v1/user", None)]
+    assert asked == [("/api/v1/user", None),  # once, before anything else
+                     (f"/api/v1/repositories/repo/refs/{COMMIT}/objects/stat", "tables/sales/_delta_log/"),
+                     (f"/api/v1/repositories/repo/refs/{COMMIT}/objects/stat", "tables/hr/_delta_log/")]
+    with pytest.raises(ValueError, match="commit ids"):  # a ref lakeFS may answer 400 for before it authorizes
+        asyncio.run(access.check_path(bob, "repo", "main", "tables/sales/_delta_log/"))
+
+
+@pytest.mark.parametrize("status, decision", [(200, ALLOWED), (404, ALLOWED), (400, FORBIDDEN), (401, FORBIDDEN),
+                                              (403, FORBIDDEN), (500, LAKEFS_DOWN)])
+def test_only_an_authorized_answer_allows_a_path(status, decision):
+    """lakeFS answers 400 to some refs before it authorizes (a tag `rel%`, decoded twice): only 200,
+    or 404 (after authorization), allows."""
+    def lakefs(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200 if request.url.path.endswith("/user") else status)
+
+    settings = config()
+    access = RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs)))
+    assert asyncio.run(access.check_path(caller_of(basic("AKIA1", "a"), settings), "repo", COMMIT, "t/_delta_log/")) \
+        == decision
+
+
+def test_unknown_credentials_cost_one_lakefs_call_however_many_repositories_are_asked():
+    asked = []
+
+    def lakefs(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(401)
+
+    settings = config(LAKEFS_DELTA_API_AUTH_CACHE_SECONDS="60")
+    access = RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs)))
+    stranger = caller_of(basic("AKIA9", "nope"), settings)
+
+    async def decisions():
+        return [await access.check(stranger, f"repo-{n}") for n in range(50)]
+
+    assert set(asyncio.run(decisions())) == {UNAUTHENTICATED}
+    assert asked == ["/api/v1/user"]
+
+
+def test_the_decision_cache_is_bounded(monkeypatch):
+    from hooks import auth
+
+    monkeypatch.setattr(auth, "DECISIONS_KEPT", 100)
+    settings = config(LAKEFS_DELTA_API_AUTH_CACHE_SECONDS="60", LAKEFS_DELTA_API_TOKENS="svc=repo")
+    access = RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(
+        lambda request: httpx.Response(200 if request.url.path.endswith("/user") else 404))))
+
+    async def many():
+        for n in range(auth.DECISIONS_KEPT + 10):
+            await access.check_path(caller_of(basic(f"AKIA{n % 7}", "a"), settings), "repo", COMMIT, f"t{n}/_delta_log/")
+
+    asyncio.run(many())
+    assert len(access.decisions._values) <= auth.DECISIONS_KEPT
 
 
 def test_the_api_answers_403_for_a_table_the_caller_may_not_read_at_either_ref():
@@ -146,8 +200,10 @@ def test_the_api_answers_403_for_a_table_the_caller_may_not_read_at_either_ref()
     app = FastAPI()
     errors.install(app)
     app.include_router(diff.router)
+    commits = {"main": SimpleNamespace(id="a" * 64), "dev": SimpleNamespace(id="b" * 64)}
     app.state.services = SimpleNamespace(
-        config=settings, access=RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs))))
+        config=settings, access=RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs))),
+        lakefs=lambda: SimpleNamespace(commit=lambda repository, ref: commits[ref]))
 
     async def get(path: str) -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:

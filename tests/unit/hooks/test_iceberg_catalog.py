@@ -148,6 +148,14 @@ def test_an_export_whose_iceberg_table_is_pending_is_not_a_table_until_it_is_wri
     assert catalog.request("GET", f"{tables}/events").json()["metadata-location"] == record["metadata_location"]
 
 
+def data_file(catalog: Catalog, ref: str, table: str) -> str:
+    """The URL of a data file the export of `table` at `ref` reads, as its Delta log names it."""
+    log = export_location(catalog.config, ref, catalog.commit, table) + "_delta_log/"
+    adds = [json.loads(line)["add"]["path"] for key in sorted(catalog.store.list_keys(log)) if key.endswith(".json")
+            for line in catalog.store.get(key).splitlines() if '"add"' in line.decode()]
+    return adds[0].replace("s3://lake/", "http://minio.test:9000/lake/")
+
+
 def test_readers_requests_are_signed_only_for_the_objects_the_table_reads(catalog):
     data = catalog.manifest["iceberg"]["metadata_location"].replace("s3://lake/", "http://minio.test:9000/lake/")
     signed = catalog.sign("GET", data).json()
@@ -155,9 +163,11 @@ def test_readers_requests_are_signed_only_for_the_objects_the_table_reads(catalo
     assert "X-Amz-Expires=900&" in signed["uri"] and "SK" not in signed["uri"]
     head = catalog.sign("HEAD", data).json()["uri"]
     assert head.split("X-Amz-Signature=")[1] != signed["uri"].split("X-Amz-Signature=")[1]
-    assert catalog.sign("GET", "http://minio.test:9000/lake/repo/data/g0/obj-1").status_code == 200  # a data file
+    assert catalog.sign("GET", data_file(catalog, TAG, "events")).status_code == 200  # a data file it reads
     other_export = export_location(catalog.config, "main", catalog.commit, "plain")
     for method, uri in [("PUT", data), ("DELETE", data),
+                        ("GET", data_file(catalog, "main", "plain")),  # another table's data file, same namespace
+                        ("GET", "http://minio.test:9000/lake/repo/data/g0/obj-1"),  # no table's file
                         ("GET", f"http://minio.test:9000/lake/repo/{other_export}{MANIFEST}"),  # _lakefs/, not its own
                         ("GET", "http://minio.test:9000/lake/repo/_lakefs/actions/log"),
                         ("GET", "http://minio.test:9000/lake/other-repo/data/x"),  # outside the namespace
@@ -243,3 +253,23 @@ def test_a_branch_with_a_branch_table_serves_it_and_its_readers_are_signed_for_i
     assert catalog.sign("GET", own, ref="main").status_code == 200
     export_file = tagged["metadata-location"].replace("s3://lake/", "http://minio.test:9000/lake/")
     assert error(catalog.sign("GET", export_file, ref="main")) == (403, "ForbiddenException")  # not the branch's table
+
+
+def test_loading_a_table_lists_no_folder_of_every_commit_the_ref_exported(catalog, monkeypatch):
+    """A ref's namespace is known to exist from one key listed, not a listing of every exported commit."""
+    listed = []
+    real = catalog.store.list_folders
+    monkeypatch.setattr(catalog.store, "list_folders", lambda relative: listed.append(relative) or real(relative))
+    for _ in range(2):
+        assert catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables/events").status_code == 200
+    assert listed == []
+
+
+def test_load_table_answers_304_for_the_etag_it_gave_once_the_caller_may_read_it(catalog):
+    loaded = catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables/events")
+    etag = loaded.headers["etag"]
+    again = catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables/events", headers={**SVC, "If-None-Match": etag})
+    assert again.status_code == 304 and again.headers["etag"] == etag and not again.content
+    other = {"Authorization": "Bearer other", "If-None-Match": etag}  # the grant first: no 304 for a stranger
+    assert error(catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables/events", headers=other)) == \
+        (403, "ForbiddenException")

@@ -28,6 +28,9 @@ def test_other_table_types_are_not_exported():
     (b"name: x\npath: /abs/x\n", "relative to the repository root"),
     (b"name: x\npath: s3://bucket/x\n", "relative to the repository root"),
     (b"name: a/b\npath: tables/x\n", "must not contain `/`"),
+    (b"name: '..'\npath: tables/x\n", "be `.` or `..`"),
+    (b"name: ' ..'\npath: tables/x\n", "be `.` or `..`"),  # checked as it is used: stripped first
+    (b"name: '. '\npath: tables/x\n", "be `.` or `..`"),
 ])
 def test_invalid_descriptors_name_the_file_and_the_problem(content, message):
     with pytest.raises(DescriptorError, match=message) as raised:

@@ -7,17 +7,22 @@ import datetime
 import json
 from unittest import mock
 
+import pyarrow as pa
 import pytest
 
 from exporter.config import Config, ObjectStoreConfig, ShareConfig, load_config
-from exporter.errors import (InvalidParameter, NotShared, UnshareableTable, UnsupportedByClient, VersionOutOfRange)
+from exporter.errors import (InvalidParameter, NotShared, PathOutsideRepository, UnshareableTable, UnsupportedByClient,
+                             VersionOutOfRange)
+from exporter.export.commit import export_table
 from exporter.sharing.catalog import Catalog, _schema_name, _split_schema
-from exporter.sharing.lines import _file_line, range_protocol, response_format
+from exporter.sharing.lines import _file_line, encode_lines, query_lines, range_protocol, response_format
 from exporter.sharing.versions import SharedTable, shared_protocol
 from exporter.storage.presign import Presigner
+from exporter.storage.scope import ReadScope
 from hooks.sharing import page
 from hooks.sharing.errors import answer_of
 from tests.fakes import MemoryStore
+from tests.unit.source_tables import SourceTable
 
 pytestmark = pytest.mark.unit
 
@@ -65,8 +70,9 @@ def test_features_of_the_log_layout_are_not_shown_to_recipients():
     assert shared_protocol(both)["readerFeatures"] == ["deletionVectors"]
 
 
-def table_in(namespace: str, allowed: tuple[str, ...] = ()) -> SharedTable:
-    return SharedTable(MemoryStore(namespace=namespace), "t/", "t", 0, allowed=(namespace, *allowed))
+def table_in(namespace: str, allowed: tuple[str, ...] = (), excluded: tuple[str, ...] = ()) -> SharedTable:
+    return SharedTable(MemoryStore(namespace=namespace), "t/", "t", 0,
+                       scope=ReadScope(namespace, allowed=allowed, excluded=excluded))
 
 
 def test_a_file_line_in_each_format():
@@ -108,9 +114,9 @@ def test_only_objects_under_the_namespace_or_allowed_locations_are_signed(path, 
     if signed:
         assert "X-Amz-Signature=" in sign(path)[1].url
     else:
-        with pytest.raises(UnshareableTable) as refused:
+        with pytest.raises(PathOutsideRepository) as refused:
             sign(path)
-        assert "outside its repository's storage namespace" in str(refused.value)
+        assert "outside the objects this repository's logs may name" in str(refused.value)
 
 
 def test_pages_follow_their_token_to_the_end():
@@ -323,7 +329,8 @@ def _checkpoint_adds(*extra_fields):
 
 def _sign():
     config = Config(object_store={"access_key_id": "AKIA", "secret_access_key": "s", "endpoint": "http://minio:9000"})
-    table = SharedTable(MemoryStore(namespace="s3://lake/repo"), "t/", "t", 0, allowed=("s3://lake/repo/", "s3://imports"))
+    table = SharedTable(MemoryStore(namespace="s3://lake/repo"), "t/", "t", 0,
+                        scope=ReadScope("s3://lake/repo", allowed=("s3://imports",)))
     return table.signer(Presigner(config, 3600, now=1_700_000_000))
 
 
@@ -388,7 +395,7 @@ def test_deletion_vectors_are_signed_in_the_delta_format_and_refused_in_parquet(
     with pytest.raises(UnshareableTable, match="relative to the table"):
         _checkpoint_file_lines(pa.array(adds, with_vectors.type), "delta", sign)
     adds[1]["deletionVector"] = {"storageType": "p", "pathOrInlineDv": "s3://secrets/dv.bin"}
-    with pytest.raises(UnshareableTable, match="s3://secrets/dv.bin"):
+    with pytest.raises(PathOutsideRepository, match="s3://secrets/dv.bin"):
         _checkpoint_file_lines(pa.array(adds, with_vectors.type), "delta", sign)
 
 
@@ -416,7 +423,7 @@ def test_a_query_answers_each_live_file_once_in_the_bytes_of_its_dict_lines(fmt)
                          "t/_delta_log/" + f"{1:020d}.json": b"{}\n",
                          "t/_delta_log/" + f"{2:020d}.json": "".join(json.dumps(a) + "\n" for a in later).encode()},
                         namespace="s3://lake/repo")
-    table = SharedTable(store, "t/", "t", 2, allowed=("s3://lake/repo/", "s3://imports"))
+    table = SharedTable(store, "t/", "t", 2, scope=ReadScope("s3://lake/repo", allowed=("s3://imports",)))
     presigner = Presigner(Config(object_store={"access_key_id": "AKIA", "secret_access_key": "s",
                                                "endpoint": "http://minio:9000"}), 3600, now=1_700_000_000)
     snapshot = table.snapshot()
@@ -430,3 +437,43 @@ def test_a_query_answers_each_live_file_once_in_the_bytes_of_its_dict_lines(fmt)
     assert len(answer.splitlines()) == 2 + len(adds)  # one file removed, one added
     assert b"later.parquet" in answer.splitlines()[2]
     assert _file_id(adds[3]["path"].as_py()).encode() not in answer  # the removed one
+
+
+def test_a_column_of_paths_is_signed_only_inside_the_namespace_never_in_a_nested_repositorys():
+    sign = table_in("s3://lakefs-data/repo", excluded=("s3://lakefs-data/repo/nested-x",)).signer(
+        Presigner(CONFIG, 600, now=NOW))
+    inside = ["s3://lakefs-data/repo/data/a.parquet", "s3://lakefs-data/repo/data/b%20c.parquet"]
+    assert all("X-Amz-Signature=" in url for url in sign.column(pa.array(inside))[1].to_pylist())
+    for outside in ("s3://lakefs-data/repo/nested-x/data/a.parquet", "s3://lakefs-data/repo-other/data/a.parquet",
+                    "s3://lakefs-data/repo/%2e%2e/repo-other/a.parquet"):
+        with pytest.raises(PathOutsideRepository) as refused:
+            sign.column(pa.array([*inside, outside]))
+        assert refused.value.path == outside
+
+
+@pytest.mark.parametrize("whose, namespace", [("other", "s3://lake/repo-other"), ("nested", "s3://lake/repo/nested-x")])
+def test_a_shared_export_whose_log_names_another_repositorys_file_gets_no_url_for_it(lakefs, events, tmp_path,
+                                                                                     whose, namespace):
+    """A tag's export keeps the log's absolute paths as they are; sharing it signs none outside the
+    repository: not a sibling namespace's file, nor that of a repository nested in this one's."""
+    lakefs.create_repository(whose, namespace)
+    secret = SourceTable(lakefs, whose, "salaries", tmp_path / whose)
+    secret.append(1_000_001).commit()
+    address = lakefs.physical_address(whose, "main", secret.data_files()[0])
+    config = Config(object_store=STORE, sharing={"shares": [{"name": "s", "repositories": ["repo"]}]})
+    events.append(1, 2).commit()
+    hostile = {"add": {"path": address, "partitionValues": {}, "size": 500, "modificationTime": 1, "dataChange": True}}
+    commit = events.commit(extra={f"tables/events/_delta_log/{1:020d}.json": (json.dumps(hostile) + "\n").encode()})
+    lakefs.create_tag("repo", "v1", commit)
+    exported = export_table(config, "repo", "v1", commit, events.descriptor, lakefs=lakefs)
+    assert exported.ok, exported.error
+    shared = Catalog(config, lakefs, ["s"]).table("s", "v1", "events")
+
+    answered = []
+    with pytest.raises(PathOutsideRepository) as refused:
+        for chunk in encode_lines(query_lines(shared.snapshot(), "parquet", Presigner(config, 600, now=NOW), False)):
+            answered.append(chunk)
+
+    assert refused.value.path == address
+    assert answer_of(refused.value) == (500, "INTERNAL_ERROR", str(PathOutsideRepository(address, "s3://lake/repo/")))
+    assert address.removeprefix("s3://lake/") not in b"".join(answered).decode()  # no URL of the object

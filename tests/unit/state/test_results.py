@@ -4,7 +4,11 @@ briefly with their error class, answers of older rules never served."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from exporter.diff.rows import RowDiffCache, key_part
+from exporter.diff.table import DiffCache
 from exporter.errors import MissingDataFiles, ServiceUnavailable, TableNotFound
 from exporter.state import results
 from exporter.state.results import ResultCache
@@ -16,13 +20,13 @@ LEFT, RIGHT = "a" * 64, "b" * 64
 
 @pytest.fixture
 def diffs(redis_url) -> ResultCache:
-    return ResultCache(redis_url, ttl_seconds=3600, kind="diff")
+    return DiffCache(redis_url, ttl_seconds=3600)
 
 
 def test_an_answer_is_found_by_its_parts_only(diffs, redis_url):
     diffs.put({"versions": [1, 2]}, "repo", LEFT, RIGHT, "tables/events/")
 
-    assert diffs.get("repo", LEFT, RIGHT, "tables/events") == {"versions": [1, 2]}  # a folder's `/` is no part
+    assert diffs.get("repo", LEFT, RIGHT, "tables/events") == {"versions": [1, 2]}  # a table path's `/` is no part
     assert diffs.get("repo", LEFT, RIGHT, "tables/users") is None
     assert diffs.get("repo", None, RIGHT, "tables/events") is None  # no left commit is its own answer
     assert ResultCache(redis_url, 3600, "overview").get("repo", LEFT, RIGHT, "tables/events") is None  # per kind
@@ -71,3 +75,39 @@ def test_progress_is_shown_while_computing(diffs):
     diffs.put_progress({"files": 3, "of": 10}, "repo", LEFT, RIGHT)
     diffs.put_progress({"files": 7, "of": 10}, "repo", LEFT, RIGHT)
     assert diffs.progress("repo", LEFT, RIGHT) == {"files": 7, "of": 10}
+
+
+def test_a_row_diff_is_never_answered_for_a_table_path_that_only_joins_to_the_same_text(redis_url):
+    """Issue 37, item 4: a reader denied `reports:secret/*` asked for `table_path=reports&key=secret:-`,
+    and was answered with `reports:secret`'s cached rows."""
+    rows = RowDiffCache(redis_url, 3600)
+    rows.put({"rows": ["secret"]}, "repo", LEFT, RIGHT, "reports:secret", key_part(()))
+
+    assert rows.key("repo", LEFT, RIGHT, "reports", "secret:-") != rows.key("repo", LEFT, RIGHT, "reports:secret", "-")
+    assert rows.get("repo", LEFT, RIGHT, "reports", "secret:-") is None
+    assert rows.get("repo", LEFT, RIGHT, "reports:secret/", "-") == {"rows": ["secret"]}  # the same table
+    rows.put_failure(TableNotFound("no table at reports:secret"), "repo", LEFT, RIGHT, "reports:secret", "-")
+    assert rows.failure("repo", LEFT, RIGHT, "reports", "secret:-") is None  # nor its failure
+    assert rows.claim(60, "repo", LEFT, RIGHT, "reports", "secret:-")  # nor its claim
+
+
+FREE_TEXT = st.text(st.sampled_from(":/-,0123456789ab"), max_size=8)  # what a part could pass for another with
+PARTS = st.lists(st.none() | FREE_TEXT, max_size=5).map(tuple)
+
+
+@given(PARTS, PARTS)
+def test_distinct_parts_never_share_a_key(first, second):
+    cache = ResultCache("redis://unused", 60, "rowdiff")
+    keys = {cache.key(*parts) + suffix for parts in (first, second) for suffix in ("", ":pending", ":failure")}
+    assert first == second or len(keys) == 6
+
+
+@given(st.tuples(FREE_TEXT, st.none() | FREE_TEXT, FREE_TEXT, FREE_TEXT, FREE_TEXT),
+       st.tuples(FREE_TEXT, st.none() | FREE_TEXT, FREE_TEXT, FREE_TEXT, FREE_TEXT))
+def test_row_diff_keys_are_the_same_only_for_the_same_table_path_with_or_without_its_slashes(first, second):
+    cache = RowDiffCache("redis://unused", 60)
+
+    def named(parts):
+        return *parts[:3], parts[3].strip("/"), parts[4]
+
+    assert (cache.key(*first) == cache.key(*second)) == (named(first) == named(second))

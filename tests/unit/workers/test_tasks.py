@@ -22,6 +22,7 @@ from exporter.export.branch_table import AppendOutcome
 from exporter.export.iceberg_metadata import PENDING
 from exporter.export.log_writer import ExportOutcome
 from exporter.lakefs.installer import ACTION_PATH, render_action
+from exporter.state.connection import length_prefixed
 from exporter.state.results import ResultCache
 from exporter.state.status import COMMIT_RECORD, StatusStore
 from exporter.storage.layout import MANIFEST, export_location
@@ -276,7 +277,7 @@ DIED_TWICE = ("the worker running this task died 2 times (out of memory, past it
 def deaths(worker, *work: str) -> None:
     """`work` started max_deliveries times, and each time its worker was killed: no finish."""
     for _ in range(worker.config.tasks.max_deliveries):
-        worker.status.started(":".join(work))
+        worker.status.started(length_prefixed(*work))
 
 
 def test_an_export_whose_workers_died_max_deliveries_times_is_failed_not_run_again(worker, exports):

@@ -1,0 +1,145 @@
+"""One grant per request: what the caller may read in one repository, asked by every door of the API
+and the Iceberg catalog (diffs, rows, overview, export status, datasets, branch-table versions,
+namespaces, tables, loadTable, the signer). No door decides on its own.
+
+A grant is made once a request's credentials are known to lakeFS and open the repository; it holds
+each ref the request names resolved to its commit id (once: every answer of the request is about
+those commits, whatever the branch does meanwhile), and answers whether the caller may read a table
+there: lakeFS's decision about the table's `_delta_log/` at the commit id, for every path the versions
+it hands out came from (a branch table re-pointed to another path reaches both). Listings, paging
+and error texts keep to what it allows (`readable`, before paging).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from exporter.delta.log import LOG_DIR
+from exporter.lakefs.client import commit_id_of
+from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, Caller,
+                        RepositoryAccess, Unauthenticated, caller_of)
+from hooks.errors import Refusal, unauthenticated
+
+Item = TypeVar("Item")
+
+
+@dataclass
+class Grant:
+    """What `caller` may read in `repository`: every table (`caller` None: `api.auth` is `none`; a
+    service token naming the repository), or what lakeFS lets the caller read, path by path."""
+
+    access: RepositoryAccess
+    caller: Caller | None
+    repository: str
+    commits: dict[str, str] = field(default_factory=dict)  # each ref the request names -> its commit id
+
+    @property
+    def whole(self) -> bool:
+        """Whether every table of the repository is readable (no lakeFS identity to ask about paths)."""
+        return self.caller is None or self.caller.service_token is not None
+
+    def commit(self, ref: str) -> str:
+        return self.commits[ref]
+
+    async def may_read(self, commit_id: str, table_paths: Iterable[str]) -> bool:
+        """Whether the caller may read the log of each table path at the commit; 401 or 503 raised."""
+        return await self._may_read_objects(commit_id, [log_of(path) for path in table_paths])
+
+    async def require(self, commit_id: str, table_paths: Iterable[str], what: str) -> None:
+        """Returns when `may_read`, else the 403 refusal naming `what` (which the caller named)."""
+        if not await self.may_read(commit_id, table_paths):
+            raise Refusal(403, f"this identity may not read {what}")
+
+    async def may_read_object(self, commit_id: str, path: str) -> bool:
+        return await self._may_read_objects(commit_id, [path])
+
+    async def readable(self, items: Sequence[Item], commit_ids: Callable[[Item], Iterable[str]],
+                       table_paths: Callable[[Item], Iterable[str]]) -> list[Item]:
+        """The items whose table paths the caller may read at each of their commits, in order."""
+        if self.whole:
+            return list(items)
+        allowed = await asyncio.gather(*(self._all(commit_ids(item), table_paths(item)) for item in items))
+        return [item for item, may in zip(items, allowed) if may]
+
+    async def _all(self, commit_ids: Iterable[str], table_paths: Iterable[str]) -> bool:
+        paths = list(table_paths)
+        for commit_id in commit_ids:
+            if not await self.may_read(commit_id, paths):
+                return False
+        return True
+
+    async def _may_read_objects(self, commit_id: str, paths: list[str]) -> bool:
+        if self.whole:
+            return True
+        decisions = await asyncio.gather(*(self.access.check_path(self.caller, self.repository, commit_id, path)
+                                           for path in dict.fromkeys(paths)))
+        for decision in decisions:
+            if decision not in (ALLOWED, FORBIDDEN):
+                _refuse_unless_allowed(decision, f"repository {self.repository!r}")
+        return all(decision == ALLOWED for decision in decisions)
+
+
+def log_of(table_path: str) -> str:
+    """What lakeFS is asked about for a table: its log folder."""
+    return table_path.strip("/") + "/" + LOG_DIR
+
+
+async def grant_for(request: Request, repository: str, refs: Iterable[str | None] = ()) -> Grant:
+    """The request's grant in `repository`, its `refs` resolved to commit ids (a commit id stands
+    for itself); else the refusal: 401 (no or unknown credentials), 403 (the repository is closed to
+    the caller, existing or not), 404 (no such ref), 503 (lakeFS cannot be reached). Called first in
+    a route's body, so that invalid parameters are refused before credentials."""
+    services = request.app.state.services
+    caller = await require_caller(request)
+    if caller is not None:
+        _refuse_unless_allowed(await services.access.check(caller, repository), f"repository {repository!r}")
+    grant = Grant(services.access, caller, repository)
+    wanted = [ref for ref in dict.fromkeys(refs) if ref]
+    if wanted:
+        lakefs = services.lakefs()
+        resolved = await asyncio.gather(*(run_in_threadpool(commit_id_of, lakefs, repository, ref) for ref in wanted))
+        grant.commits.update(zip(wanted, resolved))
+    return grant
+
+
+async def require_caller(request: Request) -> Caller | None:
+    """The caller the request's credentials name, known to lakeFS (None when `api.auth` is `none`);
+    else the 401 refusal (503 when lakeFS cannot be reached to tell)."""
+    services = request.app.state.services
+    if services.config.api.auth == "none":
+        return None
+    try:
+        caller = caller_of(request.headers.get("authorization", ""), services.config,
+                           request.cookies.get(SESSION_COOKIE))
+    except Unauthenticated as exc:
+        raise unauthenticated(str(exc)) from None
+    _refuse_unless_allowed(await services.access.verify(caller), "who the caller is")
+    return caller
+
+
+async def may_open(request: Request, repository: str) -> bool:
+    """Whether the (verified) caller may read `repository`: what a listing of repositories keeps."""
+    try:
+        await grant_for(request, repository)
+    except Refusal as refused:
+        if refused.status not in (403, 404):
+            raise
+        return False
+    return True
+
+
+def _refuse_unless_allowed(decision: int, what: str) -> None:
+    if decision == UNAUTHENTICATED:
+        raise unauthenticated("lakeFS does not accept these credentials")
+    if decision == FORBIDDEN:
+        raise Refusal(403, f"this identity may not read {what}")
+    if decision == NO_REPOSITORY:
+        raise Refusal(404, f"no {what}")
+    if decision != ALLOWED:
+        raise Refusal(503, f"lakeFS, which decides who may read {what}, cannot be reached")

@@ -1,0 +1,170 @@
+"""Property: over random grants (which table paths lakeFS lets a caller read, whether it may read the
+repository at all, or a service token) and random requests to the doors (export status, datasets,
+the Iceberg catalog's namespaces, tables, loadTable and signer, paged with random sizes), no answer
+names a table, path or row outside the grant, and no signature is given for an object outside it.
+
+The app is the service's own over the fake lakeFS and store; lakeFS's authorization answers come
+from a fake transport applying the grant (the integration tests ask the real lakeFS)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from urllib.parse import quote
+
+import httpx
+import hypothesis.strategies as st
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from exporter.config import Config
+from exporter.diff.datasets import list_datasets
+from exporter.export.commit import export_iceberg, export_table
+from exporter.lakefs.descriptors import TableDescriptor
+from exporter.storage.layout import export_location
+from hooks.app import create_app
+from hooks.auth import RepositoryAccess
+from tests.unit.source_tables import SourceTable
+
+pytestmark = pytest.mark.unit
+
+STORE = {"endpoint": "http://minio.test:9000", "region": "us-east-1", "access_key_id": "AK", "secret_access_key": "SK"}
+# names no answer would hold by chance: each names one table, at its own path
+TABLES = {"alphatable": "zone0/alphatable", "bravotable": "zone1/bravotable", "charlietable": "zone1/deep/charlietable",
+          "deltatable": "zone2/deltatable"}
+PREFIXES = ["zone0/", "zone1/", "zone1/deep/", "zone2/"]
+CALLER = {"Authorization": "Basic " + base64.b64encode(b"AKIA1:secret").decode()}
+SERVICE = {"Authorization": "Bearer svc"}
+
+
+class Lake:
+    """Four tables of `repo`, exported at main with their Iceberg tables."""
+
+    def __init__(self, lakefs, redis_url, tmp_path):
+        self.config = Config(iceberg={"enabled": True}, redis_url=redis_url, object_store=STORE,
+                             api={"tokens": [{"token": "svc", "repositories": ["repo"]}]})
+        sources = []
+        for name, path in TABLES.items():
+            source = SourceTable(lakefs, "repo", name, tmp_path / name)
+            source.descriptor = TableDescriptor(name, path, f"_lakefs_tables/{name}.yaml")
+            sources.append(source.append(len(sources) + 1))
+        for source in sources:
+            self.commit = source.commit()
+        self.store = lakefs.store.at("s3://lake/repo")
+        self.data_files: dict[str, str] = {}
+        for source in sources:
+            assert export_table(self.config, "repo", "main", self.commit, source.descriptor, lakefs=lakefs).ok
+            assert export_iceberg(self.config, "repo", "main", self.commit, source.descriptor.name, lakefs=lakefs)
+            self.data_files[source.descriptor.name] = self._data_file(source.descriptor.name)
+        self.app = create_app(self.config)
+        services = self.app.state.services
+        services.datasets.put(list_datasets(lakefs, "repo", self.commit), "repo", self.commit)  # as a worker would
+
+    def _data_file(self, name: str) -> str:
+        log = export_location(self.config, "main", self.commit, name) + "_delta_log/"
+        for key in sorted(self.store.list_keys(log)):
+            for line in self.store.get(key).splitlines() if key.endswith(".json") else []:
+                if b'"add"' in line:
+                    return json.loads(line)["add"]["path"].replace("s3://lake/", "http://minio.test:9000/lake/")
+        raise AssertionError(name)
+
+    def metadata_url(self, name: str) -> str:
+        manifest = json.loads(self.store.get(export_location(self.config, "main", self.commit, name) + "_lakefs_export.json"))
+        return manifest["iceberg"]["metadata_location"].replace("s3://lake/", "http://minio.test:9000/lake/")
+
+    def grant(self, denied: frozenset[str], repository_readable: bool) -> None:
+        """lakeFS's answers for CALLER: the repository (or not), and no path under `denied`."""
+        def lakefs(request: httpx.Request) -> httpx.Response:
+            if request.url.path.endswith("/user"):
+                return httpx.Response(200)
+            if request.url.path.endswith("/repositories/repo"):
+                return httpx.Response(200 if repository_readable else 401)
+            if request.url.path.endswith("/objects/stat"):
+                path = request.url.params["path"]
+                return httpx.Response(401 if any(path.startswith(prefix) for prefix in denied) else 404)
+            return httpx.Response(500)
+
+        self.app.state.services.access.__init__(self.config, httpx.AsyncClient(transport=httpx.MockTransport(lakefs)))
+
+    def request(self, method: str, path: str, headers: dict, **kwargs) -> httpx.Response:
+        async def send():
+            transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://service") as client:
+                return await client.request(method, path, headers=headers, **kwargs)
+        return asyncio.run(send())
+
+
+@pytest.fixture
+def lake(lakefs, redis_url, tmp_path) -> Lake:
+    return Lake(lakefs, redis_url, tmp_path)
+
+
+NAMESPACE = "/iceberg/v1/namespaces/repo%1Fmain"
+doors = st.one_of(
+    st.tuples(st.just("tables"), st.integers(1, 5)),
+    st.tuples(st.just("namespaces"), st.integers(1, 3)),
+    st.tuples(st.just("load"), st.sampled_from(sorted(TABLES))),
+    st.tuples(st.just("sign"), st.tuples(st.sampled_from(sorted(TABLES)), st.sampled_from(sorted(TABLES)),
+                                         st.booleans())),
+    st.tuples(st.just("status"), st.just(0)),
+    st.tuples(st.just("datasets"), st.just(0)),
+    st.tuples(st.just("resolve"), st.sampled_from(sorted(TABLES))),
+)
+
+
+def pages(lake: Lake, path: str, size: int, headers: dict, field: str) -> list[httpx.Response]:
+    answers, token = [], None
+    while len(answers) < 20:
+        answers.append(lake.request("GET", path, headers, params={"pageSize": size, **({"pageToken": token} if token else {})}))
+        token = answers[-1].json().get("next-page-token") if answers[-1].status_code == 200 else None
+        if not token:
+            return answers
+    raise AssertionError(f"{path} paged forever")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)
+@given(denied=st.frozensets(st.sampled_from(PREFIXES)), repository_readable=st.booleans(), service=st.booleans(),
+       requests=st.lists(doors, min_size=1, max_size=6))
+def test_no_door_answers_outside_the_grant(lake, denied, repository_readable, service, requests):
+    lake.grant(denied, repository_readable)
+    headers = SERVICE if service else CALLER
+    if service:  # a service token reads its whole repository
+        denied, repository_readable = frozenset(), True
+    allowed = {name for name, path in TABLES.items()
+               if repository_readable and not any(path.startswith(prefix) for prefix in denied)}
+    hidden = set(TABLES) - allowed
+
+    for door, argument in requests:
+        if door == "tables":
+            answers = pages(lake, NAMESPACE + "/tables", argument, headers, "identifiers")
+        elif door == "namespaces":
+            answers = pages(lake, "/iceberg/v1/namespaces", argument, headers, "namespaces")
+            assert not repository_readable or any(["repo"] in a.json()["namespaces"] for a in answers)
+        elif door == "load":
+            answers = [lake.request("GET", f"{NAMESPACE}/tables/{argument}", headers)]
+            assert (answers[0].status_code == 200) == (argument in allowed), answers[0].text
+        elif door == "sign":
+            table, file_of, metadata = argument
+            url = lake.metadata_url(file_of) if metadata else lake.data_files[file_of]
+            answers = [lake.request("POST", f"{NAMESPACE}/tables/{table}/commits/{lake.commit}/sign", headers,
+                                    json={"method": "GET", "uri": url, "region": "us-east-1", "headers": {}})]
+            assert (answers[0].status_code == 200) == (table in allowed and file_of == table), (argument, answers[0].text)
+        elif door == "status":
+            answers = [lake.request("GET", f"/exports/repo/{lake.commit}", headers)]
+            if answers[0].status_code == 200:
+                assert set(answers[0].json()["refs"]["main"]["tables"]) == allowed
+        elif door == "datasets":
+            answers = [lake.request("GET", "/repositories/repo/refs/main/datasets", headers)]
+            if answers[0].status_code == 200:
+                assert {d["name"] for d in answers[0].json()["results"]} == allowed
+        else:
+            answers = [lake.request("GET", "/repositories/repo/refs/main/datasets/resolve", headers,
+                                    params={"path": TABLES[argument] + "/part-0.parquet"})]
+            assert (answers[0].status_code == 200) == (argument in allowed), answers[0].text
+        for answer in answers:
+            assert answer.status_code < 500, answer.text
+            leaked = [name for name in hidden if name in answer.text or quote(name) in answer.text]
+            if door in ("load", "resolve", "sign") and argument and answer.status_code != 200:
+                leaked = [name for name in leaked if name not in (argument if door != "sign" else argument[:2])]
+            assert not leaked, (door, argument, answer.status_code, answer.text)
