@@ -2,11 +2,11 @@
 
 A caller is one of
 - a lakeFS identity: HTTP basic auth with a lakeFS access key id and secret, or `Authorization:
-  Bearer <lakeFS token>` (from lakeFS's login API). For each repository the service asks lakeFS,
-  with the caller's own credentials, for that repository: lakeFS's answer (200, 401, 403, 404) is
-  the decision, reused for `api.auth_cache_seconds`. Answers about one table (its diffs, rows,
-  versions, datasets) also ask whether the caller may read the table's `_delta_log/` at each ref
-  (lakeFS can restrict objects by prefix). The service's own lakeFS user never decides.
+  Bearer <lakeFS token>` (from lakeFS's login API). lakeFS is asked, with the caller's own
+  credentials, who it is (once), whether it may read a repository, and whether it may read a path
+  at a commit (lakeFS can restrict objects by prefix); its answers are the decisions, reused for
+  `api.auth_cache_seconds`. What a request may read is its grant (`hooks.grant`), made of these
+  answers. The service's own lakeFS user never decides.
 - a service token from `api.tokens` (`Authorization: Bearer <token>`), for automation: it reads
   the repositories its entry names, and no others.
 No credentials: 401. Credentials that do not open the repository: 403.

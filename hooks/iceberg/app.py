@@ -1,6 +1,6 @@
 """The Iceberg REST catalog, mounted at `/iceberg` (clients are given `uri: <service>/iceberg`): a
 thin adapter over `exporter.export.iceberg_catalog`. Callers are the API's (lakeFS identities,
-service tokens: `hooks.deps.require_reader`); errors have the spec's body (`hooks.iceberg.errors`)."""
+service tokens, one grant per request: `hooks.grant`); errors have the spec's body (`hooks.iceberg.errors`)."""
 
 from __future__ import annotations
 

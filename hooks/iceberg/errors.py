@@ -38,7 +38,7 @@ ANSWERS: dict[type[BaseException], tuple[int, str]] = {
     Exception: (500, "InternalServerError"),
 }
 TRANSIENT = (503, "ServiceUnavailableException")  # a library error worth a retry (`permanent = False`)
-# the API's refusals (`hooks.deps.require_reader`) and routing's, by status
+# the grant's refusals (`hooks.grant`) and routing's, by status
 BY_STATUS = {400: "BadRequestException", 401: "NotAuthorizedException", 403: "ForbiddenException",
              404: "NoSuchNamespaceException", 405: "MethodNotAllowedException", 503: "ServiceUnavailableException"}
 
