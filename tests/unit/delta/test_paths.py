@@ -94,12 +94,21 @@ def test_deletion_vector_written_by_delta_spark() -> None:
     [
         ("short", "shorter than"),
         ("ab^-aqEH.-t@S}K{vb[*k\"", "not a Z85 character"),
-        ("#####" + "0" * 15, "overflows 32 bits"),
     ],
 )
 def test_malformed_deletion_vector_is_a_corrupt_log(value: str, complaint: str) -> None:
     with pytest.raises(CorruptLog, match=complaint):
         relative_path(value)
+
+
+def test_a_z85_group_above_32_bits_decodes_to_its_low_32_bits_as_delta_decodes_it() -> None:
+    """Delta's Base85Codec sums a group in a long and keeps `sum.toInt`, its low 32 bits: '#####' is
+    85^5 - 1 = 4,437,053,124, read as 142,085,828 (0x08780EC4)."""
+    from exporter.delta.deletion_vectors import _z85_decode
+
+    assert _z85_decode("#####", "t") == (142_085_828).to_bytes(4, "big")
+    assert _z85_decode("##093", "t") == ((84 * 85 ** 4 + 84 * 85 ** 3 + 0 * 85 ** 2 + 9 * 85 + 3) % 2 ** 32).to_bytes(4, "big")
+    assert _z85_decode("HelloWorld", "t") == bytes([0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B])  # ZeroMQ's own example
 
 
 ADDRESSES = {
