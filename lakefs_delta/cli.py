@@ -106,17 +106,13 @@ def _catch_up(args: argparse.Namespace) -> int:
     from exporter.lakefs.client import LakeFS
     from exporter.state.status import StatusStore
     from workers.app import configure
+    from workers.tasks import send_catch_up
 
     config = load_config(args.config)
     plan = catch_up(config, LakeFS(config.lakefs), StatusStore(config.redis), args.repo or None)
-    queue = configure(config)
-    for item in plan.queued:
-        queue.send_task("lakefs_delta.export_commit", (item.repository, item.ref, item.commit_id, item.all_tables),
-                        {"branch_table": item.branch_table})
-        print(f"queued  {item.repository} {item.ref} {item.commit_id}  missing: {', '.join(item.tables)}")
-    for repository, branch, commit_id, table in plan.appends:
-        queue.send_task("lakefs_delta.append_branch_table", (repository, branch, commit_id, table))
-        print(f"queued  {repository} {branch} {commit_id}  branch table {table} behind")
+    configure(config)
+    for line in send_catch_up(plan):  # the workers' periodic catch-up sends the same
+        print(line)
     for item in plan.given_up:
         print(f"failed  {item} (permanent failure: not queued again)")
     for item in plan.in_flight:

@@ -30,7 +30,7 @@ from exporter.diff.table import DiffCache, cached_diff
 from exporter.diff.table import compute_diff as diff_of
 from exporter.errors import BranchTableRefused, ExporterError, ServiceUnavailable, WorkerLost
 from exporter.export.branch_table import append_commit
-from exporter.export.catch_up import catch_up as find_missing_exports
+from exporter.export.catch_up import CatchUpPlan, catch_up as find_missing_exports
 from exporter.export.commit import abandon_export
 from exporter.export.commit import export_iceberg as complete_iceberg
 from exporter.export.commit import export_table as export_one_table
@@ -405,13 +405,7 @@ def catch_up(repositories: list[str] | None = None) -> list[str]:
         if not held:  # another worker's beat is running it
             return []
         plan = find_missing_exports(config, _lakefs(config), status, repositories)
-        for item in plan.queued:
-            export_commit.delay(item.repository, item.ref, item.commit_id, item.all_tables,
-                                branch_table=item.branch_table)
-        for repository, branch, commit_id, table in plan.appends:
-            append_branch_table.delay(repository, branch, commit_id, table)
-        for repository, ref, commit_id, table in plan.icebergs:
-            export_iceberg.apply_async((repository, ref, commit_id, table), priority=ICEBERG_STEP)
+        send_catch_up(plan)
     status_count(status, "catch_up", "succeeded")
     try:
         status.set_gauge("lakefs_delta_catch_up_terminal_failures", len(plan.given_up))
@@ -419,6 +413,22 @@ def catch_up(repositories: list[str] | None = None) -> list[str]:
         pass
     log.info("catch-up: %s", plan.summary())
     return [f"{i.repository}:{i.ref}:{i.commit_id}" for i in plan.queued]
+
+
+def send_catch_up(plan: CatchUpPlan) -> list[str]:
+    """Queue what catch-up found, for the workers' periodic task and `lakefs-delta catch-up` alike: a
+    line per task queued."""
+    lines = []
+    for item in plan.queued:
+        export_commit.delay(item.repository, item.ref, item.commit_id, item.all_tables, branch_table=item.branch_table)
+        lines.append(f"queued  {item.repository} {item.ref} {item.commit_id}  missing: {', '.join(item.tables)}")
+    for repository, branch, commit_id, table in plan.appends:
+        append_branch_table.delay(repository, branch, commit_id, table)
+        lines.append(f"queued  {repository} {branch} {commit_id}  branch table {table} behind")
+    for repository, ref, commit_id, table in plan.icebergs:
+        export_iceberg.apply_async((repository, ref, commit_id, table), priority=ICEBERG_STEP)
+        lines.append(f"queued  {repository} {ref} {commit_id}  Iceberg table of {table} still pending")
+    return lines
 
 
 @app.task(bind=True, base=RetriedTask, name="lakefs_delta.append_branch_table")

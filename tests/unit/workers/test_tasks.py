@@ -547,3 +547,17 @@ def test_why_there_is_no_answer_is_cached_for_the_api(worker, diffs):
     assert diffs.computed == 1 + MAX_RETRIES + 1  # retried while retries lasted
     failure = diffs.cache.failure(*other)
     assert isinstance(failure, ServiceUnavailable) and str(failure) == "lakeFS answered 503"
+
+
+def test_catch_up_sends_every_kind_of_task_it_plans_and_says_so(worker):
+    """The periodic task and `lakefs-delta catch-up` send through one function: the Iceberg table of a
+    pending export too (the command once said it queued them, and sent none)."""
+    from exporter.export.catch_up import CatchUpPlan, MissingExport
+
+    plan = CatchUpPlan(queued=[MissingExport("repo", "main", "c" * 64, False, ("events",))],
+                       appends=[("repo", "main", "c" * 64, "events")], icebergs=[("repo", "v1", "c" * 64, "events")])
+    lines = tasks.send_catch_up(plan)
+    assert [s.name for s in worker.sent] == ["lakefs_delta.export_commit", "lakefs_delta.append_branch_table",
+                                             "lakefs_delta.export_iceberg"]
+    assert worker.sent[2].args == ("repo", "v1", "c" * 64, "events") and worker.sent[2].options["priority"] == tasks.ICEBERG_STEP
+    assert len(lines) == 3 and "Iceberg table of events" in lines[2]
