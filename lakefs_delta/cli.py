@@ -151,7 +151,7 @@ def _prune(args: argparse.Namespace) -> int:
     lakefs = LakeFS(config.lakefs)
     for repository in args.repo:
         plan = prune(config, lakefs, repository, policy, dry_run=args.dry_run)
-        for location in plan.deleted:
+        for location in [*plan.deleted, *plan.row_diffs_deleted]:
             print(f"{'would delete' if args.dry_run else 'deleted'}  {location}")
         if args.verbose:
             for location, why in plan.kept.items():

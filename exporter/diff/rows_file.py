@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from exporter.errors import NotFound
 from exporter.parquet.splice import open_parquet
 from exporter.storage.objectstore import ObjectSource, ObjectStore
 
@@ -66,7 +67,9 @@ def store_rows(store: ObjectStore, location: str, batches: Iterable[list[dict]])
 def rows_page(store: ObjectStore, rows_location: str, start: int, amount: int) -> tuple[list[dict], int]:
     """The rows from position `start` (`amount` of them), read by the row groups that hold them,
     and how many rows there are in all."""
-    size = store.list_sizes(rows_location)[rows_location]
+    size = store.list_sizes(rows_location).get(rows_location)
+    if size is None:
+        raise NotFound(f"the rows file {store.uri(rows_location)} is gone (pruned with the exports it compares)")
     parquet_file = open_parquet(ObjectSource(store, store.uri(rows_location), size), rows_location)
     total = parquet_file.metadata.num_rows
     groups = range(start // ROWS_PER_GROUP, min(parquet_file.num_row_groups, -(-(start + amount) // ROWS_PER_GROUP)))

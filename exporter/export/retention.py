@@ -3,7 +3,9 @@
 Per-commit exports accumulate: `prune` deletes those outside a policy (the newest `keep_last`
 first-parent commits of each branch, everything exported less than `keep_hours` ago, and every
 tag's export stay), never a branch table. Catch-up asks `within_policy` before re-exporting a
-commit, so it never brings back what prune removed.
+commit, so it never brings back what prune removed. A row diff's rows file belongs to what it
+describes: it goes with the last export of its right-hand commit (unless that commit is a branch's
+head, or the file is younger than `keep_hours`); `verify` names the rows files no export accounts for.
 
 An export references data files by physical address; lakeFS garbage collection deletes an object
 once no retained commit references it. `verify` HEADs every live data file and deletion vector of
@@ -33,6 +35,7 @@ from exporter.storage.layout import (
     export_location,
     exports_root,
     location_segment,
+    row_diffs_root,
     segment_name,
 )
 from exporter.storage.objectstore import ObjectStore, split_uri
@@ -48,11 +51,13 @@ class PrunePlan:
     deleted: list[str] = field(default_factory=list)  # export locations removed (dry run: to remove)
     kept: dict[str, str] = field(default_factory=dict)  # export location -> why it stays
     objects_deleted: int = 0
+    row_diffs_deleted: list[str] = field(default_factory=list)  # rows files removed (dry run: to remove)
 
     def summary(self) -> str:
         verb = "would delete" if self.dry_run else "deleted"
         return (f"{self.repository}: {verb} {len(self.deleted)} export(s)"
-                + ("" if self.dry_run else f" ({self.objects_deleted} objects)") + f", kept {len(self.kept)}")
+                + ("" if self.dry_run else f" ({self.objects_deleted} objects)") + f", kept {len(self.kept)}"
+                + f", {verb} {len(self.row_diffs_deleted)} row diff rows file(s)")
 
 
 def within_policy(commit_position: int, commit_age_seconds: float, policy: RetentionConfig) -> bool:
@@ -103,7 +108,43 @@ def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConf
                 else:
                     plan.deleted.append(store.uri(location))
                     plan.objects_deleted += _discard_rest(store, location)
+    gone = {tuple(location.rstrip("/").rsplit("/", 2)[1:]) for location in plan.deleted}  # (ref, commit)
+    exported = {commit for ref, commit in _exports(config, store) - gone} | _branch_heads(lakefs, repository)
+    orphans = [(name, modified) for name, modified in _row_diff_files(config, store)
+               if _right_commit(config, name) not in exported and now - modified >= policy.keep_hours * HOUR]
+    plan.row_diffs_deleted = [store.uri(name) for name, _ in orphans]
+    if orphans and not dry_run:
+        store.delete([name for name, _ in orphans])
+        plan.objects_deleted += len(orphans)
     return plan
+
+
+def orphan_row_diffs(config: Config, lakefs: LakeFS, repository: str) -> list[str]:
+    """The rows files of row diffs whose right-hand commit has no export left and heads no branch."""
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    exported = {commit for _, commit in _exports(config, store)} | _branch_heads(lakefs, repository)
+    return [store.uri(name) for name, _ in _row_diff_files(config, store)
+            if _right_commit(config, name) not in exported]
+
+
+def _exports(config: Config, store: ObjectStore) -> set[tuple[str, str]]:
+    """(ref segment, commit id) of every per-commit export folder."""
+    root = exports_root(config)
+    return {(ref, commit) for ref in store.list_folders(root) for commit in store.list_folders(f"{root}{ref}/")
+            if commit != LATEST}
+
+
+def _branch_heads(lakefs: LakeFS, repository: str) -> set[str]:
+    return {lakefs.commit(repository, branch).id for branch in lakefs.list_branches(repository)}
+
+
+def _row_diff_files(config: Config, store: ObjectStore) -> list[tuple[str, float]]:
+    return [(name, modified) for name, _, modified in store.list_objects(row_diffs_root(config))]
+
+
+def _right_commit(config: Config, name: str) -> str:
+    """`<rowdiff>/<left>/<right>/<table>/<key>.parquet` -> right."""
+    return name[len(row_diffs_root(config)):].split("/")[1]
 
 
 def _discard_unless_written(status: StatusStore, store: ObjectStore, plan: PrunePlan, repository: str,
@@ -130,6 +171,7 @@ class Verification:
     files_checked: int = 0
     missing: list[str] = field(default_factory=list)  # data files and deletion vectors that are gone
     unchecked: list[str] = field(default_factory=list)  # addresses outside S3 (abfss://, gs://): not checked
+    orphan_row_diffs: list[str] = field(default_factory=list)  # the repository's rows files no export accounts for
 
     @property
     def ok(self) -> bool:
@@ -139,7 +181,8 @@ class Verification:
         head = (f"{'OK' if self.ok else 'MISSING'}  {self.location} version {self.version}: "
                 f"{self.files_checked} file(s) checked, {len(self.missing)} missing"
                 + (f", {len(self.unchecked)} not on S3 (not checked)" if self.unchecked else ""))
-        return "\n".join([head, *(f"  missing {uri}" for uri in self.missing)])
+        return "\n".join([head, *(f"  missing {uri}" for uri in self.missing),
+                          *(f"  orphan row diff {uri} (prune removes it)" for uri in self.orphan_row_diffs)])
 
 
 def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str, commit_id: str | None = None) -> Verification:
@@ -174,6 +217,7 @@ def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str
             result.files_checked += len(on_s3)
     result.missing = sorted(set(result.missing))
     result.unchecked = sorted(set(result.unchecked))
+    result.orphan_row_diffs = orphan_row_diffs(config, lakefs, repository)
     return result
 
 

@@ -68,6 +68,10 @@ class ResultCache:
         raw = self.redis.get(self.key(*parts) + ":progress")
         return json.loads(raw) if raw else None
 
+    def forget(self, *parts: str | None) -> None:
+        """Drop a cached result whose objects are gone (a row diff's rows file pruned): computed again."""
+        self.redis.delete(self.key(*parts))
+
     def claim(self, seconds: int, *parts: str | None) -> bool:
         """True for the one caller that should queue the computation (others wait for it)."""
         return bool(self.redis.set(self.key(*parts) + ":pending", "1", nx=True, ex=seconds))

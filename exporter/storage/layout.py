@@ -88,11 +88,15 @@ def private_folders(config: Config) -> tuple[str, ...]:
     """The folders of a storage namespace whose objects no Delta log may name (`exporter.storage.scope`):
     lakeFS's `_lakefs/`, and where this product writes (every ref's exports and branch tables, the
     row diffs), under `_lakefs/` too unless `export_prefix` moves them."""
-    parent = posixpath.dirname(config.export_prefix.strip("/"))
-    return tuple(dict.fromkeys([LAKEFS_FOLDER, exports_root(config), f"{parent}/rowdiff/".lstrip("/")]))
+    return tuple(dict.fromkeys([LAKEFS_FOLDER, exports_root(config), row_diffs_root(config)]))
+
+
+def row_diffs_root(config: Config) -> str:
+    """Where row diffs' rows files are, a folder per (left commit, right commit)."""
+    return f"{posixpath.dirname(config.export_prefix.strip('/'))}/rowdiff/".lstrip("/")
 
 
 def row_diff_location(config: Config, left_commit: str | None, right_commit: str, table_prefix: str, key: str) -> str:
     """The Parquet file of a row diff's rows, keyed by both commits, the table and the diff's key."""
-    return (f"{posixpath.dirname(config.export_prefix.strip('/'))}/rowdiff/{left_commit or '-'}/{right_commit}/"
+    return (f"{row_diffs_root(config)}{left_commit or '-'}/{right_commit}/"
             f"{location_segment(table_prefix.rstrip('/'))}/{location_segment(key)}.parquet")

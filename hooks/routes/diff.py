@@ -12,6 +12,7 @@ from starlette.requests import Request
 
 from exporter.diff.rows import key_part
 from exporter.diff.rows_file import rows_page
+from exporter.errors import NotFound
 from exporter.storage.objectstore import ObjectStore
 from hooks.deps import COMPUTING, ServicesDep, from_workers, still_computing
 from hooks.errors import Refusal, problems
@@ -67,15 +68,27 @@ async def row_diff(request: Request, services: ServicesDep, repository: str, lef
     left_commit, right_commit = await _readable_table(request, repository, left_ref, right_ref, table_path)
     columns = tuple(c.strip() for c in key.split(",") if c.strip())
     parts = (repository, left_commit, right_commit, table_path, key_part(columns))
-    cached, diff = await from_workers(services, services.row_diffs, "lakefs_delta.compute_row_diff", parts)
-    if diff is None:
-        return still_computing(await run_in_threadpool(services.row_diffs.progress, *parts))
     try:
-        start, page, total = row_start(after), [], 0
-        if diff["rows_location"]:  # the rows are a Parquet file: read the row groups of this page only
-            namespace = await run_in_threadpool(services.lakefs().storage_namespace, repository)
-            store = ObjectStore(services.config, namespace)
-            page, total = await run_in_threadpool(rows_page, store, diff["rows_location"], start, amount)
+        start = row_start(after)
+    except ValueError as exc:
+        raise Refusal(400, str(exc)) from None
+    for _ in range(2):  # a cached answer whose rows file is gone is computed again, once
+        cached, diff = await from_workers(services, services.row_diffs, "lakefs_delta.compute_row_diff", parts)
+        if diff is None:
+            return still_computing(await run_in_threadpool(services.row_diffs.progress, *parts))
+        page, total = [], 0
+        if not diff["rows_location"]:
+            break
+        namespace = await run_in_threadpool(services.lakefs().storage_namespace, repository)
+        try:  # the rows are a Parquet file: read the row groups of this page only
+            page, total = await run_in_threadpool(rows_page, ObjectStore(services.config, namespace),
+                                                  diff["rows_location"], start, amount)
+            break
+        except NotFound:
+            await run_in_threadpool(services.row_diffs.forget, *parts)
+    else:
+        return still_computing()
+    try:
         pagination = row_pagination(page, start, amount, total)
     except ValueError as exc:
         raise Refusal(400, str(exc)) from None
