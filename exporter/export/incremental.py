@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import exporter
@@ -21,7 +22,7 @@ from exporter.delta.actions import check_protocol, commit_timestamp, parse_actio
 from exporter.delta.head_files import HeadFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, select_segment
 from exporter.errors import MissingDataFiles, NotFound
-from exporter.export.log_writer import ExportOutcome, manifest_document, write_log, write_manifest
+from exporter.export.log_writer import ExportOutcome, discard_export, manifest_document, write_log, write_manifest
 from exporter.export.readback import source_timestamps
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_commit
@@ -57,6 +58,19 @@ class _StatAddresses:
         return [None if key is None else self.get(key) for key in keys]
 
 
+@contextmanager
+def _source_kept(store: ObjectStore, source: str, target: str) -> Iterator[None]:
+    """Copies from another export, which prune may remove meanwhile (it holds that export's lock, not
+    this one's): a source gone mid-copy means a cold export, what was copied removed first."""
+    try:
+        yield
+    except NotFound:
+        if store.exists(source + MANIFEST):
+            raise  # the source is there: something else is missing
+        discard_export(store, target)
+        raise ColdExportNeeded(f"the export it was copied from, {store.uri(source)}, was removed meanwhile") from None
+
+
 def copy_export(config: Config, store: ObjectStore, repository: str, ref: str, commit_id: str,
                 table: TableDescriptor, target: str, outcome: ExportOutcome, from_ref: str,
                 still_held: Callable[[], None] | None = None) -> None:
@@ -71,8 +85,9 @@ def copy_export(config: Config, store: ObjectStore, repository: str, ref: str, c
         raise ColdExportNeeded(f"the export under {from_ref!r} is of another table path or exporter version")
     names = [key[len(source + LOG_DIR):] for key in store.list_keys(source + LOG_DIR)]
     segment = select_segment(LogListing.from_names((name, 0) for name in names))
-    write_log(segment, [n for n in names if n.startswith("_sidecars/")],
-              lambda name: store.copy(source + LOG_DIR + name, target + LOG_DIR + name), still_held)
+    with _source_kept(store, source, target):
+        write_log(segment, [n for n in names if n.startswith("_sidecars/")],
+                  lambda name: store.copy(source + LOG_DIR + name, target + LOG_DIR + name), still_held)
     outcome.checkpoint_version, outcome.head_version = manifest["checkpoint_version"], manifest["head_version"]
     outcome.files_rewritten = manifest.get("files_rewritten", 0)
     copied = {**manifest, "ref": ref, "location": outcome.location, "derived_from": store.uri(source),
@@ -143,7 +158,8 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
         else:
             store.copy(source + LOG_DIR + name, log + name)
 
-    write_log(segment, sidecars, write, still_held)
+    with _source_kept(store, source, target):
+        write_log(segment, sidecars, write, still_held)
     outcome.checkpoint_version, outcome.head_version = checkpoint_version, segment.head_version
     outcome.versions = len(new)
     outcome.files_rewritten = rewritten

@@ -194,6 +194,37 @@ def test_a_tag_on_an_exported_commit_copies_its_export(lakefs, events):
     assert [r[0] for r in requests] == ["storage_namespace"]  # nothing read through lakeFS
 
 
+@pytest.mark.parametrize("ref, copy_from", [("v1", ("main",)), ("main", ())])
+def test_an_export_copied_from_one_that_prune_removes_meanwhile_is_exported_cold(lakefs, events, monkeypatch, ref,
+                                                                                 copy_from):
+    """Prune holds the source export's lock, not this one's: the source may vanish mid-copy (a tag
+    copying a branch's export, a commit copying its parent's). That is a cold export, not a failure."""
+    from exporter.export.log_writer import discard_export
+
+    first = events.append(1).commit()
+    export(lakefs, "main", first, events)
+    commit = first
+    if ref == "main":
+        commit = events.append(2).commit()  # only gained files: copies the parent's export
+    else:
+        lakefs.create_tag("repo", ref, first)
+    store = namespace(lakefs)
+    copy, pruned = store.copy, []
+
+    def copy_while_pruned(source: str, target: str) -> None:
+        if not pruned:  # prune removes the source export just before the first copy
+            pruned.append(discard_export(store, export_location(CONFIG, "main", first, "events")))
+        copy(source, target)
+
+    monkeypatch.setattr(store, "copy", copy_while_pruned)
+    outcome = export(lakefs, ref, commit, events, copy_from=copy_from)
+
+    assert pruned and outcome.ok, outcome.error
+    assert not outcome.incremental and outcome.cold_reason  # exported cold
+    assert manifest(lakefs, ref, commit)["head_version"] == (0 if ref == "v1" else 1)
+    assert manifest(lakefs, ref, commit).get("derived_from") is None
+
+
 def test_an_existing_export_is_not_written_again(lakefs, events):
     first = events.append(1).commit()
     export(lakefs, "main", first, events)
