@@ -165,14 +165,41 @@ def ping(word: str) -> str:
     return f"pong: {word}"
 
 
+def _end_round(status: StatusStore, config: Config, task, task_id: str, exc: BaseException, repository: str, ref: str,
+               commit_id: str, record_name: str, facet: str | None = None) -> str:
+    """The one terminal rule of every task kind catch-up sends: a task whose retries ran out (or that
+    was killed at its hard time limit) ends one round of its work `failed` on the work's record (its
+    `facet` of it: the Iceberg table's, the branch table's), counted once per task id; after
+    `tasks.max_rounds` rounds the failure is permanent and catch-up does not queue it again. The
+    reason, returned, says which."""
+    record = status.record(repository, ref, commit_id, record_name) or {}
+    previous = (record.get(facet) or {}) if facet else record
+    if previous.get("ended_task") == task_id:  # a round's cleanup killed at the hard limit ends it twice
+        return previous.get("reason", "")
+    rounds = (previous.get("rounds") or 0) + 1
+    last = rounds >= config.tasks.max_rounds
+    cause = (f"killed at its hard time limit ({exc.args[0]} s: tasks.time_limits, tasks.time_limit_seconds)"
+             if isinstance(exc, TimeLimitExceeded) else exc)
+    reason = f"gave up after {task.request.retries} retries: {cause}" + (
+        f"; its retries ran out {rounds} times, it is not queued again (tasks.max_rounds)" if last else "")
+    ended = {"rounds": rounds, "permanent": last, "reason": reason, "ended_task": task_id}
+    if facet is None:
+        _record(status, repository, ref, commit_id, record_name, "failed", **ended)
+    else:
+        status.add_facts(repository, ref, commit_id, record_name,
+                         **{facet: {**previous, "state": "failed", **ended, "recorded_at": round(time.time(), 3)}})
+    status_count(status, task.name.rsplit(".", 1)[1], "failed")
+    log.error("%s %s/%s/%s/%s outcome=failed reason=%s", task.name, repository, ref, commit_id, record_name, reason)
+    return reason
+
+
 class ExportCommitTask(RetriedTask):
     def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
-        """Retries ran out (or an unexpected error): the commit record ends `failed`, with the reason."""
+        """Retries ran out (or an unexpected error): the commit record ends a round `failed`, with the reason."""
         repository, ref, commit_id = args[:3]
-        status, _ = _services(current_config())
-        _record(status, repository, ref, commit_id, COMMIT_RECORD, "failed",
-                reason=f"gave up after {self.request.retries} retries: {exc}", permanent=False)
-        status_count(status, "export_commit", "failed")
+        config = current_config()
+        status, _ = _services(config)
+        _end_round(status, config, self, task_id, exc, repository, ref, commit_id, COMMIT_RECORD)
 
 
 @app.task(bind=True, base=ExportCommitTask, name="lakefs_delta.export_commit")
@@ -244,21 +271,7 @@ class ExportTableTask(RetriedTask):
 
     def _record_end(self, config: Config, status: StatusStore, exc: BaseException, task_id: str, repository: str,
                     ref: str, commit_id: str, table_name: str) -> None:
-        """One round's end: a task and its retries share an id, and a round is counted once though its
-        cleanup may be killed at the hard time limit and end it a second time."""
-        record = status.record(repository, ref, commit_id, table_name) or {}
-        if record.get("ended_task") == task_id:
-            return
-        rounds = (record.get("rounds") or 0) + 1
-        last = rounds >= config.tasks.max_rounds
-        cause = (f"killed at its hard time limit ({exc.args[0]} s: tasks.time_limits, tasks.time_limit_seconds)"
-                 if isinstance(exc, TimeLimitExceeded) else exc)
-        reason = f"gave up after {self.request.retries} retries: {cause}" + (
-            f"; its retries ran out {rounds} times, it is not queued again (tasks.max_rounds)" if last else "")
-        _record(status, repository, ref, commit_id, table_name, "failed", permanent=last, rounds=rounds, reason=reason,
-                ended_task=task_id)
-        status_count(status, "export_table", "failed")
-        log.error("export %s/%s/%s/%s outcome=failed reason=%s", repository, ref, commit_id, table_name, reason)
+        _end_round(status, config, self, task_id, exc, repository, ref, commit_id, table_name)
 
 
 @app.task(bind=True, base=ExportTableTask, name="lakefs_delta.export_table")
@@ -326,13 +339,22 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
 
 class ExportIcebergTask(RetriedTask):
     def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
-        """Retries ran out: the export stands, its record says why it has no Iceberg table (its
-        manifest still says pending: an event delivered again queues it again)."""
+        """Retries ran out: the export stands, its record's Iceberg facet ends a round `failed` with why
+        it has no Iceberg table (its manifest still says pending: an event delivered again queues it
+        again; catch-up, until the rounds run out)."""
         repository, ref, commit_id, table_name = args[:4]
-        status, _ = _services(current_config())
-        _note_iceberg(status, repository, ref, commit_id, table_name,
-                      {"state": "failed", "reason": f"gave up after {self.request.retries} retries: {exc}"})
-        status_count(status, "export_iceberg", "failed")
+        config = current_config()
+        status, _ = _services(config)
+        _end_round(status, config, self, task_id, exc, repository, ref, commit_id, table_name, facet="iceberg")
+
+
+class AppendTask(RetriedTask):
+    def on_failure(self, exc, task_id, args, kwargs, einfo) -> None:
+        """Retries ran out: the commit's record says so (`branch_table`), a round of catch-up's appends."""
+        repository, branch, commit_id, table_name = args[:4]
+        config = current_config()
+        status, _ = _services(config)
+        _end_round(status, config, self, task_id, exc, repository, branch, commit_id, table_name, facet="branch_table")
 
 
 @app.task(bind=True, base=ExportIcebergTask, name="lakefs_delta.export_iceberg")
@@ -431,7 +453,7 @@ def send_catch_up(plan: CatchUpPlan) -> list[str]:
     return lines
 
 
-@app.task(bind=True, base=RetriedTask, name="lakefs_delta.append_branch_table")
+@app.task(bind=True, base=AppendTask, name="lakefs_delta.append_branch_table")
 def append_branch_table(self, repository: str, branch: str, commit_id: str, table_name: str) -> dict:
     """Bring the branch table to this commit's export, one append per (branch, table) at a time."""
     config = current_config()
@@ -449,7 +471,8 @@ def append_branch_table(self, repository: str, branch: str, commit_id: str, tabl
         retry_if_transient(exc, line)
         log.error("%s outcome=%s reason=%s", line, "refused" if isinstance(exc, BranchTableRefused) else "failed", exc)
         _note_branch_table(status, repository, branch, commit_id, table_name,
-                           {"state": "refused" if isinstance(exc, BranchTableRefused) else "failed", "reason": str(exc)})
+                           {"state": "refused" if isinstance(exc, BranchTableRefused) else "failed", "reason": str(exc),
+                            "permanent": True})
         status_count(status, "append_branch_table", "failed")
         return {"ok": False, "error": str(exc)}
     _note_branch_table(status, repository, branch, commit_id, table_name,

@@ -24,6 +24,7 @@ from exporter.config import Config
 from exporter.errors import ExporterError
 from exporter.export.branch_table import follows, lagging_branch_tables
 from exporter.export.commit import missing_exports
+from exporter.export.iceberg_metadata import ICEBERG
 from exporter.export.retention import within_policy
 from exporter.lakefs.installer import ACTION_PATH, branch_tables_kept, installed_action, webhook_urls
 from exporter.lakefs.client import LakeFS
@@ -126,15 +127,17 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
             if not missing and not pending:
                 continue
             records = status.tables(repository, commit_id, ref).get(ref, {})
+            iceberg_failed = [t for t in pending if _failed_for_good((records.get(t) or {}).get(ICEBERG))]
+            plan.given_up += [f"{repository} {ref} {commit_id} {t} (its Iceberg table)" for t in iceberg_failed]
             # an Iceberg table's task was queued when its export was done: left to it a while
-            plan.icebergs += [(repository, ref, commit_id, t) for t in pending
-                              if time.time() - (records.get(t) or {}).get("updated_at", 0)
+            plan.icebergs += [(repository, ref, commit_id, t) for t in pending if t not in iceberg_failed
+                              and time.time() - (records.get(t) or {}).get("updated_at", 0)
                               >= config.catch_up.in_flight_seconds]
             if not missing:
                 continue
             # a table without a record of its own is the commit's while the commit's task is in flight
             record = {t: records.get(t) or records.get(COMMIT_RECORD) for t in missing}
-            failed = [t for t in missing if _failed_for_good(records.get(t))]
+            failed = [t for t in missing if _failed_for_good(record[t])]
             busy = [t for t in missing if t not in failed and _in_flight(record[t], time.time(), config)]
             plan.given_up += [f"{repository} {ref} {commit_id} {t}" for t in failed]
             plan.in_flight += [f"{repository} {ref} {commit_id} {t}" for t in busy]
@@ -146,7 +149,13 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
                 return plan
             plan.queued.append(MissingExport(repository, ref, commit_id, all_tables, retry,
                                              branch_table=not all_tables and follows(ref, keeps_tables)))
-        plan.appends += [(repository, branch, commits[0].id, table) for branch, commits in logs.items()
-                         if commits and follows(branch, keeps_tables)
-                         for table in lagging_branch_tables(config, lakefs, repository, branch, commits[0].id)]
+        for branch, commits in logs.items():
+            if not commits or not follows(branch, keeps_tables):
+                continue
+            records = status.tables(repository, commits[0].id, branch).get(branch, {})
+            for table in lagging_branch_tables(config, lakefs, repository, branch, commits[0].id):
+                if _failed_for_good((records.get(table) or {}).get("branch_table")):
+                    plan.given_up.append(f"{repository} {branch} {commits[0].id} {table} (its branch table append)")
+                else:
+                    plan.appends.append((repository, branch, commits[0].id, table))
     return plan

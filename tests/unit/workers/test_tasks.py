@@ -463,7 +463,7 @@ def test_an_append_whose_workers_died_max_deliveries_times_is_noted_failed_not_r
 
     assert tasks.append_branch_table.apply(("repo", "main", "c" * 64, "events")).get()["ok"] is False
     assert worker.status.record("repo", "main", "c" * 64, "events")["branch_table"] == {
-        "state": "failed", "reason": DIED_TWICE}
+        "state": "failed", "reason": DIED_TWICE, "permanent": True}
 
 
 def test_a_refused_append_is_noted_and_not_retried_and_a_busy_one_waits(worker, appends):
@@ -472,7 +472,7 @@ def test_a_refused_append_is_noted_and_not_retried_and_a_busy_one_waits(worker, 
 
     assert tasks.append_branch_table.apply(("repo", "main", "c" * 64, "events")).get()["ok"] is False
     assert worker.status.record("repo", "main", "c" * 64, "events")["branch_table"] == {
-        "state": "refused", "reason": "commit c is not on the first-parent line of branch 'main'"}
+        "state": "refused", "reason": "commit c is not on the first-parent line of branch 'main'", "permanent": True}
     assert tasks_total(worker.status, "append_branch_table", "failed") == 1
 
     with StatusStore(worker.config.redis).lock("branch-table:repo:main:events", 60):
@@ -561,3 +561,47 @@ def test_catch_up_sends_every_kind_of_task_it_plans_and_says_so(worker):
                                              "lakefs_delta.export_iceberg"]
     assert worker.sent[2].args == ("repo", "v1", "c" * 64, "events") and worker.sent[2].options["priority"] == tasks.ICEBERG_STEP
     assert len(lines) == 3 and "Iceberg table of events" in lines[2]
+
+
+def test_every_task_kind_catch_up_sends_ends_failed_for_good_after_max_rounds(worker, tmp_path, monkeypatch):
+    """One terminal rule: an export_commit, export_iceberg or append_branch_table whose retries run
+    out `tasks.max_rounds` times (3) is failed for good, and catch-up runs after it queue none of them
+    (before, only export_table counted rounds: the others were queued again on every run)."""
+    from exporter.export.catch_up import catch_up
+    from exporter.export.commit import export_table as export_one_table
+
+    config = worker.config.model_copy(update={
+        "iceberg": IcebergConfig(enabled=True),
+        "catch_up": worker.config.catch_up.model_copy(update={"in_flight_seconds": 0})})
+    monkeypatch.setattr(workers.app, "_config", config)
+    other = SourceTable(worker.lakefs, "repo", "other", tmp_path / "other").append(2)
+    unlisted = other.commit(extra={ACTION_PATH: render_action("http://x/webhook", ["main"], ["main"])})
+    events = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events").append(1)
+    exported = events.commit()  # the head: exported, its Iceberg table pending, its branch table not appended
+    assert export_one_table(config, "repo", "main", exported, events.descriptor, lakefs=worker.lakefs).ok
+    worker.status.set_table("repo", "main", exported, "events", "done")
+
+    first = catch_up(config, worker.lakefs, worker.status)
+    assert ("repo", "main", exported, "events") in first.icebergs and ("repo", "main", exported, "events") in first.appends
+    assert any(q.commit_id == unlisted for q in first.queued)  # its export_commit never listed its tables
+
+    for round_ in range(3):
+        tasks.export_iceberg.on_failure(tasks.Transient("timed out"), f"iceberg-{round_}",
+                                        ("repo", "main", exported, "events"), {}, None)
+        tasks.export_commit.on_failure(tasks.Transient("lakeFS answered 503"), f"commit-{round_}",
+                                       ("repo", "main", unlisted, False), {}, None)
+        tasks.append_branch_table.on_failure(tasks.Transient("timed out"), f"append-{round_}",
+                                             ("repo", "main", exported, "events"), {}, None)
+    iceberg = worker.status.record("repo", "main", exported, "events")["iceberg"]
+    commit_record = worker.status.record("repo", "main", unlisted, COMMIT_RECORD)
+    assert (iceberg["state"], iceberg["rounds"], iceberg["permanent"]) == ("failed", 3, True)
+    assert (commit_record["state"], commit_record["rounds"], commit_record["permanent"]) == ("failed", 3, True)
+    assert "it is not queued again (tasks.max_rounds)" in iceberg["reason"]
+
+    appended = worker.status.record("repo", "main", exported, "events")["branch_table"]
+    assert (appended["state"], appended["rounds"], appended["permanent"]) == ("failed", 3, True)
+
+    for _ in range(3):  # three later runs queue nothing of them, and say why
+        plan = catch_up(config, worker.lakefs, worker.status)
+        assert plan.icebergs == [] and plan.appends == [] and plan.queued == []
+        assert len(plan.given_up) == 3, plan.given_up
