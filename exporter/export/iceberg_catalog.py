@@ -6,8 +6,9 @@ name holds no `.`, but a ref may (`v1.2`, `release/v1.2`), so one level `reposit
 be split back. The namespaces of a repository are its branches and tags with exports (a folder under
 the exports root); a lookup of any such ref works. A branch's tables are its branch tables with a
 written Iceberg table (their state records it: one stable table whose snapshots follow the branch),
-else the exports of its head; a tag's tables are the exports of its commit whose manifest records
-a written Iceberg table. Nothing is listed beyond a folder listing and one small file per table.
+else each table its head holds, from the newest complete export along its first parents (a commit
+exports only the tables it changed, and a new export is read once complete); a tag's tables are the
+exports of its commit whose manifest records a written Iceberg table.
 
 Readers sign their object requests through the catalog (S3 remote signing): GET or HEAD of one
 object its readers read, and nothing else: a file of the table's own Iceberg location (metadata,
@@ -32,7 +33,8 @@ from exporter.export.iceberg_metadata import ICEBERG, PENDING
 from exporter.iceberg.manifests import DATA, DELETED, read_manifest, read_manifest_list
 from exporter.kept import Kept
 from exporter.lakefs.client import LakeFS
-from exporter.storage.layout import (MANIFEST, branch_table_location, branch_tables_root, commit_root, export_location,
+from exporter.lakefs.descriptors import discover_tables
+from exporter.storage.layout import (MANIFEST, branch_table_location, branch_tables_root, export_location,
                                      exports_root, location_segment, segment_name)
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.presign import Presigner
@@ -42,6 +44,7 @@ SIGNED_SECONDS = 900  # a signed request's lifetime: readers use it at once
 SIGNED_METHODS = ("GET", "HEAD")
 SIGNABLE_TABLES = 64  # tables whose readers' objects are kept (8 bytes a data file); more are read again
 MANIFESTS_KEPT = 16_384  # manifests whose data files are kept (manifests never change)
+LOOK_BACK = 50  # first-parent commits searched for a table the current commit did not export
 NAMESPACES_SECONDS = 10.0  # every repository's storage namespace is listed again after this (a new nested one counts)
 
 
@@ -77,6 +80,8 @@ class IcebergCatalog:
         self._objects: Kept[tuple[str, str], ReadersObjects] = Kept(entries=SIGNABLE_TABLES)
         self._manifest_files: Kept[str, np.ndarray] = Kept(entries=MANIFESTS_KEPT)
         self._namespaces: Kept[str, dict[str, str]] = Kept(entries=1, seconds=NAMESPACES_SECONDS)
+        self._held: Kept[tuple[str, str], set[str]] = Kept(entries=1024)  # the tables of a commit
+        self._lines: Kept[tuple[str, str], list[str]] = Kept(entries=1024)  # a commit's first parents
         # complete exports', read by signatures: kept once their Iceberg record is final (not rewritten again)
         self._manifests: Kept[tuple[str, str], dict] = Kept()
         # a branch table's state (None: no branch table), read again after 5 s: each append rewrites it
@@ -103,18 +108,46 @@ class IcebergCatalog:
             raise NoSuchNamespace(f"no namespace {repository}.{ref}: no branch or tag {ref!r}") from None
 
     def tables(self, namespace: RefNamespace) -> list[CatalogTable]:
-        """The ref's tables that have an Iceberg table (its branch tables', its current commit's exports'), by name."""
+        """The ref's tables that have an Iceberg table, by name: its branch tables', and each table its
+        current commit holds (`current`)."""
         store = self._store(namespace.repository)
-        names = {segment_name(folder) for root in (commit_root(self.config, namespace.ref, namespace.commit_id),
-                                                   branch_tables_root(self.config, namespace.ref))
-                 for folder in store.list_folders(root)}
+        names = {segment_name(folder) for folder in store.list_folders(branch_tables_root(self.config, namespace.ref))}
+        names |= self._names_at(namespace.repository, namespace.commit_id)
         found = []
         for name in names:
             try:
-                found.append(self.table(namespace.repository, namespace.ref, namespace.commit_id, name))
+                found.append(self.current(namespace, name))
             except NoSuchIcebergTable:
                 continue
         return sorted(found, key=lambda table: table.name)
+
+    def current(self, namespace: RefNamespace, name: str) -> CatalogTable:
+        """The table `name` as the ref's current commit holds it: its branch table, else the export of
+        the current commit, else (the commit did not change it, or its export is still being written)
+        the newest complete export along the ref's first parents, within `LOOK_BACK` commits: the
+        same table, since no commit in between exported it, or the one readers had until the new
+        export is complete. A table the current commit no longer holds has none."""
+        try:
+            return self.table(namespace.repository, namespace.ref, namespace.commit_id, name)
+        except NoSuchIcebergTable as at_head:
+            if name not in self._names_at(namespace.repository, namespace.commit_id):
+                raise
+            for commit_id in self._line(namespace.repository, namespace.commit_id)[1:]:
+                try:
+                    return self.table(namespace.repository, namespace.ref, commit_id, name)
+                except NoSuchIcebergTable:
+                    continue
+            raise at_head
+
+    def _names_at(self, repository: str, commit_id: str) -> set[str]:
+        """The tables a commit holds (its valid descriptors): kept, commits never change."""
+        return self._held.keep((repository, commit_id),
+                               lambda: {table.name for table in discover_tables(self.lakefs, repository, commit_id).tables})
+
+    def _line(self, repository: str, commit_id: str) -> list[str]:
+        """The commit and its first parents, newest first, `LOOK_BACK` at most: kept, commits never change."""
+        return self._lines.keep((repository, commit_id), lambda: [
+            commit.id for commit in self.lakefs.log(repository, commit_id, amount=LOOK_BACK, first_parent=True)])
 
     def table(self, repository: str, ref: str, commit_id: str, name: str) -> CatalogTable:
         """The Iceberg table of `name` through `ref`: its branch table's when it has one written,

@@ -62,22 +62,29 @@ async def readable_namespace(request: Request, parts: list[str]) -> tuple[Grant,
 
 
 async def readable_table(request: Request, parts: list[str], table: str) -> CatalogTable:
-    """The table at the namespace's current commit, once the caller may read it there."""
+    """The table as the namespace's current commit holds it (`IcebergCatalog.current`), once the caller
+    may read it."""
     grant, found = await readable_namespace(request, parts)
     if found is None:
         raise NoSuchIcebergTable(f"no table {table!r} in {parts[0]!r}: a repository's namespace holds refs, "
                                  "not tables (ask [repository, ref])")
-    return await readable_export(grant, catalog(request), found.ref, found.commit_id, table)
+    return await _readable(grant, lambda: catalog(request).current(found, table), found.ref, found.commit_id, table)
 
 
 async def readable_export(grant: Grant, tables: IcebergCatalog, ref: str, commit_id: str, table: str) -> CatalogTable:
-    """The table of the export at `commit_id` through `ref`, once the caller may read every path its
-    versions came from there. Why a table has no Iceberg metadata is told only to whom may read it."""
+    """The table of the export at `commit_id` through `ref`, once the caller may read it."""
+    return await _readable(grant, lambda: tables.table(grant.repository, ref, commit_id, table), ref, commit_id, table)
+
+
+async def _readable(grant: Grant, lookup: Callable[[], CatalogTable], ref: str, commit_id: str,
+                    table: str) -> CatalogTable:
+    """The table `lookup` finds, once the caller may read every path its versions came from at the
+    commit it was exported at. Why a table has no Iceberg metadata is told only to whom may read it."""
     try:
-        found = await run_in_threadpool(tables.table, grant.repository, ref, commit_id, table)
+        found = await run_in_threadpool(lookup)
     except NoSuchIcebergTable as missing:
         if missing.table_paths and not await grant.may_read(commit_id, missing.table_paths):
             raise NoSuchIcebergTable(f"no table {table!r} at {ref!r} that this identity may read") from None
         raise
-    await grant.require(commit_id, found.table_paths, f"table {table!r} at {ref!r}")
+    await grant.require(found.commit_id, found.table_paths, f"table {table!r} at {ref!r}")
     return found

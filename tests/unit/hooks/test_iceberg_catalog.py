@@ -273,3 +273,39 @@ def test_load_table_answers_304_for_the_etag_it_gave_once_the_caller_may_read_it
     other = {"Authorization": "Bearer other", "If-None-Match": etag}  # the grant first: no 304 for a stranger
     assert error(catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables/events", headers=other)) == \
         (403, "ForbiddenException")
+
+
+def test_a_branch_serves_every_table_its_head_holds_from_their_newest_complete_exports(lakefs, redis_url, tmp_path):
+    """A commit that changed only `a` exports only `a`: `b` is still the table the previous commit
+    exported, and `a` is its previous export until its new one is complete (before: `b` was not
+    listed and 404 on load; `a` 404 while its export was written)."""
+    config = Config(iceberg={"enabled": True}, redis_url=redis_url, object_store=STORE, api={"tokens": TOKENS})
+    a, b = (SourceTable(lakefs, "repo", name, tmp_path / name).append(n) for n, name in ((1, "a"), (2, "b")))
+    a.commit()
+    first = b.commit()
+    for table in (a, b):
+        assert export_table(config, "repo", "main", first, table.descriptor, lakefs=lakefs).ok
+        assert export_iceberg(config, "repo", "main", first, table.descriptor.name, lakefs=lakefs)
+    app = create_app(config)
+
+    def get(path: str) -> httpx.Response:
+        async def send():
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://s") as client:
+                return await client.get("/iceberg/v1" + path, headers=SVC)
+        return asyncio.run(send())
+
+    second = a.append(3).commit()  # only `a` changed; its export not written yet
+    listed = get(f"/namespaces/{ns('repo', 'main')}/tables").json()["identifiers"]
+    assert sorted(t["name"] for t in listed) == ["a", "b"]
+    for name in ("a", "b"):
+        loaded = get(f"/namespaces/{ns('repo', 'main')}/tables/{name}")
+        assert loaded.status_code == 200 and f"/{first}/{name}/" in loaded.json()["metadata-location"], loaded.text
+
+    assert export_table(config, "repo", "main", second, a.descriptor, lakefs=lakefs).ok
+    assert export_iceberg(config, "repo", "main", second, "a", lakefs=lakefs)
+    assert f"/{second}/a/" in get(f"/namespaces/{ns('repo', 'main')}/tables/a").json()["metadata-location"]
+    assert f"/{first}/b/" in get(f"/namespaces/{ns('repo', 'main')}/tables/b").json()["metadata-location"]
+
+    lakefs.commit_files("repo", "main", {"_lakefs_tables/b.yaml": None})  # `b` dropped: no table any more
+    assert get(f"/namespaces/{ns('repo', 'main')}/tables/b").status_code == 404
+    assert [t["name"] for t in get(f"/namespaces/{ns('repo', 'main')}/tables").json()["identifiers"]] == ["a"]
