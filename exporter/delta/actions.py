@@ -123,3 +123,13 @@ def increasing(timestamps: Mapping[int, int]) -> dict[int, int]:
     for version in sorted(timestamps):
         previous = made[version] = after(previous, timestamps[version])
     return made
+
+
+def commit_times(read: Mapping[int, int], file_times: Mapping[int, int]) -> dict[int, int]:
+    """The commit times Delta's readers give the versions `read` ({version: its in-commit timestamp
+    or file time, epoch ms}), made increasing over the whole log from its first version: the versions
+    before them count by their file times (`file_times`, epoch ms; a log listed from version 0 has
+    them), so a checkpoint whose file is older than the previous commit's is that one + 1 ms there too."""
+    first = min(read, default=0)
+    made = increasing({**{v: t for v, t in file_times.items() if v < first}, **read})
+    return {version: made[version] for version in read}

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pyarrow.parquet as pq
 
-from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
+from exporter.delta.actions import check_protocol, commit_timestamp, commit_times, parse_actions
 from exporter.delta.checkpoint import checkpoint_files
 from exporter.delta.head_files import HeadFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR
@@ -43,7 +43,7 @@ def export_cold(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, c
     try:
         for name in source.ordered:  # sidecars first: the checkpoint records their new sizes
             rewrite.checkpoint_file(source, name)
-        timestamps = rewrite.commits(source)
+        timestamps = commit_times(rewrite.commits(source), layout.commit_file_times())
         check_protocol(rewrite.protocol_actions)
         # Only files the head snapshot reads must exist: an add removed later may be vacuumed (its
         # versions do not time-travel in the source either); it keeps its original path.

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 
 import exporter
 from exporter.config import Config
-from exporter.delta.actions import check_protocol, commit_timestamp, parse_actions
+from exporter.delta.actions import check_protocol, commit_timestamp, increasing, parse_actions
 from exporter.delta.head_files import HeadFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, select_segment
 from exporter.errors import MissingDataFiles, NotFound
@@ -142,6 +142,7 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
         rewritten += result.files_rewritten
         missing += result.missing
         snapshot.apply(actions)
+    timestamps = increasing(timestamps)  # the parent's are Delta's commit times already: the new ones follow them
     check_protocol(protocol_actions)
     required = snapshot.required(missing)  # adds the new commits make live; older ones existed at the parent
     if required:

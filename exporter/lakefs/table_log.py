@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from exporter.delta.checkpoint import checkpoint_files
-from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, LogSegment, select_segment
+from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, LogSegment, commit_version, select_segment
 from exporter.errors import ExporterError, NotFound, TableNotFound
 from exporter.lakefs.addresses import AddressIndex, AddressIndexBuilder
 from exporter.lakefs.client import PAGE_SIZE, LakeFS
@@ -54,6 +54,12 @@ class LogLayout:
     segment: LogSegment
     modification_times: dict[str, int]
     last_checkpoint: dict | None
+
+    def commit_file_times(self) -> dict[int, int]:
+        """Each listed commit's file time (epoch ms): a commit's time to Delta's readers without
+        in-commit timestamps, before the checkpoint too."""
+        return {version: seconds * 1000 for name, seconds in self.modification_times.items()
+                if (version := commit_version(name)) is not None}
 
 
 def list_log(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str,
