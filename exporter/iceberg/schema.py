@@ -119,8 +119,27 @@ def iceberg_schema(metadata: Mapping[str, Any], previous: Mapping[FieldKey, int]
     return TableSchema(fields, columns, mapping, ids.used, max([floor, *ids.used.values()]))
 
 
-def name_mapping_json(schema: TableSchema) -> str:
-    return json.dumps(schema.name_mapping, separators=(",", ":"))
+def name_mapping_json(schema: TableSchema, previous: str | None = None) -> str:
+    """The table's name mapping: the schema's, and every field of the `previous` mapping (its JSON)
+    the schema no longer has, so the data files of older snapshots (a dropped column, a branch moved
+    back past one) still resolve by name. A name the schema gives another field is the schema's."""
+    return json.dumps(_merged(schema.name_mapping, json.loads(previous) if previous else []), separators=(",", ":"))
+
+
+def _merged(current: list[dict], previous: list[dict]) -> list[dict]:
+    by_id = {entry["field-id"]: entry for entry in current}
+    names = {name for entry in current for name in entry["names"]}
+    merged = []
+    for entry in current:
+        earlier = next((e for e in previous if e.get("field-id") == entry["field-id"]), None)
+        if earlier is not None and (entry.get("fields") or earlier.get("fields")):
+            entry = {**entry, "fields": _merged(entry.get("fields") or [], earlier.get("fields") or [])}
+        merged.append(entry)
+    for entry in previous:
+        kept = [name for name in entry.get("names", []) if name not in names]
+        if entry.get("field-id") not in by_id and kept:
+            merged.append({**entry, "names": kept})
+    return merged
 
 
 def field_ids_of(fields: list[dict], mapped: bool) -> dict[FieldKey, int]:

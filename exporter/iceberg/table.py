@@ -264,7 +264,7 @@ class _Builder:
         partition_columns = list(metadata.get("partitionColumns") or [])
         self.spec_id = self._spec_id([schema.column(name) for name in partition_columns])
         self.columns = stats_columns(schema.columns, partition_columns)
-        self.properties[NAME_MAPPING] = name_mapping_json(schema)
+        self.properties[NAME_MAPPING] = name_mapping_json(schema, self.properties.get(NAME_MAPPING))
         self.properties[PATH_HASHES] = "true"
         self.properties[DELTA_METADATA] = json.dumps(metadata, separators=(",", ":"))
 

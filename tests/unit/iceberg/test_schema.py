@@ -69,3 +69,21 @@ def test_column_mapping_ids_and_physical_names_and_ids_kept_across_versions():
     later = iceberg_schema({"schemaString": json.dumps({"type": "struct", "fields": [
         column("new", "date"), column("b", "string"), column("a", "long")]})}, plain.field_ids, plain.last_column_id)
     assert [(f["name"], f["id"]) for f in later.fields] == [("new", 3), ("b", 2), ("a", 1)]
+
+
+def test_the_name_mapping_keeps_every_field_older_snapshots_files_use():
+    """A version whose schema has no `extra` (dropped, or a branch moved back past it): files of older
+    snapshots still hold `extra`, and a reader resolves their columns by the table's name mapping."""
+    from exporter.iceberg.schema import name_mapping_json
+
+    nested = {"type": "struct", "fields": [column("a", "long"), column("gone", "string")]}
+    before = schema_of(column("id", "long"), column("extra", "string"), column("s", nested))
+    after = iceberg_schema({"schemaString": json.dumps({"type": "struct", "fields": [
+        column("id", "long"), column("s", {"type": "struct", "fields": [column("a", "long")]})]})}, before.field_ids,
+        before.last_column_id)
+    mapping = json.loads(name_mapping_json(after, name_mapping_json(before)))
+    by_name = {entry["names"][0]: entry for entry in mapping}
+    assert set(by_name) >= {"id", "extra", "s"}
+    assert by_name["extra"]["field-id"] == before.column("extra").field_id
+    assert {f["names"][0] for f in by_name["s"]["fields"]} == {"a", "gone"}
+    assert json.loads(name_mapping_json(after)) == after.name_mapping  # a table's first schema: its own
