@@ -59,10 +59,23 @@ def _field(name: str, field_id: int, avro: Any, optional: bool = False) -> dict:
     return {"name": name, "type": avro, "field-id": field_id}
 
 
+def avro_name(name: str) -> str:
+    """A partition field's name as an Avro field may hold it ([A-Za-z_][A-Za-z0-9_]*), made as
+    Iceberg's Java writer makes it (AvroSchemaUtil.makeCompatibleName: a leading digit `_<digit>`,
+    any other character `_x<its hex code>`): `event-date` is `event_x2Ddate`. Readers resolve the
+    field by its id; DuckDB refuses a file whose Avro names are invalid."""
+    def safe(index: int, character: str) -> str:
+        if character == "_" or character.isascii() and (character.isalpha() or (index and character.isdigit())):
+            return character
+        return f"_{character}" if character.isdigit() else f"_x{ord(character):X}"
+    return "".join(safe(index, character) for index, character in enumerate(name)) or "_"
+
+
 def manifest_entry_schema(partition_fields: list[PartitionField]) -> dict:
     """spec.md#manifests: `manifest_entry` with the `data_file` struct of format version 2."""
     partition = {"type": "record", "name": "r102", "fields": [
-        _field(f.name, f.field_id, avro_type(f.iceberg_type, f.field_id)[1], optional=True) for f in partition_fields]}
+        _field(avro_name(f.name), f.field_id, avro_type(f.iceberg_type, f.field_id)[1], optional=True)
+        for f in partition_fields]}
     data_file = {"type": "record", "name": "r2", "fields": [
         _field("content", 134, "int"),
         _field("file_path", 100, "string"),
@@ -147,7 +160,9 @@ def write_manifest(entries: list[dict], content: int, spec_id: int, partition_fi
     """A manifest's bytes, and its manifest list record without path, length, sequence numbers or
     the snapshot that added it (the caller knows those)."""
     out = io.BytesIO()
-    fastavro.writer(out, fastavro.parse_schema(manifest_entry_schema(partition_fields)), entries, codec=_CODEC,
+    renamed = {f.name: avro_name(f.name) for f in partition_fields if avro_name(f.name) != f.name}
+    records = [_renamed_partition(entry, renamed) for entry in entries] if renamed else entries
+    fastavro.writer(out, fastavro.parse_schema(manifest_entry_schema(partition_fields)), records, codec=_CODEC,
                     metadata=_manifest_metadata(content, spec_id, partition_fields, schema))
     counts = {status: [0, 0] for status in (EXISTING, ADDED, DELETED)}  # files, rows
     for entry in entries:
@@ -229,12 +244,19 @@ def read_manifest_list(raw: bytes) -> list[dict]:
 
 
 def read_manifest(raw: bytes) -> Iterable[dict]:
-    """The entries of a manifest this module wrote, partition values in `values`' forms."""
-    for entry in fastavro.reader(io.BytesIO(raw)):
+    """The entries of a manifest this module wrote, partition values in `values`' forms, by the
+    partition fields' own names (`avro_name` undone, from the manifest's partition spec)."""
+    reader = fastavro.reader(io.BytesIO(raw))
+    names = {avro_name(f["name"]): f["name"] for f in json.loads(reader.metadata.get("partition-spec") or "[]")}
+    for entry in reader:
         partition = entry["data_file"]["partition"]
-        for name, value in partition.items():
-            partition[name] = from_avro(value)
+        entry["data_file"]["partition"] = {names.get(name, name): from_avro(value) for name, value in partition.items()}
         yield entry
+
+
+def _renamed_partition(entry: dict, renamed: dict[str, str]) -> dict:
+    partition = {renamed.get(name, name): value for name, value in entry["data_file"]["partition"].items()}
+    return {**entry, "data_file": {**entry["data_file"], "partition": partition}}
 
 
 def write_manifest_list(records: list[dict], snapshot_id: int, parent_id: int | None, sequence_number: int) -> bytes:

@@ -269,3 +269,23 @@ def test_change_data_feed_columns_a_data_file_holds_beside_the_tables_are_left_o
     assert delta_rows(source, 0) == expected
     assert pyiceberg_rows(result.metadata_location) == expected
     assert duckdb_rows(result.metadata_location) == expected
+
+
+@pytest.mark.parametrize("mode", ["none", "name"])
+def test_partition_columns_whose_names_avro_refuses_read_in_every_reader(tmp_path, mode):
+    """A partition column named `event-date` (or `1st`) names a field of the manifests' Avro
+    partition record: written as Iceberg's Java writer writes it (`event_x2Ddate`), DuckDB reads the
+    table (before: `Invalid Avro identifier`), and PyIceberg resolves it by id."""
+    source = tmp_path / "source"
+    configuration = {} if mode == "none" else {"delta.columnMapping.mode": mode}
+    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "event-date": ["2026-01-01", "2026-01-02", "2026-01-01"],
+                     "1st": ["a", "b", "a"]})
+    deltalake.write_deltalake(str(source), data, partition_by=["event-date", "1st"], configuration=configuration)
+    deltalake.write_deltalake(str(source), data.slice(0, 1), partition_by=["event-date", "1st"], mode="append")
+    result = write_table(export_locally(source, tmp_path / "export"), LocalFiles(tmp_path / "iceberg"), read_range)
+
+    for version, snapshot_id in result.snapshot_ids.items():
+        assert pyiceberg_rows(result.metadata_location, snapshot_id) == delta_rows(source, version), version
+        assert duckdb_rows(result.metadata_location, snapshot_id) == delta_rows(source, version), version
+    table = StaticTable.from_metadata(result.metadata_location)
+    assert len(list(table.scan(row_filter=EqualTo("event-date", "2026-01-02")).plan_files())) == 1  # pruned by partition
