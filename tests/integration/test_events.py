@@ -441,7 +441,7 @@ def test_a_row_diff_that_kills_its_worker_is_answered_failed_after_three_deliver
 
     from exporter.diff.rows import RowDiffCache
     from exporter.errors import WorkerLost
-    from exporter.state.connection import PREFIX, connection
+    from exporter.state.connection import PREFIX, connection, length_prefixed
 
     left = tables_repository(lakefs, repository, ["events"], url="http://127.0.0.1:1/nowhere")
     add_delta_version(lakefs, repository, "main", "tables/events", 1)
@@ -453,7 +453,7 @@ def test_a_row_diff_that_kills_its_worker_is_answered_failed_after_three_deliver
         Celery("test", broker=redis_url).send_task("lakefs_delta.compute_row_diff", parts)
         deadline = time.monotonic() + 180
         while kills < 3 and time.monotonic() < deadline:
-            running = int(started.get(f"{PREFIX}:started:compute_row_diff:" + ":".join(parts)) or 0)
+            running = int(started.get(f"{PREFIX}:started:" + length_prefixed("compute_row_diff", *parts)) or 0)
             if running > deaths:  # this delivery started (and hangs in the object store): its worker dies
                 kill_pool_processes(processes, next(n for n in processes.workers if n.startswith("hanging9")))
                 deaths, kills = running, kills + 1

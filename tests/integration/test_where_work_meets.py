@@ -1,0 +1,144 @@
+"""Where the new work meets the old, on the real stack (lakeFS, MinIO, Redis, the service and a worker):
+a rows page whose file prune removed, a tag copy whose source prune removes mid-copy, the catalog of a
+branch whose head changed one table of two, and catch-up's CLI sending the Iceberg tables it counts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import deltalake
+import httpx
+import pyarrow as pa
+import pytest
+
+from exporter.config import IcebergConfig
+from exporter.export.commit import export_table
+from exporter.export.log_writer import discard_export
+from exporter.lakefs.descriptors import TableDescriptor
+from exporter.storage.layout import MANIFEST, export_location
+from exporter.storage.objectstore import ObjectStore
+from tests.conftest import ROOT
+from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one
+
+pytestmark = pytest.mark.integration
+
+
+def commit_table(lakefs, repository: str, path: str, folder: Path, *batches: pa.Table, message: str = "") -> str:
+    """delta-rs appends of `batches` in `folder`, uploaded under `path` on main and committed."""
+    for batch in batches:
+        deltalake.write_deltalake(str(folder), batch, mode="append")
+    for file in sorted(folder.rglob("*")):
+        if file.is_file():
+            lakefs.upload_object(repository, "main", f"{path}/{file.relative_to(folder).as_posix()}", file.read_bytes())
+    return lakefs.commit_branch(repository, "main", message or f"{path}: {len(batches)} version(s)")
+
+
+def ids(*values: int) -> pa.Table:
+    return pa.table({"id": pa.array(values, pa.int64())})
+
+
+def service_token(stack_env) -> dict[str, str]:
+    return {"Authorization": f"Bearer {stack_env['LAKEFS_DELTA_WEBHOOK_TOKENS'].split(',')[0]}"}
+
+
+def test_a_rows_page_whose_file_is_gone_is_computed_again_not_a_500(service, lakefs, repository, stack_env, s3,
+                                                                  tmp_path):
+    base = lakefs.commit(repository, "main").id
+    head = commit_table(lakefs, repository, "tables/t", tmp_path / "t", ids(1, 2, 3))
+    rows = f"{service}/repositories/{repository}/otf/refs/{base}/diff/{head}/rows"
+    first = httpx.get(rows, params={"table_path": "tables/t"}, headers=service_token(stack_env), timeout=180)
+    assert first.status_code == 200 and len(first.json()["rows"]) == 3, first.text
+    bucket, _, key = first.json()["rows_location"].removeprefix("s3://").partition("/")
+    s3.delete_object(Bucket=bucket, Key=key)  # as prune removes it with the exports it compares
+
+    again = httpx.get(rows, params={"table_path": "tables/t"}, headers=service_token(stack_env), timeout=180)
+    while again.status_code == 202:
+        again = httpx.get(rows, params={"table_path": "tables/t"}, headers=service_token(stack_env), timeout=180)
+    assert again.status_code == 200, again.text  # before: 500 (KeyError in rows_page)
+    assert sorted(row["values"]["id"] for row in again.json()["rows"]) == [1, 2, 3]
+    assert s3.head_object(Bucket=bucket, Key=key)  # written again
+
+
+def test_a_tag_copy_whose_source_prune_removes_mid_copy_is_exported_cold(lakefs, config, repository, tmp_path,
+                                                                         monkeypatch):
+    """Prune holds the source export's lock, not the tag's: the store is made to lose the source just
+    before the tag's first copy (a chosen key), on the real MinIO."""
+    commit_table(lakefs, repository, "tables/t", tmp_path / "t", ids(1), ids(2))
+    add_descriptor(lakefs, repository, "t", "tables/t")
+    commit = lakefs.commit_branch(repository, "main", "descriptor")
+    plain = config.model_copy(update={"iceberg": IcebergConfig(enabled=False)})
+    assert export_one(plain, lakefs, repository, "main", commit, "t").ok
+    lakefs.create_tag(repository, "v1", commit)
+    store = ObjectStore(plain, lakefs.storage_namespace(repository))
+    source = export_location(plain, "main", commit, "t")
+    real_copy, pruned = ObjectStore.copy, []
+
+    def copy_after_prune(self, source_relative: str, relative: str) -> None:
+        if not pruned:
+            pruned.append(discard_export(store, source))
+        real_copy(self, source_relative, relative)
+
+    monkeypatch.setattr(ObjectStore, "copy", copy_after_prune)
+    outcome = export_table(plain, repository, "v1", commit, TableDescriptor("t", "tables/t", "_lakefs_tables/t.yaml"),
+                           lakefs=lakefs, copy_from=("main",))
+    assert pruned and outcome.ok and not outcome.incremental, outcome  # before: failed, permanent
+    assert json.loads(store.get(export_location(plain, "v1", commit, "t") + MANIFEST)).get("derived_from") is None
+    assert delta_rs_rows(outcome) == [(1,), (2,)]
+
+
+def test_the_catalog_of_a_branch_serves_every_table_its_head_holds(service, lakefs, config, repository, tmp_path,
+                                                                   stack_env):
+    iceberg = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
+    commit_table(lakefs, repository, "tables/a", tmp_path / "a", ids(1))
+    commit_table(lakefs, repository, "tables/b", tmp_path / "b", ids(2))
+    add_descriptor(lakefs, repository, "a", "tables/a")
+    add_descriptor(lakefs, repository, "b", "tables/b")
+    first = lakefs.commit_branch(repository, "main", "descriptors")
+    for name in ("a", "b"):
+        assert export_one(iceberg, lakefs, repository, "main", first, name).iceberg["state"] == "written"
+    second = commit_table(lakefs, repository, "tables/a", tmp_path / "a", ids(3))  # only `a` changed
+
+    namespace = f"{service}/iceberg/v1/namespaces/{quote(repository)}%1Fmain"
+    listed = httpx.get(namespace + "/tables", headers=service_token(stack_env), timeout=60).json()
+    assert sorted(t["name"] for t in listed["identifiers"]) == ["a", "b"]  # before: [] until `a`'s export, then ['a']
+    for name in ("a", "b"):  # `a` while its new export is not written: its previous one (before: 404)
+        loaded = httpx.get(f"{namespace}/tables/{name}", headers=service_token(stack_env), timeout=60)
+        assert loaded.status_code == 200 and f"/{first}/{name}/" in loaded.json()["metadata-location"], loaded.text
+    assert export_one(iceberg, lakefs, repository, "main", second, "a").iceberg["state"] == "written"
+    loaded = httpx.get(f"{namespace}/tables/a", headers=service_token(stack_env), timeout=60).json()
+    assert f"/{second}/a/" in loaded["metadata-location"]
+
+
+def test_the_catch_up_command_sends_the_iceberg_tables_it_counts(processes, lakefs, config, repository, tmp_path,
+                                                                 stack_env):
+    """A complete export whose Iceberg table is still pending (its task lost): `lakefs-delta catch-up`
+    queues export_iceberg, and a worker writes it (before: printed as queued, never sent)."""
+    from exporter.lakefs.installer import install_actions
+
+    install_actions(lakefs, repository, "main", "http://127.0.0.1:1/webhooks/lakefs", ["main"], {})
+    commit_table(lakefs, repository, "tables/t", tmp_path / "t", ids(1))
+    add_descriptor(lakefs, repository, "t", "tables/t")
+    commit = lakefs.commit_branch(repository, "main", "descriptor")
+    iceberg = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
+    outcome = export_table(iceberg, repository, "main", commit, TableDescriptor("t", "tables/t", "_lakefs_tables/t.yaml"),
+                           lakefs=lakefs)  # the library writes the Delta log; its Iceberg task is never sent
+    assert outcome.ok and outcome.iceberg["state"] == "pending"
+    processes.worker("catch-up-iceberg")
+    done = subprocess.run([sys.executable, "-m", "lakefs_delta.cli", "catch-up", "--repo", repository], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**stack_env, "PATH": "/usr/bin:/bin", "LAKEFS_DELTA_ICEBERG_ENABLED": "true",
+                               "LAKEFS_DELTA_CATCH_UP_IN_FLIGHT_SECONDS": "0"})
+    assert done.returncode == 0 and "Iceberg table of t" in done.stdout, done.stdout + done.stderr
+    store = ObjectStore(iceberg, lakefs.storage_namespace(repository))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        manifest = json.loads(store.get(export_location(iceberg, "main", commit, "t") + MANIFEST))
+        if manifest["iceberg"]["state"] == "written":
+            break
+        time.sleep(1)
+    assert manifest["iceberg"]["state"] == "written", manifest["iceberg"]
