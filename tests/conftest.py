@@ -104,9 +104,16 @@ class Processes:
 
     def serve(self, name: str, port: int, extra_args: list[str] | None = None,
               extra_env: dict[str, str] | None = None) -> str:
-        """`lakefs-delta serve` on `port`; its URL once it answers."""
+        """`lakefs-delta serve` on `port`; its URL once it answers. A port another service of the
+        session holds is an error: the test would be talking to that one, configured otherwise."""
+        import socket
+
         import httpx
 
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                raise RuntimeError(f"{name}: port {port} is taken (another test's service stays up until the "
+                                   "session ends): give this one a port of its own")
         self.start(name, ["serve", "--port", str(port), *(extra_args or [])], extra_env)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30

@@ -14,7 +14,7 @@ from tests.conftest import SERVICE_PORT
 
 pytestmark = pytest.mark.integration
 
-EDGE_PORT = SERVICE_PORT + 1  # a service of this module's own: its process is the one measured
+EDGE_PORT = SERVICE_PORT + 54  # a service of this module's own (its process is the one measured), on a port no other test serves on
 MiB = 1024 * 1024
 BODY_MIB = 300
 GROWTH_MIB = 50  # what the service's peak memory may grow by over every 300 MB request
