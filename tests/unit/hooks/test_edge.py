@@ -5,7 +5,6 @@ JSON nested too deep with 400 where it used to be a 500, a commit id that is not
 
 from __future__ import annotations
 
-import asyncio
 
 import httpx
 import pytest
@@ -13,6 +12,7 @@ from pydantic import SecretStr
 
 from exporter.config import Config
 from hooks.app import create_app
+from tests.unit.hooks.asgi import call
 from hooks.edge import BODY_LIMIT, JSON_DEPTH, MiB
 
 pytestmark = pytest.mark.unit
@@ -39,11 +39,7 @@ class Service:
                                      api={"tokens": [{"token": "svc", "repositories": ["repo"]}]}))
 
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:
-        async def send():
-            transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
-            async with httpx.AsyncClient(transport=transport, base_url="http://service") as client:
-                return await client.request(method, path, **kwargs)
-        return asyncio.run(send())
+        return call(self.app, method, path, **kwargs)
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """Each app answers an error once, from its table: the API's `{"error": ...}` with a status, and
 Delta Sharing's `{"errorCode": ..., "message": ...}`; a worker's failure read back answers the same."""
 
-import asyncio
 
 import httpx
 import pytest
@@ -16,6 +15,7 @@ from hooks import errors as api_errors
 from hooks.errors import Refusal, unauthenticated
 from hooks.sharing import errors as sharing_errors
 from hooks.sharing.errors import MalformedRequest
+from tests.unit.hooks.asgi import call
 
 pytestmark = pytest.mark.unit
 
@@ -32,11 +32,7 @@ class RaisingApp:
             raise error
 
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:
-        async def send():
-            transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
-            async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
-                return await client.request(method, path, **kwargs)
-        return asyncio.run(send())
+        return call(self.app, method, path, base_url="http://api", **kwargs)
 
     def get(self, path: str, **kwargs) -> httpx.Response:
         return self.request("GET", path, **kwargs)

@@ -8,7 +8,6 @@ from a fake transport applying the grant (the integration tests ask the real lak
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from urllib.parse import quote
@@ -25,6 +24,7 @@ from exporter.lakefs.descriptors import TableDescriptor
 from exporter.storage.layout import export_location
 from hooks.app import create_app
 from hooks.auth import RepositoryAccess
+from tests.unit.hooks.asgi import call
 from tests.unit.source_tables import SourceTable
 
 pytestmark = pytest.mark.unit
@@ -88,11 +88,7 @@ class Lake:
         self.app.state.services.access.__init__(self.config, httpx.AsyncClient(transport=httpx.MockTransport(lakefs)))
 
     def request(self, method: str, path: str, headers: dict, **kwargs) -> httpx.Response:
-        async def send():
-            transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
-            async with httpx.AsyncClient(transport=transport, base_url="http://service") as client:
-                return await client.request(method, path, headers=headers, **kwargs)
-        return asyncio.run(send())
+        return call(self.app, method, path, headers=headers, **kwargs)
 
 
 @pytest.fixture

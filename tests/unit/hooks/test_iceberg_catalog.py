@@ -5,7 +5,6 @@ callers and refusals in the spec's error model; every write refused with 406, ne
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from urllib.parse import quote
@@ -17,6 +16,7 @@ from exporter.config import Config
 from exporter.export.commit import export_iceberg, export_table
 from exporter.storage.layout import MANIFEST, export_location
 from hooks.app import create_app
+from tests.unit.hooks.asgi import call
 from tests.unit.source_tables import SourceTable
 
 pytestmark = pytest.mark.unit
@@ -56,11 +56,7 @@ class Catalog:
         self.app = create_app(self.config)
 
     def request(self, method: str, path: str, headers: dict | None = SVC, **kwargs) -> httpx.Response:
-        async def send():
-            transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
-            async with httpx.AsyncClient(transport=transport, base_url="http://service") as client:
-                return await client.request(method, "/iceberg/v1" + path, headers=headers, **kwargs)
-        return asyncio.run(send())
+        return call(self.app, method, "/iceberg/v1" + path, headers=headers, **kwargs)
 
     def sign(self, method: str, uri: str, ref: str = TAG) -> httpx.Response:
         return self.request("POST", f"/namespaces/{ns('repo', ref)}/tables/events/commits/{self.commit}/sign",
@@ -289,10 +285,7 @@ def test_a_branch_serves_every_table_its_head_holds_from_their_newest_complete_e
     app = create_app(config)
 
     def get(path: str) -> httpx.Response:
-        async def send():
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://s") as client:
-                return await client.get("/iceberg/v1" + path, headers=SVC)
-        return asyncio.run(send())
+        return call(app, "GET", "/iceberg/v1" + path, headers=SVC)
 
     second = a.append(3).commit()  # only `a` changed; its export not written yet
     listed = get(f"/namespaces/{ns('repo', 'main')}/tables").json()["identifiers"]
