@@ -177,9 +177,11 @@ def _recorded(store: ObjectStore, location: str, write: Callable[[_ExportFiles],
         discard_iceberg_metadata(store, location)
         return {"state": "refused" if isinstance(error, IcebergUnsupported) else "failed", "reason": str(error)}
     except _UNEXPECTED_DATA as error:  # a log this writer did not foresee: the Delta export stands without it
-        log.exception("Iceberg metadata at %s not written", store.uri(location))
+        reason = f"the Iceberg writer failed on this log: {type(error).__name__}: {error}"
+        log.warning("Iceberg metadata at %s not written: %s", store.uri(location), reason)  # one line: the export is done
+        log.debug("Iceberg metadata at %s not written", store.uri(location), exc_info=True)
         discard_iceberg_metadata(store, location)
-        return {"state": "failed", "reason": f"the Iceberg writer failed on this log: {type(error).__name__}: {error}"}
+        return {"state": "failed", "reason": reason}
     return {"state": "written", "metadata_location": table.metadata_location,
             "snapshot_ids": {str(version): snapshot_id for version, snapshot_id in sorted(table.snapshot_ids.items())},
             **({"rewritten": rewritten} if rewritten else {})}

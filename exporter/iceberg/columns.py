@@ -60,7 +60,9 @@ def manifest_entries(adds: pa.StructArray, columns: Sequence[StatsColumn], parti
     if any(c.iceberg_type not in _ARROW and c.iceberg_type != "binary" for c in columns):
         return None  # decimals (and any type added later): their JSON numbers need Python's Decimal
     names = {f.name for f in adds.type}
-    stats = pc.struct_field(adds, "stats") if "stats" in names else pa.nulls(len(adds), pa.string())
+    if "stats" not in names:  # a checkpoint with `stats_parsed` only (delta-kernel-rs writes them): file by file
+        return None
+    stats = pc.struct_field(adds, "stats")
     left = pc.or_kleene(pc.is_null(stats), pc.equal(stats, ""))
     if "deletionVector" in names:
         left = pc.or_kleene(left, pc.is_valid(pc.struct_field(adds, "deletionVector")))

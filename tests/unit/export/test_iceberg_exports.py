@@ -169,10 +169,15 @@ def test_a_table_iceberg_cannot_represent_is_exported_as_delta_with_the_reason(l
     assert namespace(lakefs).exists(location + "_delta_log/00000000000000000000.json")
 
 
-def test_a_log_the_iceberg_writer_did_not_foresee_keeps_its_delta_export(lakefs, events, monkeypatch):
+def test_a_log_the_iceberg_writer_did_not_foresee_keeps_its_delta_export(lakefs, events, monkeypatch, caplog):
     """A bug in the Iceberg writer (here a TypeError from its manifests) never costs the Delta
-    export: it completes, the record says `failed` with the error, nothing Iceberg is left."""
+    export: it completes, the record says `failed` with the error, nothing Iceberg is left, and the
+    log says so in one line (the trace only at debug level: `lakefs-delta export` printed it whole)."""
+    import logging
+
     import exporter.iceberg.table as iceberg_table
+
+    caplog.set_level(logging.INFO, logger="lakefs_delta.exporter")
 
     def broken(*args, **kwargs):
         raise TypeError("unsupported operand type(s) for +: 'int' and 'NoneType'")
@@ -187,6 +192,8 @@ def test_a_log_the_iceberg_writer_did_not_foresee_keeps_its_delta_export(lakefs,
     assert outcome.iceberg["reason"].startswith("the Iceberg writer failed on this log: TypeError: unsupported")
     assert manifest(lakefs, location)["iceberg"] == outcome.iceberg
     assert iceberg_files(namespace(lakefs), location) == []
+    [warning] = [r for r in caplog.records if "not written" in r.getMessage()]
+    assert warning.exc_info is None and "TypeError: unsupported" in warning.getMessage()
 
 
 def test_discarding_an_export_removes_its_iceberg_metadata_json_first(lakefs, events):

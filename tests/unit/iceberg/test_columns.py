@@ -113,3 +113,15 @@ def test_the_fast_path_takes_good_stats(tmp_path, monkeypatch):
                         lambda *arguments: taken.append(real(*arguments)) or taken[-1])
     table_module.write_table(write_log(tmp_path, GOOD), LocalFiles(tmp_path / "iceberg"), read_range)
     assert [len(entries.rows) for entries in taken] == [4]
+
+
+def test_a_checkpoint_with_parsed_stats_only_goes_file_by_file_not_to_an_error():
+    """delta-kernel-rs's checkpoints may carry `add.stats_parsed` and no `add.stats` column: the
+    column path raised ArrowInvalid (No match for FieldRef.Name(stats)) and the table got no Iceberg table."""
+    from exporter.iceberg.columns import manifest_entries
+
+    adds = pa.StructArray.from_arrays(
+        [pa.array(["part-0.parquet"]), pa.array([10], pa.int64()),
+         pa.StructArray.from_arrays([pa.array([3], pa.int64())], names=["numRecords"])],
+        names=["path", "size", "stats_parsed"])
+    assert manifest_entries(adds, [], [], snapshot_id=1, sequence_number=1) is None
