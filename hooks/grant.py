@@ -20,7 +20,7 @@ from typing import TypeVar
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from exporter.delta.log import LOG_DIR
+from exporter.delta.log import log_folder
 from exporter.lakefs.client import commit_id_of
 from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, Caller,
                         RepositoryAccess, Unauthenticated, caller_of)
@@ -49,7 +49,7 @@ class Grant:
 
     async def may_read(self, commit_id: str, table_paths: Iterable[str]) -> bool:
         """Whether the caller may read the log of each table path at the commit; 401 or 503 raised."""
-        return await self._may_read_objects(commit_id, [log_of(path) for path in table_paths])
+        return await self._may_read_objects(commit_id, [log_folder(path) for path in table_paths])
 
     async def require(self, commit_id: str, table_paths: Iterable[str], what: str) -> None:
         """Returns when `may_read`, else the 403 refusal naming `what` (which the caller named)."""
@@ -83,11 +83,6 @@ class Grant:
             if decision not in (ALLOWED, FORBIDDEN):
                 _refuse_unless_allowed(decision, f"repository {self.repository!r}")
         return all(decision == ALLOWED for decision in decisions)
-
-
-def log_of(table_path: str) -> str:
-    """What lakeFS is asked about for a table: its log folder."""
-    return table_path.strip("/") + "/" + LOG_DIR
 
 
 async def grant_for(request: Request, repository: str, refs: Iterable[str | None] = ()) -> Grant:

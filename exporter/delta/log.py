@@ -78,6 +78,11 @@ class LogListing:
         return name if name in self.sidecars else None
 
 
+def log_folder(table_path: str) -> str:
+    """A table's `_delta_log/` folder, from the table's path (with or without a `/` at either end)."""
+    return table_path.strip("/") + "/" + LOG_DIR
+
+
 def commit_name(version: int) -> str:
     """The file name of commit `version` in `_delta_log/` (PROTOCOL.md#delta-log-entries)."""
     return f"{version:020d}.json"

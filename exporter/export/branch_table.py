@@ -33,7 +33,7 @@ from typing import Any
 
 from exporter.config import Config
 from exporter.delta.live_files import LiveFiles
-from exporter.delta.log import LOG_DIR, LogListing, commit_name
+from exporter.delta.log import LOG_DIR, LogListing, commit_name, log_folder
 from exporter.delta.log_retention import expired_log_files, log_retention_seconds
 from exporter.errors import BranchTableRefused, CorruptLog, NotFound
 from exporter.export.branch_log import (
@@ -379,7 +379,7 @@ def _commits_between(lakefs: LakeFS, repository: str, table_path: str, between: 
 
 def _log_checksums(lakefs: LakeFS, repository: str, ref: str, table_path: str, after: int) -> dict[int, str]:
     """Checksums of the table's commit files above version `after` at a ref."""
-    log = table_path.strip("/") + "/" + LOG_DIR
+    log = log_folder(table_path)
     entries = {e["path"][len(log):]: e.get("checksum") for e in
                lakefs.list_objects(repository, ref, log, delimiter="/", after=log + commit_name(after))
                if e.get("path_type", "object") == "object"}

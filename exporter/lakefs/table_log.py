@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from exporter.delta.checkpoint import checkpoint_files
-from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, LogSegment, commit_version, select_segment
+from exporter.delta.log import (LAST_CHECKPOINT, LOG_DIR, LogListing, LogSegment, commit_version, log_folder,
+                                select_segment)
 from exporter.errors import ExporterError, NotFound, TableNotFound
 from exporter.lakefs.addresses import AddressIndex, AddressIndexBuilder
 from exporter.lakefs.client import PAGE_SIZE, LakeFS
@@ -135,8 +136,7 @@ def checkpoint_files_hint(lakefs: LakeFS, repository: str, commit_id: str, table
     """How many files the table's newest checkpoint lists, from its `_last_checkpoint` (one call;
     `numOfAddFiles`, else the checkpoint's action count); 0 when there is none or it is unreadable."""
     try:
-        document = json.loads(lakefs.get_object(repository, commit_id, table_path.strip("/") + "/" + LOG_DIR
-                                                + LAST_CHECKPOINT))
+        document = json.loads(lakefs.get_object(repository, commit_id, log_folder(table_path) + LAST_CHECKPOINT))
         return int(document.get("numOfAddFiles", document.get("size", 0)))
     except NotFound:
         return 0
