@@ -119,8 +119,9 @@ class SharedTable:
         return found
 
     def _with_sidecars(self, found: dict[str, tuple[int, float]], checkpoint: int) -> dict[str, tuple[int, float]]:
-        """A V2 checkpoint's sidecars (`_sidecars/`, sorted after every version) are listed too."""
-        if _complete(found)[checkpoint].kind != "v2":
+        """A V2 checkpoint's sidecars (`_sidecars/`, sorted after every version) are listed too; a
+        single-file checkpoint under the classic name can be a V2 one (PROTOCOL.md#v2-spec)."""
+        if _complete(found)[checkpoint].kind == "multipart":
             return found
         prefix = self.location + LOG_DIR
         return {**found, **{key[len(prefix):]: (size, modified)

@@ -144,3 +144,63 @@ def test_the_catch_up_command_sends_the_iceberg_tables_it_counts(processes, lake
             break
         time.sleep(1)
     assert manifest["iceberg"]["state"] == "written", manifest["iceberg"]
+
+
+def test_a_classic_named_v2_checkpoint_is_shared_like_any_other(spark, lakefs, config, repository, tmp_path):
+    """Item 15: a V2 checkpoint under the classic name (`n.checkpoint.parquet`, pointing at a sidecar),
+    `_last_checkpoint` naming a UUID-named top-level file the log no longer holds: the shape of
+    delta-kernel-rs's `v2-classic-checkpoint-json`. A sharing query of the tag's export and of the
+    branch table answers the files Spark reads (before: 500, "the table cannot be read now",
+    since the sidecar was never listed for a classic-named checkpoint)."""
+    from exporter.export.branch_table import append_commit
+    from exporter.sharing.lines import query_lines
+    from exporter.sharing.versions import Schema, branch_table, tag_export
+    from exporter.storage.presign import Presigner
+    from tests.integration.writers import local_uri, spark_rows
+
+    local = tmp_path / "classic_v2"
+    uri = local_uri(local)
+    spark.conf.set("spark.databricks.delta.checkpoint.partSize", "2")  # the checkpoint's adds go to sidecars
+    spark.conf.set("spark.databricks.delta.checkpointV2.topLevelFileFormat", "parquet")
+    try:
+        spark.sql(f"CREATE TABLE delta.`{uri}` (id BIGINT) USING delta TBLPROPERTIES "
+                  "('delta.checkpointPolicy' = 'v2', 'delta.checkpointInterval' = '2')")
+        for i in range(3):  # version 2: the checkpoint
+            spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({i}), ({i + 10})")
+    finally:
+        spark.conf.unset("spark.databricks.delta.checkpoint.partSize")
+        spark.conf.unset("spark.databricks.delta.checkpointV2.topLevelFileFormat")
+    expected = spark_rows(spark, uri)
+    log = local / "_delta_log"
+    [top] = [p for p in log.glob(f"{2:020d}.checkpoint.*.parquet")]
+    top.rename(log / f"{2:020d}.checkpoint.parquet")  # the classic name; _last_checkpoint still names the old one
+    assert list((log / "_sidecars").glob("*.parquet"))
+    for file in sorted(local.rglob("*")):
+        if file.is_file() and not file.name.endswith(".crc"):
+            lakefs.upload_object(repository, "main", f"tables/cv2/{file.relative_to(local).as_posix()}",
+                                 file.read_bytes())
+    add_descriptor(lakefs, repository, "cv2", "tables/cv2")
+    commit_id = lakefs.commit_branch(repository, "main", "a classic-named V2 checkpoint")
+    config = config.model_copy(update={"branch_tables": ("main",)})
+    assert export_one(config, lakefs, repository, "main", commit_id, "cv2").ok
+    assert not append_commit(config, lakefs, repository, "main", commit_id, "cv2").skipped
+    lakefs.create_tag(repository, "v1", commit_id)
+    assert export_one(config, lakefs, repository, "v1", commit_id, "cv2").ok
+
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    for shared in (branch_table(config, store, Schema("main", repository, "main", "branch"), "cv2"),
+                   tag_export(config, store, Schema("v1", repository, "v1", "tag", commit_id), "cv2")):
+        lines = list(query_lines(shared.snapshot(), "parquet", Presigner(config, 900), versioned=False))
+        urls = [json.loads(line)["file"]["url"] for chunk in lines if isinstance(chunk, bytes)
+                for line in chunk.decode().splitlines()]
+        urls += [line["file"]["url"] for line in lines if isinstance(line, dict) and "file" in line]
+        got = sorted(((value,) for url in urls for value in pq_ids(httpx.get(url, timeout=30).content)), key=repr)
+        assert got == expected, shared.location
+
+
+def pq_ids(data: bytes) -> list[int]:
+    import io
+
+    import pyarrow.parquet as pq
+
+    return pq.read_table(io.BytesIO(data)).column("id").to_pylist()
