@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from exporter.delta.actions import after, check_protocol, commit_timestamp, parse_actions
 from exporter.delta.live_files import LiveFiles, SnapshotLog, add_actions
-from exporter.delta.paths import physical_address
+from exporter.delta.paths import is_absolute, log_path_to_key, physical_address
 from exporter.errors import CorruptLog, VersionOutOfRange
 from exporter.iceberg.columns import Entries, PartitionColumn, manifest_entries
 from exporter.iceberg.deletes import FILE_PATH_ID, delete_file_key, position_deletes
@@ -73,14 +73,70 @@ def write_table(log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
     """The Iceberg table of an exported Delta log: a snapshot per version from its checkpoint (or
     0) to its head. `read_range` reads stored deletion vectors (and a data file's footer where the
     stats do not count its rows); `source_timestamps` (the export manifest's) are commit times where
-    a commit has no in-commit timestamp."""
+    a commit has no in-commit timestamp.
+
+    A version that names a file lakeFS has no object for (vacuumed: the export keeps its path
+    relative) gets no snapshot: the table starts at the first version from which every live file
+    exists (`first_whole_version`). Its files are written again from there; those written before
+    are named by no metadata file."""
+    try:
+        return _write(log, None, files, read_range, source_timestamps, manifest_entries)
+    except GoneFile:
+        return _write(log, first_whole_version(log), files, read_range, source_timestamps, manifest_entries)
+
+
+def _write(log: SnapshotLog, start: int | None, files: IcebergFiles, read_range: ReadRange,
+           source_timestamps: Mapping[int, int] | None, manifest_entries: int) -> IcebergTable:
     builder = _Builder(files, read_range, manifest_entries, source_timestamps or {})
     segment = log.segment
-    if segment.checkpoint is not None:
-        builder.checkpoint_snapshot(log)
+    if start is None and segment.checkpoint is not None:
+        start = segment.checkpoint.version
+    if start is not None:
+        builder.first_snapshot(log, start)
     for version, name in segment.commits:
-        builder.commit_snapshot(version, parse_actions(name, log.raw(name)))
+        if start is None or version > start:
+            builder.commit_snapshot(version, parse_actions(name, log.raw(name)))
     return builder.finish()
+
+
+class GoneFile(CorruptLog):
+    """A version names a file lakeFS has no object for: an Iceberg snapshot can name only objects."""
+
+    def __init__(self, path: str):
+        super().__init__(f"the log names {path!r}, which lakeFS holds no object for (vacuumed?): an Iceberg "
+                         "snapshot can name only objects")
+
+
+def first_whole_version(log: SnapshotLog) -> int:
+    """The oldest version from which every live file has an object (an absolute path in the export):
+    after the last remove of a file whose path stayed relative. The head must be whole."""
+    checkpoint = log.segment.checkpoint
+    start, gone = (checkpoint.version, _gone_at_checkpoint(log)) if checkpoint else (0, set())
+    for version, name in log.segment.commits:
+        actions = parse_actions(name, log.raw(name))
+        for action in actions:
+            if isinstance(action.get("remove"), dict) and log_path_to_key(action["remove"]["path"]) in gone:
+                gone.discard(log_path_to_key(action["remove"]["path"]))
+                start = version
+        gone.update(log_path_to_key(a["add"]["path"]) for a in actions
+                    if isinstance(a.get("add"), dict) and not is_absolute(a["add"]["path"]))
+    if gone:
+        raise GoneFile(sorted(gone)[0])
+    return start
+
+
+def _gone_at_checkpoint(log: SnapshotLog) -> set[str]:
+    live = LiveFiles(_LogUpTo(log, log.segment.checkpoint.version))
+    gone = {log_path_to_key(add["path"]) for add in live.later_files() if not is_absolute(add["path"])}
+    for adds in live.checkpoint_batches():
+        paths = pc.struct_field(adds, "path")
+        gone.update(map(log_path_to_key, paths.filter(pc.invert(_named_objects(paths))).to_pylist()))
+    return gone
+
+
+def _named_objects(paths: pa.Array) -> pa.Array:
+    """Which of a column of log paths are absolute (an object's URI), as `is_absolute` decides each."""
+    return pc.or_(pc.starts_with(paths, "/"), pc.match_substring_regex(paths, r"^[A-Za-z][A-Za-z0-9+.-]*:"))
 
 
 def append_table(metadata_key: str, log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
@@ -223,16 +279,18 @@ class _Builder:
 
     # ------------------------------------------------------------ versions
 
-    def checkpoint_snapshot(self, log: SnapshotLog) -> None:
-        """The checkpoint's version: every file it holds, streamed a slice at a time."""
-        checkpoint = log.segment.checkpoint
-        live = LiveFiles(_LogUpTo(log, checkpoint.version))
+    def first_snapshot(self, log: SnapshotLog, version: int) -> None:
+        """The first version's snapshot: every file live at it, the checkpoint's streamed a slice at a time."""
+        live = LiveFiles(_LogUpTo(log, version))
         if live.metadata is None or live.protocol is None:
-            raise CorruptLog(f"checkpoint {checkpoint.version} has no metaData or no protocol action")
-        commit = log.segment.checkpoint_commit  # checkpoints drop commitInfo: c.json has it
+            raise CorruptLog(f"the log up to version {version} has no metaData or no protocol action")
+        checkpoint = log.segment.checkpoint
+        # checkpoints drop commitInfo: the commit at the version has it
+        commit = log.segment.checkpoint_commit if checkpoint and checkpoint.version == version else \
+            dict(log.segment.commits).get(version)
         actions = parse_actions(commit, log.raw(commit)) if commit else []
         self.use_metadata(live.metadata, live.protocol)
-        self._snapshot(checkpoint.version, actions, live.later_files(), set(), data_change=True,
+        self._snapshot(version, actions, live.later_files(), set(), data_change=True,
                        batches=live.checkpoint_batches(whole=True))
 
     def commit_snapshot(self, version: int, actions: list[dict]) -> None:
@@ -338,6 +396,8 @@ class _Builder:
         data: list[dict] = []
         deletes: list[dict] = []
         for add in adds:
+            if not is_absolute(add["path"]):
+                raise GoneFile(add["path"])
             path = physical_address(add["path"])
             partition = self._partition(add)
             metrics = file_metrics(add.get("stats"), self.columns)
@@ -376,6 +436,9 @@ class _Builder:
                      for f in self.spec_fields[self.spec_id]]
         pending: list[tuple[Entries, int, int]] = []  # (entries, start, stop) not in a manifest yet
         for batch in batches:
+            paths = pc.struct_field(batch, "path")
+            if pc.any(pc.invert(_named_objects(paths))).as_py():
+                raise GoneFile(next(p for p in paths.to_pylist() if not is_absolute(p)))
             entries = manifest_entries(batch, self.columns, partition, snapshot_id, self.sequence_number)
             if entries is None:
                 yield from add_actions(batch)

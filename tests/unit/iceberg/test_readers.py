@@ -17,7 +17,7 @@ import pytest
 from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
 
-from exporter.errors import IcebergUnsupported
+from exporter.errors import CorruptLog, IcebergUnsupported
 from exporter.iceberg.manifests import read_manifest_list
 from exporter.iceberg.table import DELTA_VERSION, append_table, write_table
 from tests.unit.iceberg.local_export import LocalFiles, export_locally, read_range
@@ -289,3 +289,31 @@ def test_partition_columns_whose_names_avro_refuses_read_in_every_reader(tmp_pat
         assert duckdb_rows(result.metadata_location, snapshot_id) == delta_rows(source, version), version
     table = StaticTable.from_metadata(result.metadata_location)
     assert len(list(table.scan(row_filter=EqualTo("event-date", "2026-01-02")).plan_files())) == 1  # pruned by partition
+
+
+def test_versions_naming_vacuumed_files_get_no_snapshot_and_the_head_reads_as_delta_rs(tmp_path):
+    """The checkpoint at 4 holds files the overwrite at 5 removed and a vacuum then deleted: the
+    export keeps their paths relative, and the Iceberg table starts at 5 (every file it names exists)."""
+    source = tmp_path / "source"
+    build_history(source)
+    expected = {version: delta_rows(source, version) for version in (5, 6, 7)}
+    deltalake.DeltaTable(str(source)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    expected[8] = expected[9] = expected[7]  # the vacuum's own two commits
+
+    result = write_table(export_locally(source, tmp_path / "export"), LocalFiles(tmp_path / "iceberg"), read_range)
+
+    assert sorted(result.snapshot_ids) == [5, 6, 7, 8, 9]
+    for version, snapshot_id in result.snapshot_ids.items():
+        assert pyiceberg_rows(result.metadata_location, snapshot_id) == expected[version], version
+        assert duckdb_rows(result.metadata_location, snapshot_id) == expected[version], version
+
+
+def test_a_head_naming_a_vacuumed_file_is_refused_with_the_file(tmp_path):
+    source = tmp_path / "source"
+    write(source, batch([1, 2], "eu", dt.date(2024, 1, 1), 1))
+    write(source, batch([3], "us", dt.date(2024, 1, 2), 2))
+    lost = next(source.glob("region=us/**/*.parquet"))
+    lost.unlink()
+
+    with pytest.raises(CorruptLog, match="holds no object for"):
+        write_table(export_locally(source, tmp_path / "export"), LocalFiles(tmp_path / "iceberg"), read_range)
