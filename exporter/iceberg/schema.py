@@ -219,8 +219,13 @@ def _type(delta_type: Any, key: FieldKey, ids: _Ids, column: str, nested_path: s
         fields, mapping = _struct_fields(delta_type.get("fields") or [], key, ids, column)
         return {"type": "struct", "fields": fields}, mapping
     if kind in ("array", "map") and ids.mapped and not nested:
-        # The data files carry ids on the struct fields but none inside the array or map, and readers
-        # that resolve by id where a file has ids (DuckDB 1.4, Iceberg Java) read the elements as null.
+        # The data files carry ids on the struct fields but none inside the array or map (Spark and
+        # delta-rs alike), and no Iceberg metadata makes DuckDB 1.4 read those children: its iceberg
+        # scan maps by field id only (duckdb-iceberg `IcebergMultiFileReader::Bind`), applies the
+        # name mapping only to a file column without an id and never below one (`ApplyFieldMapping`
+        # returns at once), and DuckDB's `FieldIdMapper` skips children without an id, so every
+        # element, key and value reads as null. PyIceberg (which falls back to the name mapping for
+        # the whole file) would read them; one reader reading nulls is reason enough to refuse.
         raise IcebergUnsupported(
             f"column {column!r} is an {kind} under column mapping without {_NESTED_IDS} (written by Delta's "
             "icebergCompatV2 feature): Iceberg readers would read its elements as null")

@@ -245,3 +245,61 @@ def test_a_vacuumed_table_gets_an_iceberg_table_from_its_first_whole_version(spa
     assert sorted(map(int, record["snapshot_ids"])) == list(range(3, head + 1)), record["snapshot_ids"]
     assert_iceberg_reads(record, {v: iceberg_spark_rows(spark, repository, commit_id, v, "tables/vac")
                                   for v in (3, 4, head)}, readers)
+
+
+def test_iceberg_snapshot_times_answer_as_spark_does_on_the_source_when_file_times_go_back(
+        spark, lakefs, config, repository, readers, tmp_path):
+    """Item 1: version 3 (the checkpoint) was written to lakeFS before version 2, so its file time is
+    older; Delta's readers give it version 2's time + 1 ms. Between versions' times, PyIceberg's
+    `snapshot_as_of_timestamp` on the export's Iceberg table answers the version Spark's
+    `timestampAsOf` answers on the source (none where Spark's is before the exported checkpoint),
+    and the manifest's `source_timestamps_ms` are Spark's times of the exported versions."""
+    from delta.tables import DeltaTable
+    from pyiceberg.table import StaticTable
+
+    local = tmp_path / "times"
+    for version in range(5):  # version v holds v + 1 rows: a read tells which version it is
+        deltalake.write_deltalake(str(local), ids(version), mode="append")
+        if version == 3:
+            deltalake.DeltaTable(str(local)).create_checkpoint()
+    log = local / "_delta_log"
+
+    def upload(*files: Path) -> None:
+        for file in files:
+            lakefs.upload_object(repository, "main", f"tables/times/{file.relative_to(local).as_posix()}",
+                                 file.read_bytes())
+        time.sleep(1.5)  # lakeFS keeps a modification time per upload, to the second
+
+    upload(*[f for f in local.rglob("*.parquet") if "_delta_log" not in f.parts],
+           log / f"{0:020d}.json", log / f"{1:020d}.json")
+    upload(log / f"{3:020d}.json", log / f"{3:020d}.checkpoint.parquet", log / "_last_checkpoint")
+    upload(log / f"{2:020d}.json")  # after version 3: its file time is newer
+    upload(log / f"{4:020d}.json")
+    add_descriptor(lakefs, repository, "times", "tables/times")
+    commit_id = lakefs.commit_branch(repository, "main", "file times go back at the checkpoint")
+    source = f"s3a://{repository}/{commit_id}/tables/times"
+    spark_ms = {row["version"]: row["ms"] for row in DeltaTable.forPath(spark, source).history()
+                .selectExpr("version", "unix_millis(timestamp) AS ms").collect()}
+    assert spark_ms[3] == spark_ms[2] + 1, spark_ms  # Delta's rule: the file time was not after version 2's
+
+    outcome = export_one(config.model_copy(update={"iceberg": IcebergConfig(enabled=True)}), lakefs, repository,
+                         "main", commit_id, "times")
+
+    assert outcome.ok and outcome.checkpoint_version == 3, outcome.error
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    manifest = json.loads(store.get(export_location(config, "main", commit_id, "times") + MANIFEST))
+    assert {int(v): ms for v, ms in manifest["source_timestamps_ms"].items()} == {v: spark_ms[v] for v in (3, 4)}
+    table = StaticTable.from_metadata(outcome.iceberg["metadata_location"], properties=readers[0])
+    # between the versions' times: Delta readers disagree by a few ms exactly at a commit's time
+    instants = [spark_ms[0] - 1000, (spark_ms[1] + spark_ms[2]) // 2, (spark_ms[3] + spark_ms[4]) // 2]
+    seen, got = [], []
+    for instant in instants:
+        moment = spark.sql(f"SELECT date_format(timestamp_millis({instant}), 'yyyy-MM-dd HH:mm:ss.SSS')").first()[0]
+        try:
+            seen.append(spark.read.format("delta").option("timestampAsOf", moment).load(source).count() - 1)
+        except Exception:  # before version 0 (or after the head): Spark refuses the instant
+            seen.append(None)
+        snapshot = table.snapshot_as_of_timestamp(instant)
+        got.append(int(snapshot.summary["delta.version"]) if snapshot is not None else None)
+    assert seen == [None, 1, 3], (seen, spark_ms)
+    assert got == [None, None, 3], (got, spark_ms)  # before: v3's snapshot at its file time, 2.5 s early
