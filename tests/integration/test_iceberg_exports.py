@@ -180,6 +180,34 @@ def test_pyiceberg_and_duckdb_read_a_branch_table_after_appends_and_a_divergence
                                   5: spark_rows(spark, repository, reverted, 2, path)}, readers)
 
 
+def test_a_branch_tables_older_snapshot_reads_a_column_the_head_moved_back_past(spark, lakefs, config, repository,
+                                                                                readers):
+    """Issue 38 item 14: the source's head moves back past the version that added `extra`; the
+    synthetic version's schema has no `extra`, and the snapshot of the version that had it still
+    reads it in PyIceberg and DuckDB (before: "Could not find field with name: extra")."""
+    config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True), "branch_tables": ("main",)})
+    path = "tables/narrowed"
+    uri = table_uri(repository, "main", path)
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT) USING delta")                                      # 0
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1), (2)")                                            # 1
+    add_descriptor(lakefs, repository, "narrowed", path)
+    first = commit_and_append(config, lakefs, repository, "narrowed", "versions 0-1")
+    spark.sql(f"ALTER TABLE delta.`{uri}` ADD COLUMNS (extra STRING)")                                 # 2
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (3, 'x'), (4, NULL)")                                 # 3
+    second = commit_and_append(config, lakefs, repository, "narrowed", "versions 2-3: a column added")
+
+    reverted = lakefs.revert(repository, "main", second)  # the source's head moves back to version 1
+    assert export_one(config, lakefs, repository, "main", reverted, "narrowed").ok
+    synced = append_commit(config, lakefs, repository, "main", reverted, "narrowed")
+
+    assert synced.appended == [4] and synced.synthetic
+    record = branch_table_versions(config, lakefs, repository, "main", "narrowed")["iceberg"]
+    with_extra = spark_rows(spark, repository, second, 3, path)
+    assert ("extra", "x") in {column for row in with_extra for column in row}
+    assert_iceberg_reads(record, {1: spark_rows(spark, repository, first, 1, path), 3: with_extra,
+                                  4: spark_rows(spark, repository, reverted, 1, path)}, readers)
+
+
 def test_after_the_log_retention_a_branch_tables_iceberg_table_reads_every_version_the_delta_log_keeps(
         spark, lakefs, config, repository, readers):
     """The log retention, run at a clock 30 days after checkpoint 3 was written, removes versions
