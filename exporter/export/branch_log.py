@@ -6,9 +6,11 @@ against the branch table's own live files, checkpoints renamed by the offset, or
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,6 +23,7 @@ from exporter.delta.live_files import LiveFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, commit_name, with_version
 from exporter.delta.paths import is_absolute
 from exporter.delta.replay import checkpoint_row_groups
+from exporter.errors import CorruptLog
 from exporter.export.json_splice import add_member
 from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.export.resolve import PathResolver
@@ -100,11 +103,47 @@ def source_versions(config: Config, lakefs: LakeFS, store: ObjectStore, reposito
     return {v: rewrite_commit(name, raw[name], resolver).content for v, name in names.items()}
 
 
-def drop_orphans(store: ObjectStore, target: str, head: int) -> None:
-    """Versions above the recorded head are what an interrupted append wrote: never recorded, they go."""
+@dataclass(frozen=True)
+class Interrupted:
+    """What an interrupted append left past the recorded head: the versions that follow it without a
+    gap (a reader may have read them), the last one's source version and lakeFS commit, and its
+    actions."""
+
+    versions: list[int]
+    source_version: int
+    commit_id: str
+    synthetic: str | None  # a synthetic version's reason
+    commits: list[list[dict]]  # the versions' actions, in order
+
+
+def interrupted_versions(store: ObjectStore, target: str, head: int) -> Interrupted | None:
+    """The versions an interrupted append wrote after `head`, from the first without a gap; what
+    follows a gap (no reader reads past one) and a checkpoint past them go (`drop_orphans`)."""
+    log = target + LOG_DIR
+    listing = _past(store, target, head)
+    versions = list(itertools.takewhile(lambda v: v in listing.commits, itertools.count(head + 1)))
+    drop_orphans(store, target, versions[-1] if versions else head)
+    if not versions:
+        return None
+    commits = parsed_commits({v: store.get(log + listing.commits[v]) for v in versions})
+    info = next((a["commitInfo"] for a in commits[-1] if isinstance(a.get("commitInfo"), dict)), {})
+    marker = info.get("lakeFS") if isinstance(info.get("lakeFS"), dict) else None
+    if marker is None or not isinstance(marker.get("sourceVersion"), int) or not marker.get("commit"):
+        raise CorruptLog(f"branch table version {versions[-1]} past the recorded head {head} has no commitInfo.lakeFS: "
+                         "not written by an append")
+    synthetic = (info.get("operationParameters") or {}).get("reason") if info.get("operation") == SYNC_OPERATION else None
+    return Interrupted(versions, marker["sourceVersion"], marker["commit"], synthetic, commits)
+
+
+def _past(store: ObjectStore, target: str, head: int) -> LogListing:
     log = target + LOG_DIR  # only what sorts after the head's commit: the cost does not grow with the log
-    listing = LogListing.from_names((name[len(log):], 0) for name, _, _ in
-                                    store.list_objects(log, start_after=log + commit_name(head)))
+    return LogListing.from_names((name[len(log):], 0) for name, _, _ in
+                                 store.list_objects(log, start_after=log + commit_name(head)))
+
+
+def drop_orphans(store: ObjectStore, target: str, head: int) -> None:
+    """What lies past `head` and no reader can read (after a gap in the versions) goes."""
+    listing = _past(store, target, head)
     orphans = [name for version, name in listing.commits.items() if version > head]
     orphans += [name for version, checkpoint in listing.checkpoints.items() if version > head for name in checkpoint.files]
     if not orphans:

@@ -19,7 +19,8 @@ written after the Delta log and before the state).
 
 Appends are serialised per (branch, table) by the caller (a Redis lock in the worker); each is
 idempotent and ordered: a commit the branch table already followed, or an ancestor of it, is a
-no-op.
+no-op. Versions an interrupted append wrote past the recorded head are never taken back (a Delta
+reader lists them as soon as they exist): the next append takes them in and goes on from them.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from exporter.export.branch_log import (
     annotated,
     copy_checkpoint,
     digest,
-    drop_orphans,
+    interrupted_versions,
     live_files_differ,
     now_iso,
     parsed_commits,
@@ -191,7 +192,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
                 if still_held:
                     still_held()
                 _write_state(store, target, state)
-            drop_orphans(store, target, state["head_version"])
+            _go_on_from_interrupted(config, store, target, state, branch, table)
             _append(config, lakefs, store, target, exported, state, repository, branch, commit_id, manifest, outcome,
                     between)
         state.update(last_commit=commit_id, last_commit_created=commit.creation_date)
@@ -235,6 +236,29 @@ def expire_log(store: ObjectStore, target: str, state: dict, metadata: Mapping[s
     _write_state(store, target, state)
     store.delete([prefix + name for name in sorted(expired)])
     return len(expired)
+
+
+def _go_on_from_interrupted(config: Config, store: ObjectStore, target: str, state: dict, branch: str,
+                            table: str) -> None:
+    """Versions an interrupted append wrote past the recorded head: a reader may have read them, so
+    they are never taken back. The state takes them in (their source version and lakeFS commit are
+    in their `commitInfo.lakeFS`), and the append goes on from them: the retried commit appends the
+    rest, another compares the source with them as with any version the table holds."""
+    found = interrupted_versions(store, target, state["head_version"])
+    if found is None:
+        return
+    try:
+        source = store.get(export_location(config, branch, found.commit_id, table) + LOG_DIR +
+                           commit_name(found.source_version))
+    except NotFound:  # that export is pruned: the next append cannot tell a rewritten source version
+        source = None
+    head = found.versions[-1]
+    state.update(head_version=head, offset=head - found.source_version, source_version=found.source_version,
+                 source_sha256=digest(source) if source is not None else None,
+                 table_id=table_id_of(found.commits, None, from_checkpoint=False) or state.get("table_id"))
+    state["commits"].append({"commit_id": found.commit_id, "version": head, "source_version": found.source_version,
+                             "appended": [found.versions[0], head], "synthetic": found.synthetic,
+                             "interrupted": True, "at": now_iso()})
 
 
 def _place_on_branch(lakefs: LakeFS, repository: str, branch: str, commit_id: str,
@@ -348,9 +372,14 @@ def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exp
     ranges = [(outcome.appended[0], outcome.appended[-1])] if reason is not None else \
         [(first + offset, last + offset) for first, last in _ranges(followed, mapped)]
     for (mapped_commit, source_version), (first, last) in zip(mapped, ranges):
-        state["commits"].append({"commit_id": mapped_commit, "version": source_version + offset,
-                                 "source_version": source_version, "appended": [first, last] if first <= last else None,
-                                 "synthetic": reason, "at": now_iso()})
+        entry = {"commit_id": mapped_commit, "version": source_version + offset, "source_version": source_version,
+                 "appended": [first, last] if first <= last else None, "synthetic": reason, "at": now_iso()}
+        earlier = state["commits"][-1] if state["commits"] else {}
+        if earlier.get("interrupted") and earlier["commit_id"] == mapped_commit:  # its append, completed
+            entry["appended"] = [earlier["appended"][0], last if first <= last else earlier["appended"][1]]
+            state["commits"][-1] = entry
+        else:
+            state["commits"].append(entry)
 
 
 def _ranges(followed: int, mapped: list[tuple[str, int]]) -> list[tuple[int, int]]:

@@ -303,3 +303,51 @@ def test_iceberg_snapshot_times_answer_as_spark_does_on_the_source_when_file_tim
         got.append(int(snapshot.summary["delta.version"]) if snapshot is not None else None)
     assert seen == [None, 1, 3], (seen, spark_ms)
     assert got == [None, None, 3], (got, spark_ms)  # before: v3's snapshot at its file time, 2.5 s early
+
+
+def test_versions_an_interrupted_append_wrote_stay_as_readers_read_them(spark, lakefs, config, repository, tmp_path,
+                                                                        monkeypatch):
+    """Item 6: the worker dies after writing branch-table version 1 of the two a commit brings;
+    Spark and delta-rs read version 1 meanwhile. The commit is then reverted (the source's head back
+    at version 0): the next append keeps version 1 as it was read and brings the table to the
+    source's state with a synthetic version 2 (before: version 1 was deleted, and a synthetic
+    version 1 written in its place, so a reader's version 1 changed under it)."""
+    from exporter.export.branch_table import append_commit, read_state
+    from exporter.storage.layout import branch_table_location
+
+    config = config.model_copy(update={"branch_tables": ("main",)})
+    folder = tmp_path / "t"
+    add_descriptor(lakefs, repository, "t", "tables/t")
+    first = commit_table(lakefs, repository, "tables/t", folder, ids(1, 2))
+    assert export_one(config, lakefs, repository, "main", first, "t").ok
+    assert not append_commit(config, lakefs, repository, "main", first, "t").skipped
+    second = commit_table(lakefs, repository, "tables/t", folder, ids(3), ids(4))  # versions 1, 2
+    assert export_one(config, lakefs, repository, "main", second, "t").ok
+    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    target = branch_table_location(config, "main", "t")
+    put = ObjectStore.put
+
+    def killed_after_version_1(self, key: str, *args, **kwargs):
+        if key == target + f"_delta_log/{2:020d}.json":
+            raise SystemExit("the worker is killed")
+        return put(self, key, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ObjectStore, "put", killed_after_version_1)
+        with pytest.raises(SystemExit):
+            append_commit(config, lakefs, repository, "main", second, "t")
+    location = store.uri(target)
+    read_then = delta_rs_rows(location)
+    assert read_then == [(1,), (2,), (3,)]  # version 1: what the readers see
+    assert sorted(tuple(r) for r in spark.read.format("delta").load(location.replace("s3://", "s3a://")).collect()) \
+        == read_then
+
+    reverted = lakefs.revert(repository, "main", second)  # the source's head back at version 0
+    assert export_one(config, lakefs, repository, "main", reverted, "t").ok
+    synced = append_commit(config, lakefs, repository, "main", reverted, "t")
+
+    assert synced.appended == [2] and "moved back" in synced.synthetic, synced
+    assert delta_rs_rows(location, 1) == read_then  # never taken back
+    assert delta_rs_rows(location) == [(1,), (2,)]
+    state = read_state(store, target)
+    assert [(c["commit_id"], c["version"]) for c in state["commits"]] == [(first, 0), (second, 1), (reverted, 2)]

@@ -164,8 +164,60 @@ def test_an_append_that_lost_its_lock_stops_before_the_state_its_readers_follow(
         append_commit(config, lakefs, "repo", "main", second, "events", still_held=lost)
     store = ObjectStore(config, "s3://lake/repo")
     assert read_state(store, branch_table_location(config, "main", "events"))["last_commit"] == first
-    again = append_commit(config, lakefs, "repo", "main", second, "events")  # the holder's append: the orphan goes
-    assert again.appended == [1] and again.head_version == 1
+    target = branch_table_location(config, "main", "events")
+    written = store.get(target + "_delta_log/" + f"{1:020d}.json")
+    again = append_commit(config, lakefs, "repo", "main", second, "events")  # the holder's append
+    # version 1 a reader may have read stays as written: the append goes on from it, with nothing left to add
+    assert again.appended == [] and again.head_version == 1
+    assert store.get(target + "_delta_log/" + f"{1:020d}.json") == written
+    state = read_state(store, target)
+    assert state["last_commit"] == second
+    assert [(c["commit_id"], c["version"], c["appended"]) for c in state["commits"]] == [(first, 0, [0, 0]),
+                                                                                      (second, 1, [1, 1])]
+
+
+def test_versions_an_interrupted_append_wrote_are_never_taken_back(lakefs, events, monkeypatch):
+    """Issue 38 item 6: an append interrupted after writing version 1 of two (the worker killed); a
+    reader may have read version 1. The source then moves back to version 0: the next append keeps
+    version 1 as written and brings the table to the source's state with a synthetic version 2
+    (before: version 1 was deleted, and a synthetic version 1 written in its place)."""
+    from exporter.export.branch_table import append_commit, read_state
+    from exporter.export.commit import export_table
+    from exporter.storage.objectstore import ObjectStore
+
+    config = Config(branch_tables=("main",))
+    first = events.append(1, 2).commit()
+    assert export_table(config, "repo", "main", first, events.descriptor).ok
+    assert append_commit(config, lakefs, "repo", "main", first, "events").appended == [0]
+    second = events.append(3).append(4).commit()
+    assert export_table(config, "repo", "main", second, events.descriptor).ok
+    store = ObjectStore(config, "s3://lake/repo")
+    target = branch_table_location(config, "main", "events")
+    put = type(store).put
+
+    def killed_after_version_1(self, key: str, *args, **kwargs):
+        if key == target + "_delta_log/" + f"{2:020d}.json":
+            raise SystemExit("the worker is killed")
+        return put(self, key, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(store), "put", killed_after_version_1)
+        with pytest.raises(SystemExit):
+            append_commit(config, lakefs, "repo", "main", second, "events")
+    seen = store.get(target + "_delta_log/" + f"{1:020d}.json")  # what a reader could read meanwhile
+    assert read_state(store, target)["head_version"] == 0
+
+    log = f"{events.descriptor.prefix}_delta_log/"
+    gone = [f"_delta_log/{v:020d}.json" for v in (1, 2)]  # the source's head moves back to version 0
+    third = events.commit(leave_out=gone, extra={log + f"{v:020d}.json": None for v in (1, 2)})
+    assert export_table(config, "repo", "main", third, events.descriptor).ok
+    outcome = append_commit(config, lakefs, "repo", "main", third, "events")
+
+    assert store.get(target + "_delta_log/" + f"{1:020d}.json") == seen
+    assert outcome.synthetic and outcome.appended == [2], outcome
+    state = read_state(store, target)
+    assert (state["head_version"], state["commits"][1]["commit_id"], state["commits"][1]["interrupted"]) == \
+        (2, second, True)
 
 
 def test_log_retention_removes_expired_files_below_the_newest_checkpoint_that_is_as_old():
