@@ -13,6 +13,10 @@ from exporter.errors import CorruptLog
 from exporter.parquet.splice import ParquetSource, read_columns
 
 
+class MissingSidecars(CorruptLog):
+    """A checkpoint names sidecars the listing given does not hold."""
+
+
 def checkpoint_files(addresses: Mapping[str, str], segment: LogSegment, source_of: Callable[[str], ParquetSource]) -> list[str]:
     """The checkpoint's files in write order: the sidecars its parts point at, then the parts.
     `source_of(name)` reads a `_delta_log/` file (in memory, or by ranges from the object store)."""
@@ -28,5 +32,6 @@ def checkpoint_files(addresses: Mapping[str, str], segment: LogSegment, source_o
         sidecars += ["_sidecars/" + posixpath.basename(unquote(p)) for p in paths]
     absent = [s for s in sidecars if LOG_DIR + s not in addresses]
     if absent:
-        raise CorruptLog(f"V2 checkpoint {segment.checkpoint.files[0]} names sidecar(s) not in the log: {', '.join(absent)}")
+        raise MissingSidecars(f"V2 checkpoint {segment.checkpoint.files[0]} names sidecar(s) not in the log: "
+                              f"{', '.join(absent)}")
     return sidecars + list(segment.checkpoint.files)

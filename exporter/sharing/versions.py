@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from exporter.config import Config
 from exporter.delta.actions import after, in_commit_timestamp, increasing, parse_actions
+from exporter.delta.checkpoint import MissingSidecars
 from exporter.delta.live_files import LiveFiles
 from exporter.delta.log import (LAST_CHECKPOINT, LOG_DIR, Checkpoint, LogListing, commit_name, commit_version,
                                 log_file_version, select_segment)
@@ -119,10 +120,12 @@ class SharedTable:
         return found
 
     def _with_sidecars(self, found: dict[str, tuple[int, float]], checkpoint: int) -> dict[str, tuple[int, float]]:
-        """A V2 checkpoint's sidecars (`_sidecars/`, sorted after every version) are listed too; a
-        single-file checkpoint under the classic name can be a V2 one (PROTOCOL.md#v2-spec)."""
-        if _complete(found)[checkpoint].kind == "multipart":
+        """A V2 checkpoint's sidecars (`_sidecars/`, sorted after every version) are listed too."""
+        if _complete(found)[checkpoint].kind != "v2":
             return found
+        return self._listed_sidecars(found)
+
+    def _listed_sidecars(self, found: dict[str, tuple[int, float]]) -> dict[str, tuple[int, float]]:
         prefix = self.location + LOG_DIR
         return {**found, **{key[len(prefix):]: (size, modified)
                             for key, size, modified in self.store.list_objects(prefix + "_sidecars/")}}
@@ -158,8 +161,12 @@ class SharedTable:
             raise self._unavailable(version) from None
         if segment.head_version != version:
             raise self._unavailable(version)
-        log = ExportedLog(self.store, self.location, dict(listing.sizes), listing, segment)
-        return Snapshot(self, version, LiveFiles(log))
+        try:
+            live = LiveFiles(ExportedLog(self.store, self.location, dict(listing.sizes), listing, segment))
+        except MissingSidecars:  # a classic-named checkpoint that is a V2 one (PROTOCOL.md#v2-spec): listed now
+            listing = LogListing.from_names((name, size) for name, (size, _) in self._listed_sidecars(files).items())
+            live = LiveFiles(ExportedLog(self.store, self.location, dict(listing.sizes), listing, segment))
+        return Snapshot(self, version, live)
 
     def _unavailable(self, version: int) -> VersionOutOfRange:
         return VersionOutOfRange(f"version {version} of table {self.name!r} is not available: "

@@ -233,13 +233,12 @@ def test_a_long_log_is_listed_from_the_checkpoint_a_version_needs_not_from_its_s
 
     head_files = table._segment_files(head)
     assert sorted(head_files)[0] == f"{4990:020d}.checkpoint.parquet" and len(head_files) == 7
-    sidecars = (log + "_sidecars/", "", "")  # a single-file checkpoint may be a V2 one under the classic name
-    assert table.store.listings == [(log, log + f"{4989:020d}.json", log + f"{4996:020d}"), sidecars]
+    assert table.store.listings == [(log, log + f"{4989:020d}.json", log + f"{4996:020d}")]
 
     table.store.listings.clear()
     old = table._segment_files(2_005)  # below _last_checkpoint: one window back finds checkpoint 2000
     assert min(old) == f"{2000:020d}.checkpoint.parquet" and max(old) == f"{2005:020d}.json"
-    assert table.store.listings == [(log, log + f"{1005:020d}.json", log + f"{2006:020d}"), sidecars]
+    assert table.store.listings == [(log, log + f"{1005:020d}.json", log + f"{2006:020d}")]
 
     table.store.listings.clear()
     assert sorted(table.commits(100, 120)) == list(range(100, 121))
