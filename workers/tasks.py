@@ -45,7 +45,7 @@ from exporter.lakefs.table_log import checkpoint_files_hint
 from exporter.state.connection import length_prefixed
 from exporter.state.results import ResultCache
 from exporter.state.status import COMMIT_RECORD, StatusStore
-from workers.app import app, current_config
+from workers.app import app, current_config, soft_time_limit
 
 log = logging.getLogger("lakefs_delta.worker")
 
@@ -555,16 +555,25 @@ def compute_diff(self, repository: str, left_commit: str | None, right_commit: s
                             lambda: diff_of(config, _lakefs(config), repository, left_commit, right_commit, table_path))
 
 
-@app.task(bind=True, base=RetriedTask, name="lakefs_delta.compute_row_diff")
+# Acknowledged when it starts: a row diff is a question, asked again by the next request once the
+# API's claim on it expires, so its time limit (a Spark job's budget) may pass the visibility timeout.
+@app.task(bind=True, base=RetriedTask, name="lakefs_delta.compute_row_diff", acks_late=False)
 def compute_row_diff(self, repository: str, left_commit: str | None, right_commit: str, table_path: str,
                      key: str = "-") -> bool:
-    """A row diff the API was asked for: read from the differing files here, never in the web process."""
+    """A row diff the API was asked for: read from the differing files here, never in the web process.
+    Run past its time limit it fails for good with the reason: started again it would begin from nothing."""
     config = current_config()
     cache, parts = _row_diff_cache(config), (repository, left_commit, right_commit, table_path, key)
-    return _compute_for_api(self, cache, parts,
-                            lambda: row_diff_of(config, _lakefs(config), repository, left_commit, right_commit,
-                                                table_path, key_columns(key),
-                                                progress=lambda seen: cache.put_progress(seen, *parts)))
+
+    def compute() -> dict:
+        try:
+            return row_diff_of(config, _lakefs(config), repository, left_commit, right_commit, table_path,
+                               key_columns(key), progress=lambda seen: cache.put_progress(seen, *parts))
+        except SoftTimeLimitExceeded:
+            limit = config.task_time_limit(self.name)
+            raise RowDiffTooLarge(f"the row diff ran past its time limit ({soft_time_limit(limit)} s of {limit} s: "
+                                  "row_diff.spark.time_limit_seconds, or tasks.time_limits.compute_row_diff)") from None
+    return _compute_for_api(self, cache, parts, compute)
 
 
 @app.task(bind=True, base=RetriedTask, name="lakefs_delta.compare_refs")

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +32,10 @@ class SparkJobFailed(ExporterError):
     """The Spark job exited with an error (its last lines are the message)."""
 
     permanent = False
+
+
+class SparkJobTimedOut(ExporterError):
+    """The Spark job ran past `row_diff.spark.time_limit_seconds`: stopped, and not started again."""
 
 
 def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str,
@@ -50,14 +55,28 @@ def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str,
         job = subprocess.Popen([sys.executable, "-m", "exporter.diff.rows_spark", str(plan_file), str(summary_file),
                                 str(rows_file)], env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
+        timed_out = threading.Event()
+        timer = threading.Timer(spark.time_limit_seconds, lambda: (timed_out.set(), job.kill()))  # its own budget
         errors: list[str] = []
         reader = threading.Thread(target=lambda: errors.extend(job.stderr), daemon=True)
-        reader.start()
-        for line in job.stdout:
-            if line.startswith("PROGRESS ") and progress is not None:
-                progress(json.loads(line[len("PROGRESS "):]))
-        job.wait()
+        try:
+            timer.start()
+            reader.start()
+            if progress is not None:
+                progress({"engine": "spark", "phase": "starting"})
+            for line in job.stdout:
+                if line.startswith("PROGRESS ") and progress is not None:
+                    progress(json.loads(line[len("PROGRESS "):]))
+            job.wait()
+        finally:  # whatever stops the caller (its time limit, a lost worker), no job is left running
+            timer.cancel()
+            if job.poll() is None:
+                job.kill()
+                job.wait()
         reader.join(timeout=5)
+        if timed_out.is_set():
+            raise SparkJobTimedOut(f"the row diff's Spark job ran past its time budget ({spark.time_limit_seconds} s: "
+                                   "row_diff.spark.time_limit_seconds) and was stopped")
         if job.returncode != 0:
             tail = "".join(errors[-15:]).strip()
             raise SparkJobFailed(f"the row diff's Spark job exited with {job.returncode}: {tail[-1500:]}")
@@ -93,14 +112,23 @@ def _session():
     return session
 
 
-def _report_progress(spark, stop: threading.Event) -> None:
+def _report_progress(spark, stop: threading.Event, phase: list[str]) -> None:
     tracker = spark.sparkContext.statusTracker()
+    started = time.monotonic()
     while not stop.wait(1.0):
-        stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
-        stages = [s for s in stages if s is not None]
-        print("PROGRESS " + json.dumps({"engine": "spark", "active_stages": len(stages),
-                                        "tasks": sum(s.numTasks for s in stages),
-                                        "tasks_done": sum(s.numCompletedTasks for s in stages)}), flush=True)
+        print("PROGRESS " + json.dumps(progress_line(tracker, phase[-1], time.monotonic() - started)), flush=True)
+
+
+def progress_line(tracker, phase: str, seconds: float) -> dict:
+    """What the job has done so far, counted over every Spark job it ran (not only the stages
+    running now, which are none between two jobs): stages and tasks done of those known."""
+    stages = [tracker.getStageInfo(stage) for job in tracker.getJobIdsForGroup(None)
+              if (info := tracker.getJobInfo(job)) is not None for stage in info.stageIds]
+    stages = [s for s in stages if s is not None]
+    return {"engine": "spark", "phase": phase, "seconds": round(seconds),
+            "active_stages": len(tracker.getActiveStageIds()), "stages": len(stages),
+            "stages_done": sum(s.numCompletedTasks == s.numTasks for s in stages),
+            "tasks": sum(s.numTasks for s in stages), "tasks_done": sum(s.numCompletedTasks for s in stages)}
 
 
 def _file_rows(spark, entry: dict, side: dict):
@@ -136,8 +164,8 @@ def _job(plan: dict, summary_path: str, rows_path: str) -> None:
     from pyspark.sql import functions as F
 
     spark = _session()
-    stop = threading.Event()
-    threading.Thread(target=_report_progress, args=(spark, stop), daemon=True).start()
+    stop, phase = threading.Event(), ["reading"]
+    threading.Thread(target=_report_progress, args=(spark, stop, phase), daemon=True).start()
     try:
         parts = [_file_rows(spark, entry, {**plan["sides"][entry["side"]], "common": plan["common"]})
                  for entry in plan["files"]]
@@ -186,6 +214,7 @@ def _job(plan: dict, summary_path: str, rows_path: str) -> None:
                     batch = []
             yield batch
 
+        phase.append("writing rows")
         write_rows(rows_path, batches())
         Path(summary_path).write_text(json.dumps({"counts": counts, "partitions": partitions, "file_rows": file_rows}))
     finally:

@@ -231,7 +231,9 @@ def test_a_diff_above_the_in_process_limit_runs_as_a_spark_job_with_the_same_ans
         return Counter((r["change"], json.dumps(r["values"], sort_keys=True)) for r in rows)
 
     assert as_multiset(first + rest) == as_multiset(in_process["rows"])
-    assert progress and progress[-1]["engine"] == "spark"
+    assert progress[0] == {"engine": "spark", "phase": "starting"} and progress[-1]["engine"] == "spark"
+    done = [p["tasks_done"] for p in progress if "tasks_done" in p]  # counted over every Spark job the diff ran
+    assert done and done == sorted(done) and done[-1] > 0, progress
 
     # the API pages a job's answer from its Parquet rows (the answer cached as the worker caches it)
     RowDiffCache(config.redis, 600).put(job, repository, left, right, "tables/transactions", "txn_id")

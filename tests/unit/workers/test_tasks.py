@@ -605,3 +605,37 @@ def test_every_task_kind_catch_up_sends_ends_failed_for_good_after_max_rounds(wo
         plan = catch_up(config, worker.lakefs, worker.status)
         assert plan.icebergs == [] and plan.appends == [] and plan.queued == []
         assert len(plan.given_up) == 3, plan.given_up
+
+
+def test_a_row_diff_past_its_time_limit_fails_for_good_with_the_reason_not_started_again(worker, monkeypatch):
+    """Issue 38 item 11: a row diff handed to Spark that meets its soft time limit is not a network
+    blip: retried, it would start again from nothing. It fails once, with the limit in the reason."""
+    from exporter.diff.rows import RowDiffCache, RowDiffTooLarge
+
+    runs = []
+
+    def row_diff_of(*args, **kwargs):
+        runs.append(1)
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(tasks, "row_diff_of", row_diff_of)
+    parts = (*PARTS, "-")
+
+    assert tasks.compute_row_diff.apply(parts).get() is False
+
+    failure = RowDiffCache(worker.config.redis, 3600).failure(*parts)
+    assert isinstance(failure, RowDiffTooLarge) and "ran past its time limit" in str(failure), failure
+    assert len(runs) == 1  # not retried
+    assert tasks.compute_row_diff.acks_late is False  # acknowledged when it starts: no second delivery
+
+
+def test_a_row_diff_with_a_spark_master_gets_the_jobs_budget_as_its_time_limit():
+    plain = Config(row_diff={"spark": {"master": ""}})  # the environment may name one
+    with_spark = Config(row_diff={"spark": {"master": "local[2]", "time_limit_seconds": 900}})
+    assert plain.task_time_limit("compute_row_diff") == plain.tasks.time_limit_seconds
+    assert with_spark.task_time_limit("lakefs_delta.compute_row_diff") == 960  # + a minute to plan and upload
+    assert with_spark.task_time_limit("export_table") == with_spark.tasks.time_limit_seconds
+    named = Config(row_diff={"spark": {"master": "local[2]"}}, tasks={"time_limits": {"compute_row_diff": 4000}})
+    assert named.task_time_limit("compute_row_diff") == 4000  # above the visibility timeout: acked when started
+    with pytest.raises(ValueError, match="only compute_row_diff"):
+        Config(tasks={"time_limits": {"export_table": 4000}})

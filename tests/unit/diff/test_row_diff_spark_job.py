@@ -1,0 +1,74 @@
+"""The Spark job's runner (`exporter.diff.rows_spark.run_job`): its own time budget, no job left
+running whatever stops the caller, and progress counted over every Spark job it ran. The job
+itself is a stand-in process here (a real one runs in tests/integration/test_row_diff.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from exporter.config import Config
+from exporter.diff import rows_spark
+from exporter.diff.rows_spark import SparkJobTimedOut, progress_line, run_job
+
+pytestmark = pytest.mark.unit
+
+SLEEPER = "import time; print('PROGRESS {\"engine\": \"spark\", \"phase\": \"reading\"}', flush=True); time.sleep(60)"
+
+
+@pytest.fixture
+def started(monkeypatch) -> list[subprocess.Popen]:
+    """Each job run_job starts is a process that reports once and then sleeps a minute."""
+    jobs: list[subprocess.Popen] = []
+    popen = subprocess.Popen
+
+    def stand_in(args, **kwargs):
+        jobs.append(popen([sys.executable, "-c", SLEEPER], **kwargs))
+        return jobs[-1]
+
+    monkeypatch.setattr(rows_spark.subprocess, "Popen", stand_in)
+    return jobs
+
+
+def budget(seconds: float) -> Config:
+    config = Config(row_diff={"spark": {"master": "local[1]"}})
+    spark = config.row_diff.spark.model_copy(update={"time_limit_seconds": seconds})  # below the 60 s floor
+    return config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"spark": spark})})
+
+
+def test_a_job_past_its_budget_is_stopped_and_fails_for_good_with_the_budget(started):
+    seen = []
+    begun = time.monotonic()
+    with pytest.raises(SparkJobTimedOut, match=r"time budget \(1 s: row_diff.spark.time_limit_seconds\)") as caught:
+        run_job(budget(1), None, {}, "rows", progress=seen.append)
+    assert time.monotonic() - begun < 20
+    assert caught.value.permanent
+    assert started[0].poll() is not None  # stopped
+    assert seen[0] == {"engine": "spark", "phase": "starting"} and seen[1]["phase"] == "reading"
+
+
+def test_whatever_stops_the_caller_no_job_is_left_running(started):
+    class Stopped(Exception):
+        pass
+
+    def stop(_):  # as the task's soft time limit raises in the caller while the job runs
+        raise Stopped()
+
+    with pytest.raises(Stopped):
+        run_job(budget(600), None, {}, "rows", progress=stop)
+    assert started[0].poll() is not None
+
+
+def test_progress_counts_every_spark_job_not_only_the_stages_running_now():
+    stage = lambda done, tasks: SimpleNamespace(numCompletedTasks=done, numTasks=tasks)  # noqa: E731
+    stages = {1: stage(8, 8), 2: stage(8, 8), 3: stage(3, 200)}
+    tracker = SimpleNamespace(getJobIdsForGroup=lambda group: [0, 1],
+                              getJobInfo=lambda job: SimpleNamespace(stageIds=[[1, 2], [3]][job]),
+                              getStageInfo=stages.get, getActiveStageIds=lambda: [3])
+    assert progress_line(tracker, "reading", 12.4) == {
+        "engine": "spark", "phase": "reading", "seconds": 12, "active_stages": 1, "stages": 3, "stages_done": 2,
+        "tasks": 216, "tasks_done": 19}
