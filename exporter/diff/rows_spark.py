@@ -121,10 +121,11 @@ def _report_progress(spark, stop: threading.Event, phase: list[str]) -> None:
 
 def progress_line(tracker, phase: str, seconds: float) -> dict:
     """What the job has done so far, counted over every Spark job it ran (not only the stages
-    running now, which are none between two jobs): stages and tasks done of those known."""
-    stages = [tracker.getStageInfo(stage) for job in tracker.getJobIdsForGroup(None)
+    running now, which are none between two jobs): stages and tasks done of those known, without
+    the stages an ended Spark job skipped (their output was there already) and never ran."""
+    stages = [(info.status, tracker.getStageInfo(stage)) for job in tracker.getJobIdsForGroup(None)
               if (info := tracker.getJobInfo(job)) is not None for stage in info.stageIds]
-    stages = [s for s in stages if s is not None]
+    stages = [s for status, s in stages if s is not None and (status == "RUNNING" or s.numCompletedTasks)]
     return {"engine": "spark", "phase": phase, "seconds": round(seconds),
             "active_stages": len(tracker.getActiveStageIds()), "stages": len(stages),
             "stages_done": sum(s.numCompletedTasks == s.numTasks for s in stages),

@@ -65,9 +65,10 @@ def test_whatever_stops_the_caller_no_job_is_left_running(started):
 
 def test_progress_counts_every_spark_job_not_only_the_stages_running_now():
     stage = lambda done, tasks: SimpleNamespace(numCompletedTasks=done, numTasks=tasks)  # noqa: E731
-    stages = {1: stage(8, 8), 2: stage(8, 8), 3: stage(3, 200)}
-    tracker = SimpleNamespace(getJobIdsForGroup=lambda group: [0, 1],
-                              getJobInfo=lambda job: SimpleNamespace(stageIds=[[1, 2], [3]][job]),
+    stages = {1: stage(8, 8), 2: stage(8, 8), 3: stage(3, 200), 4: stage(0, 50)}  # 4: skipped, never run
+    jobs = [SimpleNamespace(stageIds=[1, 2], status="SUCCEEDED"), SimpleNamespace(stageIds=[4], status="SUCCEEDED"),
+            SimpleNamespace(stageIds=[3], status="RUNNING")]
+    tracker = SimpleNamespace(getJobIdsForGroup=lambda group: [0, 1, 2], getJobInfo=jobs.__getitem__,
                               getStageInfo=stages.get, getActiveStageIds=lambda: [3])
     assert progress_line(tracker, "reading", 12.4) == {
         "engine": "spark", "phase": "reading", "seconds": 12, "active_stages": 1, "stages": 3, "stages_done": 2,
