@@ -98,7 +98,7 @@ async def from_workers(services: Services, cache: ResultCache, task: str, parts:
     found = await run_in_threadpool(cache.get, *parts)
     if found is not None:
         return True, found
-    if await run_in_threadpool(cache.claim, services.config.task_time_limit(task), *parts):
+    if await run_in_threadpool(cache.claim, services.config.tasks.time_limit(task), *parts):
         await run_in_threadpool(lambda: services.queue.send_task(task, parts))
     deadline = time.monotonic() + services.config.api.diff_wait_seconds
     while True:

@@ -106,6 +106,8 @@ class BranchTableCommit(BaseModel):
     synthetic: str | None = Field(description="why this commit needed a synthetic version (the source's log "
                                               "was replaced: revert, reset, new table), else null")
     at: str = Field(description="when it was appended (UTC, ISO 8601)")
+    interrupted: bool = Field(False, description="its append was interrupted after writing some versions; the "
+                                                 "next append took them in (they are never taken back)")
 
 
 class BranchTableVersions(BaseModel):

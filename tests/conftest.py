@@ -91,6 +91,7 @@ class Processes:
         self.env = env
         self.started: list[subprocess.Popen] = []
         self.workers: dict[str, subprocess.Popen] = {}  # Celery node name prefix -> process
+        self._worker_args: dict[str, tuple[str, list[str] | None, dict[str, str] | None]] = {}
 
     def start(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         ARTIFACTS.mkdir(exist_ok=True)
@@ -130,7 +131,21 @@ class Processes:
         node = f"{name}-{uuid.uuid4().hex[:4]}"
         self.workers[node] = self.start(f"worker-{name}", ["worker", "--concurrency=2", "--no-beat", "--name",
                                                            f"{node}@%h", *(extra_args or [])], extra_env)
+        self._worker_args[node] = (name, extra_args, extra_env)
         return self.workers[node]
+
+    def revive(self) -> list[str]:
+        """Start again, as a supervisor would, the workers that exited: a Celery worker holding a
+        delayed retry when Redis restarts can exit (kombu fails restoring it on the lost
+        connection: "Unrecoverable error: AttributeError ... 'hostname'"). The names revived."""
+        revived = []
+        for node, process in list(self.workers.items()):
+            if process.poll() is not None and node in self._worker_args:
+                name, extra_args, extra_env = self._worker_args.pop(node)
+                del self.workers[node]
+                self.worker(name, extra_args, extra_env)
+                revived.append(name)
+        return revived
 
     def stop_all(self) -> None:
         import signal

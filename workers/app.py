@@ -48,8 +48,8 @@ def configure(config: Config) -> Celery:
         broker_connection_retry_on_startup=True,
         # below the visibility timeout, so a slow task is stopped before the broker hands it out again;
         # the soft limit raises inside the task, which then retries with the reason
-        task_annotations={name: {"soft_time_limit": soft_time_limit(config.task_time_limit(name)),
-                                 "time_limit": config.task_time_limit(name),
+        task_annotations={name: {"soft_time_limit": soft_time_limit(config.tasks.time_limit(name)),
+                                 "time_limit": config.tasks.time_limit(name),
                                  # Celery's autoretry: exponential backoff with full jitter
                                  "max_retries": config.tasks.retry.max_retries,
                                  "retry_backoff": max(1, round(config.tasks.retry.backoff_seconds)),

@@ -555,9 +555,7 @@ def compute_diff(self, repository: str, left_commit: str | None, right_commit: s
                             lambda: diff_of(config, _lakefs(config), repository, left_commit, right_commit, table_path))
 
 
-# Acknowledged when it starts: a row diff is a question, asked again by the next request once the
-# API's claim on it expires, so its time limit (a Spark job's budget) may pass the visibility timeout.
-@app.task(bind=True, base=RetriedTask, name="lakefs_delta.compute_row_diff", acks_late=False)
+@app.task(bind=True, base=RetriedTask, name="lakefs_delta.compute_row_diff")
 def compute_row_diff(self, repository: str, left_commit: str | None, right_commit: str, table_path: str,
                      key: str = "-") -> bool:
     """A row diff the API was asked for: read from the differing files here, never in the web process.
@@ -570,9 +568,9 @@ def compute_row_diff(self, repository: str, left_commit: str | None, right_commi
             return row_diff_of(config, _lakefs(config), repository, left_commit, right_commit, table_path,
                                key_columns(key), progress=lambda seen: cache.put_progress(seen, *parts))
         except SoftTimeLimitExceeded:
-            limit = config.task_time_limit(self.name)
+            limit = config.tasks.time_limit(self.name)
             raise RowDiffTooLarge(f"the row diff ran past its time limit ({soft_time_limit(limit)} s of {limit} s: "
-                                  "row_diff.spark.time_limit_seconds, or tasks.time_limits.compute_row_diff)") from None
+                                  "tasks.time_limits.compute_row_diff, below tasks.visibility_timeout_seconds)") from None
     return _compute_for_api(self, cache, parts, compute)
 
 

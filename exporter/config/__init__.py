@@ -25,7 +25,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from exporter.config.renamed import (ENV_PREFIX, RENAMED_KEYS, RenamedConfigKey, renamed_variables, upgrade_document,
                                      upgrade_environment)
-from exporter.config.sections import (ROW_DIFF_TASK, TASK_KINDS, ApiConfig, ApiToken, CatchUpConfig, IcebergConfig, LakeFSConfig,
+from exporter.config.sections import (TASK_KINDS, ApiConfig, ApiToken, CatchUpConfig, IcebergConfig, LakeFSConfig,
                                       ObjectStoreConfig, RetentionConfig, RetryConfig, RowDiffConfig,
                                       RowDiffSparkConfig, ShareConfig, SharingConfig, TasksConfig, WorkersConfig)
 from exporter.errors import ConfigError
@@ -112,15 +112,6 @@ class Config(BaseSettings):
     def redis(self) -> str:
         """The Redis URL to connect to (a secret: never log it, use `masked()`)."""
         return self.redis_url.get_secret_value()
-
-    def task_time_limit(self, kind: str) -> int:
-        """The hard time limit of a task kind (`export_table`, or `lakefs_delta.export_table`):
-        `tasks.time_limits`' entry, else for a row diff with a Spark master the job's budget and a
-        minute to plan and upload, else `tasks.time_limit_seconds`."""
-        kind = kind.removeprefix("lakefs_delta.")
-        if kind == ROW_DIFF_TASK and self.row_diff.spark.master and kind not in dict(self.tasks.time_limits):
-            return self.row_diff.spark.time_limit_seconds + 60
-        return self.tasks.time_limit(kind)
 
     def object_store_for(self, storage_namespace: str) -> ObjectStoreConfig:
         """The most specific store whose prefix matches the namespace."""

@@ -7,7 +7,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 # The workers' task kinds (Celery task `lakefs_delta.<kind>`), for per-kind settings
-ROW_DIFF_TASK = "compute_row_diff"  # acknowledged when it starts: its time limit may pass the visibility timeout
 TASK_KINDS = ("export_commit", "export_table", "export_iceberg", "precompute_diff", "compute_diff", "compute_row_diff", "compare_refs",
               "list_datasets", "append_branch_table", "catch_up", "prune")
 
@@ -74,9 +73,8 @@ class RowDiffSparkConfig(_Section):
     packages: str = "org.apache.hadoop:hadoop-aws:3.5.0"  # S3A, for the data files' s3:// addresses
     ivy_dir: str = ""  # where Spark caches those packages (empty: Spark's default)
     # The job's own time budget: past it the job is stopped and the diff fails for good with the
-    # reason (never started again from nothing). The `compute_row_diff` task gets this plus a minute
-    # (unless `tasks.time_limits` names it), and is acknowledged when it starts, so the budget may
-    # exceed the broker's visibility timeout without the diff being delivered twice.
+    # reason (never started again from nothing). The `compute_row_diff` task's time limit
+    # (`tasks.time_limits`) must leave it room.
     time_limit_seconds: int = Field(1800, ge=60)
 
 
@@ -226,10 +224,9 @@ class TasksConfig(_Section):
         for kind, seconds in self.time_limits:
             if kind not in TASK_KINDS:
                 raise ValueError(f"time_limits: unknown task kind {kind!r}; known: {', '.join(TASK_KINDS)}")
-            if seconds < 5 or (kind != ROW_DIFF_TASK and seconds >= self.visibility_timeout_seconds):
+            if not 5 <= seconds < self.visibility_timeout_seconds:
                 raise ValueError(f"time_limits.{kind} ({seconds}) must be at least 5 and below "
-                                 f"visibility_timeout_seconds ({self.visibility_timeout_seconds}); only "
-                                 f"{ROW_DIFF_TASK}, acknowledged when it starts, may run longer")
+                                 f"visibility_timeout_seconds ({self.visibility_timeout_seconds})")
         return self
 
     def time_limit(self, kind: str) -> int:

@@ -210,6 +210,7 @@ def test_events_answered_before_a_redis_restart_are_all_exported(processes, lake
     assert answers == [202] * 5
     stack.stop_service("redis")
     stack.up()
+    processes.revive()  # the session's other workers, as their supervisor would
     processes.worker("db7", extra_env=env)
 
     for ref in ["main"] + [f"r{i}" for i in range(4)]:

@@ -198,7 +198,8 @@ def wait_until_idle(timeout: float = 60) -> None:
     raise AssertionError(f"workers still busy after {timeout} s")
 
 
-def test_redis_outage_answers_503_and_catch_up_exports_the_missed_commit(service, lakefs, spark, repository, s3):
+def test_redis_outage_answers_503_and_catch_up_exports_the_missed_commit(service, processes, lakefs, spark, repository,
+                                                                         s3):
     from exporter.export.commit import missing_exports
 
     commit_id = setup_repository(lakefs, spark, repository, ["main"])
@@ -216,6 +217,7 @@ def test_redis_outage_answers_503_and_catch_up_exports_the_missed_commit(service
         assert direct.status_code == 503, direct.text
     finally:
         stack.up()
+        processes.revive()  # as the workers' supervisor would
     config = load_config()
     assert missing_exports(config, repository, "main", missed).missing == ["events"]
 

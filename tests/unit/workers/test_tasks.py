@@ -626,16 +626,3 @@ def test_a_row_diff_past_its_time_limit_fails_for_good_with_the_reason_not_start
     failure = RowDiffCache(worker.config.redis, 3600).failure(*parts)
     assert isinstance(failure, RowDiffTooLarge) and "ran past its time limit" in str(failure), failure
     assert len(runs) == 1  # not retried
-    assert tasks.compute_row_diff.acks_late is False  # acknowledged when it starts: no second delivery
-
-
-def test_a_row_diff_with_a_spark_master_gets_the_jobs_budget_as_its_time_limit():
-    plain = Config(row_diff={"spark": {"master": ""}})  # the environment may name one
-    with_spark = Config(row_diff={"spark": {"master": "local[2]", "time_limit_seconds": 900}})
-    assert plain.task_time_limit("compute_row_diff") == plain.tasks.time_limit_seconds
-    assert with_spark.task_time_limit("lakefs_delta.compute_row_diff") == 960  # + a minute to plan and upload
-    assert with_spark.task_time_limit("export_table") == with_spark.tasks.time_limit_seconds
-    named = Config(row_diff={"spark": {"master": "local[2]"}}, tasks={"time_limits": {"compute_row_diff": 4000}})
-    assert named.task_time_limit("compute_row_diff") == 4000  # above the visibility timeout: acked when started
-    with pytest.raises(ValueError, match="only compute_row_diff"):
-        Config(tasks={"time_limits": {"export_table": 4000}})
