@@ -7,6 +7,9 @@ exporter turns each one into the absolute URI of the object lakeFS stores it at.
 import re
 from urllib.parse import quote, unquote
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 # RFC 3986 scheme; requires the colon, so `p=a/x.parquet` (no scheme) stays relative.
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 # scheme, then `//authority` when present: the part of a physical address kept as is.
@@ -48,3 +51,8 @@ def is_absolute(log_path: str) -> bool:
     # A scheme-less `/x` is absolute too: readers never join it to the table root.
     # Testing for ":" first keeps the common relative path off the regex.
     return log_path.startswith("/") or (":" in log_path and is_absolute_uri(log_path))
+
+
+def absolute_column(log_paths: pa.Array) -> pa.Array:
+    """`is_absolute` of each log path of an Arrow string column."""
+    return pc.or_(pc.starts_with(log_paths, "/"), pc.match_substring_regex(log_paths, "^" + _SCHEME.pattern))

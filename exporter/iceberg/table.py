@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from exporter.delta.actions import after, check_protocol, commit_timestamp, parse_actions
 from exporter.delta.live_files import LiveFiles, SnapshotLog, add_actions
-from exporter.delta.paths import is_absolute, log_path_to_key, physical_address
+from exporter.delta.paths import absolute_column, is_absolute, log_path_to_key, physical_address
 from exporter.errors import CorruptLog, VersionOutOfRange
 from exporter.iceberg.columns import Entries, PartitionColumn, manifest_entries
 from exporter.iceberg.deletes import FILE_PATH_ID, delete_file_key, position_deletes
@@ -130,13 +130,8 @@ def _gone_at_checkpoint(log: SnapshotLog) -> set[str]:
     gone = {log_path_to_key(add["path"]) for add in live.later_files() if not is_absolute(add["path"])}
     for adds in live.checkpoint_batches():
         paths = pc.struct_field(adds, "path")
-        gone.update(map(log_path_to_key, paths.filter(pc.invert(_named_objects(paths))).to_pylist()))
+        gone.update(map(log_path_to_key, paths.filter(pc.invert(absolute_column(paths))).to_pylist()))
     return gone
-
-
-def _named_objects(paths: pa.Array) -> pa.Array:
-    """Which of a column of log paths are absolute (an object's URI), as `is_absolute` decides each."""
-    return pc.or_(pc.starts_with(paths, "/"), pc.match_substring_regex(paths, r"^[A-Za-z][A-Za-z0-9+.-]*:"))
 
 
 def append_table(metadata_key: str, log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
@@ -437,7 +432,7 @@ class _Builder:
         pending: list[tuple[Entries, int, int]] = []  # (entries, start, stop) not in a manifest yet
         for batch in batches:
             paths = pc.struct_field(batch, "path")
-            if pc.any(pc.invert(_named_objects(paths))).as_py():
+            if pc.any(pc.invert(absolute_column(paths))).as_py():
                 raise GoneFile(next(p for p in paths.to_pylist() if not is_absolute(p)))
             entries = manifest_entries(batch, self.columns, partition, snapshot_id, self.sequence_number)
             if entries is None:

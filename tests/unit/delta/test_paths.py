@@ -165,3 +165,13 @@ def test_a_colon_after_the_first_segment_is_a_relative_path() -> None:
     resolver = PathResolver({"t=10:00/part-9.parquet": "s3://bucket/ns/data/g9/c9"})
     assert resolver.resolve_many(["t=10:00/part-9.parquet", "t=10%3A00/part-9.parquet", "s3://b/t=10:00/x"]) == \
         ["s3://bucket/ns/data/g9/c9", "s3://bucket/ns/data/g9/c9", "s3://b/t=10:00/x"]
+
+
+def test_the_column_rule_for_absolute_paths_is_the_one_for_a_path():
+    import pyarrow as pa
+
+    from exporter.delta.paths import absolute_column, is_absolute
+
+    paths = ["part-0.parquet", "p=a:b/x.parquet", "s3://b/k", "/tmp/x", "file:/tmp/x", "abfss://c@a/k",
+             "lakefs://r/main/x", "a b/%3A.parquet", "1x:y", ""]
+    assert absolute_column(pa.array(paths, pa.string())).to_pylist() == [is_absolute(p) for p in paths]
