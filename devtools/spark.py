@@ -96,3 +96,24 @@ def stack_spark_session(environ: dict[str, str] | None = None, through_lakefs: b
     minio = S3Endpoint(env["LAKEFS_DELTA_OBJECT_STORE_ENDPOINT"], env["LAKEFS_DELTA_OBJECT_STORE_ACCESS_KEY_ID"],
                        env["LAKEFS_DELTA_OBJECT_STORE_SECRET_ACCESS_KEY"])
     return spark_session(lakefs if through_lakefs else None, {env["LAKEFS_DELTA_STACK_BUCKET"]: minio}, app_name)
+
+
+# Iceberg's Spark runtimes for Spark 3.5 (the newest Spark each of 1.10-1.12 is built for, 1.10 none
+# for 4.x beyond 4.0): the catalog's Spark readers run in a virtualenv of their own with this pyspark
+ICEBERG_PYSPARK = "3.5.8"
+ICEBERG_RUNTIMES = ("1.10.1", "1.11.0", "1.12.0")
+
+
+def iceberg_spark_python() -> Path:
+    """The Python of a virtualenv with pyspark `ICEBERG_PYSPARK` (made once, under ~/.cache)."""
+    import subprocess
+    import sys
+
+    home = Path.home() / ".cache" / "lakefs-delta-exporter" / "venvs" / f"pyspark-{ICEBERG_PYSPARK}"
+    python = home / "bin" / "python"
+    ready = home / ".installed"
+    if not ready.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(home)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", f"pyspark=={ICEBERG_PYSPARK}"], check=True)
+        ready.touch()
+    return python

@@ -149,6 +149,11 @@ class SignatureRefused(ExporterError):
     readers need (a data file its snapshots name, or a file of the table's own Iceberg location)."""
 
 
+class CredentialsNotVended(ExporterError):
+    """The catalog vends no credential for this request: vending is off, the caller may not read
+    everything it would reach, the session is too short, or the object store has no STS (or refused)."""
+
+
 def rebuilt(kind: str, message: str) -> ExporterError:
     """An error recorded by its class name and message (a worker's, read back by the API): the same
     class, so the one mapping to an HTTP answer applies; `ExporterError` for a name it does not know."""

@@ -49,6 +49,12 @@ class Caller:
     authorization: str = ""
     service_token: ApiToken | None = None
 
+    def session_end(self) -> int | None:
+        """When the caller's lakeFS session ends (its token's `exp`, epoch seconds); None for keys
+        and service tokens, which open no session."""
+        scheme, _, token = self.authorization.partition(" ")
+        return _expiry(token) if scheme == "Bearer" and self.service_token is None else None
+
 
 class Unauthenticated(Exception):
     """The request carries no usable credentials; the message says what is expected."""

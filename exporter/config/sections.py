@@ -64,6 +64,14 @@ class IcebergConfig(_Section):
     still exported as Delta, with the reason in its status."""
 
     enabled: bool = True
+    # The catalog's vended credentials (`X-Iceberg-Access-Delegation: vended-credentials`, for DuckDB,
+    # Trino, iceberg-rust): a temporary read-only credential from the object store's STS. It reaches
+    # every object of the table's repository (S3 cannot narrow it to a table's files:
+    # exporter/storage/vended.py), so it is off unless asked for, and then vended only to a caller who
+    # may read every table at the ref. Readers that sign (PyIceberg, Spark) need none of it.
+    vended_credentials: bool = False
+    vended_credentials_seconds: int = Field(3600, ge=900, le=43200)  # at most the caller's session's rest
+    vended_credentials_role_arn: str = ""  # the role STS AssumeRole takes on AWS; MinIO needs none
 
 
 class RowDiffSparkConfig(_Section):

@@ -39,6 +39,7 @@ from exporter.storage.layout import (MANIFEST, branch_table_location, branch_tab
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.presign import Presigner
 from exporter.storage.scope import folders, plain_address, within
+from exporter.storage.vended import vend
 
 SIGNED_SECONDS = 900  # a signed request's lifetime: readers use it at once
 SIGNED_METHODS = ("GET", "HEAD")
@@ -139,6 +140,10 @@ class IcebergCatalog:
                     continue
             raise at_head
 
+    def every_table_path(self, repository: str, commit_id: str) -> list[str]:
+        """The path of every table a commit holds (its valid descriptors)."""
+        return [table.path for table in discover_tables(self.lakefs, repository, commit_id).tables]
+
     def _names_at(self, repository: str, commit_id: str) -> set[str]:
         """The tables a commit holds (its valid descriptors): kept, commits never change."""
         return self._held.keep((repository, commit_id),
@@ -175,7 +180,21 @@ class IcebergCatalog:
     def storage_properties(self, repository: str) -> dict[str, str]:
         """What a reader needs to address the repository's store (no credentials)."""
         store = self.config.object_store_for(self._storage_namespace(repository))
-        return {"s3.region": store.region, **({"s3.endpoint": store.endpoint} if store.endpoint else {})}
+        return {"s3.region": store.region, "client.region": store.region,  # PyIceberg's, Iceberg Java's
+                **({"s3.endpoint": store.endpoint} if store.endpoint else {})}
+
+    def storage_credentials(self, table: CatalogTable, seconds: int) -> list[dict]:
+        """The spec's `storage-credentials` for a reader of `table`: one read-only credential for its
+        repository's storage namespace (`exporter.storage.vended`: no nested repository's), listed for
+        the namespace and for the table's own location, since DuckDB 1.4.4 scopes a lone credential to
+        the metadata file itself (duckdb-iceberg src/storage/iceberg_table_information.cpp)."""
+        namespace = self._storage_namespace(table.repository)
+        credential = vend(self.config.object_store_for(namespace), namespace, self._nested(table.repository),
+                          seconds, self.config.iceberg.vended_credentials_role_arn)
+        properties = {**self.storage_properties(table.repository), "s3.path-style-access": "true",
+                      **credential.s3_properties()}
+        prefixes = (*folders([namespace]), *folders([self._store(table.repository).uri(table.location)]))
+        return [{"prefix": prefix, "config": properties} for prefix in prefixes]
 
     def signed_url(self, table: CatalogTable, method: str, url: str) -> str:
         """A presigned URL for the request `method url` of a reader of `table` (S3 remote signing);

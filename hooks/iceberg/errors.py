@@ -12,8 +12,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from exporter.errors import (BadRequest, ExporterError, NoSuchIcebergTable, NoSuchNamespace, NotFound,
-                             SignatureRefused)
+from exporter.errors import (BadRequest, CredentialsNotVended, ExporterError, NoSuchIcebergTable, NoSuchNamespace,
+                             NotFound, SignatureRefused)
 from hooks.errors import Refusal
 from hooks.models import validation_message
 
@@ -30,6 +30,7 @@ ANSWERS: dict[type[BaseException], tuple[int, str]] = {
     NoSuchIcebergTable: (404, "NoSuchTableException"),
     NotFound: (404, "NotFoundException"),
     SignatureRefused: (403, "ForbiddenException"),
+    CredentialsNotVended: (403, "ForbiddenException"),
     BadRequest: (400, "BadRequestException"),
     RequestValidationError: (400, "BadRequestException"),
     ReadOnly: (406, "UnsupportedOperationException"),

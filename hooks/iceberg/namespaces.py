@@ -17,7 +17,9 @@ router = APIRouter()
 ENDPOINTS = ["GET /v1/{prefix}/namespaces", "GET /v1/{prefix}/namespaces/{namespace}",
              "HEAD /v1/{prefix}/namespaces/{namespace}", "GET /v1/{prefix}/namespaces/{namespace}/tables",
              "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
-             "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}"]
+             "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+             "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/sign",
+             "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}/credentials"]
 
 
 @router.get("/config")

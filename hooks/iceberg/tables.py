@@ -1,8 +1,23 @@
-"""The tables of a [repository, ref] namespace, loading one, and signing its readers' S3 requests."""
+"""The tables of a [repository, ref] namespace, loading one, and its readers' access to the objects:
+S3 remote signing, or vended credentials.
+
+Remote signing: `loadTable` names two signers, for the Iceberg clients of each age (read from their
+code): the table's per-commit address in `s3.signer.endpoint` (PyIceberg, Iceberg Java 1.10 and 1.11,
+which read that property), and the specification's `.../tables/{table}/sign`, which Java 1.12 derives
+from the table's identifier itself (it no longer reads `s3.signer.endpoint`) and which carries the
+commit the table was loaded at in the signing properties (`remote-signing-config`). `signer.endpoint`
+is not sent: Java 1.12 would take it over the specification's address.
+
+Vended credentials (`X-Iceberg-Access-Delegation: vended-credentials`) when `iceberg.vended_credentials`
+is on and the caller may read every table of the ref (the credential reaches the whole repository:
+exporter/storage/vended.py); otherwise the table is answered for remote signing, which PyIceberg,
+asking for vended credentials by default, uses as well.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import time
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query
@@ -12,15 +27,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from exporter.export.iceberg_catalog import CatalogTable
-from exporter.errors import NoSuchIcebergTable
+from exporter.errors import BadRequest, CredentialsNotVended, NoSuchIcebergTable
+from exporter.lakefs.client import COMMIT_ID
 from hooks.edge import CommitId
-from hooks.grant import grant_for
+from hooks.grant import Grant, grant_for
 from hooks.iceberg.deps import catalog, levels, page, readable_export, readable_namespace, readable_table, segment
 
 router = APIRouter()
 TABLE = "/namespaces/{namespace}/tables/{table}"
 # PyIceberg's S3 remote signing (pyiceberg.io.fsspec.S3V4RestSigner) is in its fsspec FileIO
 FILE_IO = "pyiceberg.io.fsspec.FsspecFileIO"
+DELEGATION = "x-iceberg-access-delegation"
+VENDED = "vended-credentials"
+COMMIT_PROPERTY = "lakefs.commit-id"  # in the signing properties Java 1.12 sends with each sign request
 
 
 class SignRequest(BaseModel):
@@ -52,15 +71,35 @@ async def list_tables(request: Request, namespace: str, pageToken: str | None = 
 @router.get(TABLE)
 async def load_table(request: Request, namespace: str, table: str, snapshots: str | None = None):
     """The table's current metadata and where it is; `config` tells readers to sign their requests
-    here (they hold no store keys)."""
-    found = await readable_table(request, levels(segment(namespace)), segment(table))
+    here, or holds the credential vended to them (they hold no store keys)."""
+    parts = levels(segment(namespace))
+    found = await readable_table(request, parts, segment(table))
+    credentials = None
+    if VENDED in (value.strip() for value in request.headers.get(DELEGATION, "").split(",")):
+        try:
+            credentials = await _vended(request, found)
+        except CredentialsNotVended:
+            credentials = None  # signed instead: a reader asking for either (PyIceberg) reads on
     etag = _etag(found)
-    if etag in (value.strip() for value in request.headers.get("if-none-match", "").split(",")):
+    if credentials is None and etag in (value.strip() for value in request.headers.get("if-none-match", "").split(",")):
         return Response(status_code=304, headers={"ETag": etag})  # metadata files never change: nothing read
     metadata = await run_in_threadpool(catalog(request).metadata, found)
     properties = await run_in_threadpool(catalog(request).storage_properties, found.repository)
+    if credentials is not None:  # a credential expires: never answered from a client's cache
+        return JSONResponse({"metadata-location": found.metadata_location, "metadata": metadata,
+                             "config": {**properties, **credentials[0]["config"]}, "storage-credentials": credentials},
+                            headers={"Cache-Control": "no-store"})
     return JSONResponse({"metadata-location": found.metadata_location, "metadata": metadata,
-                         "config": {**properties, **_signing(found)}}, headers={"ETag": etag})
+                         "config": {**properties, **_signing(found)},
+                         "remote-signing-config": {"properties": {COMMIT_PROPERTY: found.commit_id}}},
+                        headers={"ETag": etag})
+
+
+@router.get(TABLE + "/credentials")
+async def load_credentials(request: Request, namespace: str, table: str):
+    """A fresh vended credential for the table (readers renew theirs here), or 403 with the reason."""
+    found = await readable_table(request, levels(segment(namespace)), segment(table))
+    return JSONResponse({"storage-credentials": await _vended(request, found)}, headers={"Cache-Control": "no-store"})
 
 
 @router.head(TABLE)
@@ -73,13 +112,58 @@ async def table_exists(request: Request, namespace: str, table: str):
 async def sign(request: Request, namespace: str, table: str, commit_id: CommitId, wanted: SignRequest):
     """S3 remote signing for a reader of the table as of `commit_id` (`load_table` names this
     address): the request's URL presigned, or 403 for an object its readers do not read."""
-    parts = levels(segment(namespace))
-    if len(parts) != 2:
-        raise NoSuchIcebergTable(f"no table {segment(table)!r} in {parts[0]!r}: tables are in [repository, ref]")
-    grant = await grant_for(request, parts[0])  # before anything is looked up
-    found = await readable_export(grant, catalog(request), parts[1], commit_id, segment(table))
+    found = await _pinned(request, levels(segment(namespace)), segment(table), commit_id)
     url = await run_in_threadpool(catalog(request).signed_url, found, wanted.method, wanted.uri)
     return {"uri": url, "headers": {}}
+
+
+@router.post(TABLE + "/sign")
+async def sign_table(request: Request, namespace: str, table: str, wanted: SignRequest):
+    """The specification's remote signing (Iceberg 1.12's `rest.remote-signing.endpoint`): for the
+    table as of the commit its signing properties name, else as the ref's current commit holds it."""
+    parts = levels(segment(namespace))
+    commit_id = wanted.properties.get(COMMIT_PROPERTY)
+    if commit_id is None:
+        found = await readable_table(request, parts, segment(table))
+    else:
+        if not COMMIT_ID.fullmatch(commit_id):
+            raise BadRequest(f"signing property {COMMIT_PROPERTY} is not a lakeFS commit id")
+        found = await _pinned(request, parts, segment(table), commit_id)
+    url = await run_in_threadpool(catalog(request).signed_url, found, wanted.method, wanted.uri)
+    return {"uri": url, "headers": {}}
+
+
+async def _pinned(request: Request, parts: list[str], table: str, commit_id: str) -> CatalogTable:
+    """The table of [repository, ref] as loaded at `commit_id`, once the caller may read it."""
+    if len(parts) != 2:
+        raise NoSuchIcebergTable(f"no table {table!r} in {parts[0]!r}: tables are in [repository, ref]")
+    grant = await grant_for(request, parts[0])  # before anything is looked up
+    return await readable_export(grant, catalog(request), parts[1], commit_id, table)
+
+
+async def _vended(request: Request, found: CatalogTable) -> list[dict]:
+    """The table's `storage-credentials`, once vending is on and the caller may read every table the
+    ref holds (the credential reaches them all); its life ends with the caller's session."""
+    settings = request.app.state.services.config.iceberg
+    if not settings.vended_credentials:
+        raise CredentialsNotVended("this catalog vends no credentials (iceberg.vended_credentials is off): "
+                                   "readers sign their requests through it")
+    grant = await grant_for(request, found.repository)
+    if not await _reads_every_table(request, grant, found):
+        raise CredentialsNotVended(f"a vended credential reaches every table of {found.repository!r}, and this "
+                                   "identity may not read them all: sign requests through the catalog instead")
+    seconds = settings.vended_credentials_seconds
+    ends = grant.caller.session_end() if grant.caller is not None else None
+    if ends is not None:
+        seconds = min(seconds, int(ends - time.time()))
+    return await run_in_threadpool(catalog(request).storage_credentials, found, seconds)
+
+
+async def _reads_every_table(request: Request, grant: Grant, found: CatalogTable) -> bool:
+    if grant.whole:
+        return True
+    tables = await run_in_threadpool(catalog(request).every_table_path, found.repository, found.commit_id)
+    return await grant.may_read(found.commit_id, tables)
 
 
 def _etag(table: CatalogTable) -> str:

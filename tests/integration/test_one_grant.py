@@ -17,6 +17,8 @@ import uuid
 from pathlib import Path
 from urllib.parse import quote
 
+import boto3
+import botocore.exceptions
 import deltalake
 import httpx
 import pyarrow as pa
@@ -110,10 +112,12 @@ def people(lakefs, lake, policies, stack_env) -> dict[str, dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def guarded(service, processes, policies, people, lake, stack_env) -> str:
-    """The service asking lakeFS through the stand-in; a service token of its own reads only repository a."""
+    """The service asking lakeFS through the stand-in, vending credentials; a service token of its own
+    reads only repository a."""
     tokens = f"{stack_env['LAKEFS_DELTA_API_TOKENS']},{people['_bound']}={lake.a}"
     return processes.serve("service-grant", GUARDED_PORT, extra_env={
-        "LAKEFS_DELTA_LAKEFS_ENDPOINT": policies.url, "LAKEFS_DELTA_API_TOKENS": tokens})
+        "LAKEFS_DELTA_LAKEFS_ENDPOINT": policies.url, "LAKEFS_DELTA_API_TOKENS": tokens,
+        "LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS": "true"})
 
 
 def get(url: str, headers: dict, **params) -> httpx.Response:
@@ -177,6 +181,62 @@ def test_the_signer_signs_only_the_objects_the_tables_readers_read(guarded, lake
         assert answer.status_code == 403 and answer.json()["error"]["type"] == "ForbiddenException", (address, answer.text)
     loaded = get(f"{guarded}/iceberg/v1/namespaces/{ns(lake.nested, 'main')}/tables/n", people["bound"])
     assert loaded.status_code == 403
+
+
+def test_the_specifications_signer_keeps_to_the_grant_at_the_commit_its_properties_name(guarded, lake, people, s3,
+                                                                                        stack_env):
+    """Issue 39: the specification's `/tables/{table}/sign` (Iceberg 1.12's) refuses what the
+    per-commit signer refuses: carol gets nothing for `secret`, the bound token no other table's data
+    file; at the commit its signing properties name, or the ref's current one without."""
+    endpoint = stack_env["LAKEFS_DELTA_OBJECT_STORE_ENDPOINT"]
+    as_url = lambda address: address.replace("s3://", endpoint.rstrip("/") + "/")  # noqa: E731
+
+    def sign_table(headers: dict, table: str, url: str, commit: str | None) -> httpx.Response:
+        properties = {"lakefs.commit-id": commit} if commit else {}
+        return httpx.post(f"{guarded}/iceberg/v1/namespaces/{ns(lake.a, 'main')}/tables/{table}/sign",
+                          headers=headers, json={"method": "GET", "uri": url, "region": "us-east-1", "headers": {},
+                                                 "properties": properties}, timeout=60)
+
+    orders_file = as_url(data_file(s3, lake.exports[("main", "orders")]))
+    for commit in (lake.commit, None):
+        own = sign_table(people["bound"], "orders", orders_file, commit)
+        assert own.status_code == 200 and httpx.get(own.json()["uri"], timeout=30).status_code == 200, own.text
+        for headers, table, url in ((people["carol"], "secret", lake.metadata_url(lake.exports[("main", "secret")],
+                                                                                   endpoint)),
+                                    (people["bound"], "orders", as_url(data_file(s3, lake.exports[("main", "secret")]))),
+                                    (people["bound"], "orders", as_url(data_file(s3, lake.nested_export)))):
+            refused = sign_table(headers, table, url, commit)
+            assert refused.status_code == 403 and "uri" not in refused.json(), (table, url, refused.text)
+    assert sign_table(people["bound"], "orders", orders_file, "not-a-commit").status_code == 400
+
+
+def test_vended_credentials_go_only_to_whom_may_read_every_table_and_reach_no_nested_repository(
+        guarded, lake, people, s3, stack_env):
+    """Issue 39: a vended credential reaches the repository's whole storage namespace, so carol, who
+    may read `orders` but not `secret`, gets none for `orders` (loadTable answers her for remote
+    signing, `/credentials` refuses with the reason); the reader's reads `orders`, and MinIO refuses
+    it the objects of repository `nested`, whose namespace lies inside a's."""
+    table = f"{guarded}/iceberg/v1/namespaces/{ns(lake.a, 'main')}/tables/orders"
+    vended = {"X-Iceberg-Access-Delegation": "vended-credentials"}
+    carols = get(table, {**people["carol"], **vended})
+    assert carols.status_code == 200 and "s3.session-token" not in carols.json()["config"], carols.text
+    assert carols.json()["config"]["s3.remote-signing-enabled"] == "true"
+    refused = get(table + "/credentials", people["carol"])
+    assert refused.status_code == 403 and "may not read them all" in refused.json()["error"]["message"], refused.text
+
+    readers = get(table, {**people["reader"], **vended})
+    assert readers.status_code == 200 and "ETag" not in readers.headers, readers.text
+    issued = readers.json()["storage-credentials"][0]["config"]
+    assert readers.json()["config"]["s3.session-token"] == issued["s3.session-token"]
+    client = boto3.client("s3", endpoint_url=stack_env["LAKEFS_DELTA_OBJECT_STORE_ENDPOINT"], region_name="us-east-1",
+                          aws_access_key_id=issued["s3.access-key-id"],
+                          aws_secret_access_key=issued["s3.secret-access-key"],
+                          aws_session_token=issued["s3.session-token"])
+    bucket, _, own = lake.exports[("main", "orders")].iceberg["metadata_location"].removeprefix("s3://").partition("/")
+    assert client.get_object(Bucket=bucket, Key=own)["Body"].read()
+    nested = lake.nested_export.iceberg["metadata_location"].removeprefix("s3://").partition("/")[2]
+    with pytest.raises(botocore.exceptions.ClientError, match="AccessDenied"):
+        client.get_object(Bucket=bucket, Key=nested)
 
 
 def test_iceberg_listings_and_pages_name_only_what_the_caller_may_read(guarded, lake, people, policies):

@@ -117,11 +117,18 @@ def test_a_refs_tables_are_its_commits_exports_with_iceberg_metadata_and_load_wi
     metadata_key = loaded["metadata-location"].removeprefix("s3://lake/repo/")
     assert loaded["metadata"] == json.loads(catalog.store.get(metadata_key))
     assert loaded["config"] == {
-        "s3.endpoint": STORE["endpoint"], "s3.region": "us-east-1", "s3.path-style-access": "true",
+        "s3.endpoint": STORE["endpoint"], "s3.region": "us-east-1", "client.region": "us-east-1",
+        "s3.path-style-access": "true",
         "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO", "s3.signer": "S3V4RestSigner",
         "s3.remote-signing-enabled": "true",
         "s3.signer.endpoint": f"v1/namespaces/repo%1Fv1.2%252Fx/tables/events/commits/{catalog.commit}/sign"}
+    assert loaded["remote-signing-config"] == {"properties": {"lakefs.commit-id": catalog.commit}}  # Iceberg 1.12's
     assert "SK" not in json.dumps(loaded)  # no store key leaves the service
+    vended = catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables/events",
+                             headers={**SVC, "X-Iceberg-Access-Delegation": "vended-credentials"}).json()
+    assert vended["config"] == loaded["config"] and "storage-credentials" not in vended  # vending off: signed
+    refused = catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables/events/credentials")
+    assert error(refused) == (403, "ForbiddenException") and "vended_credentials is off" in refused.text
     assert catalog.request("HEAD", f"/namespaces/{ns('repo', TAG)}/tables/events").status_code == 204
     for table in ("plain", "nope"):
         assert error(catalog.request("GET", f"/namespaces/{ns('repo', 'main')}/tables/{table}")) == \

@@ -1,0 +1,91 @@
+"""Vended credentials: a temporary, read-only S3 credential for the objects under one storage
+namespace, from the object store's STS (`AssumeRole` with a session policy), for readers that cannot
+have their requests signed (DuckDB, Trino, iceberg-rust: the Iceberg REST catalog's
+`X-Iceberg-Access-Delegation: vended-credentials`).
+
+What such a credential reaches is what its session policy allows: `s3:GetObject` on every object
+under the namespace, minus the storage namespaces of other repositories nested inside it. S3's
+policies select objects by key pattern, and a table's data files lie wherever lakeFS put them
+(`<namespace>/data/...`, beside every other table's), so the namespace is the narrowest set a
+policy of at most 2,048 characters (AWS's and MinIO's limit) can name: the credential reaches every
+object of the repository. The catalog vends one only when that is allowed (`iceberg.vended_credentials`)
+and the caller may read every table (README, "Read an export through the catalog").
+https://docs.aws.amazon.com/STS/latest/APIReference/API_AssumeRole.html
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from exporter.config import ObjectStoreConfig
+from exporter.errors import CredentialsNotVended
+from exporter.storage.objectstore import split_uri
+
+MAX_POLICY_CHARACTERS = 2048  # a session policy's limit, AWS's and MinIO's (cmd/sts-handlers.go)
+MIN_SECONDS = 900  # the shortest session STS grants
+ROLE_SESSION = "lakefs-delta-reader"
+
+
+@dataclass(frozen=True)
+class VendedCredential:
+    access_key_id: str
+    secret_access_key: str
+    session_token: str
+    expires_at_ms: int
+
+    def s3_properties(self) -> dict[str, str]:
+        """The credential as Iceberg's FileIO properties (the REST spec's `storage-credentials` config)."""
+        return {"s3.access-key-id": self.access_key_id, "s3.secret-access-key": self.secret_access_key,
+                "s3.session-token": self.session_token, "s3.session-token-expires-at-ms": str(self.expires_at_ms)}
+
+
+def read_policy(namespace: str, excluded: tuple[str, ...] = ()) -> str:
+    """The session policy: GET (and HEAD) of the objects under `namespace`, none under `excluded`
+    (folders inside it, each ending in `/`). No listing, no write."""
+    def objects(folder: str) -> str:
+        bucket, key = split_uri(folder.rstrip("/") + "/")
+        return f"arn:aws:s3:::{bucket}/{key}*"
+
+    statements = [{"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [objects(namespace)]}]
+    if excluded:
+        statements.append({"Effect": "Deny", "Action": ["s3:GetObject"], "Resource": [objects(f) for f in excluded]})
+    policy = json.dumps({"Version": "2012-10-17", "Statement": statements}, separators=(",", ":"))
+    if len(policy) > MAX_POLICY_CHARACTERS:
+        raise CredentialsNotVended(f"the read policy for {namespace} is {len(policy)} characters, more than the "
+                                   f"{MAX_POLICY_CHARACTERS} a session policy may have ({len(excluded)} nested namespaces)")
+    return policy
+
+
+def vend(store: ObjectStoreConfig, namespace: str, excluded: tuple[str, ...], seconds: int, role_arn: str = "",
+         now: float | None = None) -> VendedCredential:
+    """A credential for reading under `namespace` (`read_policy`) for `seconds` (at least STS's 900),
+    from the STS of the store that holds it; CredentialsNotVended when the store has none or refuses."""
+    if seconds < MIN_SECONDS:
+        raise CredentialsNotVended(f"a vended credential lives at least {MIN_SECONDS} s, longer than the "
+                                   f"{seconds} s left to this session: sign in again")
+    client = boto3.client("sts", endpoint_url=store.endpoint or None, region_name=store.region,
+                          aws_access_key_id=store.access_key_id or None,
+                          aws_secret_access_key=store.secret_access_key.get_secret_value() or None,
+                          config=botocore.config.Config(retries={"max_attempts": 2, "mode": "standard"},
+                                                        connect_timeout=5, read_timeout=30))
+    asked = {"RoleSessionName": ROLE_SESSION, "Policy": read_policy(namespace, excluded), "DurationSeconds": seconds,
+             "RoleArn": role_arn or "arn:aws:iam::000000000000:role/lakefs-delta-reader"}  # MinIO ignores the role
+    started = time.time() if now is None else now
+    try:
+        issued = client.assume_role(**asked)["Credentials"]
+    except botocore.exceptions.ClientError as refused:
+        error = refused.response.get("Error", {})
+        raise CredentialsNotVended(f"the object store's STS refused AssumeRole: {error.get('Code', '')} "
+                                   f"{error.get('Message', '')}".rstrip()) from None
+    except (botocore.exceptions.BotoCoreError, KeyError) as failed:
+        raise CredentialsNotVended(f"the object store offers no STS AssumeRole ({type(failed).__name__}): "
+                                   "readers must have their requests signed") from None
+    expires = issued.get("Expiration")
+    expires_ms = int(expires.timestamp() * 1000) if expires is not None else int((started + seconds) * 1000)
+    return VendedCredential(issued["AccessKeyId"], issued["SecretAccessKey"], issued["SessionToken"], expires_ms)
