@@ -81,7 +81,7 @@ class IcebergCatalog:
         self._objects: Kept[tuple[str, str], ReadersObjects] = Kept(entries=SIGNABLE_TABLES)
         self._manifest_files: Kept[str, np.ndarray] = Kept(entries=MANIFESTS_KEPT)
         self._namespaces: Kept[str, dict[str, str]] = Kept(entries=1, seconds=NAMESPACES_SECONDS)
-        self._held: Kept[tuple[str, str], set[str]] = Kept(entries=1024)  # the tables of a commit
+        self._held: Kept[tuple[str, str], dict[str, str]] = Kept(entries=1024)  # a commit's tables: name -> path
         self._lines: Kept[tuple[str, str], list[str]] = Kept(entries=1024)  # a commit's first parents
         # complete exports', read by signatures: kept once their Iceberg record is final (not rewritten again)
         self._manifests: Kept[tuple[str, str], dict] = Kept()
@@ -142,12 +142,15 @@ class IcebergCatalog:
 
     def every_table_path(self, repository: str, commit_id: str) -> list[str]:
         """The path of every table a commit holds (its valid descriptors)."""
-        return [table.path for table in discover_tables(self.lakefs, repository, commit_id).tables]
+        return list(self._held_at(repository, commit_id).values())
 
     def _names_at(self, repository: str, commit_id: str) -> set[str]:
-        """The tables a commit holds (its valid descriptors): kept, commits never change."""
-        return self._held.keep((repository, commit_id),
-                               lambda: {table.name for table in discover_tables(self.lakefs, repository, commit_id).tables})
+        return set(self._held_at(repository, commit_id))
+
+    def _held_at(self, repository: str, commit_id: str) -> dict[str, str]:
+        """The tables a commit holds (its valid descriptors), name -> path: kept, commits never change."""
+        return self._held.keep((repository, commit_id), lambda: {
+            table.name: table.path for table in discover_tables(self.lakefs, repository, commit_id).tables})
 
     def _line(self, repository: str, commit_id: str) -> list[str]:
         """The commit and its first parents, newest first, `LOOK_BACK` at most: kept, commits never change."""

@@ -148,8 +148,8 @@ async def _vended(request: Request, found: CatalogTable) -> list[dict]:
     if not settings.vended_credentials:
         raise CredentialsNotVended("this catalog vends no credentials (iceberg.vended_credentials is off): "
                                    "readers sign their requests through it")
-    grant = await grant_for(request, found.repository)
-    if not await _reads_every_table(request, grant, found):
+    grant = await grant_for(request, found.repository, [found.ref])  # the ref's head: what it holds now
+    if not await _reads_every_table(request, grant, grant.commit(found.ref)):
         raise CredentialsNotVended(f"a vended credential reaches every table of {found.repository!r}, and this "
                                    "identity may not read them all: sign requests through the catalog instead")
     seconds = settings.vended_credentials_seconds
@@ -159,11 +159,13 @@ async def _vended(request: Request, found: CatalogTable) -> list[dict]:
     return await run_in_threadpool(catalog(request).storage_credentials, found, seconds)
 
 
-async def _reads_every_table(request: Request, grant: Grant, found: CatalogTable) -> bool:
+async def _reads_every_table(request: Request, grant: Grant, commit_id: str) -> bool:
+    """Whether the caller may read every table the commit holds (not only the one loaded, which may
+    come from an older commit's export)."""
     if grant.whole:
         return True
-    tables = await run_in_threadpool(catalog(request).every_table_path, found.repository, found.commit_id)
-    return await grant.may_read(found.commit_id, tables)
+    tables = await run_in_threadpool(catalog(request).every_table_path, grant.repository, commit_id)
+    return await grant.may_read(commit_id, tables)
 
 
 def _etag(table: CatalogTable) -> str:

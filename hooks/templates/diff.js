@@ -84,13 +84,47 @@ async function loadOverview() {  // the landing view: every table that differs b
   show("overview", true);
 }
 
-let rowsAfter = null;
-async function loadRows(reset) {  // which rows changed, a page at a time
-  if (reset) { rowsAfter = null; $("rows").tBodies[0].innerHTML = ""; $("partitions").tBodies[0].innerHTML = ""; }
+let rowsAfter = null, rowColumns = [], rowPages = 0;
+// rows per page of the rows section: `?page_size=` on the page's URL (1-1000), else 200
+const ROWS_PAGE = Math.min(1000, Math.max(1, Number(params.get("page_size")) || 200));
+if (params.get("key")) $("row-key").value = params.get("key");
+
+function shown(value) {  // a value as a cell shows it: text as is, null marked, nested values as JSON
+  if (value === null || value === undefined) return "null";
+  return typeof value === "object" ? JSON.stringify(value) : String(value);
+}
+
+function same(a, b) { return JSON.stringify(a ?? null) === JSON.stringify(b ?? null); }
+
+function valueCell(row, value, before, updated) {  // an updated row's changed cell shows before → after, marked
+  const td = row.insertCell();
+  if (updated && !same(before, value)) {
+    td.className = "changed";
+    const was = document.createElement("del"); was.textContent = shown(before);
+    const now = document.createElement("ins"); now.textContent = shown(value);
+    td.append(was, " → ", now);
+  } else {
+    td.textContent = shown(value);
+    if (value === null || value === undefined) td.classList.add("null");
+  }
+}
+
+function rowHeader() {  // change, partition, then a column per table column (each page may add some)
+  const head = $("rows").tHead.rows[0]; head.innerHTML = "";
+  for (const name of ["change", "partition", ...rowColumns]) {
+    const th = document.createElement("th"); th.textContent = name; head.append(th);
+  }
+}
+
+async function loadRows(reset) {  // which rows changed, a page at a time, as a grid
+  if (reset) {
+    rowsAfter = null; rowColumns = []; rowPages = 0;
+    $("rows").tBodies[0].innerHTML = ""; $("partitions").tBodies[0].innerHTML = "";
+  }
   show("rows-error", false);
   const repo = encodeURIComponent($("repository").value);
   const found = await api(`/repositories/${repo}/otf/refs/${encodeURIComponent($("left").value)}/diff/` +
-    `${encodeURIComponent($("right").value)}/rows?amount=200&table_path=${encodeURIComponent($("table").value)}` +
+    `${encodeURIComponent($("right").value)}/rows?amount=${ROWS_PAGE}&table_path=${encodeURIComponent($("table").value)}` +
     `&key=${encodeURIComponent($("row-key").value)}` + (rowsAfter === null ? "" : `&after=${rowsAfter}`));
   $("rows-added").textContent = found.counts.added; $("rows-removed").textContent = found.counts.removed;
   $("rows-updated").textContent = found.counts.updated; show("rows-updated-part", found.key.length > 0);
@@ -101,13 +135,27 @@ async function loadRows(reset) {  // which rows changed, a page at a time
       const row = parts.insertRow(); cell(row, name); cell(row, c.added); cell(row, c.removed); cell(row, c.updated);
     }
   }
+  const before = rowColumns.length;
+  for (const r of found.rows) {
+    for (const name of [...Object.keys(r.values || {}), ...Object.keys(r.before || {})]) {
+      if (!rowColumns.includes(name)) rowColumns.push(name);
+    }
+  }
   const body = $("rows").tBodies[0];
+  if (rowColumns.length !== before || reset) {
+    rowHeader();
+    for (const row of body.rows) while (row.cells.length < rowColumns.length + 2) row.insertCell();  // columns a later page added
+  }
   for (const r of found.rows) {
     const row = body.insertRow(); row.className = r.change;
     cell(row, r.change); cell(row, r.partition || "—");
-    cell(row, JSON.stringify(r.values) + (r.before ? `  (was ${JSON.stringify(r.before)})` : ""));
+    const updated = r.change === "updated" && r.before;
+    for (const name of rowColumns) valueCell(row, (r.values || {})[name], updated ? r.before[name] : undefined, updated);
   }
+  rowPages += 1;
   rowsAfter = found.pagination.has_more ? found.pagination.next_offset : null;
+  $("rows-pages").textContent = `${body.rows.length} rows shown, ${rowPages} page${rowPages === 1 ? "" : "s"}` +
+    (rowsAfter === null ? "" : ", more to load");
   show("more-rows", rowsAfter !== null);
 }
 

@@ -75,3 +75,47 @@ def open_overview(link: str, table_path: str, screenshot: str) -> SeenOverview:
         page.screenshot(path=os.path.join(ARTIFACTS, screenshot), full_page=True)
         browser.close()
     return seen
+
+
+@dataclass
+class SeenRows:
+    header: list[str]  # the rows grid's column headings
+    rows: list[list[str]]  # each row's cells as shown, after every page was loaded
+    classes: list[str]  # each row's class: added, removed, updated
+    changed: list[tuple[int, str, str, str]]  # (row index, column, before, after) of each marked cell
+    pages: str  # what the page says it loaded
+
+
+def open_rows_grid(link: str, screenshot: str) -> SeenRows:
+    """Open `link` (a page URL naming a table and key columns) and load every page of its rows
+    section with "More rows"; read the grid as shown."""
+    from playwright.sync_api import expect, sync_playwright
+
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_context().new_page()
+        page.goto(link)
+        expect(page.locator("#rows-pages")).to_have_text(re.compile(r"page"), timeout=120_000)
+        for _ in range(100):
+            more = page.locator("#more-rows")
+            if not more.is_visible():
+                break
+            shown = page.locator("#rows tbody tr").count()
+            more.click()
+            expect(page.locator("#rows tbody tr")).not_to_have_count(shown, timeout=60_000)
+        header = page.locator("#rows thead th").all_inner_texts()
+        grid = page.locator("#rows tbody tr")
+        rows = [grid.nth(i).locator("td").all_inner_texts() for i in range(grid.count())]
+        classes = [grid.nth(i).get_attribute("class") or "" for i in range(grid.count())]
+        changed = []
+        for i in range(grid.count()):
+            cells = grid.nth(i).locator("td")
+            for j in range(cells.count()):
+                if "changed" in (cells.nth(j).get_attribute("class") or ""):
+                    changed.append((i, header[j], cells.nth(j).locator("del").inner_text(),
+                                    cells.nth(j).locator("ins").inner_text()))
+        seen = SeenRows(header, rows, classes, changed, page.locator("#rows-pages").inner_text())
+        page.locator("#rows").screenshot(path=os.path.join(ARTIFACTS, screenshot))
+        browser.close()
+    return seen

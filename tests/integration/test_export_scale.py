@@ -1,6 +1,8 @@
 """An export's memory follows its row groups, not its table: a 200,000-file table (imported into
 lakeFS in one job, see `bench.synthetic.import_objects`) exported in a process of its own, its
-Delta log alone and with its Iceberg metadata (`iceberg.enabled`), each within a bound."""
+Delta log within a bound. The Iceberg step's memory at such sizes is the benchmark's to measure
+(`python -m bench --sizes 200000`: "Iceberg metadata of the cold export above"; it measured 417 MiB
+here for this table), not a test's."""
 
 import io
 
@@ -20,19 +22,14 @@ PARTITIONS = 100
 # plus the checkpoint, its Arrow tables and the rewritten bytes held whole (the exporter before
 # streaming) came to about 370 MiB; streamed, the export measured 300 MiB.
 PEAK_RSS_BOUND_MIB = 340
-# With `iceberg.enabled`, the Iceberg metadata written after it keeps a few hundred bytes a file (its
-# manifests' entries, Arrow columns): that export measured 417 MiB (the Delta log alone: 287).
-ICEBERG_PEAK_RSS_BOUND_MIB = 480
 
 
 def test_a_200000_file_table_exports_within_a_memory_bound(lakefs, repository, s3):
     commit_id = build_table(lakefs, None, repository, FILES, commits_after=10, partitions=PARTITIONS)
 
     measured = measure("export", repository, "main", commit_id, f"t{FILES}", env={"LAKEFS_DELTA_ICEBERG_ENABLED": "false"})
-    shipped = measure("export", repository, "iceberg", commit_id, f"t{FILES}", env={"LAKEFS_DELTA_ICEBERG_ENABLED": "true"})
 
     assert measured["ok"], measured["error"]
-    assert shipped["ok"] and shipped["peak_rss_mib"] < ICEBERG_PEAK_RSS_BOUND_MIB, shipped
     # pages of 1000, each partition folder listed apart (its last page partly full); no stat per file
     assert measured["lakefs_calls"] <= FILES // 1000 + PARTITIONS + 10, measured
     assert measured["peak_rss_mib"] < PEAK_RSS_BOUND_MIB, measured

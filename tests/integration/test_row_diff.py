@@ -366,3 +366,42 @@ def test_a_table_rewritten_whole_is_diffed_within_its_row_bound_or_refused_namin
     with pytest.raises(ExporterError, match=r"16 file\(s\) holding 6,000,000 rows to read: more than row_diff.max_rows "
                                             r"\(2,000,000\)"):
         compute_row_diff(without_spark, lakefs, repository, rewritten, bigger, "tables/narrow")
+
+
+def test_the_page_shows_changed_rows_as_a_grid_with_each_updated_cell_before_and_after(spark, lakefs, repository,
+                                                                                      service):
+    """Issue 41: a column per table column; an updated row (by the key the URL names) shows before →
+    after in the cells that changed, marked, and its other cells plain; removed and added rows are
+    coloured; "More rows" reaches every page of a 3-page answer (3 rows a page)."""
+    from devtools import stack
+    from lakefs_delta.client import sign_in_link
+    from tests.integration.browser import open_rows_grid
+
+    uri = table_uri(repository, "main", "tables/grid")
+    spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, name STRING, amount DOUBLE) USING delta")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES " + ", ".join(f"({i}, 'n{i}', {i}.5)" for i in range(1, 11)))
+    lakefs.commit_branch(repository, "main", "ten rows")
+    lakefs.create_branch(repository, "edit", "main")
+    edit = f"delta.`{table_uri(repository, 'edit', 'tables/grid')}`"
+    spark.sql(f"UPDATE {edit} SET amount = amount + 100 WHERE id <= 2")
+    spark.sql(f"UPDATE {edit} SET name = NULL WHERE id = 3")
+    spark.sql(f"DELETE FROM {edit} WHERE id >= 9")
+    spark.sql(f"INSERT INTO {edit} VALUES (11, 'eleven', 11.5), (12, NULL, 12.5), (13, 'n13', 13.5)")
+    lakefs.commit_branch(repository, "edit", "edits")
+
+    state = stack.load_state()
+    link = sign_in_link(service, state.lakefs_access_key_id, state.lakefs_secret_access_key,
+                        {"repository": repository, "left": "main", "right": "edit", "table_path": "tables/grid",
+                         "key": "id", "page_size": "3"})
+    seen = open_rows_grid(link, "row-diff-grid.png")
+
+    assert seen.header == ["change", "partition", "id", "name", "amount"]
+    assert seen.pages == "8 rows shown, 3 pages"
+    by_id = {row[2]: (row, kind) for row, kind in zip(seen.rows, seen.classes)}
+    assert sorted(by_id, key=int) == ["1", "2", "3", "9", "10", "11", "12", "13"]
+    assert [by_id[i][1] for i in ("1", "2", "3")] == ["updated"] * 3
+    assert [by_id[i][1] for i in ("9", "10")] == ["removed"] * 2 and by_id["9"][0][3:] == ["n9", "9.5"]
+    assert [by_id[i][1] for i in ("11", "12", "13")] == ["added"] * 3 and by_id["12"][0][3] == "null"
+    marked = {(seen.rows[i][2], column, before, after) for i, column, before, after in seen.changed}
+    assert marked == {("1", "amount", "1.5", "101.5"), ("2", "amount", "2.5", "102.5"), ("3", "name", "n3", "null")}
+    assert by_id["1"][0][3] == "n1"  # an unchanged cell of an updated row: its value alone

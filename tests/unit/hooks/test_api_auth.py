@@ -241,3 +241,17 @@ def test_the_session_cookie_is_secure_when_the_service_is_reached_over_https(pub
     assert answer.status_code == 200, answer.text
     cookie = answer.headers["set-cookie"]
     assert "HttpOnly" in cookie and ("Secure" in cookie) is secure, cookie
+
+
+def test_a_session_ends_with_its_lakefs_token_and_keys_and_service_tokens_open_none():
+    """What a vended credential's life is capped at (hooks/iceberg/tables.py)."""
+    import base64 as b64
+    import json as js
+
+    from exporter.config import ApiToken
+    from hooks.auth import Caller
+
+    payload = b64.urlsafe_b64encode(js.dumps({"exp": 1_900_000_000}).encode()).decode().rstrip("=")
+    assert Caller("k", authorization=f"Bearer h.{payload}.s").session_end() == 1_900_000_000
+    assert Caller("k", authorization="Basic a2V5OnNlY3JldA==").session_end() is None
+    assert Caller("k", service_token=ApiToken(token="t" * 32, repositories=("*",))).session_end() is None
