@@ -184,6 +184,25 @@ def test_readers_requests_are_signed_only_for_the_objects_the_table_reads(catalo
                                  json={"method": "GET", "uri": data})) == (404, "NoSuchTableException")
 
 
+
+def test_the_specifications_signer_signs_at_the_commit_its_properties_name_else_at_the_refs(catalog):
+    """Iceberg 1.12's `/tables/{table}/sign`: the loaded commit travels in the request's `properties`
+    (`remote-signing-config`); the same objects are signed, and refused, as at the per-commit address."""
+    data = catalog.manifest["iceberg"]["metadata_location"].replace("s3://lake/", "http://minio.test:9000/lake/")
+    path = f"/namespaces/{ns('repo', TAG)}/tables/events/sign"
+
+    def sign(uri: str, properties: dict) -> httpx.Response:
+        return catalog.request("POST", path, json={"method": "GET", "uri": uri, "region": "us-east-1",
+                                                   "headers": {}, "properties": properties})
+
+    for properties in ({"lakefs.commit-id": catalog.commit}, {}):
+        assert sign(data, properties).json()["uri"].startswith(data + "?X-Amz-Algorithm=AWS4-HMAC-SHA256&")
+        assert error(sign(data_file(catalog, "main", "plain"), properties)) == (403, "ForbiddenException")
+    assert error(sign(data, {"lakefs.commit-id": "0" * 64})) == (404, "NoSuchTableException")
+    assert error(sign(data, {"lakefs.commit-id": "main"})) == (400, "BadRequestException")
+    assert error(catalog.request("POST", path, headers={}, json={"method": "GET", "uri": data})) == \
+        (401, "NotAuthorizedException")
+
 def test_callers_are_the_apis_and_refusals_have_the_spec_error_model(catalog):
     assert error(catalog.request("GET", "/namespaces", headers={})) == (401, "NotAuthorizedException")
     assert error(catalog.request("GET", f"/namespaces/{ns('repo', TAG)}/tables/events", headers={})) == \
