@@ -15,7 +15,9 @@ https://docs.aws.amazon.com/STS/latest/APIReference/API_AssumeRole.html
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import time
 from dataclasses import dataclass
 
@@ -62,21 +64,17 @@ def read_policy(namespace: str, excluded: tuple[str, ...] = ()) -> str:
     return policy
 
 
-def vend(store: ObjectStoreConfig, namespace: str, excluded: tuple[str, ...], seconds: int, role_arn: str = "",
-         now: float | None = None) -> VendedCredential:
+def vend(store: ObjectStoreConfig, namespace: str, excluded: tuple[str, ...], seconds: int,
+         role_arn: str = "") -> VendedCredential:
     """A credential for reading under `namespace` (`read_policy`) for `seconds` (at least STS's 900),
     from the STS of the store that holds it; CredentialsNotVended when the store has none or refuses."""
     if seconds < MIN_SECONDS:
         raise CredentialsNotVended(f"a vended credential lives at least {MIN_SECONDS} s, longer than the "
                                    f"{seconds} s left to this session: sign in again")
-    client = boto3.client("sts", endpoint_url=store.endpoint or None, region_name=store.region,
-                          aws_access_key_id=store.access_key_id or None,
-                          aws_secret_access_key=store.secret_access_key.get_secret_value() or None,
-                          config=botocore.config.Config(retries={"max_attempts": 2, "mode": "standard"},
-                                                        connect_timeout=5, read_timeout=30))
+    client = _sts_client(store.endpoint, store.region, store.access_key_id, store.secret_access_key.get_secret_value())
     asked = {"RoleSessionName": ROLE_SESSION, "Policy": read_policy(namespace, excluded), "DurationSeconds": seconds,
              "RoleArn": role_arn or "arn:aws:iam::000000000000:role/lakefs-delta-reader"}  # MinIO ignores the role
-    started = time.time() if now is None else now
+    started = time.time()
     try:
         issued = client.assume_role(**asked)["Credentials"]
     except botocore.exceptions.ClientError as refused:
@@ -89,3 +87,16 @@ def vend(store: ObjectStoreConfig, namespace: str, excluded: tuple[str, ...], se
     expires = issued.get("Expiration")
     expires_ms = int(expires.timestamp() * 1000) if expires is not None else int((started + seconds) * 1000)
     return VendedCredential(issued["AccessKeyId"], issued["SecretAccessKey"], issued["SessionToken"], expires_ms)
+
+
+@functools.lru_cache(maxsize=16)
+def _sts_client(endpoint: str, region: str, access_key_id: str, secret_access_key: str):
+    """One STS client per store and process, as `objectstore._client` keeps one S3 client: making one
+    costs more CPU than the request. boto3 clients are thread-safe."""
+    return boto3.client("sts", endpoint_url=endpoint or None, region_name=region,
+                        aws_access_key_id=access_key_id or None, aws_secret_access_key=secret_access_key or None,
+                        config=botocore.config.Config(retries={"max_attempts": 2, "mode": "standard"},
+                                                      connect_timeout=5, read_timeout=30))
+
+
+os.register_at_fork(after_in_child=_sts_client.cache_clear)  # a forked worker opens its own connections

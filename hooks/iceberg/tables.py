@@ -75,24 +75,24 @@ async def load_table(request: Request, namespace: str, table: str, snapshots: st
     parts = levels(segment(namespace))
     found = await readable_table(request, parts, segment(table))
     credentials = None
-    if VENDED in (value.strip() for value in request.headers.get(DELEGATION, "").split(",")):
+    if VENDED in _listed(request, DELEGATION):
         try:
             credentials = await _vended(request, found)
         except CredentialsNotVended:
-            credentials = None  # signed instead: a reader asking for either (PyIceberg) reads on
-    etag = _etag(found)
-    if credentials is None and etag in (value.strip() for value in request.headers.get("if-none-match", "").split(",")):
-        return Response(status_code=304, headers={"ETag": etag})  # metadata files never change: nothing read
+            pass  # signed instead: a reader asking for either (PyIceberg) reads on
+    if credentials is None:
+        etag = _etag(found)
+        if etag in _listed(request, "if-none-match"):
+            return Response(status_code=304, headers={"ETag": etag})  # metadata files never change: nothing read
+        config, access = _signing(found), {"remote-signing-config": {"properties": {COMMIT_PROPERTY: found.commit_id}}}
+        headers = {"ETag": etag}
+    else:  # a credential expires: never answered from a client's cache
+        config, access = credentials[0]["config"], {"storage-credentials": credentials}
+        headers = {"Cache-Control": "no-store"}
     metadata = await run_in_threadpool(catalog(request).metadata, found)
     properties = await run_in_threadpool(catalog(request).storage_properties, found.repository)
-    if credentials is not None:  # a credential expires: never answered from a client's cache
-        return JSONResponse({"metadata-location": found.metadata_location, "metadata": metadata,
-                             "config": {**properties, **credentials[0]["config"]}, "storage-credentials": credentials},
-                            headers={"Cache-Control": "no-store"})
     return JSONResponse({"metadata-location": found.metadata_location, "metadata": metadata,
-                         "config": {**properties, **_signing(found)},
-                         "remote-signing-config": {"properties": {COMMIT_PROPERTY: found.commit_id}}},
-                        headers={"ETag": etag})
+                         "config": {**properties, **config}, **access}, headers=headers)
 
 
 @router.get(TABLE + "/credentials")
@@ -166,6 +166,11 @@ async def _reads_every_table(request: Request, grant: Grant, commit_id: str) -> 
         return True
     tables = await run_in_threadpool(catalog(request).every_table_path, grant.repository, commit_id)
     return await grant.may_read(commit_id, tables)
+
+
+def _listed(request: Request, header: str) -> set[str]:
+    """The values of a comma-separated request header."""
+    return {value.strip() for value in request.headers.get(header, "").split(",")}
 
 
 def _etag(table: CatalogTable) -> str:

@@ -33,7 +33,7 @@ from tests.integration.deltatables import add_descriptor, export_one, table_uri
 from tests.integration.lakefs_policy import PrefixPolicies
 from tests.integration.test_api_auth import new_user
 from tests.integration.test_iceberg_catalog import lakefs_token, no_bucket_keys  # noqa: F401 (a fixture)
-from tests.integration.test_iceberg_exports import spark_rows
+from tests.integration.test_iceberg_exports import spark_rows, write_orders
 from tests.integration.test_one_grant import write_table
 from tests.unit.iceberg.readers import duckdb_connection, rows_of
 
@@ -54,16 +54,7 @@ class Lake:
         self.a, self.b = (f"t-engines-{name}-{uuid.uuid4().hex[:6]}" for name in "ab")
         for repository in (self.a, self.b):
             lakefs.create_repository(repository, f"s3://{bucket}/{repository}")
-        uri = table_uri(self.a, "main", PATH)
-        spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, `amount eur` DECIMAL(10,2), note STRING, region STRING, "
-                  "day DATE) USING delta PARTITIONED BY (region) TBLPROPERTIES ('delta.enableDeletionVectors' = "
-                  "'true', 'delta.columnMapping.mode' = 'name', 'delta.checkpointInterval' = '3')")    # 0
-        values = ", ".join(f"({i}, {i * 1.25}, 'n{i}', '{('eu', 'us', 'ap')[i % 3]}', DATE'2024-01-0{1 + i % 2}')"
-                           for i in range(1, 31))
-        spark.sql(f"INSERT INTO delta.`{uri}` VALUES {values}")                                       # 1
-        spark.sql(f"DELETE FROM delta.`{uri}` WHERE id % 5 = 0")                                      # 2
-        spark.sql(f"UPDATE delta.`{uri}` SET note = 'updated' WHERE id < 4")                 # 3: checkpoint
-        spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 7")                                          # 4
+        write_orders(spark, table_uri(self.a, "main", PATH))  # versions 0-4, a checkpoint at 3
         add_descriptor(lakefs, self.a, "orders", PATH)
         self.commit = lakefs.commit_branch(self.a, "main", "orders")
         assert any("deletion_vector_" in e["path"] for e in lakefs.list_objects(self.a, self.commit, PATH + "/"))

@@ -66,9 +66,9 @@ def readers(stack_env):
     return properties, connection
 
 
-def test_pyiceberg_and_duckdb_read_an_export_as_spark_reads_the_source(spark, lakefs, config, repository, s3, readers):
-    config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
-    uri = table_uri(repository, "main", PATH)
+def write_orders(spark, uri: str) -> None:
+    """Versions 0-4 of Spark's `orders` at `uri`: partitioned, column mapping `name`, deletion vectors
+    from DELETE and UPDATE, a checkpoint at version 3."""
     spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, `amount eur` DECIMAL(10,2), note STRING, region STRING, "
               "day DATE) USING delta PARTITIONED BY (region, day) TBLPROPERTIES ('delta.enableDeletionVectors' = "
               "'true', 'delta.columnMapping.mode' = 'name', 'delta.checkpointInterval' = '3')")       # 0
@@ -79,6 +79,12 @@ def test_pyiceberg_and_duckdb_read_an_export_as_spark_reads_the_source(spark, la
     spark.sql(f"DELETE FROM delta.`{uri}` WHERE id % 5 = 0")                                         # 2
     spark.sql(f"UPDATE delta.`{uri}` SET note = 'updated' WHERE id < 4")                    # 3: checkpoint
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (42, 9.99, 'late', 'us', DATE'2024-01-01')")           # 4
+
+
+def test_pyiceberg_and_duckdb_read_an_export_as_spark_reads_the_source(spark, lakefs, config, repository, s3, readers):
+    config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
+    uri = table_uri(repository, "main", PATH)
+    write_orders(spark, uri)
     add_descriptor(lakefs, repository, "orders", PATH)
     first = lakefs.commit_branch(repository, "main", "orders")
     spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 7")                                             # 5
