@@ -80,22 +80,31 @@ def relative_path(path_or_inline_dv: str) -> str:
 
 
 def _z85_decode(encoded: str, descriptor: str) -> bytes:
-    """Z85 to bytes: each 5 characters are one big-endian 32-bit word, its low 32 bits when the group
-    is above 2^32 - 1 (Delta's Base85Codec.decodeBlocks does `putInt(sum.toInt)`; its own test tables
-    carry such groups, and every Delta reader accepts them)."""
+    """Z85 to bytes: each 5 characters are one big-endian 32-bit word.
+
+    Two writers' rules for a length that is not a multiple of 4 are read:
+    - Delta's Base85Codec pads the bytes with zeros, and its decoder keeps a word's low 32 bits
+      (`putInt(sum.toInt)`); the log's `sizeInBytes` then cuts the padding off.
+    - The z85 crate (delta-rs, delta-kernel-rs) writes a last group of k `#` and 5 - k characters
+      holding the 4 - k tail bytes (`decode_tail`). No full word starts with `#` (84 * 85^4 > 2^32 - 1),
+      so such a last group is always a tail.
+    """
     if len(encoded) % 5:
         raise CorruptLog(f"deletion vector {descriptor!r}: Z85 text length {len(encoded)} is not a multiple of 5")
     decoded = bytearray()
     for start in range(0, len(encoded), 5):
+        group = encoded[start : start + 5]
+        padding = len(group) - len(group.lstrip("#")) if start == len(encoded) - 5 else 0
         word = 0
-        for char in encoded[start : start + 5]:
+        for char in group[padding:]:
             digit = _Z85_VALUE.get(char)
             if digit is None:
                 raise CorruptLog(f"deletion vector {descriptor!r}: {char!r} is not a Z85 character")
             word = word * 85 + digit
-        decoded += (word & 0xFFFFFFFF).to_bytes(4, "big")
+        if padding >= 4 or (padding and word >= 256 ** (4 - padding)):
+            raise CorruptLog(f"deletion vector {descriptor!r}: Z85 tail {group!r} holds more than {4 - padding} bytes")
+        decoded += (word & 0xFFFFFFFF).to_bytes(4 - padding, "big")
     return bytes(decoded)
-
 
 
 def deleted_rows(descriptor: Mapping[str, Any] | None, read_range: Callable[[str, int, int], bytes]) -> BitMap:

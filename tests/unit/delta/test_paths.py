@@ -102,13 +102,28 @@ def test_malformed_deletion_vector_is_a_corrupt_log(value: str, complaint: str) 
 
 
 def test_a_z85_group_above_32_bits_decodes_to_its_low_32_bits_as_delta_decodes_it() -> None:
-    """Delta's Base85Codec sums a group in a long and keeps `sum.toInt`, its low 32 bits: '#####' is
-    85^5 - 1 = 4,437,053,124, read as 142,085,828 (0x08780EC4)."""
+    """Delta's Base85Codec sums a group in a long and keeps `sum.toInt`, its low 32 bits: '$$$$$' is
+    83 * (85^5 - 1) / 84 = 4,384,852,500 + ..., read modulo 2^32."""
     from exporter.delta.deletion_vectors import _z85_decode
 
-    assert _z85_decode("#####", "t") == (142_085_828).to_bytes(4, "big")
-    assert _z85_decode("##093", "t") == ((84 * 85 ** 4 + 84 * 85 ** 3 + 0 * 85 ** 2 + 9 * 85 + 3) % 2 ** 32).to_bytes(4, "big")
+    assert _z85_decode("$$$$$", "t") == ((83 * (85 ** 5 - 1) // 84) % 2 ** 32).to_bytes(4, "big")
     assert _z85_decode("HelloWorld", "t") == bytes([0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B])  # ZeroMQ's own example
+
+
+def test_a_last_z85_group_led_by_hashes_is_the_z85_crates_tail() -> None:
+    """delta-rs and delta-kernel-rs write an inline vector of 34 bytes as 8 words and a last group
+    '##093': 2 tail bytes, 0x0300 (delta-kernel-rs's test table cdf-table-with-dv, version 5, which
+    delta-rs reads with row 3 deleted)."""
+    from exporter.delta.deletion_vectors import CorruptLog, _z85_decode, deleted_rows
+
+    assert _z85_decode("##093", "t") == b"\x03\x00"
+    assert _z85_decode("HelloWorld#0000", "t") == bytes([0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B, 0, 0, 0])
+    inline = {"storageType": "i", "pathOrInlineDv": "^Bg9^0rr910000000000iXQKl0rr91000005c8Xg##093", "sizeInBytes": 34,
+              "cardinality": 1}
+    assert list(deleted_rows(inline, read_range=None)) == [3]
+    for broken in ("##%%%", "####0", "#####"):  # a tail above its byte count, or of no bytes
+        with pytest.raises(CorruptLog, match="Z85"):
+            _z85_decode(broken, "t")
 
 
 ADDRESSES = {
