@@ -122,7 +122,7 @@ def interrupted_versions(store: ObjectStore, target: str, head: int) -> Interrup
     log = target + LOG_DIR
     listing = _past(store, target, head)
     versions = list(itertools.takewhile(lambda v: v in listing.commits, itertools.count(head + 1)))
-    drop_orphans(store, target, versions[-1] if versions else head)
+    drop_orphans(store, target, versions[-1] if versions else head, listing)
     if not versions:
         return None
     commits = parsed_commits({v: store.get(log + listing.commits[v]) for v in versions})
@@ -141,9 +141,10 @@ def _past(store: ObjectStore, target: str, head: int) -> LogListing:
                                  store.list_objects(log, start_after=log + commit_name(head)))
 
 
-def drop_orphans(store: ObjectStore, target: str, head: int) -> None:
-    """What lies past `head` and no reader can read (after a gap in the versions) goes."""
-    listing = _past(store, target, head)
+def drop_orphans(store: ObjectStore, target: str, head: int, listing: LogListing | None = None) -> None:
+    """What lies past `head` and no reader can read (after a gap in the versions) goes; `listing`,
+    when the caller has listed past an earlier version already, spares a second listing."""
+    listing = listing or _past(store, target, head)
     orphans = [name for version, name in listing.commits.items() if version > head]
     orphans += [name for version, checkpoint in listing.checkpoints.items() if version > head for name in checkpoint.files]
     if not orphans:

@@ -344,3 +344,22 @@ def test_an_append_from_a_re_pointed_path_names_it_before_writing_a_version_read
     assert lakefs.store.at("s3://lake/repo").exists(
         branch_table_location(config, "main", "events") + "_delta_log/00000000000000000001.json")  # ...but wrote 1
     assert versions["table_paths"] == ["tables/events", "restricted/events"]
+
+
+def test_what_an_interrupted_append_left_is_listed_once_and_what_follows_a_gap_goes(lakefs):
+    from exporter.export.branch_log import interrupted_versions
+    from exporter.storage.objectstore import ObjectStore
+
+    store = ObjectStore(Config(), "s3://lake/repo")
+    target = "_lakefs/exported/main/latest/events/"
+    for v in (0, 1, 2, 3, 5, 6):  # head 1; 2 and 3 follow it; 5 and 6 lie past the gap at 4
+        marker = {"repository": "repo", "commit": f"c{v}", "sourceVersion": v}
+        store.put(f"{target}_delta_log/{v:020d}.json", json.dumps({"commitInfo": {"lakeFS": marker}}).encode())
+    store.listings.clear()
+
+    found = interrupted_versions(store, target, 1)
+
+    assert (found.versions, found.source_version, found.commit_id) == ([2, 3], 3, "c3")
+    assert len(store.listings) == 1, store.listings
+    left = [name.rsplit("/", 1)[-1] for name, _, _ in store.list_objects(target + "_delta_log/")]
+    assert left == [f"{v:020d}.json" for v in range(4)]
