@@ -13,7 +13,7 @@ import functools
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import redis
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
@@ -99,24 +99,52 @@ def retry_if_transient(exc: BaseException, line: str, retries_left: bool = True)
         raise Transient(reason) from exc
 
 
+class RunningElsewhere(Exception):
+    """Another delivery of the same work is running it now."""
+
+
 @contextmanager
-def delivery(task, *work: object) -> Iterator[int]:
+def delivery(task, *work: object, sole: bool = False) -> Iterator[int]:
     """Count this delivery of `work` (the task's name and what identifies its work) until it ends,
     however it ends short of its worker dying; yields how many of its deliveries started without
     ending, this one included. Above `tasks.max_deliveries` the worker died on each of the others
     (killed for memory, past its hard time limit, killed outright): WorkerLost, which the task
-    records as it records any permanent failure, so the message is not run into a dead worker again."""
+    records as it records any permanent failure, so the message is not run into a dead worker again.
+
+    `sole`: the delivery holds a renewed claim on the work while it runs (`_sole_delivery`), so a
+    copy of the message delivered again while it runs ends with RunningElsewhere instead of running
+    the work a second time or being counted as a death."""
     config = current_config()
     status, _ = _services(config)
     key = length_prefixed(task.name.removeprefix("lakefs_delta."), *work)  # a table path holds `:`
-    starts = status.started(key)
-    if starts > config.tasks.max_deliveries:
-        raise WorkerLost(f"the worker running this task died {starts - 1} times (out of memory, past its time "
-                         f"limit, or killed); not running it again (tasks.max_deliveries)")
-    try:
-        yield starts
-    finally:
-        status.finished(key)
+    with _sole_delivery(status, key, config.tasks.lock_ttl_seconds) if sole else nullcontext():
+        starts = status.started(key)
+        if starts > config.tasks.max_deliveries:
+            raise WorkerLost(f"the worker running this task died {starts - 1} times (out of memory, past its time "
+                             f"limit, or killed); not running it again (tasks.max_deliveries)")
+        try:
+            yield starts
+        finally:
+            status.finished(key)
+
+
+@contextmanager
+def _sole_delivery(status: StatusStore, key: str, ttl_seconds: int) -> Iterator[None]:
+    """Redis delivers an unacknowledged message again once the visibility timeout passed, even while
+    its first delivery still runs it (a Spark row diff may run for an hour). The first delivery
+    holds a claim renewed every third of `ttl_seconds`; a copy waits out one TTL (a dead holder's
+    claim lapses within it, and the copy then runs, counted as its redelivery) and, the claim still
+    held, ends without running the work: the running delivery puts the answer where the API looks."""
+    deadline = time.monotonic() + ttl_seconds + 1
+    while True:
+        with status.lock(f"delivery:{key}", ttl_seconds) as claim:
+            if claim:
+                yield
+                return
+        if time.monotonic() >= deadline:
+            raise RunningElsewhere(f"another delivery has been running {key} for over {ttl_seconds} s "
+                                   "(the message came again after tasks.visibility_timeout_seconds)")
+        time.sleep(0.5)
 
 
 # A precomputed diff waits behind every export in its queue: under a storm of commits the exports
@@ -570,7 +598,7 @@ def compute_row_diff(self, repository: str, left_commit: str | None, right_commi
         except SoftTimeLimitExceeded:
             limit = config.tasks.time_limit(self.name)
             raise RowDiffTooLarge(f"the row diff ran past its time limit ({soft_time_limit(limit)} s of {limit} s: "
-                                  "tasks.time_limits.compute_row_diff, below tasks.visibility_timeout_seconds)") from None
+                                  "tasks.time_limits.compute_row_diff)") from None
     return _compute_for_api(self, cache, parts, compute)
 
 
@@ -611,10 +639,13 @@ def _compute_for_api(task, cache: ResultCache, parts: tuple, compute) -> bool:
     that status); transient errors retry while retries last."""
     started = time.monotonic()
     try:
-        with delivery(task, *parts):
+        with delivery(task, *parts, sole=True):
             if cache.get(*parts) is None:  # another task (the precompute after an export) may have made it since
                 cache.put(compute(), *parts)
         cache.release(*parts)
+    except RunningElsewhere as exc:  # the running delivery answers; the API's claim stays its
+        log.info("%s %s outcome=running-elsewhere reason=%s", cache.kind, " ".join(map(str, parts)), exc)
+        return False
     except TASK_ERRORS as exc:
         retry_if_transient(exc, f"{cache.kind} {' '.join(map(str, parts))}", task.request.retries < task.max_retries)
         reason = _transient_reason(exc)

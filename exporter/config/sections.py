@@ -9,6 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 # The workers' task kinds (Celery task `lakefs_delta.<kind>`), for per-kind settings
 TASK_KINDS = ("export_commit", "export_table", "export_iceberg", "precompute_diff", "compute_diff", "compute_row_diff", "compare_refs",
               "list_datasets", "append_branch_table", "catch_up", "prune")
+# The tasks that compute an answer the API waits for hold their work while they run (a copy of the
+# message delivered again meanwhile ends without running it twice): their time limits may pass the
+# visibility timeout, for row diffs run as Spark jobs of an hour.
+SOLE_DELIVERY_KINDS = ("compute_diff", "compute_row_diff", "compare_refs", "list_datasets")
 
 
 class _Section(BaseModel):
@@ -197,7 +201,8 @@ class TasksConfig(_Section):
 
     time_limit_seconds: int = Field(240, ge=5)  # a task is stopped after this; below the visibility timeout
     # Per task kind (`export_table`, `compute_row_diff`, ...: the name after `lakefs_delta.`), in
-    # place of `time_limit_seconds`; each below the visibility timeout too.
+    # place of `time_limit_seconds`; each below the visibility timeout too, but for the kinds in
+    # SOLE_DELIVERY_KINDS (a row diff's Spark job may need an hour).
     time_limits: tuple[tuple[str, int], ...] = ()  # (kind, seconds); YAML: a mapping
     visibility_timeout_seconds: int = 300  # an unacknowledged task (worker killed) is redelivered after this
     lock_ttl_seconds: int = Field(30, ge=5)  # a dead worker's per-table lock frees itself (renewed while alive)
@@ -232,9 +237,10 @@ class TasksConfig(_Section):
         for kind, seconds in self.time_limits:
             if kind not in TASK_KINDS:
                 raise ValueError(f"time_limits: unknown task kind {kind!r}; known: {', '.join(TASK_KINDS)}")
-            if not 5 <= seconds < self.visibility_timeout_seconds:
+            if seconds < 5 or (seconds >= self.visibility_timeout_seconds and kind not in SOLE_DELIVERY_KINDS):
                 raise ValueError(f"time_limits.{kind} ({seconds}) must be at least 5 and below "
-                                 f"visibility_timeout_seconds ({self.visibility_timeout_seconds})")
+                                 f"visibility_timeout_seconds ({self.visibility_timeout_seconds}), or a running "
+                                 f"task is delivered twice (only {', '.join(SOLE_DELIVERY_KINDS)} may run longer)")
         return self
 
     def time_limit(self, kind: str) -> int:

@@ -33,7 +33,9 @@ class PrefixPolicies:
         self.refused: list[tuple[str, str, str]] = []  # (user, repository, path) of every read refused
         self.requests: list[tuple[str, str, str]] = []  # (method, path, authorization) of every request
         self._users: dict[str, str | None] = {}
-        self._client = httpx.Client(timeout=30)
+        self._holds: list[list] = []  # [test on (method, path), seconds, times left]: requests kept waiting
+        self.held: list[tuple[str, str]] = []  # (method, path) of every request that matched a hold
+        self._client = httpx.Client(timeout=120)
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -43,6 +45,21 @@ class PrefixPolicies:
 
     def deny(self, user: str, repository: str, prefixes: Iterable[str]) -> None:
         self.denied.setdefault(user, []).extend((repository, prefix) for prefix in prefixes)
+
+    def hold(self, matches, seconds: float, times: int = 1) -> None:
+        """Keep the next `times` requests for which `matches(method, path)` is true waiting `seconds`
+        before they go on to lakeFS; every later match is recorded in `held` too."""
+        self._holds.append([matches, seconds, times])
+
+    def _wait_if_held(self, method: str, path: str) -> None:
+        import time
+
+        for hold in self._holds:
+            if hold[0](method, path):
+                self.held.append((method, path))
+                if hold[2] > 0:
+                    hold[2] -= 1
+                    time.sleep(hold[1])
 
     def __enter__(self) -> "PrefixPolicies":
         self._thread.start()
@@ -86,6 +103,7 @@ class PrefixPolicies:
             def _any(self):
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 policies.requests.append((self.command, self.path, self.headers.get("authorization", "")))
+                policies._wait_if_held(self.command, self.path)
                 answer = policies._client.request(
                     self.command, policies.upstream + self.path, content=body or None,
                     headers={k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP})

@@ -470,6 +470,51 @@ def test_a_row_diff_that_kills_its_worker_is_answered_failed_after_three_deliver
     assert cache.get(*parts) is None
 
 
+def test_a_row_diff_running_past_the_visibility_timeout_is_computed_once_and_answered(processes, lakefs, repository,
+                                                                                      stack_env, tmp_path):
+    """Issue 38 item 11: a row diff that runs longer than the visibility timeout (a Spark job of an
+    hour, here one lakeFS listing held 40 s against a 15 s timeout) is delivered again by Redis while
+    it runs. The copy finds the work held and ends: the listing is asked once, the diff is answered,
+    and the copy is not counted as a worker that died."""
+    from celery import Celery
+
+    from exporter.diff.rows import RowDiffCache
+    from tests.conftest import ARTIFACTS
+    from tests.integration.lakefs_policy import PrefixPolicies
+    from tests.integration.test_where_work_meets import commit_table, ids
+
+    left = commit_table(lakefs, repository, "tables/events", tmp_path, ids(1, 2))
+    right = commit_table(lakefs, repository, "tables/events", tmp_path, ids(3))
+    parts = (repository, left, right, "tables/events", "-")
+    redis_url = stack_env["LAKEFS_DELTA_REDIS_URL"].rsplit("/", 1)[0] + "/12"
+    logs = [ARTIFACTS / f"worker-long12{name}.log" for name in "ab"]
+    seen = [log.stat().st_size if log.exists() else 0 for log in logs]
+    with PrefixPolicies(stack_env["LAKEFS_DELTA_LAKEFS_ENDPOINT"], SERVICE_PORT + 62) as lakefs_proxy:
+        lakefs_proxy.hold(lambda method, path: f"/refs/{right}/objects/ls" in path and "_delta_log" in path, 45)
+        env = {"LAKEFS_DELTA_REDIS_URL": redis_url, "LAKEFS_DELTA_LAKEFS_ENDPOINT": lakefs_proxy.url,
+               "LAKEFS_DELTA_LAKEFS_TIMEOUT_SECONDS": "60", "LAKEFS_DELTA_TASKS_TIME_LIMITS": "compute_row_diff=90"}
+        processes.worker("long12a", extra_env=env)
+        Celery("test", broker=redis_url).send_task("lakefs_delta.compute_row_diff", parts)
+        deadline = time.monotonic() + 30
+        while not lakefs_proxy.held and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # A second worker: kombu scans for messages unacknowledged past the visibility timeout (15 s)
+        # as it starts polling, then every 100 s; started past it, its first scan finds the running diff's.
+        time.sleep(17)
+        processes.worker("long12b", extra_env=env)
+        cache, deadline = RowDiffCache(redis_url, 3600), time.monotonic() + 120
+        while time.monotonic() < deadline and cache.get(*parts) is None and cache.failure(*parts) is None:
+            time.sleep(0.5)
+        answer, failure = cache.get(*parts), cache.failure(*parts)
+        held = list(lakefs_proxy.held)
+
+    assert failure is None and answer is not None, failure
+    assert answer["counts"]["added"] == 1, answer["counts"]
+    worker_logs = "".join(log.read_bytes()[start:].decode(errors="replace") for log, start in zip(logs, seen))
+    assert "outcome=running-elsewhere" in worker_logs, worker_logs[-3000:]  # Redis did deliver it again
+    assert len([1 for method, path in held if "_delta_log" in path]) == 1, held  # and it was computed once
+
+
 def test_an_export_that_always_times_out_fails_for_good_and_catch_up_stops_queuing_it(processes, lakefs, repository,
                                                                                         stack_env, monkeypatch, capsys):
     """An export whose every attempt runs past its time limit: each catch-up run queues it again

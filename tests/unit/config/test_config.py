@@ -114,8 +114,10 @@ def test_time_limits_per_task_kind_reach_the_celery_annotations():
     assert annotations["lakefs_delta.compute_row_diff"]["time_limit"] == 280
     assert annotations["lakefs_delta.catch_up"]["soft_time_limit"] == soft_time_limit(60) < 60
     assert annotations["lakefs_delta.export_table"]["time_limit"] == 200
+    long_diff = load_config(environ={"LAKEFS_DELTA_TASKS_TIME_LIMITS": "compute_row_diff=3600"})  # a Spark job's hour
+    assert long_diff.tasks.time_limit("compute_row_diff") == 3600 > long_diff.tasks.visibility_timeout_seconds
     for bad, words in (("export=100", "unknown task kind 'export'"), ("export_table=300", "below visibility"),
-                       ("export_table", "KIND=SECONDS")):
+                       ("compute_row_diff=4", "at least 5"), ("export_table", "KIND=SECONDS")):
         with pytest.raises(ConfigError) as refused:
             load_config(environ={"LAKEFS_DELTA_TASKS_TIME_LIMITS": bad})
         assert words in str(refused.value) and "time_limits" in str(refused.value)

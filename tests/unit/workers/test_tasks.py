@@ -626,3 +626,43 @@ def test_a_row_diff_past_its_time_limit_fails_for_good_with_the_reason_not_start
     failure = RowDiffCache(worker.config.redis, 3600).failure(*parts)
     assert isinstance(failure, RowDiffTooLarge) and "ran past its time limit" in str(failure), failure
     assert len(runs) == 1  # not retried
+
+
+def test_a_copy_delivered_while_a_row_diff_runs_ends_without_running_it_and_runs_once_its_holder_died(worker,
+                                                                                                      monkeypatch):
+    """Issue 38 item 11: Redis delivers an unacknowledged message again after the visibility timeout
+    while its first delivery still runs (a Spark job of an hour). The copy waits out one claim TTL,
+    finds the work still held and ends, neither computing nor counted as a death; a dead holder's
+    claim lapses and the copy then runs it."""
+    import threading
+
+    from exporter.diff.rows import RowDiffCache
+    from exporter.state.connection import PREFIX
+
+    parts, running, release, runs = (*PARTS, "-"), threading.Event(), threading.Event(), []
+    key = length_prefixed("compute_row_diff", *parts)
+
+    def row_diff_of(*args, **kwargs):
+        runs.append(threading.current_thread().name)
+        running.set()
+        release.wait(30)
+        return {"counts": {}, "rows": []}
+
+    monkeypatch.setattr(tasks, "row_diff_of", row_diff_of)
+    short = worker.config.tasks.model_copy(update={"lock_ttl_seconds": 1})  # below the setting's minimum: a fast test
+    monkeypatch.setattr(workers.app, "_config", worker.config.model_copy(update={"tasks": short}))
+    first = threading.Thread(target=lambda: tasks.compute_row_diff.apply(parts), name="first")
+    first.start()
+    assert running.wait(10)
+
+    assert tasks.compute_row_diff.apply(parts).get() is False  # the copy: ended after one TTL, the claim still held
+    assert runs == ["first"] and worker.status.redis.get(f"{PREFIX}:started:{key}") == b"1"  # not counted a death
+    release.set()
+    first.join(10)
+    assert RowDiffCache(worker.config.redis, 3600).get(*parts) is not None
+
+    with tasks._sole_delivery(worker.status, "dead-holder", 1):  # a claim whose holder died lapses within its TTL
+        pass
+    worker.status.redis.set(f"{PREFIX}:lock:delivery:dead-holder", "a dead worker's token", ex=1)
+    with tasks._sole_delivery(worker.status, "dead-holder", 1):
+        assert worker.status.redis.get(f"{PREFIX}:lock:delivery:dead-holder") != b"a dead worker's token"
