@@ -377,7 +377,7 @@ def bench_sharing(sizes: list[int], repository: str | None = None, queries: int 
     are checked against the live files delta-rs reads from the branch table. Then (`queries`) the
     webhook's answer times while that many such queries stream from the same server."""
     from devtools import stack
-    from exporter.export.branch_table import branch_table_versions
+    from exporter.branch_tables.table import branch_table_versions
     from bench.sharing import query_through_server, webhooks_under_queries
 
     state, config, lakefs = running_stack()

@@ -205,7 +205,7 @@ def _exceptall(repository: str, left: str, right: str, table_path: str) -> dict:
 def _append(repository: str, branch: str, commit_id: str, table_name: str) -> dict:
     """Bring the branch table to a commit's export (the first one creates it)."""
     from exporter.config import load_config
-    from exporter.export.branch_table import append_commit
+    from exporter.branch_tables.table import append_commit
     from exporter.lakefs.client import LakeFS
 
     # the branch measured keeps branch tables, as a deployment's `branch_tables` says of the branches it follows

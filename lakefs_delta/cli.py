@@ -101,7 +101,7 @@ def _healthcheck(args: argparse.Namespace) -> int:
 
 
 def _catch_up(args: argparse.Namespace) -> int:
-    from exporter.export.catch_up import catch_up
+    from exporter.upkeep.catch_up import catch_up
     from exporter.config import load_config
     from exporter.lakefs.client import LakeFS
     from exporter.state.status import StatusStore
@@ -124,7 +124,7 @@ def _catch_up(args: argparse.Namespace) -> int:
 
 
 def _versions(args: argparse.Namespace) -> int:
-    from exporter.export.branch_table import branch_table_versions
+    from exporter.branch_tables.table import branch_table_versions
     from exporter.config import load_config
 
     versions = branch_table_versions(load_config(args.config), None, args.repo, args.branch, args.table)
@@ -143,7 +143,7 @@ def _versions(args: argparse.Namespace) -> int:
 def _prune(args: argparse.Namespace) -> int:
     from exporter.config import load_config
     from exporter.lakefs.client import LakeFS
-    from exporter.export.retention import prune
+    from exporter.upkeep.retention import prune
 
     config = load_config(args.config)
     policy = config.retention.model_copy(update={k: v for k, v in (("keep_last", args.keep_last),
@@ -163,7 +163,7 @@ def _prune(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from exporter.config import load_config
     from exporter.lakefs.client import LakeFS
-    from exporter.export.retention import verify
+    from exporter.upkeep.retention import verify
 
     config = load_config(args.config)
     result = verify(config, LakeFS(config.lakefs), args.repo, args.ref, args.table, args.commit)

@@ -29,15 +29,15 @@ from exporter.diff.rows import key_columns, worth_precomputing
 from exporter.diff.table import DiffCache, cached_diff
 from exporter.diff.table import compute_diff as diff_of
 from exporter.errors import BranchTableRefused, ExporterError, ServiceUnavailable, WorkerLost
-from exporter.export.branch_table import append_commit
-from exporter.export.catch_up import CatchUpPlan, catch_up as find_missing_exports
+from exporter.branch_tables.table import append_commit
+from exporter.upkeep.catch_up import CatchUpPlan, catch_up as find_missing_exports
 from exporter.export.commit import abandon_export
 from exporter.export.commit import export_iceberg as complete_iceberg
 from exporter.export.commit import export_table as export_one_table
 from exporter.export.commit import find_table
 from exporter.export.iceberg_metadata import PENDING
 from exporter.export.log_writer import ExportOutcome
-from exporter.export.retention import prune as prune_exports
+from exporter.upkeep.retention import prune as prune_exports
 from exporter.kept import Kept
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableDescriptor, tables_to_export

@@ -1,2 +1,2 @@
-"""Exports: per commit (tag copy, incremental, else cold), the write order and manifest, path
-rewriting, branch tables, retention, catch-up."""
+"""Exports: per commit (tag copy, incremental, else cold), the write order and the manifest, path
+rewriting, and the export's Iceberg metadata."""

@@ -1,5 +1,5 @@
 """The Iceberg REST catalog, mounted at `/iceberg` (clients are given `uri: <service>/iceberg`): a
-thin adapter over `exporter.export.iceberg_catalog`. Callers are the API's (lakeFS identities,
+thin adapter over `exporter.catalog.iceberg`. Callers are the API's (lakeFS identities,
 service tokens, one grant per request: `hooks.grant`); errors have the spec's body (`hooks.iceberg.errors`)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from urllib.parse import unquote
 from fastapi import FastAPI
 
 from exporter.config import Config
-from exporter.export.iceberg_catalog import IcebergCatalog
+from exporter.catalog.iceberg import IcebergCatalog
 from exporter.lakefs.client import LakeFS
 from hooks.deps import Services
 from hooks.iceberg import errors, namespaces, tables, writes

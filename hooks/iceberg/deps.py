@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from exporter.errors import NoSuchIcebergTable, NoSuchNamespace
-from exporter.export.iceberg_catalog import CatalogTable, IcebergCatalog, RefNamespace
+from exporter.catalog.iceberg import CatalogTable, IcebergCatalog, RefNamespace
 from hooks.grant import Grant, grant_for
 
 SEPARATOR = "\x1f"  # the spec's default namespace separator (`%1F` in a URL)

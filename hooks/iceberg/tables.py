@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from exporter.export.iceberg_catalog import CatalogTable
+from exporter.catalog.iceberg import CatalogTable
 from exporter.errors import BadRequest, CredentialsNotVended, NoSuchIcebergTable
 from exporter.lakefs.client import COMMIT_ID
 from hooks.edge import CommitId

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from exporter.errors import ExporterError
-from exporter.export.branch_table import branch_table_versions
+from exporter.branch_tables.table import branch_table_versions
 from exporter.export.commit import exports_in_store
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, discover_tables
 from exporter.state.status import COMMIT_RECORD

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Header, Query
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from exporter.export.branch_table import follows
+from exporter.branch_tables.table import follows
 from exporter.state.status import COMMIT_RECORD
 from hooks.auth import matching_token
 from hooks.deps import Services, ServicesDep

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from exporter.lakefs.installer import install_actions
-from exporter.export.branch_table import append_commit, branch_table_versions
+from exporter.branch_tables.table import append_commit, branch_table_versions
 from exporter.errors import BranchTableRefused
 from exporter.state.status import StatusStore
 from tests.conftest import SERVICE_PORT

@@ -16,10 +16,10 @@ import pytest
 
 from exporter.config import RetentionConfig
 from exporter.errors import ServiceUnavailable
-from exporter.export.branch_log import SYNC_OPERATION
-from exporter.export.branch_table import append_commit, branch_table_versions
-from exporter.export.catch_up import catch_up
-from exporter.export.retention import prune, verify
+from exporter.branch_tables.log import SYNC_OPERATION
+from exporter.branch_tables.table import append_commit, branch_table_versions
+from exporter.upkeep.catch_up import catch_up
+from exporter.upkeep.retention import prune, verify
 from exporter.lakefs.installer import install_actions
 from exporter.state.status import StatusStore
 from exporter.storage.layout import STATE
@@ -389,7 +389,7 @@ def test_log_retention_removes_expired_commits_and_every_retained_version_still_
     versions 0..5 go, and every version from 6 on reads in Spark exactly as the source at that
     version; an expired version is refused, as on any Delta table."""
     from exporter.delta.live_files import LiveFiles
-    from exporter.export.branch_table import expire_log, read_state
+    from exporter.branch_tables.table import expire_log, read_state
     from exporter.export.readback import read_exported_log
     from exporter.storage.layout import branch_table_location
 

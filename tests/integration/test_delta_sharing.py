@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from exporter.export.branch_table import append_commit, branch_table_versions
+from exporter.branch_tables.table import append_commit, branch_table_versions
 from tests.conftest import ARTIFACTS, ROOT, SERVICE_PORT
 from tests.integration.deltatables import add_descriptor, export_one, table_uri
 from tests.integration.writers import isolated_python

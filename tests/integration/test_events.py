@@ -288,7 +288,7 @@ def test_with_a_public_url_catch_up_leaves_a_repository_whose_action_calls_anoth
                                                                                                stack_env, config):
     """Two deployments on one lakeFS: a repository whose installed action calls the other one is
     theirs to catch up, though this worker's lakeFS user can read it; naming it takes it back."""
-    from exporter.export.catch_up import catch_up
+    from exporter.upkeep.catch_up import catch_up
     from exporter.lakefs.client import LakeFS
     from exporter.state.status import StatusStore
 

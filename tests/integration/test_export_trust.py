@@ -331,7 +331,7 @@ def test_a_delivery_giving_up_and_prune_never_empty_an_export_another_delivery_i
     not). Meanwhile delivery B runs out of retries (the task's `on_failure`) and prune runs with
     nothing kept by age or count. A then completes: every version is there."""
     from exporter.config import RetentionConfig
-    from exporter.export.retention import prune
+    from exporter.upkeep.retention import prune
     from exporter.state.status import StatusStore
     from workers import tasks
     from workers.app import configure

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from exporter.config import IcebergConfig
-from exporter.export.branch_table import append_commit, branch_table_versions
+from exporter.branch_tables.table import append_commit, branch_table_versions
 from exporter.export.commit import export_commit
 from tests.integration.deltatables import add_descriptor, export_one, read_version, table_uri
 from tests.integration.test_branch_tables import commit_and_append
@@ -220,7 +220,7 @@ def test_after_the_log_retention_a_branch_tables_iceberg_table_reads_every_versi
     0-2 of the branch table; the next append expires their Iceberg snapshots and deletes the files
     only they named: PyIceberg and DuckDB read each version still kept as Spark reads the source."""
     from exporter.delta.live_files import LiveFiles
-    from exporter.export.branch_table import expire_log, read_state
+    from exporter.branch_tables.table import expire_log, read_state
     from exporter.export.readback import read_exported_log
     from exporter.storage.layout import branch_table_location
     from exporter.storage.objectstore import ObjectStore

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pytest
 
 from exporter.config import IcebergConfig
-from exporter.export.branch_table import append_commit
+from exporter.branch_tables.table import append_commit
 from tests.conftest import SERVICE_PORT
 from tests.integration.deltatables import add_descriptor, export_one
 from tests.integration.lakefs_policy import PrefixPolicies

@@ -154,7 +154,7 @@ def test_a_classic_named_v2_checkpoint_is_shared_like_any_other(spark, lakefs, c
     delta-kernel-rs's `v2-classic-checkpoint-json`. A sharing query of the tag's export and of the
     branch table answers the files Spark reads (before: 500, "the table cannot be read now",
     since the sidecar was never listed for a classic-named checkpoint)."""
-    from exporter.export.branch_table import append_commit
+    from exporter.branch_tables.table import append_commit
     from exporter.sharing.lines import query_lines
     from exporter.sharing.versions import Schema, branch_table, tag_export
     from exporter.storage.presign import Presigner
@@ -312,7 +312,7 @@ def test_versions_an_interrupted_append_wrote_stay_as_readers_read_them(spark, l
     at version 0): the next append keeps version 1 as it was read and brings the table to the
     source's state with a synthetic version 2 (before: version 1 was deleted, and a synthetic
     version 1 written in its place, so a reader's version 1 changed under it)."""
-    from exporter.export.branch_table import append_commit, read_state
+    from exporter.branch_tables.table import append_commit, read_state
     from exporter.storage.layout import branch_table_location
 
     config = config.model_copy(update={"branch_tables": ("main",)})

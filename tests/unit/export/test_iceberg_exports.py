@@ -17,7 +17,7 @@ from exporter.errors import PathOutsideRepository
 from exporter.export.commit import export_iceberg, export_table, exports_in_store
 from exporter.export.iceberg_metadata import PENDING
 from exporter.export.log_writer import ExportOutcome, discard_export
-from exporter.export.retention import prune
+from exporter.upkeep.retention import prune
 from exporter.iceberg.manifests import read_manifest, read_manifest_list
 from exporter.iceberg.table import DELTA_VERSION
 from exporter.storage.layout import MANIFEST, commit_root, export_location

@@ -18,7 +18,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 import workers.app
 from exporter.config import Config, IcebergConfig
 from exporter.errors import BranchTableRefused, ExporterError, NotFound, ServiceUnavailable, TableNotFound, WorkerLost
-from exporter.export.branch_table import AppendOutcome
+from exporter.branch_tables.table import AppendOutcome
 from exporter.export.iceberg_metadata import PENDING
 from exporter.export.log_writer import ExportOutcome
 from exporter.lakefs.installer import ACTION_PATH, render_action
@@ -421,7 +421,7 @@ def test_catch_up_queues_what_it_found_once_at_a_time(worker):
 
 
 def test_catch_up_queues_the_iceberg_tables_it_found_left_pending(worker, monkeypatch):
-    from exporter.export.catch_up import CatchUpPlan
+    from exporter.upkeep.catch_up import CatchUpPlan
 
     monkeypatch.setattr(tasks, "find_missing_exports", lambda *_: CatchUpPlan(icebergs=[("repo", "v1", "c" * 64, "events")]))
 
@@ -552,7 +552,7 @@ def test_why_there_is_no_answer_is_cached_for_the_api(worker, diffs):
 def test_catch_up_sends_every_kind_of_task_it_plans_and_says_so(worker):
     """The periodic task and `lakefs-delta catch-up` send through one function: the Iceberg table of a
     pending export too (the command once said it queued them, and sent none)."""
-    from exporter.export.catch_up import CatchUpPlan, MissingExport
+    from exporter.upkeep.catch_up import CatchUpPlan, MissingExport
 
     plan = CatchUpPlan(queued=[MissingExport("repo", "main", "c" * 64, False, ("events",))],
                        appends=[("repo", "main", "c" * 64, "events")], icebergs=[("repo", "v1", "c" * 64, "events")])
@@ -567,7 +567,7 @@ def test_every_task_kind_catch_up_sends_ends_failed_for_good_after_max_rounds(wo
     """One terminal rule: an export_commit, export_iceberg or append_branch_table whose retries run
     out `tasks.max_rounds` times (3) is failed for good, and catch-up runs after it queue none of them
     (before, only export_table counted rounds: the others were queued again on every run)."""
-    from exporter.export.catch_up import catch_up
+    from exporter.upkeep.catch_up import catch_up
     from exporter.export.commit import export_table as export_one_table
 
     config = worker.config.model_copy(update={

@@ -12,7 +12,7 @@ import yaml
 
 from exporter.config import Config
 from exporter.errors import ServiceUnavailable
-from exporter.export.catch_up import MissingExport, catch_up
+from exporter.upkeep.catch_up import MissingExport, catch_up
 from exporter.export.iceberg_metadata import PENDING
 from exporter.lakefs.installer import ACTION_PATH, render_action
 from exporter.state.status import COMMIT_RECORD, StatusStore

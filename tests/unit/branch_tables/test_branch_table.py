@@ -13,11 +13,11 @@ from exporter.delta.live_files import _keys, _plain
 from exporter.delta.replay import file_key
 from exporter.errors import ExporterError
 from exporter.errors import LockLost
-from exporter.export.branch_log import annotated, remove_of
-from exporter.export.branch_table import append_commit, branch_table_versions, follows, read_state
+from exporter.branch_tables.log import annotated, remove_of
+from exporter.branch_tables.table import append_commit, branch_table_versions, follows, read_state
 from exporter.export.commit import export_iceberg, export_table
-from exporter.export.iceberg_catalog import IcebergCatalog
-from exporter.export.retention import HOUR, within_policy
+from exporter.catalog.iceberg import IcebergCatalog
+from exporter.upkeep.retention import HOUR, within_policy
 from exporter.lakefs.descriptors import TableDescriptor
 from exporter.lakefs.installer import branch_table_patterns, render_action
 from exporter.storage.layout import branch_table_location
@@ -115,7 +115,7 @@ def branch_line(names: list[str], repository: str = "r") -> tuple[FakeLakeFS, di
 
 def test_an_append_is_placed_on_the_branch_first_parent_line_or_refused():
     from exporter.errors import BranchTableRefused
-    from exporter.export.branch_table import _place_on_branch
+    from exporter.branch_tables.table import _place_on_branch
 
     branch, c = branch_line(["c1", "c2", "c3", "c4", "c5"])
     branch.create_branch("r", "feature", c["c2"])
@@ -136,7 +136,7 @@ def test_an_append_is_placed_on_the_branch_first_parent_line_or_refused():
 
 
 def test_each_commit_an_append_covers_brings_the_versions_after_the_previous_ones_head():
-    from exporter.export.branch_table import _ranges
+    from exporter.branch_tables.table import _ranges
 
     assert _ranges(7, [("a", 9), ("b", 10), ("c", 12)]) == [(8, 9), (10, 10), (11, 12)]
     assert _ranges(7, [("c", 7)]) == [(8, 7)]  # nothing new: recorded without a range
@@ -146,7 +146,7 @@ def test_an_append_that_lost_its_lock_stops_before_the_state_its_readers_follow(
     """The state file is the append's commit point: a worker whose lock expired (paused past its
     TTL, say) must not write it over the append another worker now makes."""
     from exporter.errors import LockLost
-    from exporter.export.branch_table import append_commit, read_state
+    from exporter.branch_tables.table import append_commit, read_state
     from exporter.export.commit import export_table
     from exporter.storage.objectstore import ObjectStore
 
@@ -181,7 +181,7 @@ def test_versions_an_interrupted_append_wrote_are_never_taken_back(lakefs, event
     reader may have read version 1. The source then moves back to version 0: the next append keeps
     version 1 as written and brings the table to the source's state with a synthetic version 2
     (before: version 1 was deleted, and a synthetic version 1 written in its place)."""
-    from exporter.export.branch_table import append_commit, read_state
+    from exporter.branch_tables.table import append_commit, read_state
     from exporter.export.commit import export_table
     from exporter.storage.objectstore import ObjectStore
 
@@ -241,7 +241,7 @@ def test_log_retention_removes_expired_files_below_the_newest_checkpoint_that_is
 
 
 def test_a_branch_tables_log_retention_writes_its_state_then_removes_the_files(lakefs):
-    from exporter.export.branch_table import expire_log, read_state
+    from exporter.branch_tables.table import expire_log, read_state
     from exporter.storage.objectstore import ObjectStore
 
     store = ObjectStore(Config(), "s3://lake/repo")
@@ -347,7 +347,7 @@ def test_an_append_from_a_re_pointed_path_names_it_before_writing_a_version_read
 
 
 def test_what_an_interrupted_append_left_is_listed_once_and_what_follows_a_gap_goes(lakefs):
-    from exporter.export.branch_log import interrupted_versions
+    from exporter.branch_tables.log import interrupted_versions
     from exporter.storage.objectstore import ObjectStore
 
     store = ObjectStore(Config(), "s3://lake/repo")

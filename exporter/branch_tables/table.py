@@ -37,7 +37,7 @@ from exporter.delta.live_files import LiveFiles
 from exporter.delta.log import LOG_DIR, LogListing, commit_name, log_folder
 from exporter.delta.log_retention import expired_log_files, log_retention_seconds
 from exporter.errors import BranchTableRefused, CorruptLog, NotFound
-from exporter.export.branch_log import (
+from exporter.branch_tables.log import (
     annotated,
     copy_checkpoint,
     digest,

@@ -8,7 +8,7 @@ import pytest
 
 from exporter.config import Config
 from exporter.export.commit import export_table
-from exporter.export.retention import orphan_row_diffs, prune, verify
+from exporter.upkeep.retention import orphan_row_diffs, prune, verify
 from exporter.storage.layout import row_diff_location
 
 pytestmark = pytest.mark.unit

@@ -28,7 +28,7 @@ import numpy as np
 
 from exporter.config import Config
 from exporter.errors import NoSuchIcebergTable, NoSuchNamespace, NotFound, SignatureRefused
-from exporter.export.branch_table import read_state
+from exporter.branch_tables.table import read_state
 from exporter.export.iceberg_metadata import ICEBERG, PENDING
 from exporter.iceberg.manifests import DATA, DELETED, read_manifest, read_manifest_list
 from exporter.kept import Kept

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 from exporter.config import Config
 from exporter.errors import ExporterError
-from exporter.export.branch_table import follows, lagging_branch_tables
+from exporter.branch_tables.table import follows, lagging_branch_tables
 from exporter.export.commit import missing_exports
 from exporter.export.iceberg_metadata import ICEBERG
-from exporter.export.retention import within_policy
+from exporter.upkeep.retention import within_policy
 from exporter.lakefs.installer import ACTION_PATH, branch_tables_kept, installed_action, webhook_urls
 from exporter.lakefs.client import LakeFS
 from exporter.state.status import COMMIT_RECORD, StatusStore

@@ -1,0 +1,1 @@
+"""Upkeep of exports: retention (prune, verify) and catch-up of what the webhook missed."""
