@@ -49,7 +49,7 @@ def _export(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
     client is made before the clock starts, as a worker has it (a fresh one costs about 0.1 s)."""
     from exporter.config import load_config
     from exporter.export.commit import export_iceberg, export_table, find_table
-    from exporter.export.iceberg_metadata import PENDING
+    from exporter.export.manifest import PENDING
     from exporter.lakefs.client import LakeFS
     from exporter.storage.objectstore import ObjectStore
 
@@ -73,17 +73,17 @@ def _iceberg(repository: str, ref: str, commit_id: str, table_name: str) -> dict
     in the store, in this process: seconds, CPU and peak RSS of that step alone."""
     from exporter.config import load_config
     from exporter.export.iceberg_metadata import write_iceberg_metadata
-    from exporter.export.readback import source_timestamps
+    from exporter.export.manifest import ExportManifest
     from exporter.lakefs.client import LakeFS
-    from exporter.storage.layout import MANIFEST, export_location
+    from exporter.storage.layout import export_location
     from exporter.storage.objectstore import ObjectStore
 
     config = load_config()
     store = ObjectStore(config, LakeFS(config.lakefs).storage_namespace(repository))
     location = export_location(config, ref, commit_id, table_name)
-    manifest = json.loads(store.get(location + MANIFEST))
+    manifest = ExportManifest.read(store, location)
     started, cpu = time.perf_counter(), time.process_time()
-    record = write_iceberg_metadata(store, location, source_timestamps(manifest))
+    record = write_iceberg_metadata(store, location, manifest.source_timestamps)
     return {"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu,
             "state": record["state"], "reason": record.get("reason", ""), "snapshots": len(record.get("snapshot_ids", {})),
             "peak_rss_mib": peak_rss_mib()}
@@ -475,7 +475,7 @@ def _iceberg_metadata(count: str, mode: str, profile: str = "") -> dict:
 
 def _write_iceberg(write, store, location: str, parent: tuple[str, dict] | None) -> dict:
     import exporter
-    from exporter.export.iceberg_metadata import ICEBERG
+    from exporter.export.manifest import ICEBERG
 
     derived_from = None if parent is None else (parent[0], {ICEBERG: parent[1], "exporter_version": exporter.__version__})
     return write(store, location, {}, derived_from=derived_from)

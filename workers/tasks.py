@@ -35,7 +35,7 @@ from exporter.export.commit import abandon_export
 from exporter.export.commit import export_iceberg as complete_iceberg
 from exporter.export.commit import export_table as export_one_table
 from exporter.export.commit import find_table
-from exporter.export.iceberg_metadata import PENDING
+from exporter.export.manifest import PENDING
 from exporter.export.log_writer import ExportOutcome
 from exporter.upkeep.retention import prune as prune_exports
 from exporter.kept import Kept

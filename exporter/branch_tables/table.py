@@ -50,13 +50,14 @@ from exporter.branch_tables.log import (
     table_id_of,
     with_gone_files_resolved,
 )
-from exporter.export.iceberg_metadata import ICEBERG, branch_iceberg_metadata
+from exporter.export.manifest import ICEBERG, ExportManifest
+from exporter.export.iceberg_metadata import branch_iceberg_metadata
 from exporter.export.log_writer import discard_export, write_log
-from exporter.export.readback import ExportedLog, read_exported_log, source_timestamps
+from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.lakefs.installer import branch_tables_kept, installed_action
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.namespaces import read_scope
-from exporter.storage.layout import MANIFEST, STATE, branch_table_location, commit_root, export_location
+from exporter.storage.layout import STATE, branch_table_location, commit_root, export_location
 from exporter.storage.objectstore import ObjectStore
 
 LINE_LIMIT = 1000  # first-parent commits searched for the event's commit, from the branch head
@@ -141,7 +142,7 @@ def lagging_branch_tables(config: Config, lakefs: LakeFS, repository: str, branc
     lagging = []
     for folder in store.list_folders(root):
         try:
-            table = json.loads(store.get(f"{root}{folder}/{MANIFEST}"))["table"]
+            table = ExportManifest.read(store, f"{root}{folder}/").table
         except NotFound:
             continue  # not complete: catch-up queues its export, which appends after
         state = read_state(store, branch_table_location(config, branch, table))
@@ -168,7 +169,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
                                      "nor the installed action's names it")
         export = export_location(config, branch, commit_id, table)
         try:
-            manifest = json.loads(store.get(export + MANIFEST))
+            manifest = ExportManifest.read(store, export)
         except NotFound:
             raise NotFound(f"commit {commit_id} has no complete export of table {table!r} under {branch!r} "
                            "(pruned, or not exported yet): nothing to append from") from None
@@ -188,7 +189,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
                                    f"commit {commit_id} is older than {state['last_commit']}, which the branch table follows")
                 outcome.head_version = state["head_version"]
                 return outcome
-            if _read_from(state, manifest["table_path"]):  # re-pointed: named before a version from it is written
+            if _read_from(state, manifest.table_path):  # re-pointed: named before a version from it is written
                 if still_held:
                     still_held()
                 _write_state(store, target, state)
@@ -197,7 +198,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
                     between)
         state.update(last_commit=commit_id, last_commit_created=commit.creation_date)
         if config.iceberg.enabled:  # off, the Iceberg table stays where it was: the next append on continues it
-            timestamps = source_timestamps(manifest)
+            timestamps = manifest.source_timestamps
             state[ICEBERG] = outcome.iceberg = branch_iceberg_metadata(
                 store, target, read_exported_log(store, target), state.get(ICEBERG),
                 {version: timestamps[source] for version, source in outcome.sources.items() if source in timestamps},
@@ -283,7 +284,7 @@ def _place_on_branch(lakefs: LakeFS, repository: str, branch: str, commit_id: st
 
 
 def _create(store: ObjectStore, target: str, exported: ExportedLog, repository: str, branch: str, commit_id: str,
-            manifest: dict) -> dict:
+            manifest: ExportManifest) -> dict:
     """The first append: the export's log, annotated, in the fail-closed write order of an export."""
     discard_export(store, target)  # what an interrupted first append left: never a table to a reader
     versions = {name: version for version, name in exported.listing.commits.items()}
@@ -302,8 +303,8 @@ def _create(store: ObjectStore, target: str, exported: ExportedLog, repository: 
     first = segment.checkpoint.version if segment.checkpoint else 0
     head_name = exported.listing.commits.get(head)
     return {
-        "repository": repository, "branch": branch, "table": manifest["table"], "table_path": manifest["table_path"],
-        "table_paths": [manifest["table_path"]],
+        "repository": repository, "branch": branch, "table": manifest.table, "table_path": manifest.table_path,
+        "table_paths": [manifest.table_path],
         "first_version": first, "head_version": head, "offset": 0, "source_version": head,
         "source_sha256": digest(raw[head_name]) if head_name in raw else None,
         "table_id": table_id_of(parsed_commits({versions[n]: content for n, content in raw.items()}), exported),
@@ -313,12 +314,12 @@ def _create(store: ObjectStore, target: str, exported: ExportedLog, repository: 
 
 
 def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exported: ExportedLog, state: dict,
-            repository: str, branch: str, commit_id: str, manifest: dict, outcome: AppendOutcome,
+            repository: str, branch: str, commit_id: str, manifest: ExportManifest, outcome: AppendOutcome,
             between: list[str]) -> None:
     followed, head = state["source_version"], exported.segment.head_version
     offset, branch_head = state["offset"], state["head_version"]
     versions = {v: exported.raw(name) for v, name in exported.listing.commits.items() if followed <= v <= head}
-    table_path = manifest["table_path"]
+    table_path = manifest.table_path
     reason = None
     if head < followed:
         reason = f"the source's head moved back from version {followed} to {head}"

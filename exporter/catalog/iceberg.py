@@ -29,12 +29,12 @@ import numpy as np
 from exporter.config import Config
 from exporter.errors import NoSuchIcebergTable, NoSuchNamespace, NotFound, SignatureRefused
 from exporter.branch_tables.table import read_state
-from exporter.export.iceberg_metadata import ICEBERG, PENDING
+from exporter.export.manifest import ICEBERG, ExportManifest, IcebergState, iceberg_state
 from exporter.iceberg.manifests import DATA, DELETED, read_manifest, read_manifest_list
 from exporter.kept import Kept
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import discover_tables
-from exporter.storage.layout import (MANIFEST, branch_table_location, branch_tables_root, export_location,
+from exporter.storage.layout import (branch_table_location, branch_tables_root, export_location,
                                      exports_root, location_segment, segment_name)
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.presign import Presigner
@@ -84,7 +84,7 @@ class IcebergCatalog:
         self._held: Kept[tuple[str, str], dict[str, str]] = Kept(entries=1024)  # a commit's tables: name -> path
         self._lines: Kept[tuple[str, str], list[str]] = Kept(entries=1024)  # a commit's first parents
         # complete exports', read by signatures: kept once their Iceberg record is final (not rewritten again)
-        self._manifests: Kept[tuple[str, str], dict] = Kept()
+        self._manifests: Kept[tuple[str, str], ExportManifest] = Kept()
         # a branch table's state (None: no branch table), read again after 5 s: each append rewrites it
         self._states: Kept[tuple[str, str], dict | None] = Kept(seconds=5.0)
 
@@ -162,18 +162,18 @@ class IcebergCatalog:
         else that of the export of `name` at `commit_id`."""
         location = branch_table_location(self.config, ref, name)
         state = self._state(repository, location)
-        if state is not None and (state.get(ICEBERG) or {}).get("state") == "written":
+        if state is not None and iceberg_state(state.get(ICEBERG)) is IcebergState.WRITTEN:
             return CatalogTable(repository, ref, commit_id, name, state["table_path"], tuple(state["table_paths"]),
                                 location, state[ICEBERG]["metadata_location"], branch_table=True)
         location = export_location(self.config, ref, commit_id, name)
         manifest = self._manifest(repository, location)
         if manifest is None:
             raise NoSuchIcebergTable(f"no table {name!r} at {ref!r}: commit {commit_id} has no complete export of it")
-        record = manifest.get(ICEBERG) or {"state": "off", "reason": "exported with iceberg.enabled off"}
-        if record["state"] != "written":  # the reason may name the table's columns: for its readers only
+        record = manifest.iceberg or {"state": "off", "reason": "exported with iceberg.enabled off"}
+        if record["state"] != IcebergState.WRITTEN:  # the reason may name the table's columns: for its readers only
             raise NoSuchIcebergTable(f"no Iceberg table {name!r} at {ref!r}: its export has none "
-                                     f"({record['state']}: {record.get('reason', '')})", (manifest["table_path"],))
-        return CatalogTable(repository, ref, commit_id, name, manifest["table_path"], (manifest["table_path"],), location,
+                                     f"({record['state']}: {record.get('reason', '')})", (manifest.table_path,))
+        return CatalogTable(repository, ref, commit_id, name, manifest.table_path, (manifest.table_path,), location,
                             record["metadata_location"])
 
     def metadata(self, table: CatalogTable) -> dict:
@@ -237,11 +237,11 @@ class IcebergCatalog:
         return folders([namespace for name, namespace in namespaces.items()
                         if name != repository and within(namespace.rstrip("/") + "/", own)])
 
-    def _manifest(self, repository: str, location: str) -> dict | None:
+    def _manifest(self, repository: str, location: str) -> ExportManifest | None:
         try:
             return self._manifests.keep((repository, location),
-                                        lambda: json.loads(self._store(repository).get(location + MANIFEST)),
-                                        final=lambda manifest: manifest.get(ICEBERG) != PENDING)
+                                        lambda: ExportManifest.read(self._store(repository), location),
+                                        final=lambda manifest: iceberg_state(manifest.iceberg) is not IcebergState.PENDING)
         except NotFound:
             return None
 

@@ -4,7 +4,6 @@ the parent's plus the new commits, else cold); failures come back as outcomes, n
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,7 +11,8 @@ from dataclasses import dataclass, field
 from exporter.config import Config
 from exporter.errors import ExporterError, NotFound, TableNotFound
 from exporter.export.cold import export_cold
-from exporter.export.iceberg_metadata import ICEBERG, PENDING, complete_iceberg_metadata
+from exporter.export.manifest import ICEBERG, PENDING, ExportManifest, IcebergState, iceberg_state
+from exporter.export.iceberg_metadata import complete_iceberg_metadata
 from exporter.export.incremental import ColdExportNeeded, copy_export, export_incrementally
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.lakefs.client import LakeFS
@@ -34,7 +34,7 @@ def export_commit(config: Config, repository: str, ref: str, commit_id: str | No
                 for name, reason in selection.refused.items()]
     for table in selection.tables:
         outcome = export_table(config, repository, ref, commit_id, table, lakefs=lakefs)
-        if outcome.ok and outcome.iceberg == PENDING:
+        if outcome.ok and iceberg_state(outcome.iceberg) is IcebergState.PENDING:
             try:
                 outcome.iceberg = export_iceberg(config, repository, ref, commit_id, table.name, lakefs=lakefs)
             except ExporterError as exc:  # transient: the export stands, its Iceberg table is written when asked again
@@ -71,11 +71,11 @@ def missing_exports(config: Config, repository: str, ref: str, commit_id: str, l
     gaps = ExportGaps()
     for table in tables_to_export(lakefs, repository, commit_id, every_table=all_tables).tables:
         try:
-            manifest = json.loads(store.get(export_location(config, ref, commit_id, table.name) + MANIFEST))
+            manifest = ExportManifest.read(store, export_location(config, ref, commit_id, table.name))
         except NotFound:
             gaps.missing.append(table.name)
             continue
-        if manifest.get(ICEBERG) == PENDING:
+        if iceberg_state(manifest.iceberg) is IcebergState.PENDING:
             gaps.iceberg_pending.append(table.name)
     return gaps
 
@@ -93,15 +93,14 @@ def exports_in_store(config: Config, repository: str, commit_id: str, ref: str |
         for table_segment in store.list_folders(f"{root}{segment}/{commit_id}/"):
             target = f"{root}{segment}/{commit_id}/{table_segment}/"  # export_location, from its segments
             try:
-                manifest = json.loads(store.get(target + MANIFEST))
+                manifest = ExportManifest.read(store, target)
             except NotFound:
                 continue  # not complete
-            found.setdefault(manifest["ref"], {})[manifest["table"]] = {
-                "state": "done", "ref": manifest["ref"], "table": manifest["table"], "table_path": manifest["table_path"],
-                "location": store.uri(target),
-                "checkpoint_version": manifest.get("checkpoint_version"), "head_version": manifest.get("head_version"),
-                "files_rewritten": manifest.get("files_rewritten"), "source": "manifest",
-                **({ICEBERG: manifest[ICEBERG]} if ICEBERG in manifest else {})}
+            found.setdefault(manifest.ref, {})[manifest.table] = {
+                "state": "done", "ref": manifest.ref, "table": manifest.table, "table_path": manifest.table_path,
+                "location": store.uri(target), "checkpoint_version": manifest.checkpoint_version,
+                "head_version": manifest.head_version, "files_rewritten": manifest.files_rewritten,
+                "source": "manifest", **({ICEBERG: manifest.iceberg} if manifest.iceberg is not None else {})}
     return found
 
 
@@ -130,7 +129,7 @@ def export_table(config: Config, repository: str, ref: str, commit_id: str, tabl
         target = export_location(config, ref, commit_id, table.name)
         outcome.location = store.uri(target)
         try:  # already exported: its Iceberg record says whether that table is still to be written
-            outcome.iceberg = json.loads(store.get(target + MANIFEST)).get(ICEBERG)
+            outcome.iceberg = ExportManifest.read(store, target).iceberg
         except NotFound:
             pass
         else:

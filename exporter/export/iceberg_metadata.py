@@ -18,24 +18,20 @@ never pruned, so each append adds the snapshots of the new versions to the table
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import exporter
-
 from exporter.errors import CorruptLog, ExporterError, IcebergUnsupported, NotFound
 from exporter.delta.log import select_segment
-from exporter.export.readback import ExportedLog, read_exported_log, source_timestamps
+from exporter.export.manifest import ICEBERG, ExportManifest, IcebergState, iceberg_state
+from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.iceberg.table import IcebergTable, ReadRange, append_table, copy_table, write_table
-from exporter.storage.layout import MANIFEST, ICEBERG_FOLDERS, iceberg_location, is_iceberg_metadata_file
+from exporter.storage.layout import ICEBERG_FOLDERS, iceberg_location, is_iceberg_metadata_file
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.scope import ReadScope
 from exporter.threads import IO_THREADS, io_pool
 
-ICEBERG = "iceberg"  # the key of the Iceberg record in the manifest and the status record
-PENDING = {"state": "pending", "reason": "the export is complete; its Iceberg table is written next"}
 # What the Iceberg writer raises on values it did not foresee (a bug to fix, not an outage): the
 # Delta export is kept and the record says `failed`. Other errors (a time limit, the store) propagate.
 # (Arrow's and fastavro's errors on values are ValueError, TypeError and NotImplementedError.)
@@ -72,28 +68,27 @@ def complete_iceberg_metadata(store: ObjectStore, location: str, still_held: Cal
     it was written before; None without a complete export there (pruned meanwhile). The caller holds
     the export's lock (`still_held`), the one prune deletes it under; `scope`: what it may read."""
     try:
-        manifest = json.loads(store.get(location + MANIFEST))
+        manifest = ExportManifest.read(store, location)
     except NotFound:
         return None
-    record = manifest.get(ICEBERG)
-    if record is None or record.get("state") != PENDING["state"]:
-        return record
-    manifest[ICEBERG] = write_iceberg_metadata(store, location, source_timestamps(manifest), still_held,
-                                               _derived_from(store, manifest.get("derived_from")), scope)
+    if iceberg_state(manifest.iceberg) is not IcebergState.PENDING:
+        return manifest.iceberg
+    record = write_iceberg_metadata(store, location, manifest.source_timestamps, still_held,
+                                    _derived_from(store, manifest.derived_from), scope)
     if still_held is not None:
         still_held()
-    store.put(location + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")
-    return manifest[ICEBERG]
+    manifest.changed(**{ICEBERG: record}).write(store, location)
+    return record
 
 
-def _derived_from(store: ObjectStore, uri: str | None) -> tuple[str, dict] | None:
+def _derived_from(store: ObjectStore, uri: str | None) -> tuple[str, ExportManifest] | None:
     """(location, manifest) of the complete export another was derived from (its manifest's
     `derived_from`), or None when it has none any more."""
     root = store.uri("")
     if not uri or not uri.startswith(root):
         return None
     try:
-        return uri[len(root):], json.loads(store.get(uri[len(root):] + MANIFEST))
+        return uri[len(root):], ExportManifest.read(store, uri[len(root):])
     except NotFound:
         return None
 
@@ -134,13 +129,13 @@ def branch_iceberg_metadata(store: ObjectStore, location: str, log: ExportedLog,
     metadata.json: the table's metadata grows with the versions the Delta log keeps, not all.
     `scope`: the objects the log may make it read (`confined_reads`)."""
     read_range = confined_reads(store, scope)
-    if previous and previous.get("state") == "written" and \
+    if iceberg_state(previous) is IcebergState.WRITTEN and \
             max(map(int, previous["snapshot_ids"])) == log.segment.head_version:
         return previous  # nothing appended since (the same commit's table again)
 
     def write(files: _ExportFiles) -> tuple[IcebergTable, str | None]:
         rewritten = None
-        if previous and previous.get("state") == "written":
+        if iceberg_state(previous) is IcebergState.WRITTEN:
             head = max(map(int, previous["snapshot_ids"]))
             try:  # from a checkpoint the Iceberg table has: later checkpoints skip commits it lacks
                 continued = dataclasses.replace(log, segment=select_segment(log.listing, checkpoint_at_most=head))
@@ -175,19 +170,20 @@ def _recorded(store: ObjectStore, location: str, write: Callable[[_ExportFiles],
         if not error.permanent:
             raise
         discard_iceberg_metadata(store, location)
-        return {"state": "refused" if isinstance(error, IcebergUnsupported) else "failed", "reason": str(error)}
+        state = IcebergState.REFUSED if isinstance(error, IcebergUnsupported) else IcebergState.FAILED
+        return {"state": state.value, "reason": str(error)}
     except _UNEXPECTED_DATA as error:  # a log this writer did not foresee: the Delta export stands without it
         reason = f"the Iceberg writer failed on this log: {type(error).__name__}: {error}"
         log.warning("Iceberg metadata at %s not written: %s", store.uri(location), reason)  # one line: the export is done
         log.debug("Iceberg metadata at %s not written", store.uri(location), exc_info=True)
         discard_iceberg_metadata(store, location)
-        return {"state": "failed", "reason": reason}
-    return {"state": "written", "metadata_location": table.metadata_location,
+        return {"state": IcebergState.FAILED.value, "reason": reason}
+    return {"state": IcebergState.WRITTEN.value, "metadata_location": table.metadata_location,
             "snapshot_ids": {str(version): snapshot_id for version, snapshot_id in sorted(table.snapshot_ids.items())},
             **({"rewritten": rewritten} if rewritten else {})}
 
 
-def _derived_table(store: ObjectStore, location: str, log: ExportedLog, files: _ExportFiles, derived_from: tuple[str, dict] | None,
+def _derived_table(store: ObjectStore, location: str, log: ExportedLog, files: _ExportFiles, derived_from: tuple[str, ExportManifest] | None,
                    source_timestamps: Mapping[int, int], read_range: ReadRange) -> IcebergTable | None:
     """The table of the export `derived_from` names, copied to `files` and appended to; None (and
     nothing left) when that export has no Iceberg table of this exporter version, or the copy fails
@@ -195,10 +191,10 @@ def _derived_table(store: ObjectStore, location: str, log: ExportedLog, files: _
     if derived_from is None:
         return None
     source_location, manifest = derived_from
-    record = manifest.get(ICEBERG) or {}
+    record = manifest.iceberg or {}
     source = _ExportFiles(store, iceberg_location(source_location))
     metadata_key = (record.get("metadata_location") or "").removeprefix(source.location)
-    if record.get("state") != "written" or manifest.get("exporter_version") != exporter.__version__ or \
+    if iceberg_state(record) is not IcebergState.WRITTEN or not manifest.of_this_release or \
             not is_iceberg_metadata_file(source.root, source.root + metadata_key):
         return None
 

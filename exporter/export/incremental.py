@@ -10,20 +10,18 @@ cold export, with the reason in the manifest.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
-import exporter
 from exporter.config import Config
 from exporter.delta.actions import check_protocol, commit_timestamp, increasing, parse_actions
 from exporter.delta.head_files import HeadFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, select_segment
 from exporter.errors import MissingDataFiles, NotFound
 from exporter.export.log_writer import ExportOutcome, discard_export, manifest_document, write_log, write_manifest
-from exporter.export.readback import source_timestamps
+from exporter.export.manifest import ExportManifest
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_commit
 from exporter.lakefs.client import LakeFS
@@ -78,20 +76,20 @@ def copy_export(config: Config, store: ObjectStore, repository: str, ref: str, c
     server-side in the fail-closed write order; or ColdExportNeeded before anything is written."""
     source = export_location(config, from_ref, commit_id, table.name)
     try:
-        manifest = json.loads(store.get(source + MANIFEST))
+        manifest = ExportManifest.read(store, source)
     except NotFound:
         raise ColdExportNeeded(f"no complete export of this commit under {from_ref!r}") from None
-    if manifest.get("table_path") != table.path or manifest.get("exporter_version") != exporter.__version__:
-        raise ColdExportNeeded(f"the export under {from_ref!r} is of another table path or exporter version")
+    if (why := manifest.not_reusable_for(table.path)) is not None:
+        raise ColdExportNeeded(f"the export under {from_ref!r} cannot be copied: {why}")
     names = [key[len(source + LOG_DIR):] for key in store.list_keys(source + LOG_DIR)]
     segment = select_segment(LogListing.from_names((name, 0) for name in names))
     with _source_kept(store, source, target):
         write_log(segment, [n for n in names if n.startswith("_sidecars/")],
                   lambda name: store.copy(source + LOG_DIR + name, target + LOG_DIR + name), still_held)
-    outcome.checkpoint_version, outcome.head_version = manifest["checkpoint_version"], manifest["head_version"]
-    outcome.files_rewritten = manifest.get("files_rewritten", 0)
-    copied = {**manifest, "ref": ref, "location": outcome.location, "derived_from": store.uri(source),
-              "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    outcome.checkpoint_version, outcome.head_version = manifest.checkpoint_version, manifest.head_version
+    outcome.files_rewritten = manifest.files_rewritten
+    copied = manifest.changed(ref=ref, location=outcome.location, derived_from=store.uri(source),
+                              exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     write_manifest(store, target, copied, outcome, config.iceberg.enabled, still_held)
 
 
@@ -105,13 +103,11 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
         raise ColdExportNeeded("the commit has no parent")
     source = export_location(config, ref, parents[0], table.name)
     try:
-        parent = json.loads(store.get(source + MANIFEST))
+        parent = ExportManifest.read(store, source)
     except NotFound:
         raise ColdExportNeeded("the parent commit has no complete export under this ref") from None
-    if parent.get("table_path") != table.path:
-        raise ColdExportNeeded("the table's path changed since the parent")
-    if parent.get("exporter_version") != exporter.__version__:  # its bytes may differ from today's
-        raise ColdExportNeeded(f"the parent was exported by exporter {parent.get('exporter_version')}")
+    if (why := parent.not_reusable_for(table.path)) is not None:
+        raise ColdExportNeeded(f"the parent's export cannot be built on: {why}")
     for change in changes_under(lakefs, repository, parents[0], commit.id, table.prefix):
         if change.get("type") != "added":
             raise ColdExportNeeded(f"{change['path']} was {change.get('type')} since the parent")
@@ -120,9 +116,9 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
     layout = list_log(lakefs, store, repository, commit_id, table.path, log_only=True)
     segment = layout.segment
     checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
-    if checkpoint_version != parent.get("checkpoint_version"):
+    if checkpoint_version != parent.checkpoint_version:
         raise ColdExportNeeded(f"a new checkpoint (version {checkpoint_version}) since the parent")
-    parent_head = parent["head_version"]
+    parent_head = parent.head_version
     new = [(version, name) for version, name in segment.commits if version > parent_head]
     read = time.monotonic()
 
@@ -132,7 +128,7 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
     outputs: dict[str, bytes] = {}
     protocol_actions, missing, rewritten = [], [], 0
     snapshot = HeadFiles()
-    timestamps = source_timestamps(parent)
+    timestamps = parent.source_timestamps
     for version, name in new:
         actions = parse_actions(name, raw[name])
         protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]

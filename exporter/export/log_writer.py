@@ -10,7 +10,6 @@ off the export's critical path (`exporter.export.iceberg_metadata.complete_icebe
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, wait
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from datetime import datetime, timezone
 
 import exporter
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogSegment, commit_name
-from exporter.export.iceberg_metadata import ICEBERG, PENDING
+from exporter.export.manifest import ICEBERG, PENDING, ExportManifest
 from exporter.lakefs.descriptors import TableDescriptor
 from exporter.storage.layout import MANIFEST, is_iceberg_metadata_file
 from exporter.storage.objectstore import ObjectStore
@@ -59,9 +58,9 @@ class ExportOutcome:
 
 def manifest_document(repository: str, ref: str, commit_id: str, table: TableDescriptor, outcome: ExportOutcome,
                       segment: LogSegment, timestamps: dict[int, int], log_files_written: int, lakefs_calls: int,
-                      timings: dict[str, float], derived_from: str | None = None) -> dict:
+                      timings: dict[str, float], derived_from: str | None = None) -> ExportManifest:
     """`_lakefs_export.json`: what was exported, from where, and each version's source timestamp."""
-    return {
+    return ExportManifest({
         "repository": repository, "ref": ref, "commit_id": commit_id, "table": table.name, "table_path": table.path,
         "location": outcome.location,
         "checkpoint_version": outcome.checkpoint_version, "head_version": segment.head_version,
@@ -73,7 +72,7 @@ def manifest_document(repository: str, ref: str, commit_id: str, table: TableDes
         "log_files_written": log_files_written, "lakefs_calls": lakefs_calls, "timings_seconds": timings,
         "exporter_version": exporter.__version__,
         "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    })
 
 
 def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], None],
@@ -124,15 +123,15 @@ def _write_together(write: Callable[[str], None], names: list[str]) -> None:
             future.result()
 
 
-def write_manifest(store: ObjectStore, target: str, manifest: dict, outcome: ExportOutcome, iceberg: bool = False,
+def write_manifest(store: ObjectStore, target: str, manifest: ExportManifest, outcome: ExportOutcome, iceberg: bool = False,
                    still_held: Callable[[], None] | None = None) -> None:
     """The manifest, written last: it marks the export complete. With `iceberg`, it records the
     Iceberg table as `pending` (in `outcome` too): `complete_iceberg_metadata` writes it after."""
-    manifest.pop(ICEBERG, None)  # a copied manifest's names the other export's table
+    document = {key: value for key, value in manifest.document.items() if key != ICEBERG}  # a copy's names the other's
     if iceberg:
-        outcome.iceberg = manifest[ICEBERG] = dict(PENDING)
+        outcome.iceberg = document[ICEBERG] = dict(PENDING)
     _commit_point(still_held)
-    store.put(target + MANIFEST, json.dumps(manifest, indent=2).encode(), "application/json")
+    ExportManifest(document).write(store, target)
 
 
 def _commit_point(still_held: Callable[[], None] | None) -> None:

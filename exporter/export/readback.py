@@ -11,12 +11,6 @@ from exporter.parquet.splice import BytesSource, ParquetSource
 from exporter.storage.objectstore import ObjectSource, ObjectStore
 
 
-def source_timestamps(manifest: dict) -> dict[int, int]:
-    """An export's manifest's `source_timestamps_ms` ({version: commit time, epoch ms}: what the
-    source's readers took as each version's time), by version number."""
-    return {int(version): ms for version, ms in manifest.get("source_timestamps_ms", {}).items()}
-
-
 @dataclass
 class ExportedLog:
     """A `_delta_log/` the exporter wrote (an export, a branch table), read from the object store."""

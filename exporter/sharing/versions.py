@@ -25,10 +25,10 @@ from exporter.delta.log import (LAST_CHECKPOINT, LOG_DIR, Checkpoint, LogListing
                                 log_file_version, select_segment)
 from exporter.errors import (ExporterError, InvalidParameter, NotFound, ShareNotFound, UnshareableTable,
                              VersionOutOfRange)
-from exporter.export.readback import ExportedLog, source_timestamps
+from exporter.branch_tables.table import read_state
+from exporter.export.manifest import ExportManifest
+from exporter.export.readback import ExportedLog
 from exporter.storage.layout import (
-    MANIFEST,
-    STATE,
     branch_table_location,
     export_location,
     private_folders,
@@ -281,9 +281,8 @@ class _Timestamps:
 def branch_table(config: Config, store: ObjectStore, schema: Schema, table: str,
                  scope: ReadScope | None = None) -> SharedTable:
     location = branch_table_location(config, schema.ref, table)
-    try:
-        state = json.loads(store.get(location + STATE))
-    except NotFound:
+    state = read_state(store, location)
+    if state is None:
         raise ShareNotFound(f"no table {table!r} on branch {schema.ref!r}: it has no branch table (is `branch_tables` "
                             f"set for the branch, and has a commit been exported since?)") from None
     return SharedTable(store, location, table, state["head_version"], scope=scope or _scope(config, store))
@@ -293,12 +292,12 @@ def tag_export(config: Config, store: ObjectStore, schema: Schema, table: str,
                scope: ReadScope | None = None) -> SharedTable:
     location = export_location(config, schema.ref, schema.commit_id, table)
     try:
-        manifest = json.loads(store.get(location + MANIFEST))
+        manifest = ExportManifest.read(store, location)
     except NotFound:
         raise ShareNotFound(f"no table {table!r} at tag {schema.ref!r}: its export is not complete "
                             f"(or the tag's commit has no such table)") from None
-    timestamps = increasing(source_timestamps(manifest))
-    return SharedTable(store, location, table, manifest["head_version"], timestamps,
+    timestamps = increasing(manifest.source_timestamps)
+    return SharedTable(store, location, table, manifest.head_version, timestamps,
                        scope=scope or _scope(config, store))
 
 

@@ -24,7 +24,7 @@ from exporter.config import Config
 from exporter.errors import ExporterError
 from exporter.branch_tables.table import follows, lagging_branch_tables
 from exporter.export.commit import missing_exports
-from exporter.export.iceberg_metadata import ICEBERG
+from exporter.export.manifest import ICEBERG
 from exporter.upkeep.retention import within_policy
 from exporter.lakefs.installer import ACTION_PATH, branch_tables_kept, installed_action, webhook_urls
 from exporter.lakefs.client import LakeFS

@@ -17,7 +17,7 @@ import pytest
 from exporter.config import IcebergConfig
 from exporter.errors import ExporterError, ServiceUnavailable
 from exporter.export.commit import export_iceberg, export_table, find_table
-from exporter.export.iceberg_metadata import PENDING
+from exporter.export.manifest import PENDING
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.layout import MANIFEST
 from tests.integration.deltatables import (add_descriptor, assert_export_reads_like_source, delta_rs_rows, export_one,

@@ -15,7 +15,7 @@ import pytest
 from exporter.config import Config
 from exporter.errors import PathOutsideRepository
 from exporter.export.commit import export_iceberg, export_table, exports_in_store
-from exporter.export.iceberg_metadata import PENDING
+from exporter.export.manifest import PENDING
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.upkeep.retention import prune
 from exporter.iceberg.manifests import read_manifest, read_manifest_list

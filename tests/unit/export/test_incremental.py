@@ -122,12 +122,14 @@ def test_a_parent_exported_by_another_exporter_version_or_at_another_path_is_not
     export(lakefs, "main", first, events)
     second = events.append(2).commit()
     moved = dataclasses.replace(events.descriptor, path="tables/events-v2")
-    assert export_incrementally_reason(lakefs, second, moved) == "the table's path changed since the parent"
+    assert export_incrementally_reason(lakefs, second, moved) == \
+        "the parent's export cannot be built on: it is of another table path ('tables/events')"
 
     monkeypatch.setattr(exporter, "__version__", "9.9.9")
     outcome = export(lakefs, "main", second, events)
     assert not outcome.incremental
-    assert outcome.cold_reason == f"the parent was exported by exporter {manifest(lakefs, 'main', first)['exporter_version']}"
+    assert outcome.cold_reason == ("the parent's export cannot be built on: it was exported by exporter "
+                                   f"{manifest(lakefs, 'main', first)['exporter_version']}")
     assert manifest(lakefs, "main", second)["exporter_version"] == "9.9.9"
 
 

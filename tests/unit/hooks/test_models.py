@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.export.iceberg_metadata import PENDING
+from exporter.export.manifest import PENDING
 from hooks.models import ExportRecord
 
 pytestmark = pytest.mark.unit

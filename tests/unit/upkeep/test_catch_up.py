@@ -13,7 +13,7 @@ import yaml
 from exporter.config import Config
 from exporter.errors import ServiceUnavailable
 from exporter.upkeep.catch_up import MissingExport, catch_up
-from exporter.export.iceberg_metadata import PENDING
+from exporter.export.manifest import PENDING
 from exporter.lakefs.installer import ACTION_PATH, render_action
 from exporter.state.status import COMMIT_RECORD, StatusStore
 from exporter.storage.layout import MANIFEST, STATE, branch_table_location, export_location
