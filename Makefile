@@ -1,4 +1,4 @@
-.PHONY: setup demo test bench stack-up stack-down
+.PHONY: setup demo test unit bench stack-up stack-down
 
 setup:
 	bash scripts/setup.sh
@@ -8,6 +8,12 @@ demo: setup
 
 test:
 	bash scripts/test.sh
+
+# the unit tests alone: no stack, no Spark (sets up the virtualenv first only when it is missing)
+unit:
+	@test -x .venv/bin/pytest || bash scripts/setup.sh
+	.venv/bin/lint-imports --no-logo
+	.venv/bin/pytest -m unit -q
 
 bench: setup
 	.venv/bin/python -m bench

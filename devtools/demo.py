@@ -1,4 +1,5 @@
-"""The demo: a PySpark pipeline on lakeFS, exported and diffed automatically.
+"""The demo: a PySpark pipeline on lakeFS, exported and diffed automatically, read by Spark, PyIceberg and
+DuckDB without lakeFS in the path.
 
 `make demo` runs `python -m devtools.demo`; the integration test runs `run_demo()` itself.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 from devtools import stack
 
 SERVICE_PORT = 18080
+CATALOG_PORT = 18081  # the demo's Iceberg catalog: the service again, with vended credentials on
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -37,6 +39,66 @@ def start_service(state: stack.StackState) -> str:
                          [SERVICE_PORT] if name == "service" else [])
     stack._wait_healthy(stack.STACK_DIR, "service", lambda: stack._http_ok(url + "/healthz"))
     return url
+
+
+def start_catalog(state: stack.StackState) -> str:
+    """A second service process for the Iceberg catalog, with `iceberg.vended_credentials` on (off by
+    default; DuckDB reads only with vended credentials): `stack down` stops it too."""
+    url = f"http://127.0.0.1:{CATALOG_PORT}"
+    if not stack._http_ok(url + "/healthz"):
+        env = {**os.environ, **state.environment(), "LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS": "true"}
+        stack._start(stack.STACK_DIR, "catalog", [sys.executable, "-m", "lakefs_delta.cli", "serve", "--port",
+                                                  str(CATALOG_PORT)], env, [CATALOG_PORT])
+        stack._wait_healthy(stack.STACK_DIR, "catalog", lambda: stack._http_ok(url + "/healthz"))
+    return url + "/iceberg"
+
+
+# Run in a process of its own whose environment holds no bucket keys (no AWS_* variable, a HOME
+# without ~/.aws): it has the catalog's address and a lakeFS token, nothing else.
+CATALOG_READERS = """
+import os, sys
+import duckdb, duckdb_ext
+from pyiceberg.catalog import load_catalog
+
+uri, token, repository, ref, table = sys.argv[1:6]
+rows = load_catalog("lake", type="rest", uri=uri, token=token).load_table((repository, ref, table)).scan().to_arrow()
+print("PYICEBERG", rows.num_rows)
+duck = duckdb.connect(config={"extension_directory": list(duckdb_ext.__path__)[0] + "/extensions",
+                              "autoinstall_known_extensions": False})
+duck.execute("LOAD httpfs; LOAD avro; LOAD iceberg")
+duck.execute(f"CREATE SECRET lake (TYPE iceberg, TOKEN '{token}')")
+duck.execute(f"ATTACH 'lake' AS lake (TYPE iceberg, SECRET lake, ENDPOINT '{uri}', "
+             "ACCESS_DELEGATION_MODE 'vended_credentials')")
+print("DUCKDB", duck.execute(f'SELECT count(*) FROM lake."{repository}.{ref}".{table}').fetchone()[0])
+"""
+
+
+def catalog_counts(uri: str, token: str, repository: str, ref: str, table: str) -> dict[str, int]:
+    """The table's rows counted by PyIceberg and DuckDB through the catalog, with no bucket keys."""
+    import tempfile
+
+    keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
+    with tempfile.TemporaryDirectory() as home:
+        env = {name: value for name, value in os.environ.items()
+               if name not in keys and not name.startswith("LAKEFS_DELTA_OBJECT_STORE_")}
+        result = subprocess.run([sys.executable, "-c", CATALOG_READERS, uri, token, repository, ref, table],
+                                capture_output=True, text=True, cwd=ROOT, env={**env, "HOME": home}, timeout=300)
+    counts = {line.split()[0].lower(): int(line.split()[1]) for line in result.stdout.splitlines()
+              if line.startswith(("PYICEBERG ", "DUCKDB "))}
+    if set(counts) != {"pyiceberg", "duckdb"}:
+        raise RuntimeError(f"reading through the Iceberg catalog failed:\n{result.stderr[-3000:]}")
+    return counts
+
+
+def lakefs_token(state: stack.StackState) -> str:
+    """A lakeFS session token (what a user's login gives): the catalog's readers present it."""
+    import httpx
+
+    answer = httpx.post(f"{state.lakefs_endpoint}/api/v1/auth/login", timeout=30,
+                        json={"access_key_id": state.lakefs_access_key_id,
+                              "secret_access_key": state.lakefs_secret_access_key})
+    answer.raise_for_status()
+    return answer.json()["token"]
 
 
 def external_count(location: str) -> int:
@@ -100,6 +162,19 @@ def run_demo() -> dict:
     facts["external_count"] = external_count(exp1_export["location"])
     say(f"\nexp1 transactions: {facts['external_count']} rows read by a separate Spark session from "
         f"{exp1_export['location']} (no lakeFS), {facts['lakefs_count']} rows through lakeFS")
+    catalog = start_catalog(state)
+    facts["catalog_counts"] = catalog_counts(catalog, lakefs_token(state), repository, "exp1", "transactions")
+    say(f"the same table through the Iceberg catalog at {catalog}, with no bucket keys: "
+        f"{facts['catalog_counts']['pyiceberg']} rows in PyIceberg, {facts['catalog_counts']['duckdb']} in DuckDB. "
+        "To read it yourself, with TOKEN a lakeFS token (POST /api/v1/auth/login):\n"
+        f"  PyIceberg: load_catalog('lake', type='rest', uri='{catalog}', token=TOKEN)"
+        f".load_table(('{repository}', 'exp1', 'transactions')).scan().to_arrow()\n"
+        f"  DuckDB:    CREATE SECRET lake (TYPE iceberg, TOKEN 'TOKEN'); ATTACH 'lake' AS lake (TYPE iceberg, "
+        f"SECRET lake, ENDPOINT '{catalog}', ACCESS_DELEGATION_MODE 'vended_credentials');\n"
+        f"             SELECT count(*) FROM lake.\"{repository}.exp1\".transactions;\n"
+        f"  Delta Sharing: with a share in the config, `lakefs-delta sharing recipient create` writes a partner's "
+        "profile (README: \"Delta Sharing: share a branch with a partner\"); a branch's share reads its branch "
+        f"table, here main's at {facts['branch_table']['location']}")
     facts["diff"] = table_diff(url, {"Authorization": f"Bearer {state.webhook_token}"}, repository, "main", "exp1",
                                "tables/transactions")
     say("\n" + render_diff(facts["diff"], "main", "exp1"))

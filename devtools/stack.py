@@ -194,6 +194,17 @@ def _build_from_lakefs_module(name: str, package: str) -> Path:
     return binary
 
 
+def build_all() -> list[Path]:
+    """MinIO beside lakeFS and its ACL server (one lakeFS module, built one after the other): the
+    two Go builds overlap one's downloads with the other's compiling."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        minio = pool.submit(build_minio)
+        lakefs = pool.submit(lambda: [build_lakefs(), build_acl_server()])
+        return [minio.result(), *lakefs.result()]
+
+
 def redis_server() -> str:
     found = shutil.which("redis-server")
     if found:
@@ -346,7 +357,7 @@ def _ensure_bucket(state: StackState) -> None:
 
 def up(stack_dir: Path = STACK_DIR) -> StackState:
     state = load_state(stack_dir)
-    minio, acl, lakefs, redis = build_minio(), build_acl_server(), build_lakefs(), redis_server()
+    (minio, lakefs, acl), redis = build_all(), redis_server()
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LAKEFS_"))}
 
     if _running_pid(stack_dir, "minio") is None:
@@ -444,9 +455,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, value in load_state().environment().items():
                 print(f"export {name}={shlex.quote(value)}")
         elif args.action == "build":
-            print(build_minio())
-            print(build_acl_server())
-            print(build_lakefs())
+            for binary in build_all():
+                print(binary)
     except StackError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

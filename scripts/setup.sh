@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh machine; safe to re-run (each step is skipped when done).
+# Each phase prints its time. lakeFS, its ACL server and MinIO are built from their Go modules in the
+# background from the start: they need only Go (and devtools/stack.py, standard library only), so the
+# builds overlap the Debian packages and pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '[setup] %s\n' "$*" >&2; }
+started=$SECONDS
+phase_started=$SECONDS
+done_with() { say "$1: $((SECONDS - phase_started)) s (setup so far: $((SECONDS - started)) s)"; phase_started=$SECONDS; }
 
 for tool in python3.11 go java; do
   command -v "$tool" >/dev/null || { say "ERROR: $tool is required (Python 3.11, Go >= 1.26, Java 17)"; exit 1; }
 done
+
+python3.11 -m devtools.stack build >/dev/null &  # its progress goes to stderr, prefixed [stack]
+builds=$!
 
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
@@ -17,6 +26,7 @@ if (( ${#missing[@]} )); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+done_with "Debian packages"
 
 if [[ ! -x .venv/bin/python ]]; then
   say "creating .venv"
@@ -29,7 +39,9 @@ if [[ ! -e $stamp ]]; then
   .venv/bin/pip install -q -e ".[spark,test,bench]"
   touch "$stamp"
 fi
+done_with "Python dependencies"
 
-say "building lakeFS and MinIO if not cached (first time: ~10 minutes)"
-.venv/bin/python -m devtools.stack build >/dev/null
-say "ready"
+say "waiting for the lakeFS, ACL server and MinIO builds (first time only: several minutes)"
+wait "$builds" || { say "ERROR: building lakeFS or MinIO failed (see the [stack] lines above)"; exit 1; }
+done_with "Go builds, after the rest"
+say "ready in $((SECONDS - started)) s"

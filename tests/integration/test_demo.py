@@ -24,6 +24,8 @@ def test_demo_exports_every_commit_reads_outside_lakefs_and_diffs(service, stack
     assert len(facts["exports"]) == 6  # 4 ingest commits (+ accounts in the first) and the ETL commit
     assert all(e["state"] == "done" and "/_lakefs/exported/" in e["location"] for e in facts["exports"])
     assert facts["external_count"] == facts["lakefs_count"] == 240
+    assert facts["catalog_counts"] == {"pyiceberg": 240, "duckdb": 240}  # through the catalog, no bucket keys
+    assert "ACCESS_DELEGATION_MODE 'vended_credentials'" in result.stdout and "load_catalog('lake'" in result.stdout
     branch_table = facts["branch_table"]
     assert branch_table["location"].endswith("/_lakefs/exported/main/latest/transactions/")
     assert branch_table["commits"][0]["version"] == branch_table["commits"][0]["source_version"] >= 3
