@@ -2,7 +2,9 @@
 
 `lakefs-delta worker`, `serve`, `catch-up` and `export` load their config (`--config FILE`,
 then `LAKEFS_DELTA_*`) and call `configure`; tasks read it back with `current_config`. Tasks live
-in `workers.tasks` and stay thin wrappers over `exporter`.
+in `workers.tasks` (exports, branch tables, catch-up, prune) and `workers.answers` (what the API
+waits for), over `workers.delivery` (the retry policy, delivery counts, queues, status records),
+and stay thin wrappers over `exporter`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from celery import Celery
 
 from exporter.config import TASK_KINDS, Config
 
-app = Celery("lakefs_delta", include=["workers.tasks"])
+app = Celery("lakefs_delta", include=["workers.tasks", "workers.answers"])
 _config: Config | None = None
 
 TASK_NAMES = tuple(f"lakefs_delta.{kind}" for kind in TASK_KINDS)

@@ -9,182 +9,32 @@ Redis errors, a task over its soft time limit) raise `Transient`, which Celery r
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 
 import redis
-from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
+from celery.exceptions import TimeLimitExceeded
 
-from exporter.config import Config
-from exporter.diff.datasets import DatasetsCache
-from exporter.diff.datasets import list_datasets as find_datasets
-from exporter.diff.overview import OverviewCache
-from exporter.diff.overview import compare_refs as overview_of
-from exporter.diff.rows import RowDiffCache, RowDiffTooLarge, cached_row_diff
-from exporter.diff.rows import compute_row_diff as row_diff_of
-from exporter.diff.rows import key_columns, worth_precomputing
-from exporter.diff.table import DiffCache, cached_diff
-from exporter.diff.table import compute_diff as diff_of
-from exporter.errors import BranchTableRefused, ExporterError, ServiceUnavailable, WorkerLost
 from exporter.branch_tables.table import append_commit
-from exporter.upkeep.catch_up import CatchUpPlan, catch_up as find_missing_exports
+from exporter.config import Config
+from exporter.errors import BranchTableRefused, ExporterError
 from exporter.export.commit import abandon_export
 from exporter.export.commit import export_iceberg as complete_iceberg
 from exporter.export.commit import export_table as export_one_table
 from exporter.export.commit import find_table
-from exporter.export.manifest import PENDING
 from exporter.export.log_writer import ExportOutcome
-from exporter.upkeep.retention import prune as prune_exports
-from exporter.kept import Kept
-from exporter.lakefs.client import LakeFS
+from exporter.export.manifest import PENDING
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableDescriptor, tables_to_export
-from exporter.lakefs.table_log import checkpoint_files_hint
-from exporter.state.connection import length_prefixed
-from exporter.state.results import ResultCache
 from exporter.state.status import COMMIT_RECORD, StatusStore
-from workers.app import app, current_config, soft_time_limit
+from exporter.upkeep.catch_up import CatchUpPlan, catch_up as find_missing_exports
+from exporter.upkeep.retention import prune as prune_exports
+from workers.answers import precompute_diff
+from workers.app import app, current_config
+from workers.delivery import (BACKGROUND, ICEBERG_STEP, TASK_ERRORS, RetriedTask, Transient, _checkpoint_files,
+                              _delivered_from, _lakefs, _look_again_later, _record, _services, _transient_reason,
+                              delivery, export_queue, retry_if_transient, status_count)
 
 log = logging.getLogger("lakefs_delta.worker")
-
-
-@functools.cache
-def _services(config: Config) -> tuple[StatusStore, DiffCache]:
-    return StatusStore(config.redis), DiffCache(config.redis, config.api.diff_cache_ttl_seconds)
-
-
-@functools.cache
-def _lakefs(config: Config) -> LakeFS:
-    """One lakeFS client per worker process: its connections stay open from task to task."""
-    return LakeFS(config.lakefs)
-
-
-class Transient(Exception):
-    """A failure a retry may fix (its message is the reason): Celery retries it (`autoretry_for`)
-    with exponential backoff and full jitter, up to `retry.max_retries` (set by `configure`)."""
-
-
-class RetriedTask(app.Task):
-    """Defaults for a process whose app was finalized before `configure` set the annotations."""
-
-    autoretry_for = (Transient,)
-    retry_backoff = 2
-    retry_backoff_max = 60
-    retry_jitter = True
-
-
-# What a task may meet that is not a bug: the library's errors, Redis, its own soft time limit.
-TASK_ERRORS = (ExporterError, redis.RedisError, SoftTimeLimitExceeded)
-
-
-def _transient_reason(exc: BaseException) -> str | None:
-    """Why a retry may succeed, or None when the error is permanent."""
-    if isinstance(exc, SoftTimeLimitExceeded):
-        return "timed out: the task ran past its soft time limit (tasks.time_limits, tasks.time_limit_seconds)"
-    if isinstance(exc, redis.RedisError):
-        return f"Redis error: {exc}"
-    if isinstance(exc, ExporterError) and not exc.permanent:
-        return str(exc)
-    return None
-
-
-def retry_if_transient(exc: BaseException, line: str, retries_left: bool = True) -> None:
-    """The one retry policy: a transient error raises `Transient` (Celery retries it with backoff)
-    while retries are left; a permanent one returns, for the task to record as it ends."""
-    reason = _transient_reason(exc)
-    if reason is not None and retries_left:
-        log.warning("%s outcome=retrying reason=%s", line, reason)
-        raise Transient(reason) from exc
-
-
-class RunningElsewhere(Exception):
-    """Another delivery of the same work is running it now."""
-
-
-@contextmanager
-def delivery(task, *work: object, sole: bool = False) -> Iterator[int]:
-    """Count this delivery of `work` (the task's name and what identifies its work) until it ends,
-    however it ends short of its worker dying; yields how many of its deliveries started without
-    ending, this one included. Above `tasks.max_deliveries` the worker died on each of the others
-    (killed for memory, past its hard time limit, killed outright): WorkerLost, which the task
-    records as it records any permanent failure, so the message is not run into a dead worker again.
-
-    `sole`: the delivery holds a renewed claim on the work while it runs (`_sole_delivery`), so a
-    copy of the message delivered again while it runs ends with RunningElsewhere instead of running
-    the work a second time or being counted as a death."""
-    config = current_config()
-    status, _ = _services(config)
-    key = length_prefixed(task.name.removeprefix("lakefs_delta."), *work)  # a table path holds `:`
-    with _sole_delivery(status, key, config.tasks.lock_ttl_seconds) if sole else nullcontext():
-        starts = status.started(key)
-        if starts > config.tasks.max_deliveries:
-            raise WorkerLost(f"the worker running this task died {starts - 1} times (out of memory, past its time "
-                             f"limit, or killed); not running it again (tasks.max_deliveries)")
-        try:
-            yield starts
-        finally:
-            status.finished(key)
-
-
-@contextmanager
-def _sole_delivery(status: StatusStore, key: str, ttl_seconds: int) -> Iterator[None]:
-    """Redis delivers an unacknowledged message again once the visibility timeout passed, even while
-    its first delivery still runs it (a Spark row diff may run for an hour). The first delivery
-    holds a claim renewed every third of `ttl_seconds`; a copy waits out one TTL (a dead holder's
-    claim lapses within it, and the copy then runs, counted as its redelivery) and, the claim still
-    held, ends without running the work: the running delivery puts the answer where the API looks."""
-    deadline = time.monotonic() + ttl_seconds + 1
-    while True:
-        with status.lock(f"delivery:{key}", ttl_seconds) as claim:
-            if claim:
-                yield
-                return
-        if time.monotonic() >= deadline:
-            raise RunningElsewhere(f"another delivery has been running {key} for over {ttl_seconds} s "
-                                   "(the message came again after tasks.visibility_timeout_seconds)")
-        time.sleep(0.5)
-
-
-# A precomputed diff waits behind every export in its queue: under a storm of commits the exports
-# (what readers wait for) finish first, and the diffs after. Redis's priorities are BRPOP's order
-# over one list per step (0, 3, 6, 9), the default (0) first; 9 is taken only when no message of a
-# higher one waits. An export's Iceberg table waits behind the exports, before the diffs.
-ICEBERG_STEP = 6
-BACKGROUND = 9
-
-
-def export_queue(config: Config, checkpoint_files: int) -> str | None:
-    """The queue of a table's export: its own for large tables, else the default (None)."""
-    return config.workers.large_table_queue if checkpoint_files >= config.workers.large_table_files else None
-
-
-# a table's size is asked again after a minute: a routing hint, not a fact of the commit
-_hints: Kept[tuple[str, str], int] = Kept(seconds=60.0)
-
-
-def _checkpoint_files(lakefs: LakeFS, repository: str, commit_id: str, table_path: str) -> int:
-    """The table's checkpoint size, for its queue: read once a minute per table, not per commit (a
-    storm of commits to the same tables asked lakeFS for each), so a table that just grew past
-    `workers.large_table_files` may have one more export on the default queue."""
-    return _hints.keep((repository, table_path),
-                       lambda: checkpoint_files_hint(lakefs, repository, commit_id, table_path))
-
-
-def _delivered_from(task) -> str | None:
-    """The queue the running task was taken from (its routing key): what it queues stays there."""
-    return (task.request.delivery_info or {}).get("routing_key")
-
-
-def _look_again_later(task, args: tuple, line: str, reason: str, countdown: float, kwargs: dict | None = None,
-                      **options) -> dict:
-    """Another delivery holds the lock of the task's work: the task again after `countdown`, on the
-    queue it came from, without spending a retry (waiting for a lock is not a retry)."""
-    task.apply_async(args, kwargs, countdown=countdown, retries=task.request.retries, queue=_delivered_from(task),
-                     **options)
-    log.info("%s outcome=requeued reason=%s", line, reason)
-    return {"ok": None, "requeued": True}
 
 
 @app.task(name="lakefs_delta.ping", ignore_result=False)
@@ -426,26 +276,6 @@ def _note_iceberg(status: StatusStore, repository: str, ref: str, commit_id: str
         log.warning("Iceberg record of %s/%s/%s/%s not recorded: %s", repository, ref, commit_id, table_name, exc)
 
 
-def _record(status: StatusStore, repository: str, ref: str, commit_id: str, table: str, state: str, **facts) -> None:
-    """A status write that must not lose the task's outcome: Redis errors are retried a few times."""
-    for attempt in range(5):
-        try:
-            status.set_table(repository, ref, commit_id, table, state, **facts)
-            return
-        except redis.RedisError as exc:
-            log.warning("status %s/%s/%s/%s=%s not recorded (attempt %d): %s", repository, ref, commit_id, table,
-                        state, attempt + 1, exc)
-            time.sleep(0.5 * 2 ** attempt)
-    log.error("status %s/%s/%s/%s=%s lost: Redis unavailable", repository, ref, commit_id, table, state)
-
-
-def status_count(status: StatusStore, task: str, outcome: str) -> None:
-    try:
-        status.count("lakefs_delta_tasks_total", {"task": task, "outcome": outcome})
-    except redis.RedisError:
-        pass  # a counter is not worth failing a task for
-
-
 @app.task(name="lakefs_delta.catch_up")
 def catch_up(repositories: list[str] | None = None) -> list[str]:
     """lakeFS never retries a post-hook: queue the commits and tags whose export is incomplete."""
@@ -544,113 +374,3 @@ def prune(repositories: list[str] | None = None) -> list[str]:
             log.info("prune %s", plan.summary())
     status_count(status, "prune", "succeeded")
     return deleted
-
-
-@app.task(bind=True, base=RetriedTask, name="lakefs_delta.precompute_diff")
-def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> bool:
-    """Cache the table's diff of this commit against its first parent, so the API answers from Redis."""
-    config = current_config()
-    status, diffs = _services(config)
-    lakefs = _lakefs(config)
-    started = time.monotonic()
-    try:
-        with delivery(self, repository, commit_id, table_path):
-            parents = lakefs.commit(repository, commit_id).parents
-            parent = parents[0] if parents else None
-            _, cached = cached_diff(config, lakefs, diffs, repository, parent, commit_id, table_path)
-            if worth_precomputing(config, lakefs, repository, parent, commit_id, table_path):
-                try:  # the row diff too: it reads little
-                    cached_row_diff(config, lakefs, _row_diff_cache(config), repository, parent, commit_id,
-                                    table_path, max_bytes=config.row_diff.precompute_bytes)
-                except RowDiffTooLarge:
-                    pass  # deletion vectors made it bigger than the objects that changed: computed when asked
-    except TASK_ERRORS as exc:
-        retry_if_transient(exc, f"diff {repository}/{commit_id} {table_path}")
-        log.warning("diff %s/%s %s outcome=failed reason=%s", repository, commit_id, table_path, exc)
-        return False
-    status.observe("lakefs_delta_diff_precompute_seconds", time.monotonic() - started)
-    log.info("diff %s/%s %s outcome=%s seconds=%.2f", repository, commit_id, table_path,
-             "cached" if cached else "computed", time.monotonic() - started)
-    return True
-
-
-@app.task(bind=True, base=RetriedTask, name="lakefs_delta.compute_diff")
-def compute_diff(self, repository: str, left_commit: str | None, right_commit: str, table_path: str) -> bool:
-    """A diff the API was asked for and did not have: computed here, never in the web process."""
-    config = current_config()
-    _, diffs = _services(config)
-    return _compute_for_api(self, diffs, (repository, left_commit, right_commit, table_path),
-                            lambda: diff_of(config, _lakefs(config), repository, left_commit, right_commit, table_path))
-
-
-@app.task(bind=True, base=RetriedTask, name="lakefs_delta.compute_row_diff")
-def compute_row_diff(self, repository: str, left_commit: str | None, right_commit: str, table_path: str,
-                     key: str = "-") -> bool:
-    """A row diff the API was asked for: read from the differing files here, never in the web process.
-    Run past its time limit it fails for good with the reason: started again it would begin from nothing."""
-    config = current_config()
-    cache, parts = _row_diff_cache(config), (repository, left_commit, right_commit, table_path, key)
-
-    def compute() -> dict:
-        try:
-            return row_diff_of(config, _lakefs(config), repository, left_commit, right_commit, table_path,
-                               key_columns(key), progress=lambda seen: cache.put_progress(seen, *parts))
-        except SoftTimeLimitExceeded:
-            limit = config.tasks.time_limit(self.name)
-            raise RowDiffTooLarge(f"the row diff ran past its time limit ({soft_time_limit(limit)} s of {limit} s: "
-                                  "tasks.time_limits.compute_row_diff)") from None
-    return _compute_for_api(self, cache, parts, compute)
-
-
-@app.task(bind=True, base=RetriedTask, name="lakefs_delta.compare_refs")
-def compare_refs(self, repository: str, left_commit: str, right_commit: str) -> bool:
-    """Every table that differs between two commits, for the API's overview."""
-    config = current_config()
-    _, diffs = _services(config)
-    return _compute_for_api(self, _overview_cache(config), (repository, left_commit, right_commit),
-                            lambda: overview_of(config, _lakefs(config), diffs, repository, left_commit, right_commit))
-
-
-@functools.cache
-def _overview_cache(config: Config) -> OverviewCache:
-    return OverviewCache(config.redis, config.api.diff_cache_ttl_seconds)
-
-
-@functools.cache
-def _row_diff_cache(config: Config) -> RowDiffCache:
-    return RowDiffCache(config.redis, config.api.diff_cache_ttl_seconds)
-
-
-@app.task(bind=True, base=RetriedTask, name="lakefs_delta.list_datasets")
-def list_datasets(self, repository: str, commit_id: str) -> bool:
-    """The datasets of a commit the API was asked for: the walk over folders runs here."""
-    config = current_config()
-    return _compute_for_api(self, _datasets_cache(config), (repository, commit_id),
-                            lambda: find_datasets(_lakefs(config), repository, commit_id))
-
-
-@functools.cache
-def _datasets_cache(config: Config) -> DatasetsCache:
-    return DatasetsCache(config.redis, config.api.diff_cache_ttl_seconds)
-
-
-def _compute_for_api(task, cache: ResultCache, parts: tuple, compute) -> bool:
-    """Put `compute()` in the cache under `parts`, or why it cannot be had (the API answers with
-    that status); transient errors retry while retries last."""
-    started = time.monotonic()
-    try:
-        with delivery(task, *parts, sole=True):
-            if cache.get(*parts) is None:  # another task (the precompute after an export) may have made it since
-                cache.put(compute(), *parts)
-        cache.release(*parts)
-    except RunningElsewhere as exc:  # the running delivery answers; the API's claim stays its
-        log.info("%s %s outcome=running-elsewhere reason=%s", cache.kind, " ".join(map(str, parts)), exc)
-        return False
-    except TASK_ERRORS as exc:
-        retry_if_transient(exc, f"{cache.kind} {' '.join(map(str, parts))}", task.request.retries < task.max_retries)
-        reason = _transient_reason(exc)
-        cache.put_failure(exc if reason is None else ServiceUnavailable(reason), *parts)
-        log.warning("%s %s outcome=failed reason=%s", cache.kind, " ".join(map(str, parts)), reason or exc)
-        return False
-    log.info("%s %s outcome=computed seconds=%.2f", cache.kind, " ".join(map(str, parts)), time.monotonic() - started)
-    return True

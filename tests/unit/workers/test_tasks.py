@@ -28,7 +28,7 @@ from exporter.state.status import COMMIT_RECORD, StatusStore
 from exporter.storage.layout import MANIFEST, export_location
 from tests.fakes import FakeLakeFS
 from tests.unit.source_tables import SourceTable
-from workers import tasks
+from workers import answers, delivery, tasks
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +53,8 @@ def worker(monkeypatch, redis_url, fake_lakefs):
                     workers={"large_table_files": 3})
     monkeypatch.setattr(workers.app, "_config", config)
     monkeypatch.setattr(tasks, "_lakefs", lambda _: lakefs)
-    for task in (tasks.export_commit, tasks.export_table, tasks.append_branch_table, tasks.compute_diff):
+    monkeypatch.setattr(answers, "_lakefs", lambda _: lakefs)
+    for task in (tasks.export_commit, tasks.export_table, tasks.append_branch_table, answers.compute_diff):
         monkeypatch.setattr(task, "max_retries", MAX_RETRIES)
     sent: list[Sent] = []
     monkeypatch.setattr(workers.app.app, "send_task",
@@ -497,7 +498,7 @@ def diffs(worker, monkeypatch):
             raise answer
         return answer
 
-    monkeypatch.setattr(tasks, "diff_of", diff_of)
+    monkeypatch.setattr(answers, "diff_of", diff_of)
     return script
 
 
@@ -508,8 +509,8 @@ def test_a_computed_answer_is_cached_once_and_the_claim_released(worker, diffs):
     diffs.cache.claim(60, *PARTS)
     diffs.answers = [{"versions": [1]}]
 
-    assert tasks.compute_diff.apply(PARTS).get() is True
-    assert tasks.compute_diff.apply(PARTS).get() is True  # cached meanwhile: not computed again
+    assert answers.compute_diff.apply(PARTS).get() is True
+    assert answers.compute_diff.apply(PARTS).get() is True  # cached meanwhile: not computed again
 
     assert diffs.cache.get(*PARTS) == {"versions": [1]} and diffs.computed == 1
     assert diffs.cache.claim(60, *PARTS)  # released
@@ -519,7 +520,7 @@ def test_an_answer_whose_workers_died_max_deliveries_times_is_a_failure_not_comp
     """A poison row diff (or diff, overview, datasets): the API answers why instead of queuing it again."""
     deaths(worker, "compute_diff", *PARTS)
 
-    assert tasks.compute_diff.apply(PARTS).get() is False
+    assert answers.compute_diff.apply(PARTS).get() is False
 
     failure = diffs.cache.failure(*PARTS)
     assert isinstance(failure, WorkerLost) and str(failure) == DIED_TWICE and diffs.computed == 0
@@ -536,14 +537,14 @@ def test_a_commit_whose_workers_died_max_deliveries_times_is_failed_not_run_agai
 
 def test_why_there_is_no_answer_is_cached_for_the_api(worker, diffs):
     diffs.answers = [TableNotFound("no Delta table at tables/events")]
-    assert tasks.compute_diff.apply(PARTS).get() is False
+    assert answers.compute_diff.apply(PARTS).get() is False
     failure = diffs.cache.failure(*PARTS)
     assert isinstance(failure, TableNotFound) and str(failure) == "no Delta table at tables/events"
     assert diffs.computed == 1  # permanent: no retry
 
     other = ("repo", "a" * 64, "c" * 64, "tables/events")
     diffs.answers = [ServiceUnavailable("lakeFS answered 503")] * (MAX_RETRIES + 1)
-    assert tasks.compute_diff.apply(other).get() is False
+    assert answers.compute_diff.apply(other).get() is False
     assert diffs.computed == 1 + MAX_RETRIES + 1  # retried while retries lasted
     failure = diffs.cache.failure(*other)
     assert isinstance(failure, ServiceUnavailable) and str(failure) == "lakeFS answered 503"
@@ -618,10 +619,10 @@ def test_a_row_diff_past_its_time_limit_fails_for_good_with_the_reason_not_start
         runs.append(1)
         raise SoftTimeLimitExceeded()
 
-    monkeypatch.setattr(tasks, "row_diff_of", row_diff_of)
+    monkeypatch.setattr(answers, "row_diff_of", row_diff_of)
     parts = (*PARTS, "-")
 
-    assert tasks.compute_row_diff.apply(parts).get() is False
+    assert answers.compute_row_diff.apply(parts).get() is False
 
     failure = RowDiffCache(worker.config.redis, 3600).failure(*parts)
     assert isinstance(failure, RowDiffTooLarge) and "ran past its time limit" in str(failure), failure
@@ -648,21 +649,21 @@ def test_a_copy_delivered_while_a_row_diff_runs_ends_without_running_it_and_runs
         release.wait(30)
         return {"counts": {}, "rows": []}
 
-    monkeypatch.setattr(tasks, "row_diff_of", row_diff_of)
+    monkeypatch.setattr(answers, "row_diff_of", row_diff_of)
     short = worker.config.tasks.model_copy(update={"lock_ttl_seconds": 1})  # below the setting's minimum: a fast test
     monkeypatch.setattr(workers.app, "_config", worker.config.model_copy(update={"tasks": short}))
-    first = threading.Thread(target=lambda: tasks.compute_row_diff.apply(parts), name="first")
+    first = threading.Thread(target=lambda: answers.compute_row_diff.apply(parts), name="first")
     first.start()
     assert running.wait(10)
 
-    assert tasks.compute_row_diff.apply(parts).get() is False  # the copy: ended after one TTL, the claim still held
+    assert answers.compute_row_diff.apply(parts).get() is False  # the copy: ended after one TTL, the claim still held
     assert runs == ["first"] and worker.status.redis.get(f"{PREFIX}:started:{key}") == b"1"  # not counted a death
     release.set()
     first.join(10)
     assert RowDiffCache(worker.config.redis, 3600).get(*parts) is not None
 
-    with tasks._sole_delivery(worker.status, "dead-holder", 1):  # a claim whose holder died lapses within its TTL
+    with delivery._sole_delivery(worker.status, "dead-holder", 1):  # a claim whose holder died lapses within its TTL
         pass
     worker.status.redis.set(f"{PREFIX}:lock:delivery:dead-holder", "a dead worker's token", ex=1)
-    with tasks._sole_delivery(worker.status, "dead-holder", 1):
+    with delivery._sole_delivery(worker.status, "dead-holder", 1):
         assert worker.status.redis.get(f"{PREFIX}:lock:delivery:dead-holder") != b"a dead worker's token"

@@ -1,0 +1,183 @@
+"""How the workers' tasks are delivered: one retry policy, each delivery counted (and, for work
+the API waits for, held while it runs), the queues an export's follow-ups take, and the status
+records and counters every task writes."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+
+import redis
+from celery.exceptions import SoftTimeLimitExceeded
+
+from exporter.config import Config
+from exporter.diff.table import DiffCache
+from exporter.errors import ExporterError, WorkerLost
+from exporter.kept import Kept
+from exporter.lakefs.client import LakeFS
+from exporter.lakefs.table_log import checkpoint_files_hint
+from exporter.state.connection import length_prefixed
+from exporter.state.status import StatusStore
+from workers.app import app, current_config
+
+log = logging.getLogger("lakefs_delta.worker")
+
+
+@functools.cache
+def _services(config: Config) -> tuple[StatusStore, DiffCache]:
+    return StatusStore(config.redis), DiffCache(config.redis, config.api.diff_cache_ttl_seconds)
+
+
+@functools.cache
+def _lakefs(config: Config) -> LakeFS:
+    """One lakeFS client per worker process: its connections stay open from task to task."""
+    return LakeFS(config.lakefs)
+
+
+class Transient(Exception):
+    """A failure a retry may fix (its message is the reason): Celery retries it (`autoretry_for`)
+    with exponential backoff and full jitter, up to `retry.max_retries` (set by `configure`)."""
+
+
+class RetriedTask(app.Task):
+    """Defaults for a process whose app was finalized before `configure` set the annotations."""
+
+    autoretry_for = (Transient,)
+    retry_backoff = 2
+    retry_backoff_max = 60
+    retry_jitter = True
+
+
+# What a task may meet that is not a bug: the library's errors, Redis, its own soft time limit.
+TASK_ERRORS = (ExporterError, redis.RedisError, SoftTimeLimitExceeded)
+
+
+def _transient_reason(exc: BaseException) -> str | None:
+    """Why a retry may succeed, or None when the error is permanent."""
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return "timed out: the task ran past its soft time limit (tasks.time_limits, tasks.time_limit_seconds)"
+    if isinstance(exc, redis.RedisError):
+        return f"Redis error: {exc}"
+    if isinstance(exc, ExporterError) and not exc.permanent:
+        return str(exc)
+    return None
+
+
+def retry_if_transient(exc: BaseException, line: str, retries_left: bool = True) -> None:
+    """The one retry policy: a transient error raises `Transient` (Celery retries it with backoff)
+    while retries are left; a permanent one returns, for the task to record as it ends."""
+    reason = _transient_reason(exc)
+    if reason is not None and retries_left:
+        log.warning("%s outcome=retrying reason=%s", line, reason)
+        raise Transient(reason) from exc
+
+
+class RunningElsewhere(Exception):
+    """Another delivery of the same work is running it now."""
+
+
+@contextmanager
+def delivery(task, *work: object, sole: bool = False) -> Iterator[int]:
+    """Count this delivery of `work` (the task's name and what identifies its work) until it ends,
+    however it ends short of its worker dying; yields how many of its deliveries started without
+    ending, this one included. Above `tasks.max_deliveries` the worker died on each of the others
+    (killed for memory, past its hard time limit, killed outright): WorkerLost, which the task
+    records as it records any permanent failure, so the message is not run into a dead worker again.
+
+    `sole`: the delivery holds a renewed claim on the work while it runs (`_sole_delivery`), so a
+    copy of the message delivered again while it runs ends with RunningElsewhere instead of running
+    the work a second time or being counted as a death."""
+    config = current_config()
+    status, _ = _services(config)
+    key = length_prefixed(task.name.removeprefix("lakefs_delta."), *work)  # a table path holds `:`
+    with _sole_delivery(status, key, config.tasks.lock_ttl_seconds) if sole else nullcontext():
+        starts = status.started(key)
+        if starts > config.tasks.max_deliveries:
+            raise WorkerLost(f"the worker running this task died {starts - 1} times (out of memory, past its time "
+                             f"limit, or killed); not running it again (tasks.max_deliveries)")
+        try:
+            yield starts
+        finally:
+            status.finished(key)
+
+
+@contextmanager
+def _sole_delivery(status: StatusStore, key: str, ttl_seconds: int) -> Iterator[None]:
+    """Redis delivers an unacknowledged message again once the visibility timeout passed, even while
+    its first delivery still runs it (a Spark row diff may run for an hour). The first delivery
+    holds a claim renewed every third of `ttl_seconds`; a copy waits out one TTL (a dead holder's
+    claim lapses within it, and the copy then runs, counted as its redelivery) and, the claim still
+    held, ends without running the work: the running delivery puts the answer where the API looks."""
+    deadline = time.monotonic() + ttl_seconds + 1
+    while True:
+        with status.lock(f"delivery:{key}", ttl_seconds) as claim:
+            if claim:
+                yield
+                return
+        if time.monotonic() >= deadline:
+            raise RunningElsewhere(f"another delivery has been running {key} for over {ttl_seconds} s "
+                                   "(the message came again after tasks.visibility_timeout_seconds)")
+        time.sleep(0.5)
+
+
+# A precomputed diff waits behind every export in its queue: under a storm of commits the exports
+# (what readers wait for) finish first, and the diffs after. Redis's priorities are BRPOP's order
+# over one list per step (0, 3, 6, 9), the default (0) first; 9 is taken only when no message of a
+# higher one waits. An export's Iceberg table waits behind the exports, before the diffs.
+ICEBERG_STEP = 6
+BACKGROUND = 9
+
+
+def export_queue(config: Config, checkpoint_files: int) -> str | None:
+    """The queue of a table's export: its own for large tables, else the default (None)."""
+    return config.workers.large_table_queue if checkpoint_files >= config.workers.large_table_files else None
+
+
+# a table's size is asked again after a minute: a routing hint, not a fact of the commit
+_hints: Kept[tuple[str, str], int] = Kept(seconds=60.0)
+
+
+def _checkpoint_files(lakefs: LakeFS, repository: str, commit_id: str, table_path: str) -> int:
+    """The table's checkpoint size, for its queue: read once a minute per table, not per commit (a
+    storm of commits to the same tables asked lakeFS for each), so a table that just grew past
+    `workers.large_table_files` may have one more export on the default queue."""
+    return _hints.keep((repository, table_path),
+                       lambda: checkpoint_files_hint(lakefs, repository, commit_id, table_path))
+
+
+def _delivered_from(task) -> str | None:
+    """The queue the running task was taken from (its routing key): what it queues stays there."""
+    return (task.request.delivery_info or {}).get("routing_key")
+
+
+def _look_again_later(task, args: tuple, line: str, reason: str, countdown: float, kwargs: dict | None = None,
+                      **options) -> dict:
+    """Another delivery holds the lock of the task's work: the task again after `countdown`, on the
+    queue it came from, without spending a retry (waiting for a lock is not a retry)."""
+    task.apply_async(args, kwargs, countdown=countdown, retries=task.request.retries, queue=_delivered_from(task),
+                     **options)
+    log.info("%s outcome=requeued reason=%s", line, reason)
+    return {"ok": None, "requeued": True}
+
+
+def _record(status: StatusStore, repository: str, ref: str, commit_id: str, table: str, state: str, **facts) -> None:
+    """A status write that must not lose the task's outcome: Redis errors are retried a few times."""
+    for attempt in range(5):
+        try:
+            status.set_table(repository, ref, commit_id, table, state, **facts)
+            return
+        except redis.RedisError as exc:
+            log.warning("status %s/%s/%s/%s=%s not recorded (attempt %d): %s", repository, ref, commit_id, table,
+                        state, attempt + 1, exc)
+            time.sleep(0.5 * 2 ** attempt)
+    log.error("status %s/%s/%s/%s=%s lost: Redis unavailable", repository, ref, commit_id, table, state)
+
+
+def status_count(status: StatusStore, task: str, outcome: str) -> None:
+    try:
+        status.count("lakefs_delta_tasks_total", {"task": task, "outcome": outcome})
+    except redis.RedisError:
+        pass  # a counter is not worth failing a task for
