@@ -26,7 +26,6 @@ reader lists them as soon as they exist): the next append takes them in and goes
 from __future__ import annotations
 
 import fnmatch
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from exporter.delta.live_files import LiveFiles
 from exporter.delta.log import LOG_DIR, LogListing, commit_name, log_folder
 from exporter.delta.log_retention import expired_log_files, log_retention_seconds
 from exporter.errors import BranchTableRefused, CorruptLog, NotFound
+from exporter.branch_tables.state import read_from, read_state, write_state
 from exporter.branch_tables.log import (
     annotated,
     copy_checkpoint,
@@ -57,7 +57,7 @@ from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.lakefs.installer import branch_tables_kept, installed_action
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.namespaces import read_scope
-from exporter.storage.layout import STATE, branch_table_location, commit_root, export_location
+from exporter.storage.layout import branch_table_location, commit_root, export_location
 from exporter.storage.objectstore import ObjectStore
 
 LINE_LIMIT = 1000  # first-parent commits searched for the event's commit, from the branch head
@@ -92,33 +92,6 @@ class AppendOutcome:
             self.iceberg.get("metadata_location") or self.iceberg.get("reason", ""))
         return (f"APPENDED {self.table} -> {self.location}  versions {shown}, head {self.head_version}{how}, "
                 f"{self.lakefs_calls} lakeFS calls, {self.seconds:.2f}s{iceberg}")
-
-
-def read_state(store: ObjectStore, location: str) -> dict | None:
-    """The branch table's state (None: no branch table). One written before `table_paths` was
-    recorded holds the versions of its one `table_path`."""
-    try:
-        state = json.loads(store.get(location + STATE))
-    except NotFound:
-        return None
-    if "table_paths" not in state and "table_path" in state:
-        state["table_paths"] = [state["table_path"]]
-    return state
-
-
-def _write_state(store: ObjectStore, target: str, state: dict) -> None:
-    store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")
-
-
-def _read_from(state: dict, table_path: str) -> bool:
-    """Record `table_path` as the one the next versions are read from: last of `table_paths`
-    (each path once, none ever dropped: older versions stay readable) and `table_path`. Whether
-    the state changed."""
-    if state["table_paths"][-1:] == [table_path]:
-        return False
-    state.update(table_path=table_path,
-                 table_paths=[path for path in state["table_paths"] if path != table_path] + [table_path])
-    return True
 
 
 def branch_table_versions(config: Config, lakefs: LakeFS | None, repository: str, branch: str, table: str) -> dict:
@@ -189,10 +162,10 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
                                    f"commit {commit_id} is older than {state['last_commit']}, which the branch table follows")
                 outcome.head_version = state["head_version"]
                 return outcome
-            if _read_from(state, manifest.table_path):  # re-pointed: named before a version from it is written
+            if read_from(state, manifest.table_path):  # re-pointed: named before a version from it is written
                 if still_held:
                     still_held()
-                _write_state(store, target, state)
+                write_state(store, target, state)
             _go_on_from_interrupted(config, store, target, state, branch, table)
             _append(config, lakefs, store, target, exported, state, repository, branch, commit_id, manifest, outcome,
                     between)
@@ -205,7 +178,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
                 still_held, state["first_version"], read_scope(config, lakefs, repository))
         if still_held:
             still_held()
-        _write_state(store, target, state)  # last: the commit point
+        write_state(store, target, state)  # last: the commit point
         outcome.head_version = state["head_version"]
         if outcome.checkpoint is not None:  # after a checkpoint, as Delta writers clean their log up
             outcome.expired = expire_log(store, target, state, LiveFiles(exported).metadata or {}, outcome.checkpoint,
@@ -234,7 +207,7 @@ def expire_log(store: ObjectStore, target: str, state: dict, metadata: Mapping[s
                  commits=[entry for entry in state["commits"] if entry["version"] >= start])
     if still_held:
         still_held()
-    _write_state(store, target, state)
+    write_state(store, target, state)
     store.delete([prefix + name for name in sorted(expired)])
     return len(expired)
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from exporter.config import Config
 from exporter.errors import NoSuchIcebergTable, NoSuchNamespace, NotFound, SignatureRefused
-from exporter.branch_tables.table import read_state
+from exporter.branch_tables.state import read_state
 from exporter.export.manifest import ICEBERG, ExportManifest, IcebergState, iceberg_state
 from exporter.iceberg.manifests import DATA, DELETED, read_manifest, read_manifest_list
 from exporter.kept import Kept

@@ -25,7 +25,7 @@ from exporter.delta.log import (LAST_CHECKPOINT, LOG_DIR, Checkpoint, LogListing
                                 log_file_version, select_segment)
 from exporter.errors import (ExporterError, InvalidParameter, NotFound, ShareNotFound, UnshareableTable,
                              VersionOutOfRange)
-from exporter.branch_tables.table import read_state
+from exporter.branch_tables.state import read_state
 from exporter.export.manifest import ExportManifest
 from exporter.export.readback import ExportedLog
 from exporter.storage.layout import (

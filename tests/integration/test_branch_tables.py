@@ -389,7 +389,8 @@ def test_log_retention_removes_expired_commits_and_every_retained_version_still_
     versions 0..5 go, and every version from 6 on reads in Spark exactly as the source at that
     version; an expired version is refused, as on any Delta table."""
     from exporter.delta.live_files import LiveFiles
-    from exporter.branch_tables.table import expire_log, read_state
+    from exporter.branch_tables.table import expire_log
+    from exporter.branch_tables.state import read_state
     from exporter.export.readback import read_exported_log
     from exporter.storage.layout import branch_table_location
 

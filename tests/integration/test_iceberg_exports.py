@@ -220,7 +220,8 @@ def test_after_the_log_retention_a_branch_tables_iceberg_table_reads_every_versi
     0-2 of the branch table; the next append expires their Iceberg snapshots and deletes the files
     only they named: PyIceberg and DuckDB read each version still kept as Spark reads the source."""
     from exporter.delta.live_files import LiveFiles
-    from exporter.branch_tables.table import expire_log, read_state
+    from exporter.branch_tables.table import expire_log
+    from exporter.branch_tables.state import read_state
     from exporter.export.readback import read_exported_log
     from exporter.storage.layout import branch_table_location
     from exporter.storage.objectstore import ObjectStore

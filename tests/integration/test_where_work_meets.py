@@ -312,7 +312,8 @@ def test_versions_an_interrupted_append_wrote_stay_as_readers_read_them(spark, l
     at version 0): the next append keeps version 1 as it was read and brings the table to the
     source's state with a synthetic version 2 (before: version 1 was deleted, and a synthetic
     version 1 written in its place, so a reader's version 1 changed under it)."""
-    from exporter.branch_tables.table import append_commit, read_state
+    from exporter.branch_tables.table import append_commit
+    from exporter.branch_tables.state import read_state
     from exporter.storage.layout import branch_table_location
 
     config = config.model_copy(update={"branch_tables": ("main",)})

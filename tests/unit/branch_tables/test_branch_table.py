@@ -14,7 +14,8 @@ from exporter.delta.replay import file_key
 from exporter.errors import ExporterError
 from exporter.errors import LockLost
 from exporter.branch_tables.log import annotated, remove_of
-from exporter.branch_tables.table import append_commit, branch_table_versions, follows, read_state
+from exporter.branch_tables.table import append_commit, branch_table_versions, follows
+from exporter.branch_tables.state import read_state
 from exporter.export.commit import export_iceberg, export_table
 from exporter.catalog.iceberg import IcebergCatalog
 from exporter.upkeep.retention import HOUR, within_policy
@@ -146,7 +147,8 @@ def test_an_append_that_lost_its_lock_stops_before_the_state_its_readers_follow(
     """The state file is the append's commit point: a worker whose lock expired (paused past its
     TTL, say) must not write it over the append another worker now makes."""
     from exporter.errors import LockLost
-    from exporter.branch_tables.table import append_commit, read_state
+    from exporter.branch_tables.table import append_commit
+    from exporter.branch_tables.state import read_state
     from exporter.export.commit import export_table
     from exporter.storage.objectstore import ObjectStore
 
@@ -181,7 +183,8 @@ def test_versions_an_interrupted_append_wrote_are_never_taken_back(lakefs, event
     reader may have read version 1. The source then moves back to version 0: the next append keeps
     version 1 as written and brings the table to the source's state with a synthetic version 2
     (before: version 1 was deleted, and a synthetic version 1 written in its place)."""
-    from exporter.branch_tables.table import append_commit, read_state
+    from exporter.branch_tables.table import append_commit
+    from exporter.branch_tables.state import read_state
     from exporter.export.commit import export_table
     from exporter.storage.objectstore import ObjectStore
 
@@ -241,7 +244,8 @@ def test_log_retention_removes_expired_files_below_the_newest_checkpoint_that_is
 
 
 def test_a_branch_tables_log_retention_writes_its_state_then_removes_the_files(lakefs):
-    from exporter.branch_tables.table import expire_log, read_state
+    from exporter.branch_tables.table import expire_log
+    from exporter.branch_tables.state import read_state
     from exporter.storage.objectstore import ObjectStore
 
     store = ObjectStore(Config(), "s3://lake/repo")

@@ -255,7 +255,8 @@ def test_other_requests_get_the_error_model_never_a_500(catalog):
 def test_a_branch_with_a_branch_table_serves_it_and_its_readers_are_signed_for_it(catalog, lakefs):
     """Branches through their branch table (one stable Iceberg table whose snapshots follow the
     branch), tags through their export."""
-    from exporter.branch_tables.table import append_commit, read_state
+    from exporter.branch_tables.table import append_commit
+    from exporter.branch_tables.state import read_state
     from exporter.storage.layout import branch_table_location
 
     appending = catalog.config.model_copy(update={"branch_tables": ("main",)})
