@@ -118,8 +118,8 @@ def _sole_delivery(status: StatusStore, key: str, ttl_seconds: int) -> Iterator[
                 yield
                 return
         if time.monotonic() >= deadline:
-            raise RunningElsewhere(f"another delivery has been running {key} for over {ttl_seconds} s "
-                                   "(the message came again after tasks.visibility_timeout_seconds)")
+            raise RunningElsewhere(f"another delivery holds {key} and renewed its claim within {ttl_seconds} s "
+                                   "(the message came again after tasks.visibility_timeout_seconds while it runs)")
         time.sleep(0.5)
 
 
