@@ -90,17 +90,6 @@ def catalog_counts(uri: str, token: str, repository: str, ref: str, table: str) 
     return counts
 
 
-def lakefs_token(state: stack.StackState) -> str:
-    """A lakeFS session token (what a user's login gives): the catalog's readers present it."""
-    import httpx
-
-    answer = httpx.post(f"{state.lakefs_endpoint}/api/v1/auth/login", timeout=30,
-                        json={"access_key_id": state.lakefs_access_key_id,
-                              "secret_access_key": state.lakefs_secret_access_key})
-    answer.raise_for_status()
-    return answer.json()["token"]
-
-
 def external_count(location: str) -> int:
     """Count rows with a separate Spark session (its own JVM) that has no lakeFS endpoint at all."""
     code = ("import sys; from devtools.spark import stack_spark_session as s; "
@@ -121,7 +110,7 @@ def run_demo() -> dict:
     from exporter.config import load_config
     from exporter.lakefs.client import LakeFS
     from lakefs_delta.cli import render_diff
-    from lakefs_delta.client import sign_in_link, table_diff, wait_for_branch_table, wait_for_exports
+    from lakefs_delta.client import lakefs_token, sign_in_link, table_diff, wait_for_branch_table, wait_for_exports
     from devtools.spark import stack_spark_session
 
     say("1/6 starting lakeFS, MinIO and Redis (first run builds them: several minutes)")
@@ -163,7 +152,8 @@ def run_demo() -> dict:
     say(f"\nexp1 transactions: {facts['external_count']} rows read by a separate Spark session from "
         f"{exp1_export['location']} (no lakeFS), {facts['lakefs_count']} rows through lakeFS")
     catalog = start_catalog(state)
-    facts["catalog_counts"] = catalog_counts(catalog, lakefs_token(state), repository, "exp1", "transactions")
+    token = lakefs_token(state.lakefs_endpoint, state.lakefs_access_key_id, state.lakefs_secret_access_key)
+    facts["catalog_counts"] = catalog_counts(catalog, token, repository, "exp1", "transactions")
     say(f"the same table through the Iceberg catalog at {catalog}, with no bucket keys: "
         f"{facts['catalog_counts']['pyiceberg']} rows in PyIceberg, {facts['catalog_counts']['duckdb']} in DuckDB. "
         "To read it yourself, with TOKEN a lakeFS token (POST /api/v1/auth/login):\n"

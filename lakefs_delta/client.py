@@ -10,6 +10,14 @@ import httpx
 FINAL = ("done", "failed")
 
 
+def lakefs_token(endpoint: str, key: str, secret: str) -> str:
+    """A lakeFS session token (what a user's login gives): the Iceberg catalog's readers present it."""
+    answer = httpx.post(f"{endpoint}/api/v1/auth/login", json={"access_key_id": key, "secret_access_key": secret},
+                        timeout=30)
+    answer.raise_for_status()
+    return answer.json()["token"]
+
+
 def export_status(url: str, token: str, repository: str, commit_id: str, ref: str) -> dict | None:
     """{"commit": record, "tables": {table: record}} of one ref's exports of a commit, or None."""
     answer = httpx.get(f"{url}/exports/{repository}/{commit_id}", params={"ref": ref},

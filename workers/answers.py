@@ -121,7 +121,7 @@ def _compute_for_api(task, cache: ResultCache, parts: tuple, compute) -> bool:
     that status); transient errors retry while retries last."""
     started = time.monotonic()
     try:
-        with delivery(task, *parts, sole=True):
+        with delivery(task, *parts):
             if cache.get(*parts) is None:  # another task (the precompute after an export) may have made it since
                 cache.put(compute(), *parts)
         cache.release(*parts)

@@ -13,7 +13,7 @@ from contextlib import contextmanager, nullcontext
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
 
-from exporter.config import Config
+from exporter.config import SOLE_DELIVERY_KINDS, Config
 from exporter.diff.table import DiffCache
 from exporter.errors import ExporterError, WorkerLost
 from exporter.kept import Kept
@@ -80,20 +80,22 @@ class RunningElsewhere(Exception):
 
 
 @contextmanager
-def delivery(task, *work: object, sole: bool = False) -> Iterator[int]:
+def delivery(task, *work: object) -> Iterator[int]:
     """Count this delivery of `work` (the task's name and what identifies its work) until it ends,
     however it ends short of its worker dying; yields how many of its deliveries started without
     ending, this one included. Above `tasks.max_deliveries` the worker died on each of the others
     (killed for memory, past its hard time limit, killed outright): WorkerLost, which the task
     records as it records any permanent failure, so the message is not run into a dead worker again.
 
-    `sole`: the delivery holds a renewed claim on the work while it runs (`_sole_delivery`), so a
-    copy of the message delivered again while it runs ends with RunningElsewhere instead of running
-    the work a second time or being counted as a death."""
+    A task of SOLE_DELIVERY_KINDS (those whose time limits may pass the visibility timeout) holds a
+    renewed claim on the work while it runs (`_sole_delivery`), so a copy of the message delivered
+    again while it runs ends with RunningElsewhere instead of running the work a second time or
+    being counted as a death."""
     config = current_config()
     status, _ = _services(config)
-    key = length_prefixed(task.name.removeprefix("lakefs_delta."), *work)  # a table path holds `:`
-    with _sole_delivery(status, key, config.tasks.lock_ttl_seconds) if sole else nullcontext():
+    kind = task.name.removeprefix("lakefs_delta.")
+    key = length_prefixed(kind, *work)  # a table path holds `:`
+    with _sole_delivery(status, key, config.tasks.lock_ttl_seconds) if kind in SOLE_DELIVERY_KINDS else nullcontext():
         starts = status.started(key)
         if starts > config.tasks.max_deliveries:
             raise WorkerLost(f"the worker running this task died {starts - 1} times (out of memory, past its time "

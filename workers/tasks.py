@@ -23,7 +23,7 @@ from exporter.export.commit import export_iceberg as complete_iceberg
 from exporter.export.commit import export_table as export_one_table
 from exporter.export.commit import find_table
 from exporter.export.log_writer import ExportOutcome
-from exporter.export.manifest import PENDING
+from exporter.export.manifest import PENDING, IcebergState, iceberg_state
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableDescriptor, tables_to_export
 from exporter.state.status import COMMIT_RECORD, StatusStore
 from exporter.upkeep.catch_up import CatchUpPlan, catch_up as find_missing_exports
@@ -254,7 +254,7 @@ def export_iceberg(self, repository: str, ref: str, commit_id: str, table_name: 
                                           still_held=held.still_held)
     except TASK_ERRORS as exc:
         retry_if_transient(exc, line)
-        record = {"state": "failed", "reason": str(exc)}
+        record = {"state": IcebergState.FAILED.value, "reason": str(exc)}
     seconds = time.monotonic() - started
     if record is None:
         log.info("%s outcome=gone seconds=%.2f reason=the export was pruned", line, seconds)
@@ -262,10 +262,11 @@ def export_iceberg(self, repository: str, ref: str, commit_id: str, table_name: 
     _note_iceberg(status, repository, ref, commit_id, table_name, record)
     status.observe("lakefs_delta_iceberg_seconds", seconds)
     status.count("lakefs_delta_iceberg_metadata_total", {"outcome": record["state"]})
-    status_count(status, "export_iceberg", "succeeded" if record["state"] == "written" else "failed")
+    written = iceberg_state(record) is IcebergState.WRITTEN
+    status_count(status, "export_iceberg", "succeeded" if written else "failed")
     log.info("%s outcome=%s seconds=%.2f%s", line, record["state"], seconds,
              f" reason={record['reason']}" if record.get("reason") else "")
-    return {"ok": record["state"] == "written", "iceberg": record}
+    return {"ok": written, "iceberg": record}
 
 
 def _note_iceberg(status: StatusStore, repository: str, ref: str, commit_id: str, table_name: str, record: dict) -> None:

@@ -144,7 +144,7 @@ def _past(store: ObjectStore, target: str, head: int) -> LogListing:
 def drop_orphans(store: ObjectStore, target: str, head: int, listing: LogListing | None = None) -> None:
     """What lies past `head` and no reader can read (after a gap in the versions) goes; `listing`,
     when the caller has listed past an earlier version already, spares a second listing."""
-    listing = listing or _past(store, target, head)
+    listing = _past(store, target, head) if listing is None else listing
     orphans = [name for version, name in listing.commits.items() if version > head]
     orphans += [name for version, checkpoint in listing.checkpoints.items() if version > head for name in checkpoint.files]
     if not orphans:

@@ -25,14 +25,15 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from exporter.config.renamed import (ENV_PREFIX, RENAMED_KEYS, RenamedConfigKey, renamed_variables, upgrade_document,
                                      upgrade_environment)
-from exporter.config.sections import (TASK_KINDS, ApiConfig, ApiToken, CatchUpConfig, IcebergConfig, LakeFSConfig,
-                                      ObjectStoreConfig, RetentionConfig, RetryConfig, RowDiffConfig,
-                                      RowDiffSparkConfig, ShareConfig, SharingConfig, TasksConfig, WorkersConfig)
+from exporter.config.sections import (SOLE_DELIVERY_KINDS, TASK_KINDS, ApiConfig, ApiToken, CatchUpConfig,
+                                      IcebergConfig, LakeFSConfig, ObjectStoreConfig, RetentionConfig, RetryConfig,
+                                      RowDiffConfig, RowDiffSparkConfig, ShareConfig, SharingConfig, TasksConfig,
+                                      WorkersConfig)
 from exporter.errors import ConfigError
 
-__all__ = ["CONFIG_ENV", "ENV_PREFIX", "KNOWN_EVENTS", "RENAMED_KEYS", "RENAMED_VARIABLES", "TASK_KINDS", "ApiConfig",
-           "ApiToken", "CatchUpConfig", "Config", "IcebergConfig", "LakeFSConfig", "ObjectStoreConfig",
-           "RenamedConfigKey", "RetentionConfig", "RetryConfig", "RowDiffConfig", "RowDiffSparkConfig", "ShareConfig",
+__all__ = ["CONFIG_ENV", "ENV_PREFIX", "KNOWN_EVENTS", "RENAMED_KEYS", "RENAMED_VARIABLES", "SOLE_DELIVERY_KINDS",
+           "TASK_KINDS", "ApiConfig", "ApiToken", "CatchUpConfig", "Config", "IcebergConfig", "LakeFSConfig",
+           "ObjectStoreConfig", "RenamedConfigKey", "RetentionConfig", "RetryConfig", "RowDiffConfig", "RowDiffSparkConfig", "ShareConfig",
            "SharingConfig", "TasksConfig", "WorkersConfig", "load_config", "mask_url"]
 
 CONFIG_ENV = "LAKEFS_DELTA_CONFIG"

@@ -28,11 +28,12 @@ import pytest
 
 from devtools.spark import ICEBERG_RUNTIMES, IVY_DIR, iceberg_spark_python
 from exporter.config import IcebergConfig
+from lakefs_delta.client import lakefs_token
 from tests.conftest import SERVICE_PORT
 from tests.integration.deltatables import add_descriptor, export_one, table_uri
 from tests.integration.lakefs_policy import PrefixPolicies
 from tests.integration.test_api_auth import new_user
-from tests.integration.test_iceberg_catalog import lakefs_token, no_bucket_keys  # noqa: F401 (a fixture)
+from tests.integration.test_iceberg_catalog import no_bucket_keys  # noqa: F401 (a fixture)
 from tests.integration.test_iceberg_exports import spark_rows, write_orders
 from tests.integration.test_one_grant import write_table
 from tests.unit.iceberg.readers import duckdb_connection, rows_of

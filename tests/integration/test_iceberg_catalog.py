@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 
 from exporter.config import IcebergConfig
+from lakefs_delta.client import lakefs_token
 from tests.integration.deltatables import add_descriptor, export_one
 from tests.integration.test_api_auth import new_user
 from tests.unit.iceberg.readers import duckdb_connection, rows_of
@@ -42,13 +43,6 @@ def commit_delta_table(lakefs, repository: str, folder: Path) -> str:
             lakefs.upload_object(repository, "main", f"{PATH}/{path.relative_to(folder).as_posix()}", path.read_bytes())
     add_descriptor(lakefs, repository, "orders", PATH)
     return lakefs.commit_branch(repository, "main", "orders, two versions")
-
-
-def lakefs_token(endpoint: str, key: str, secret: str) -> str:
-    answer = httpx.post(f"{endpoint}/api/v1/auth/login", json={"access_key_id": key, "secret_access_key": secret},
-                        timeout=30)
-    answer.raise_for_status()
-    return answer.json()["token"]
 
 
 @pytest.fixture
