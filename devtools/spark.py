@@ -50,6 +50,7 @@ def spark_session(gateway: S3Endpoint | None, buckets: dict[str, S3Endpoint] | N
         .config("spark.jars.ivy", str(IVY_DIR))
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.memory", "2g")  # local mode runs the tasks in the driver (default 1g)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.databricks.delta.snapshotPartitions", "2")  # small tables: 50 tasks per read is all overhead

@@ -85,11 +85,14 @@ def spark(stack_env):
 
 
 class Processes:
-    """Service and worker processes a test starts; all are stopped at the end of the session."""
+    """Service and worker processes tests start. Those a module starts are stopped when the module ends
+    (an idle Celery worker polls Redis: twenty left running slowed every later test); those started
+    for the session (`kept`) at the end of the session."""
 
     def __init__(self, env: dict[str, str]):
         self.env = env
         self.started: list[subprocess.Popen] = []
+        self.kept: set[int] = set()  # pids of the session's own processes
         self.workers: dict[str, subprocess.Popen] = {}  # Celery node name prefix -> process
         self._worker_args: dict[str, tuple[str, list[str] | None, dict[str, str] | None]] = {}
 
@@ -113,8 +116,8 @@ class Processes:
 
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
-                raise RuntimeError(f"{name}: port {port} is taken (another test's service stays up until the "
-                                   "session ends): give this one a port of its own")
+                raise RuntimeError(f"{name}: port {port} is taken (another service of this module or of the "
+                                   "session holds it): give this one a port of its own")
         self.start(name, ["serve", "--port", str(port), *(extra_args or [])], extra_env)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -143,21 +146,35 @@ class Processes:
             if process.poll() is not None and node in self._worker_args:
                 name, extra_args, extra_env = self._worker_args.pop(node)
                 del self.workers[node]
+                since = len(self.started)
                 self.worker(name, extra_args, extra_env)
+                if process.pid in self.kept:
+                    self.keep(since)
                 revived.append(name)
         return revived
 
-    def stop_all(self) -> None:
+    def keep(self, since: int) -> None:
+        """The processes started from index `since` on belong to the session."""
+        self.kept.update(process.pid for process in self.started[since:])
+
+    def stop_all(self, keep_session: bool = False) -> None:
         import signal
 
-        for process in self.started:
+        stopping = [p for p in self.started if not (keep_session and p.pid in self.kept)]
+        for process in stopping:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
-        for process in self.started:
+        for process in stopping:
             try:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.started = [p for p in self.started if p not in stopping]
+        for node, process in list(self.workers.items()):
+            if process in stopping:
+                del self.workers[node]
+                self._worker_args.pop(node, None)
 
 
 SERVICE_PORT = int(os.environ.get("LAKEFS_DELTA_TEST_SERVICE_PORT", "18080"))
@@ -172,22 +189,40 @@ SERVICE_ENV = {"LAKEFS_DELTA_TASKS_VISIBILITY_TIMEOUT_SECONDS": "15", "LAKEFS_DE
                "LAKEFS_DELTA_CATCH_UP_INTERVAL_SECONDS": "86400"}
 
 
+_RUNNING: list[Processes] = []  # the session's, once a test asked for it
+
+
 @pytest.fixture(scope="session")
 def processes(stack_env):
     os.environ.update(SERVICE_ENV)
     running = Processes({**stack_env, **SERVICE_ENV})
+    _RUNNING.append(running)
     yield running
     running.stop_all()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stop_the_modules_processes():
+    """What a module started is stopped when it ends; the session's own processes stay."""
+    yield
+    for running in _RUNNING:
+        running.stop_all(keep_session=True)
 
 
 @pytest.fixture(scope="session")
 def service(processes, stack_env) -> str:
     """`lakefs-delta serve` on 127.0.0.1:18080 (the URL the installed action calls), and one worker."""
+    since = len(processes.started)
     processes.worker("main")
-    return processes.serve("service", SERVICE_PORT)
+    url = processes.serve("service", SERVICE_PORT)
+    processes.keep(since)
+    return url
 
 
 @pytest.fixture(scope="session")
 def celery_worker(processes):
     """A real `celery worker` process consuming from the stack's Redis."""
-    return processes.worker("ping")
+    since = len(processes.started)
+    worker = processes.worker("ping")
+    processes.keep(since)
+    return worker
