@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+from lakefs_delta.progress import Shown
+
 
 def _config(args: argparse.Namespace) -> int:
     from exporter.config import load_config
@@ -20,7 +22,9 @@ def _export(args: argparse.Namespace) -> int:
     from exporter.export.commit import export_commit
 
     config = load_config(args.config)
-    outcomes = export_commit(config, args.repo, args.ref, args.commit, tables=args.table or None, export_all=args.all)
+    with Shown() as shown:
+        outcomes = export_commit(config, args.repo, args.ref, args.commit, tables=args.table or None,
+                                 export_all=args.all, progress=shown)
     failed = 0
     for outcome in outcomes:
         print(outcome.summary())
@@ -109,7 +113,8 @@ def _catch_up(args: argparse.Namespace) -> int:
     from workers.tasks import send_catch_up
 
     config = load_config(args.config)
-    plan = catch_up(config, LakeFS(config.lakefs), StatusStore(config.redis), args.repo or None)
+    with Shown() as shown:
+        plan = catch_up(config, LakeFS(config.lakefs), StatusStore(config.redis), args.repo or None, progress=shown)
     configure(config)
     for line in send_catch_up(plan):  # the workers' periodic catch-up sends the same
         print(line)
@@ -150,7 +155,8 @@ def _prune(args: argparse.Namespace) -> int:
                                                                      ("keep_hours", args.keep_hours)) if v is not None})
     lakefs = LakeFS(config.lakefs)
     for repository in args.repo:
-        plan = prune(config, lakefs, repository, policy, dry_run=args.dry_run)
+        with Shown() as shown:
+            plan = prune(config, lakefs, repository, policy, dry_run=args.dry_run, progress=shown)
         for location in [*plan.deleted, *plan.row_diffs_deleted]:
             print(f"{'would delete' if args.dry_run else 'deleted'}  {location}")
         if args.verbose:
@@ -166,7 +172,8 @@ def _verify(args: argparse.Namespace) -> int:
     from exporter.upkeep.retention import verify
 
     config = load_config(args.config)
-    result = verify(config, LakeFS(config.lakefs), args.repo, args.ref, args.table, args.commit)
+    with Shown() as shown:
+        result = verify(config, LakeFS(config.lakefs), args.repo, args.ref, args.table, args.commit, progress=shown)
     print(result.summary())
     return 0 if result.ok else 1
 

@@ -17,39 +17,42 @@ from exporter.delta.head_files import HeadFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR
 from exporter.delta.spark_schema import spark_schema
 from exporter.errors import MissingDataFiles
-from exporter.export.log_writer import ExportOutcome, manifest_document, write_log, write_manifest
+from exporter.export.job import ExportJob
+from exporter.export.log_writer import write_log
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_checkpoint_to, rewrite_commit
-from exporter.lakefs.client import LakeFS
-from exporter.lakefs.descriptors import TableDescriptor
 from exporter.lakefs.gateway_paths import LakeFSPaths
 from exporter.lakefs.table_log import LogLayout, list_log, read_log_files
 from exporter.parquet.splice import BytesSource, ParquetSource, open_parquet, read_present_columns
 from exporter.storage.objectstore import ObjectSource, ObjectStore, Upload
 
 
-def export_cold(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, commit_id: str, table: TableDescriptor,
-                target: str, outcome: ExportOutcome, started: float, still_held: Callable[[], None] | None = None,
-                iceberg: bool = False) -> None:
+def export_cold(job: ExportJob) -> None:
     """A cold export. JSON files are rewritten in memory; parquet checkpoints, parts and sidecars
     are streamed row group by row group from their physical addresses into uploads that appear
-    only when `write_log` completes them, so memory does not grow with the table. With `iceberg`,
-    the manifest records the Iceberg table as pending (`write_manifest`)."""
-    layout = list_log(lakefs, store, repository, commit_id, table.path)
+    only when `write_log` completes them, so memory does not grow with the table. With
+    `iceberg.enabled`, the manifest records the Iceberg table as pending (`write_manifest`)."""
+    store, outcome = job.store, job.outcome
+    layout = list_log(job.lakefs, store, job.repository, job.commit_id, job.table.path)
     source = _SourceLog(store, layout)
     read = time.monotonic()
-    rewrite = _Rewrite(store, target, PathResolver(layout.addresses, LakeFSPaths(lakefs, store.bucket)))
+    job.report("log listed", len(layout.listing.sizes), len(layout.listing.sizes), "log files")
+    rewrite = _Rewrite(store, job.target, PathResolver(layout.addresses, LakeFSPaths(job.lakefs, store.bucket)))
     segment = layout.segment
     try:
+        checkpoint_done = job.counter("checkpoint files rewritten", len(source.ordered), "files")
         for name in source.ordered:  # sidecars first: the checkpoint records their new sizes
             rewrite.checkpoint_file(source, name)
-        timestamps = commit_times(rewrite.commits(source), layout.commit_file_times())
+            checkpoint_done(1)
+        timestamps = commit_times(rewrite.commits(source, job.counter("commits rewritten", len(source.commits),
+                                                                      "versions")),
+                                  layout.commit_file_times())
         check_protocol(rewrite.protocol_actions)
         # Only files the head snapshot reads must exist: an add removed later may be vacuumed (its
         # versions do not time-travel in the source either); it keeps its original path.
         required = rewrite.head_files.required(rewrite.missing)
         if required:
-            raise MissingDataFiles(table.name, required)
+            raise MissingDataFiles(job.table.name, required)
         rewritten_at = time.monotonic()
         outcome.checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
         outcome.head_version = segment.head_version
@@ -60,15 +63,13 @@ def export_cold(lakefs: LakeFS, store: ObjectStore, repository: str, ref: str, c
             written = {n: rewrite.written_size(n) for n in source.ordered}
             rewrite.outputs[LAST_CHECKPOINT] = _last_checkpoint(layout, rewrite.checkpoint_rows, written,
                                                                 lambda: open_parquet(source.source_of(first), first))
-        write_log(segment, [n for n in source.ordered if n.startswith("_sidecars/")], rewrite.write, still_held)
+        write_log(segment, [n for n in source.ordered if n.startswith("_sidecars/")], rewrite.write, job.still_held)
+        files = len(rewrite.outputs) + len(rewrite.uploads)
+        job.report("log written", files, files, "files")
     finally:
         rewrite.abort()
-    manifest = manifest_document(repository, ref, commit_id, table, outcome, segment, timestamps,
-                                 log_files_written=len(rewrite.outputs) + len(rewrite.uploads), lakefs_calls=lakefs.calls,
-                                 timings={"list_and_read": round(read - started, 3),
-                                          "rewrite": round(rewritten_at - read, 3),
-                                          "write": round(time.monotonic() - rewritten_at, 3)})
-    write_manifest(store, target, manifest, outcome, iceberg, still_held)
+    job.complete(job.manifest(segment, timestamps, log_files_written=len(rewrite.outputs) + len(rewrite.uploads),
+                              read_at=read, rewritten_at=rewritten_at))
 
 
 class _SourceLog:
@@ -134,8 +135,8 @@ class _Rewrite:
         self.files_rewritten += result.files_rewritten
         self.missing += result.missing
 
-    def commits(self, source: _SourceLog) -> dict[int, int]:
-        """Rewrite the commits; each version's commit timestamp (epoch ms), for the manifest."""
+    def commits(self, source: _SourceLog, done: Callable[[int], None]) -> dict[int, int]:
+        """Rewrite the commits (`done(1)` after each); each version's commit timestamp (epoch ms), for the manifest."""
         timestamps: dict[int, int] = {}
         checkpoint_commit = source.layout.segment.checkpoint_commit
         for version, name in source.commits:
@@ -149,6 +150,7 @@ class _Rewrite:
             if name != checkpoint_commit:  # c.json's adds are already in the checkpoint
                 self.head_files.apply(actions)
                 self.missing += result.missing
+            done(1)
         return timestamps
 
     def written_size(self, name: str) -> int:

@@ -14,16 +14,19 @@ from exporter.export.cold import export_cold
 from exporter.export.manifest import ICEBERG, PENDING, ExportManifest, IcebergState, iceberg_state
 from exporter.export.iceberg_metadata import complete_iceberg_metadata
 from exporter.export.incremental import ColdExportNeeded, copy_export, export_incrementally
+from exporter.export.job import ExportJob
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import TableDescriptor, discover_tables, tables_to_export
 from exporter.lakefs.namespaces import read_scope
+from exporter.progress import Progress, Step, counted, quiet
 from exporter.storage.layout import MANIFEST, export_location, exports_root, location_segment
 from exporter.storage.objectstore import ObjectStore
 
 
 def export_commit(config: Config, repository: str, ref: str, commit_id: str | None = None,
-                  tables: list[str] | None = None, export_all: bool = False, lakefs: LakeFS | None = None) -> list[ExportOutcome]:
+                  tables: list[str] | None = None, export_all: bool = False, lakefs: LakeFS | None = None,
+                  progress: Progress = quiet) -> list[ExportOutcome]:
     """Export the tables a commit changed (or the named ones, or all), each with its Iceberg table
     when `iceberg.enabled` (in this process: workers write it in a task of its own, after the export).
     One bad table never stops the others."""
@@ -32,14 +35,18 @@ def export_commit(config: Config, repository: str, ref: str, commit_id: str | No
     selection = tables_to_export(lakefs, repository, commit_id, tables or (), every_table=export_all)
     outcomes = [ExportOutcome(table=name, table_path="", ok=False, error=reason)
                 for name, reason in selection.refused.items()]
+    done = counted(progress, "export", f"{repository}@{commit_id[:12]}", "tables exported", len(selection.tables),
+                   "tables")
     for table in selection.tables:
-        outcome = export_table(config, repository, ref, commit_id, table, lakefs=lakefs)
+        outcome = export_table(config, repository, ref, commit_id, table, lakefs=lakefs, progress=progress)
         if outcome.ok and iceberg_state(outcome.iceberg) is IcebergState.PENDING:
             try:
                 outcome.iceberg = export_iceberg(config, repository, ref, commit_id, table.name, lakefs=lakefs)
             except ExporterError as exc:  # transient: the export stands, its Iceberg table is written when asked again
                 outcome.iceberg = {**PENDING, "reason": f"not written yet: {exc}"}
+            progress(Step("export", table.path, "Iceberg table", 1, 1, "tables"))
         outcomes.append(outcome)
+        done(1)
     return outcomes
 
 
@@ -113,7 +120,7 @@ def find_table(lakefs: LakeFS, repository: str, commit_id: str, name: str) -> Ta
 
 def export_table(config: Config, repository: str, ref: str, commit_id: str, table: TableDescriptor,
                  lakefs: LakeFS | None = None, copy_from: tuple[str, ...] = (),
-                 still_held: Callable[[], None] | None = None) -> ExportOutcome:
+                 still_held: Callable[[], None] | None = None, progress: Progress = quiet) -> ExportOutcome:
     """Export one table; failures come back as an outcome with the reason, never half-marked as done.
 
     Cheapest first: a copy of this commit's export under one of the refs `copy_from` (a tag on an
@@ -124,23 +131,21 @@ def export_table(config: Config, repository: str, ref: str, commit_id: str, tabl
     started, calls_before = time.monotonic(), lakefs.calls
     outcome = ExportOutcome(table=table.name, table_path=table.path, ok=False)
     try:
-        namespace = lakefs.storage_namespace(repository)
-        store = ObjectStore(config, namespace)
-        target = export_location(config, ref, commit_id, table.name)
-        outcome.location = store.uri(target)
+        job = ExportJob(config, lakefs, ObjectStore(config, lakefs.storage_namespace(repository)), repository, ref,
+                        commit_id, table, still_held, progress, started)
+        outcome = job.outcome
         try:  # already exported: its Iceberg record says whether that table is still to be written
-            outcome.iceberg = ExportManifest.read(store, target).iceberg
+            outcome.iceberg = ExportManifest.read(job.store, job.target).iceberg
         except NotFound:
             pass
         else:
             outcome.ok = outcome.skipped = True
             return outcome
         try:
-            _export_incrementally_or_cold(config, lakefs, store, repository, ref, commit_id, table, target, outcome,
-                                          started, copy_from, still_held)
+            _export_cheapest(job, copy_from)
         except ExporterError as exc:
             if exc.permanent:  # a retry cannot complete it: leave nothing a reader could take for a table
-                _discard_after(store, target, exc)
+                _discard_after(job.store, job.target, exc)
             raise
         outcome.ok = True
     except ExporterError as exc:
@@ -163,25 +168,20 @@ def abandon_export(config: Config, repository: str, ref: str, commit_id: str, ta
     return discard_export(store, target)
 
 
-def _export_incrementally_or_cold(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, ref: str,
-                                  commit_id: str, table: TableDescriptor, target: str, outcome: ExportOutcome,
-                                  started: float, copy_from: tuple[str, ...],
-                                  still_held: Callable[[], None] | None) -> None:
+def _export_cheapest(job: ExportJob, copy_from: tuple[str, ...]) -> None:
     for other_ref in copy_from:
         try:
-            copy_export(config, store, repository, ref, commit_id, table, target, outcome, other_ref, still_held)
-            outcome.incremental = True
+            copy_export(job, other_ref)
+            job.outcome.incremental = True
             return
         except ColdExportNeeded:
             continue
     try:
-        export_incrementally(config, lakefs, store, repository, ref, commit_id, table, target, outcome, started,
-                             still_held)
-        outcome.incremental = True
+        export_incrementally(job)
+        job.outcome.incremental = True
     except ColdExportNeeded as reason:
-        outcome.cold_reason = str(reason)
-        export_cold(lakefs, store, repository, ref, commit_id, table, target, outcome, started, still_held,
-                    iceberg=config.iceberg.enabled)
+        job.outcome.cold_reason = str(reason)
+        export_cold(job)
 
 
 def _discard_after(store: ObjectStore, target: str, error: ExporterError) -> None:

@@ -11,24 +11,24 @@ cold export, with the reason in the manifest.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
-from exporter.config import Config
 from exporter.delta.actions import check_protocol, commit_timestamp, increasing, parse_actions
 from exporter.delta.head_files import HeadFiles
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, select_segment
 from exporter.errors import MissingDataFiles, NotFound
-from exporter.export.log_writer import ExportOutcome, discard_export, manifest_document, write_log, write_manifest
+from exporter.export.job import ExportJob
+from exporter.export.log_writer import discard_export, write_log
 from exporter.export.manifest import ExportManifest
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_commit
 from exporter.lakefs.client import LakeFS
-from exporter.lakefs.descriptors import TableDescriptor, changes_under
+from exporter.lakefs.descriptors import changes_under
 from exporter.lakefs.gateway_paths import LakeFSPaths
 from exporter.lakefs.table_log import list_log, read_log_files
-from exporter.storage.layout import MANIFEST, export_location
+from exporter.storage.layout import MANIFEST
 from exporter.storage.objectstore import ObjectStore
 
 MAX_STATS = 200  # paths resolved one call each; beyond this a cold export's listing costs fewer calls
@@ -69,66 +69,64 @@ def _source_kept(store: ObjectStore, source: str, target: str) -> Iterator[None]
         raise ColdExportNeeded(f"the export it was copied from, {store.uri(source)}, was removed meanwhile") from None
 
 
-def copy_export(config: Config, store: ObjectStore, repository: str, ref: str, commit_id: str,
-                table: TableDescriptor, target: str, outcome: ExportOutcome, from_ref: str,
-                still_held: Callable[[], None] | None = None) -> None:
+def copy_export(job: ExportJob, from_ref: str) -> None:
     """The same commit's complete export under another ref (a tag on an exported commit), copied
     server-side in the fail-closed write order; or ColdExportNeeded before anything is written."""
-    source = export_location(config, from_ref, commit_id, table.name)
+    store, target, outcome = job.store, job.target, job.outcome
+    source = job.location(from_ref, job.commit_id)
     try:
         manifest = ExportManifest.read(store, source)
     except NotFound:
         raise ColdExportNeeded(f"no complete export of this commit under {from_ref!r}") from None
-    if (why := manifest.not_reusable_for(table.path)) is not None:
+    if (why := manifest.not_reusable_for(job.table.path)) is not None:
         raise ColdExportNeeded(f"the export under {from_ref!r} cannot be copied: {why}")
     names = [key[len(source + LOG_DIR):] for key in store.list_keys(source + LOG_DIR)]
     segment = select_segment(LogListing.from_names((name, 0) for name in names))
     with _source_kept(store, source, target):
         write_log(segment, [n for n in names if n.startswith("_sidecars/")],
-                  lambda name: store.copy(source + LOG_DIR + name, target + LOG_DIR + name), still_held)
+                  lambda name: store.copy(source + LOG_DIR + name, target + LOG_DIR + name), job.still_held)
+    job.report("log copied", len(names), len(names), "files")
     outcome.checkpoint_version, outcome.head_version = manifest.checkpoint_version, manifest.head_version
     outcome.files_rewritten = manifest.files_rewritten
-    copied = manifest.changed(ref=ref, location=outcome.location, derived_from=store.uri(source),
-                              exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    write_manifest(store, target, copied, outcome, config.iceberg.enabled, still_held)
+    job.complete(manifest.changed(ref=job.ref, location=outcome.location, derived_from=store.uri(source),
+                                  exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds")))
 
 
-def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, repository: str, ref: str,
-                         commit_id: str, table: TableDescriptor, target: str, outcome: ExportOutcome,
-                         started: float, still_held: Callable[[], None] | None = None) -> None:
+def export_incrementally(job: ExportJob) -> None:
     """Export from the parent's export, or raise ColdExportNeeded (before anything is written)."""
-    commit = lakefs.commit(repository, commit_id)
+    lakefs, store, table, outcome = job.lakefs, job.store, job.table, job.outcome
+    commit = lakefs.commit(job.repository, job.commit_id)
     parents = commit.parents
     if not parents:
         raise ColdExportNeeded("the commit has no parent")
-    source = export_location(config, ref, parents[0], table.name)
+    source = job.location(job.ref, parents[0])
     try:
         parent = ExportManifest.read(store, source)
     except NotFound:
         raise ColdExportNeeded("the parent commit has no complete export under this ref") from None
     if (why := parent.not_reusable_for(table.path)) is not None:
         raise ColdExportNeeded(f"the parent's export cannot be built on: {why}")
-    for change in changes_under(lakefs, repository, parents[0], commit.id, table.prefix):
+    for change in changes_under(lakefs, job.repository, parents[0], commit.id, table.prefix):
         if change.get("type") != "added":
             raise ColdExportNeeded(f"{change['path']} was {change.get('type')} since the parent")
         if change["path"] == table.prefix + LOG_DIR + LAST_CHECKPOINT:
             raise ColdExportNeeded("the table gained a _last_checkpoint since the parent")
-    layout = list_log(lakefs, store, repository, commit_id, table.path, log_only=True)
+    layout = list_log(lakefs, store, job.repository, job.commit_id, table.path, log_only=True)
     segment = layout.segment
     checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
     if checkpoint_version != parent.checkpoint_version:
         raise ColdExportNeeded(f"a new checkpoint (version {checkpoint_version}) since the parent")
-    parent_head = parent.head_version
-    new = [(version, name) for version, name in segment.commits if version > parent_head]
+    new = [(version, name) for version, name in segment.commits if version > parent.head_version]
     read = time.monotonic()
 
     raw = read_log_files(store, layout.addresses, [name for _, name in new])
-    resolver = PathResolver(_StatAddresses(lakefs, repository, commit_id, table.prefix),
+    resolver = PathResolver(_StatAddresses(lakefs, job.repository, job.commit_id, table.prefix),
                             LakeFSPaths(lakefs, store.bucket))
     outputs: dict[str, bytes] = {}
     protocol_actions, missing, rewritten = [], [], 0
     snapshot = HeadFiles()
     timestamps = parent.source_timestamps
+    done = job.counter("commits rewritten", len(new), "versions")
     for version, name in new:
         actions = parse_actions(name, raw[name])
         protocol_actions += [a for a in actions if "protocol" in a or "metaData" in a]
@@ -138,6 +136,7 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
         rewritten += result.files_rewritten
         missing += result.missing
         snapshot.apply(actions)
+        done(1)
     timestamps = increasing(timestamps)  # the parent's are Delta's commit times already: the new ones follow them
     check_protocol(protocol_actions)
     required = snapshot.required(missing)  # adds the new commits make live; older ones existed at the parent
@@ -147,7 +146,7 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
 
     sidecars = [key[len(source + LOG_DIR):] for key in store.list_keys(source + LOG_DIR + "_sidecars/")] \
         if checkpoint_version is not None else []  # only a checkpoint has sidecars
-    log = target + LOG_DIR
+    log = job.target + LOG_DIR
 
     def write(name: str) -> None:
         if name in outputs:
@@ -155,19 +154,13 @@ def export_incrementally(config: Config, lakefs: LakeFS, store: ObjectStore, rep
         else:
             store.copy(source + LOG_DIR + name, log + name)
 
-    with _source_kept(store, source, target):
-        write_log(segment, sidecars, write, still_held)
+    with _source_kept(store, source, job.target):
+        write_log(segment, sidecars, write, job.still_held)
+    written = len(segment.commits) + len(sidecars) + (
+        len(segment.checkpoint.files) + 1 + (1 if segment.checkpoint_commit else 0) if segment.checkpoint else 0)
+    job.report("log written", written, written, "files")
     outcome.checkpoint_version, outcome.head_version = checkpoint_version, segment.head_version
     outcome.versions = len(new)
     outcome.files_rewritten = rewritten
-    manifest = manifest_document(repository, ref, commit_id, table, outcome, segment, timestamps,
-                                 log_files_written=len(segment.commits) + len(sidecars) + (
-                                     len(segment.checkpoint.files) + 1 + (1 if segment.checkpoint_commit else 0)
-                                     if segment.checkpoint else 0),
-                                 lakefs_calls=lakefs.calls,
-                                 timings={"list_and_read": round(read - started, 3),
-                                          "rewrite": round(rewritten_at - read, 3),
-                                          "write": round(time.monotonic() - rewritten_at, 3)},
-                                 derived_from=store.uri(source))
-    write_manifest(store, target, manifest, outcome, config.iceberg.enabled, still_held)
-
+    job.complete(job.manifest(segment, timestamps, log_files_written=written, read_at=read, rewritten_at=rewritten_at,
+                              derived_from=store.uri(source)))

@@ -13,12 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, wait
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
-import exporter
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogSegment, commit_name
 from exporter.export.manifest import ICEBERG, PENDING, ExportManifest
-from exporter.lakefs.descriptors import TableDescriptor
 from exporter.storage.layout import MANIFEST, is_iceberg_metadata_file
 from exporter.storage.objectstore import ObjectStore
 from exporter.threads import IO_THREADS, io_pool
@@ -54,25 +51,6 @@ class ExportOutcome:
         return (f"OK      {self.table} -> {self.location}  versions {self.checkpoint_version if self.checkpoint_version is not None else 0}"
                 f"..{self.head_version}, {self.files_rewritten} paths rewritten, {self.lakefs_calls} lakeFS calls, "
                 f"{self.seconds:.2f}s ({how}){iceberg}")
-
-
-def manifest_document(repository: str, ref: str, commit_id: str, table: TableDescriptor, outcome: ExportOutcome,
-                      segment: LogSegment, timestamps: dict[int, int], log_files_written: int, lakefs_calls: int,
-                      timings: dict[str, float], derived_from: str | None = None) -> ExportManifest:
-    """`_lakefs_export.json`: what was exported, from where, and each version's source timestamp."""
-    return ExportManifest({
-        "repository": repository, "ref": ref, "commit_id": commit_id, "table": table.name, "table_path": table.path,
-        "location": outcome.location,
-        "checkpoint_version": outcome.checkpoint_version, "head_version": segment.head_version,
-        "versions": [v for v, _ in segment.commits], "files_rewritten": outcome.files_rewritten,
-        # what the source's readers took as each version's time: in-commit timestamp, else file mtime
-        "source_timestamps_ms": {str(v): t for v, t in sorted(timestamps.items())},
-        # an incremental export copies the parent's export and adds the new commits
-        "derived_from": derived_from,
-        "log_files_written": log_files_written, "lakefs_calls": lakefs_calls, "timings_seconds": timings,
-        "exporter_version": exporter.__version__,
-        "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    })
 
 
 def write_log(segment: LogSegment, sidecars: list[str], write: Callable[[str], None],

@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 from exporter.config import Config, ObjectStoreConfig
 from exporter.errors import ConfigError
 from exporter.storage.objectstore import split_uri
-from exporter.storage.scope import folders, within  # noqa: F401 (the Iceberg signer's, exporter/catalog/iceberg.py)
 
 _ALGORITHM = "AWS4-HMAC-SHA256"
 _UNRESERVED = "-_.~"  # with letters and digits, never encoded (RFC 3986); S3 keeps `/` in the path

@@ -28,6 +28,7 @@ from exporter.export.manifest import ICEBERG
 from exporter.upkeep.retention import within_policy
 from exporter.lakefs.installer import ACTION_PATH, branch_tables_kept, installed_action, webhook_urls
 from exporter.lakefs.client import LakeFS
+from exporter.progress import Progress, counted, each, quiet
 from exporter.state.status import COMMIT_RECORD, StatusStore
 
 log = logging.getLogger("lakefs_delta.exporter")
@@ -93,10 +94,13 @@ def _in_flight(record: dict | None, now: float, config: Config) -> bool:
         now - record.get("updated_at", 0) < config.catch_up.in_flight_seconds
 
 
-def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: list[str] | None = None) -> CatchUpPlan:
+def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: list[str] | None = None,
+             progress: Progress = quiet) -> CatchUpPlan:
     plan = CatchUpPlan()
     named = repositories or list(config.catch_up.repositories)  # named: acted on whatever their action calls
-    for repository in named or lakefs.list_repositories():
+    checked = named or lakefs.list_repositories()
+    done = counted(progress, "catch-up", "lakeFS", "repositories checked", len(checked), "repositories")
+    for repository in each(checked, done):
         try:
             action = installed_action(lakefs, repository)
             branches = followed_branches(lakefs, repository, config, action)
@@ -121,7 +125,8 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
                       for position, commit in enumerate(commits)
                       if within_policy(position, now - commit.creation_date, config.retention)]
         candidates += [(tag, commit_id, True) for tag, commit_id in lakefs.list_tags(repository, config.catch_up.depth)]
-        for ref, commit_id, all_tables in candidates:
+        commits_done = counted(progress, "catch-up", repository, "commits checked", len(candidates), "commits")
+        for ref, commit_id, all_tables in each(candidates, commits_done):
             gaps = missing_exports(config, repository, ref, commit_id, lakefs=lakefs, all_tables=all_tables)
             missing, pending = gaps.missing, gaps.iceberg_pending if config.iceberg.enabled else []
             if not missing and not pending:

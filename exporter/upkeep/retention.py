@@ -38,6 +38,7 @@ from exporter.storage.layout import (
     row_diffs_root,
     segment_name,
 )
+from exporter.progress import Progress, Step, counted, each, quiet
 from exporter.storage.objectstore import ObjectStore, split_uri
 from exporter.threads import IO_THREADS, io_pool
 
@@ -67,7 +68,8 @@ def within_policy(commit_position: int, commit_age_seconds: float, policy: Reten
 
 
 def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConfig | None = None,
-          dry_run: bool = False, now: float | None = None, status: StatusStore | None = None) -> PrunePlan:
+          dry_run: bool = False, now: float | None = None, status: StatusStore | None = None,
+          progress: Progress = quiet) -> PrunePlan:
     """Delete the per-commit exports of a repository outside the policy (default: the config's).
 
     Each table's export is deleted under its export lock (the one its writers hold): an export
@@ -89,7 +91,9 @@ def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConf
             commit_folder = name[len(root) + len(ref_segment) + 1:].split("/", 1)[0]
             if commit_folder != LATEST:  # branch tables are never pruned
                 written[commit_folder] = max(written.get(commit_folder, 0.0), modified)
-        for commit_folder, modified in sorted(written.items()):
+        done = counted(progress, "prune", f"{repository} {segment_name(ref_segment)}", "exports decided",
+                       len(written), "exports", every=max(1, len(written) // 100))
+        for commit_folder, modified in each(sorted(written.items()), done):
             location = f"{root}{ref_segment}/{commit_folder}/"
             if ref_segment in tags:
                 plan.kept[store.uri(location)] = "a tag's export"
@@ -116,6 +120,7 @@ def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConf
     if orphans and not dry_run:
         store.delete([name for name, _ in orphans])
         plan.objects_deleted += len(orphans)
+    progress(Step("prune", repository, "orphan row diffs", len(orphans), len(orphans), "files"))
     return plan
 
 
@@ -185,7 +190,8 @@ class Verification:
                           *(f"  orphan row diff {uri} (prune removes it)" for uri in self.orphan_row_diffs)])
 
 
-def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str, commit_id: str | None = None) -> Verification:
+def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str, commit_id: str | None = None,
+           progress: Progress = quiet) -> Verification:
     """Check the export of `table` at `commit_id` under `ref` (without a commit: the branch table
     of `ref`): every live data file and deletion vector it references still exists."""
     store = ObjectStore(config, lakefs.storage_namespace(repository))
@@ -215,6 +221,8 @@ def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str
             result.unchecked += [a for a in batch if a not in on_s3]
             result.missing += [a for a, there in zip(on_s3, pool.map(exists, on_s3)) if not there]
             result.files_checked += len(on_s3)
+            progress(Step("verify", table_root, "files checked", result.files_checked, None, "files"))
+    progress(Step("verify", table_root, "files checked", result.files_checked, result.files_checked, "files"))
     result.missing = sorted(set(result.missing))
     result.unchecked = sorted(set(result.unchecked))
     result.orphan_row_diffs = orphan_row_diffs(config, lakefs, repository)

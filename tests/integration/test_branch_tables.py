@@ -285,6 +285,7 @@ def test_prune_keeps_what_the_policy_says_and_verify_finds_a_deleted_file(spark,
     assert cli.returncode == 0, cli.stderr
     assert sorted(line.split()[-1] for line in cli.stdout.splitlines() if line.startswith("would delete")) == \
         sorted(f"{root}main/{c}/" for c in commits[20:28])
+    assert f"prune {repository} main: exports decided 10/10 exports" in cli.stderr, cli.stderr  # 30 - 20 pruned above
 
     assert verify(config, lakefs, repository, "main", "kept", commits[-1]).ok
     data_files = replay_live_paths(s3, f"{root}main/{commits[-1]}/kept/")
@@ -296,6 +297,7 @@ def test_prune_keeps_what_the_policy_says_and_verify_finds_a_deleted_file(spark,
     cli = subprocess.run([sys.executable, "-m", "lakefs_delta.cli", "verify", "--repo", repository, "--ref", "main",
                           "--table", "kept"], capture_output=True, text=True, timeout=60)  # the branch table
     assert cli.returncode == 1 and f"missing {data_file}" in cli.stdout, cli.stdout + cli.stderr
+    assert f"verify {root}main/latest/kept/: files checked " in cli.stderr, cli.stderr
 
 
 def export_exists(s3, location: str) -> bool:

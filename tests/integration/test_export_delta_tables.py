@@ -256,7 +256,9 @@ def test_export_command_prints_each_table_and_fails_when_one_fails(lakefs, repos
     lakefs.commit_branch(repository, "main", "two tables")
 
     assert cli(["export", "--repo", repository, "--ref", "main"]) == 1
-    printed = capsys.readouterr().out
+    printed, steps = capsys.readouterr()
+    # off a terminal, a line per finished step on stderr (a bar per step on one)
+    assert "export tables/good: log written 1/1 files" in steps and "tables exported 2/2 tables" in steps, steps
     assert "OK      good -> s3://" in printed and "/_lakefs/exported/main/" in printed
     assert "FAILED  lost (tables/lost)" in printed and "part-gone.parquet" in printed
     assert cli(["export", "--repo", repository, "--ref", "main", "--table", "good"]) == 0

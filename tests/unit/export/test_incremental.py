@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 
 import pytest
 
@@ -16,6 +15,7 @@ from exporter.errors import LockLost, MissingDataFiles
 from exporter.export import incremental
 from exporter.export.commit import export_table
 from exporter.export.incremental import ColdExportNeeded, export_incrementally
+from exporter.export.job import ExportJob
 from exporter.export.log_writer import ExportOutcome
 from exporter.storage.layout import MANIFEST, export_location
 from tests.fakes import FakeLakeFS, MemoryStore
@@ -136,11 +136,9 @@ def test_a_parent_exported_by_another_exporter_version_or_at_another_path_is_not
 def export_incrementally_reason(lakefs: FakeLakeFS, commit_id: str, table) -> str:
     """Why `export_incrementally` refuses (it writes nothing then)."""
     store = namespace(lakefs)
-    target = export_location(CONFIG, "main", commit_id, table.name)
     before = dict(store.objects)
     with pytest.raises(ColdExportNeeded) as refused:
-        export_incrementally(CONFIG, lakefs, store, "repo", "main", commit_id, table, target,
-                             ExportOutcome(table.name, table.path, ok=False), time.monotonic())
+        export_incrementally(ExportJob(CONFIG, lakefs, store, "repo", "main", commit_id, table))
     assert store.objects == before
     return str(refused.value)
 

@@ -1,0 +1,80 @@
+"""One table's export at one commit under one ref: what each way of writing it (a copy of another
+ref's export, the parent's export plus the new commits, a cold export) reads, reports and records.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import exporter
+from exporter.config import Config
+from exporter.delta.log import LogSegment
+from exporter.export.log_writer import ExportOutcome, write_manifest
+from exporter.export.manifest import ExportManifest
+from exporter.lakefs.client import LakeFS
+from exporter.lakefs.descriptors import TableDescriptor
+from exporter.progress import Progress, Step, counted, quiet
+from exporter.storage.layout import export_location
+from exporter.storage.objectstore import ObjectStore
+
+
+@dataclass
+class ExportJob:
+    config: Config
+    lakefs: LakeFS
+    store: ObjectStore  # the repository's storage namespace
+    repository: str
+    ref: str
+    commit_id: str
+    table: TableDescriptor
+    still_held: Callable[[], None] | None = None  # raises LockLost once the export's lock is not its own
+    progress: Progress = quiet
+    started: float = field(default_factory=time.monotonic)
+    outcome: ExportOutcome = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.outcome = ExportOutcome(table=self.table.name, table_path=self.table.path, ok=False,
+                                     location=self.store.uri(self.target))
+
+    @property
+    def target(self) -> str:
+        """The export's folder in the storage namespace."""
+        return export_location(self.config, self.ref, self.commit_id, self.table.name)
+
+    def location(self, ref: str, commit_id: str) -> str:
+        """Where this table's export of another commit, or under another ref, is."""
+        return export_location(self.config, ref, commit_id, self.table.name)
+
+    def report(self, stage: str, done: int, total: int, unit: str) -> None:
+        self.progress(Step("export", self.table.path, stage, done, total, unit))
+
+    def counter(self, stage: str, total: int, unit: str) -> Callable[[int], None]:
+        return counted(self.progress, "export", self.table.path, stage, total, unit, every=max(1, total // 100))
+
+    def manifest(self, segment: LogSegment, timestamps: dict[int, int], log_files_written: int,
+                 read_at: float, rewritten_at: float, derived_from: str | None = None) -> ExportManifest:
+        """`_lakefs_export.json`: what was exported, from where, and each version's source timestamp."""
+        outcome = self.outcome
+        return ExportManifest({
+            "repository": self.repository, "ref": self.ref, "commit_id": self.commit_id, "table": self.table.name,
+            "table_path": self.table.path, "location": outcome.location,
+            "checkpoint_version": outcome.checkpoint_version, "head_version": segment.head_version,
+            "versions": [v for v, _ in segment.commits], "files_rewritten": outcome.files_rewritten,
+            # what the source's readers took as each version's time: in-commit timestamp, else file mtime
+            "source_timestamps_ms": {str(v): t for v, t in sorted(timestamps.items())},
+            # an incremental export copies the parent's export and adds the new commits
+            "derived_from": derived_from,
+            "log_files_written": log_files_written, "lakefs_calls": self.lakefs.calls,
+            "timings_seconds": {"list_and_read": round(read_at - self.started, 3),
+                                "rewrite": round(rewritten_at - read_at, 3),
+                                "write": round(time.monotonic() - rewritten_at, 3)},
+            "exporter_version": exporter.__version__,
+            "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        })
+
+    def complete(self, manifest: ExportManifest) -> None:
+        """Write the manifest, the export's last file (`write_manifest`)."""
+        write_manifest(self.store, self.target, manifest, self.outcome, self.config.iceberg.enabled, self.still_held)
