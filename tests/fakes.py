@@ -97,14 +97,23 @@ class MemoryStore:
         self.written.append(relative)
 
     def copy(self, source_relative: str, relative: str) -> None:
-        self.copy_uri(self.uri(source_relative), relative)
+        self._buckets.write(self.bucket, self.key(relative), self._body(source_relative))
+        self.written.append(relative)
 
     def copy_uri(self, source_uri: str, relative: str) -> None:
         self._buckets.write(self.bucket, self.key(relative), self._buckets.read(source_uri))
         self.written.append(relative)
 
     def get(self, relative: str) -> bytes:
-        return self.get_uri(self.uri(relative))
+        self.reads.append(self.uri(relative))
+        return self._body(relative)
+
+    def _body(self, relative: str) -> bytes:
+        """By name, not through the encoded URI (as `ObjectStore` does)."""
+        found = self._buckets.objects.get((self.bucket, self.key(relative)))
+        if found is None:
+            raise NotFound(f"object store: {self.uri(relative)} does not exist")
+        return found.body
 
     def get_uri(self, uri: str) -> bytes:
         self.reads.append(uri)

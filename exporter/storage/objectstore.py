@@ -80,7 +80,9 @@ class ObjectStore:
             Bucket=self.bucket, Key=self.key(relative), CopySource={"Bucket": self.bucket, "Key": self.key(source_relative)}))
 
     def get(self, relative: str) -> bytes:
-        return self.get_uri(self.uri(relative))
+        """Read an object of the namespace by its name (not through its URI, which is encoded)."""
+        return self._call("get", self.uri(relative), lambda: self.client.get_object(
+            Bucket=self.bucket, Key=self.key(relative))["Body"].read())
 
     def get_uri(self, uri: str) -> bytes:
         """Read an object by its absolute address (a physical address from lakeFS, never decoded)."""
