@@ -173,7 +173,7 @@ def _diff(repository: str, left: str, right: str, table_path: str) -> dict:
 def _rowdiff(repository: str, left: str, right: str, table_path: str) -> dict:
     """The row diff, cold: both snapshots compared, the differing files read."""
     from exporter.config import load_config
-    from exporter.diff.rows import compute_row_diff
+    from exporter.diff.rows.compute import compute_row_diff
     from exporter.lakefs.client import LakeFS
 
     config = load_config()

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from exporter.config import Config
 from exporter.diff.datasets import DatasetsCache
 from exporter.diff.overview import OverviewCache
-from exporter.diff.rows import RowDiffCache
+from exporter.diff.rows.compute import RowDiffCache
 from exporter.diff.table import DiffCache
 from exporter.lakefs.client import LakeFS
 from exporter.state.results import ResultCache

@@ -219,7 +219,7 @@ def _diff(args: argparse.Namespace) -> int:
         print(json.dumps(overview, indent=2) if args.json else render_overview(overview, left, right))
         return 0
     if args.rows:
-        from exporter.diff.rows import RowDiffCache, cached_row_diff
+        from exporter.diff.rows.compute import RowDiffCache, cached_row_diff
 
         key = tuple(c.strip() for c in (args.key or "").split(",") if c.strip())
         lakefs = LakeFS(config.lakefs)
@@ -227,7 +227,7 @@ def _diff(args: argparse.Namespace) -> int:
                                   args.repo, left, right, args.table.strip("/"), key)
         diff["rows"] = []
         if diff["rows_location"]:  # the first `--limit` of its rows
-            from exporter.diff.rows_file import rows_page
+            from exporter.diff.rows.file import rows_page
             from exporter.storage.objectstore import ObjectStore
 
             store = ObjectStore(config, lakefs.storage_namespace(args.repo))

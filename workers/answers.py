@@ -14,9 +14,9 @@ from exporter.diff.datasets import DatasetsCache
 from exporter.diff.datasets import list_datasets as find_datasets
 from exporter.diff.overview import OverviewCache
 from exporter.diff.overview import compare_refs as overview_of
-from exporter.diff.rows import RowDiffCache, RowDiffTooLarge, cached_row_diff
-from exporter.diff.rows import compute_row_diff as row_diff_of
-from exporter.diff.rows import key_columns, worth_precomputing
+from exporter.diff.rows.compute import RowDiffCache, RowDiffTooLarge, cached_row_diff
+from exporter.diff.rows.compute import compute_row_diff as row_diff_of
+from exporter.diff.rows.compute import key_columns, worth_precomputing
 from exporter.diff.table import cached_diff
 from exporter.diff.table import compute_diff as diff_of
 from exporter.errors import ServiceUnavailable

@@ -92,25 +92,31 @@ def copy_export(job: ExportJob, from_ref: str) -> None:
                                   exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds")))
 
 
+def _parent_export(job: ExportJob) -> tuple[str, ExportManifest]:
+    """The parent's complete export of the table (its folder and manifest) when this commit only
+    added objects under the table since; else ColdExportNeeded saying why."""
+    commit = job.lakefs.commit(job.repository, job.commit_id)
+    if not commit.parents:
+        raise ColdExportNeeded("the commit has no parent")
+    source = job.location(job.ref, commit.parents[0])
+    try:
+        parent = ExportManifest.read(job.store, source)
+    except NotFound:
+        raise ColdExportNeeded("the parent commit has no complete export under this ref") from None
+    if (why := parent.not_reusable_for(job.table.path)) is not None:
+        raise ColdExportNeeded(f"the parent's export cannot be built on: {why}")
+    for change in changes_under(job.lakefs, job.repository, commit.parents[0], commit.id, job.table.prefix):
+        if change.get("type") != "added":
+            raise ColdExportNeeded(f"{change['path']} was {change.get('type')} since the parent")
+        if change["path"] == job.table.prefix + LOG_DIR + LAST_CHECKPOINT:
+            raise ColdExportNeeded("the table gained a _last_checkpoint since the parent")
+    return source, parent
+
+
 def export_incrementally(job: ExportJob) -> None:
     """Export from the parent's export, or raise ColdExportNeeded (before anything is written)."""
     lakefs, store, table, outcome = job.lakefs, job.store, job.table, job.outcome
-    commit = lakefs.commit(job.repository, job.commit_id)
-    parents = commit.parents
-    if not parents:
-        raise ColdExportNeeded("the commit has no parent")
-    source = job.location(job.ref, parents[0])
-    try:
-        parent = ExportManifest.read(store, source)
-    except NotFound:
-        raise ColdExportNeeded("the parent commit has no complete export under this ref") from None
-    if (why := parent.not_reusable_for(table.path)) is not None:
-        raise ColdExportNeeded(f"the parent's export cannot be built on: {why}")
-    for change in changes_under(lakefs, job.repository, parents[0], commit.id, table.prefix):
-        if change.get("type") != "added":
-            raise ColdExportNeeded(f"{change['path']} was {change.get('type')} since the parent")
-        if change["path"] == table.prefix + LOG_DIR + LAST_CHECKPOINT:
-            raise ColdExportNeeded("the table gained a _last_checkpoint since the parent")
+    source, parent = _parent_export(job)
     layout = list_log(lakefs, store, job.repository, job.commit_id, table.path, log_only=True)
     segment = layout.segment
     checkpoint_version = segment.checkpoint.version if segment.checkpoint else None

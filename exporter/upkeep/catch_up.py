@@ -96,27 +96,15 @@ def _in_flight(record: dict | None, now: float, config: Config) -> bool:
 
 def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: list[str] | None = None,
              progress: Progress = quiet) -> CatchUpPlan:
-    plan = CatchUpPlan()
+    run = _Run(config, lakefs, status, CatchUpPlan())
     named = repositories or list(config.catch_up.repositories)  # named: acted on whatever their action calls
     checked = named or lakefs.list_repositories()
-    done = counted(progress, "catch-up", "lakeFS", "repositories checked", len(checked), "repositories")
-    for repository in each(checked, done):
-        try:
-            action = installed_action(lakefs, repository)
-            branches = followed_branches(lakefs, repository, config, action)
-            keeps_tables = branch_tables_kept(config, action)
-        except ExporterError as exc:  # its own action or lakeFS: the other repositories are still caught up
-            log.warning("catch-up skips repository %s: %s", repository, exc)
-            plan.skipped_repositories.append(f"{repository}: {exc}")
+    for repository in each(checked, counted(progress, "catch-up", "lakeFS", "repositories checked", len(checked),
+                                            "repositories")):
+        followed = run.followed(repository, bool(named))
+        if followed is None:
             continue
-        if branches is None:
-            plan.skipped_repositories.append(f"{repository}: no {ACTION_PATH} on its default branch")
-            continue
-        urls = webhook_urls(action or {})
-        if not named and action is not None and not any(config.calls_this_service(url) for url in urls):
-            plan.skipped_repositories.append(f"{repository}: its action calls {', '.join(urls) or 'no webhook'}, "
-                                             f"not this deployment's public_url {config.public_url}")
-            continue
+        branches, keeps_tables = followed
         now = time.time()
         logs = {branch: lakefs.log(repository, branch, amount=config.catch_up.depth, first_parent=True)
                 for branch in branches}
@@ -125,42 +113,84 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
                       for position, commit in enumerate(commits)
                       if within_policy(position, now - commit.creation_date, config.retention)]
         candidates += [(tag, commit_id, True) for tag, commit_id in lakefs.list_tags(repository, config.catch_up.depth)]
-        commits_done = counted(progress, "catch-up", repository, "commits checked", len(candidates), "commits")
-        for ref, commit_id, all_tables in each(candidates, commits_done):
-            gaps = missing_exports(config, repository, ref, commit_id, lakefs=lakefs, all_tables=all_tables)
-            missing, pending = gaps.missing, gaps.iceberg_pending if config.iceberg.enabled else []
-            if not missing and not pending:
-                continue
-            records = status.tables(repository, commit_id, ref).get(ref, {})
-            iceberg_failed = [t for t in pending if _failed_for_good((records.get(t) or {}).get(ICEBERG))]
-            plan.given_up += [f"{repository} {ref} {commit_id} {t} (its Iceberg table)" for t in iceberg_failed]
-            # an Iceberg table's task was queued when its export was done: left to it a while
-            plan.icebergs += [(repository, ref, commit_id, t) for t in pending if t not in iceberg_failed
-                              and time.time() - (records.get(t) or {}).get("updated_at", 0)
-                              >= config.catch_up.in_flight_seconds]
-            if not missing:
-                continue
-            # a table without a record of its own is the commit's while the commit's task is in flight
-            record = {t: records.get(t) or records.get(COMMIT_RECORD) for t in missing}
-            failed = [t for t in missing if _failed_for_good(record[t])]
-            busy = [t for t in missing if t not in failed and _in_flight(record[t], time.time(), config)]
-            plan.given_up += [f"{repository} {ref} {commit_id} {t}" for t in failed]
-            plan.in_flight += [f"{repository} {ref} {commit_id} {t}" for t in busy]
-            retry = tuple(t for t in missing if t not in failed and t not in busy)
-            if not retry:
-                continue
-            if len(plan.queued) >= config.catch_up.max_per_run:
-                plan.truncated = True
-                return plan
-            plan.queued.append(MissingExport(repository, ref, commit_id, all_tables, retry,
-                                             branch_table=not all_tables and follows(ref, keeps_tables)))
+        for ref, commit_id, all_tables in each(candidates, counted(progress, "catch-up", repository, "commits checked",
+                                                                   len(candidates), "commits")):
+            if not run.commit(repository, ref, commit_id, all_tables, keeps_tables):
+                return run.plan  # the per-run bound: the rest is the next run's
+        run.lagging_branch_tables(repository, logs, keeps_tables)
+    return run.plan
+
+
+@dataclass
+class _Run:
+    """One catch-up run over lakeFS, Redis's records and the plan it fills."""
+
+    config: Config
+    lakefs: LakeFS
+    status: StatusStore
+    plan: CatchUpPlan
+
+    def followed(self, repository: str, named: bool) -> tuple[list[str], list[str]] | None:
+        """The branches the repository's exports follow and those keeping branch tables; None (the
+        plan saying why) when the repository is skipped."""
+        try:
+            action = installed_action(self.lakefs, repository)
+            branches = followed_branches(self.lakefs, repository, self.config, action)
+            keeps_tables = branch_tables_kept(self.config, action)
+        except ExporterError as exc:  # its own action or lakeFS: the other repositories are still caught up
+            log.warning("catch-up skips repository %s: %s", repository, exc)
+            self.plan.skipped_repositories.append(f"{repository}: {exc}")
+            return None
+        if branches is None:
+            self.plan.skipped_repositories.append(f"{repository}: no {ACTION_PATH} on its default branch")
+            return None
+        urls = webhook_urls(action or {})
+        if not named and action is not None and not any(self.config.calls_this_service(url) for url in urls):
+            self.plan.skipped_repositories.append(f"{repository}: its action calls {', '.join(urls) or 'no webhook'}, "
+                                                  f"not this deployment's public_url {self.config.public_url}")
+            return None
+        return branches, keeps_tables
+
+    def commit(self, repository: str, ref: str, commit_id: str, all_tables: bool, keeps_tables: list[str]) -> bool:
+        """Plan what one commit's exports under `ref` lack; False when the per-run bound is reached."""
+        config, plan = self.config, self.plan
+        gaps = missing_exports(config, repository, ref, commit_id, lakefs=self.lakefs, all_tables=all_tables)
+        missing, pending = gaps.missing, gaps.iceberg_pending if config.iceberg.enabled else []
+        if not missing and not pending:
+            return True
+        records = self.status.tables(repository, commit_id, ref).get(ref, {})
+        iceberg_failed = [t for t in pending if _failed_for_good((records.get(t) or {}).get(ICEBERG))]
+        plan.given_up += [f"{repository} {ref} {commit_id} {t} (its Iceberg table)" for t in iceberg_failed]
+        # an Iceberg table's task was queued when its export was done: left to it a while
+        plan.icebergs += [(repository, ref, commit_id, t) for t in pending if t not in iceberg_failed
+                          and time.time() - (records.get(t) or {}).get("updated_at", 0)
+                          >= config.catch_up.in_flight_seconds]
+        if not missing:
+            return True
+        # a table without a record of its own is the commit's while the commit's task is in flight
+        record = {t: records.get(t) or records.get(COMMIT_RECORD) for t in missing}
+        failed = [t for t in missing if _failed_for_good(record[t])]
+        busy = [t for t in missing if t not in failed and _in_flight(record[t], time.time(), config)]
+        plan.given_up += [f"{repository} {ref} {commit_id} {t}" for t in failed]
+        plan.in_flight += [f"{repository} {ref} {commit_id} {t}" for t in busy]
+        retry = tuple(t for t in missing if t not in failed and t not in busy)
+        if not retry:
+            return True
+        if len(plan.queued) >= config.catch_up.max_per_run:
+            plan.truncated = True
+            return False
+        plan.queued.append(MissingExport(repository, ref, commit_id, all_tables, retry,
+                                         branch_table=not all_tables and follows(ref, keeps_tables)))
+        return True
+
+    def lagging_branch_tables(self, repository: str, logs: dict[str, list], keeps_tables: list[str]) -> None:
+        """Plan the appends of branch tables behind their branch's head."""
         for branch, commits in logs.items():
             if not commits or not follows(branch, keeps_tables):
                 continue
-            records = status.tables(repository, commits[0].id, branch).get(branch, {})
-            for table in lagging_branch_tables(config, lakefs, repository, branch, commits[0].id):
+            records = self.status.tables(repository, commits[0].id, branch).get(branch, {})
+            for table in lagging_branch_tables(self.config, self.lakefs, repository, branch, commits[0].id):
                 if _failed_for_good((records.get(table) or {}).get("branch_table")):
-                    plan.given_up.append(f"{repository} {branch} {commits[0].id} {table} (its branch table append)")
+                    self.plan.given_up.append(f"{repository} {branch} {commits[0].id} {table} (its branch table append)")
                 else:
-                    plan.appends.append((repository, branch, commits[0].id, table))
-    return plan
+                    self.plan.appends.append((repository, branch, commits[0].id, table))

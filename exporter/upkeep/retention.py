@@ -68,14 +68,13 @@ def within_policy(commit_position: int, commit_age_seconds: float, policy: Reten
 
 
 def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConfig | None = None,
-          dry_run: bool = False, now: float | None = None, status: StatusStore | None = None,
-          progress: Progress = quiet) -> PrunePlan:
+          dry_run: bool = False, now: float | None = None, progress: Progress = quiet) -> PrunePlan:
     """Delete the per-commit exports of a repository outside the policy (default: the config's).
 
     Each table's export is deleted under its export lock (the one its writers hold): an export
     being written is left alone, whatever its age."""
     policy, now = policy or config.retention, time.time() if now is None else now
-    status = status or StatusStore(config.redis)
+    status = StatusStore(config.redis)
     store = ObjectStore(config, lakefs.storage_namespace(repository))
     root = exports_root(config)
     tags = {location_segment(tag) for tag, _ in lakefs.list_tags(repository)}
@@ -104,9 +103,9 @@ def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConf
             elif dry_run:
                 plan.deleted.append(store.uri(location))
             else:
-                busy = [table for table in store.list_folders(location)
-                        if not _discard_unless_written(status, store, plan, repository, ref_segment, commit_folder,
-                                                       f"{location}{table}/", table, config.tasks.lock_ttl_seconds)]
+                busy = [table for table in store.list_folders(location) if not _discard_unless_written(
+                    status, status.export_lock(repository, segment_name(ref_segment), commit_folder, segment_name(table)),
+                    config.tasks.lock_ttl_seconds, store, f"{location}{table}/", plan)]
                 if busy:
                     plan.kept[store.uri(location)] = f"being exported now: {', '.join(segment_name(t) for t in busy)}"
                 else:
@@ -152,11 +151,11 @@ def _right_commit(config: Config, name: str) -> str:
     return name[len(row_diffs_root(config)):].split("/")[1]
 
 
-def _discard_unless_written(status: StatusStore, store: ObjectStore, plan: PrunePlan, repository: str,
-                            ref_segment: str, commit_id: str, location: str, table_segment: str, ttl: int) -> bool:
-    """Discard one table's export under its export lock; False when a delivery holds it (writing)."""
-    name = status.export_lock(repository, segment_name(ref_segment), commit_id, segment_name(table_segment))
-    with status.lock(name, ttl) as held:
+def _discard_unless_written(status: StatusStore, lock: str, ttl: int, store: ObjectStore, location: str,
+                            plan: PrunePlan) -> bool:
+    """Discard one table's export under its export lock (`lock`, the one its writers take); False
+    when a delivery holds it (writing)."""
+    with status.lock(lock, ttl) as held:
         if held:
             plan.objects_deleted += discard_export(store, location)
         return held

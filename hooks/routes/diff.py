@@ -10,8 +10,8 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from exporter.diff.rows import key_part
-from exporter.diff.rows_file import rows_page
+from exporter.diff.rows.compute import key_part
+from exporter.diff.rows.file import rows_page
 from exporter.errors import NotFound
 from exporter.storage.objectstore import ObjectStore
 from hooks.deps import COMPUTING, ServicesDep, from_workers, still_computing

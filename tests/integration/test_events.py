@@ -440,7 +440,7 @@ def test_a_row_diff_that_kills_its_worker_is_answered_failed_after_three_deliver
     memory, say) ends as a cached failure the API answers, not a message looping through workers."""
     from celery import Celery
 
-    from exporter.diff.rows import RowDiffCache
+    from exporter.diff.rows.compute import RowDiffCache
     from exporter.errors import WorkerLost
     from exporter.state.connection import PREFIX, connection, length_prefixed
 
@@ -478,7 +478,7 @@ def test_a_row_diff_running_past_the_visibility_timeout_is_computed_once_and_ans
     and the copy is not counted as a worker that died."""
     from celery import Celery
 
-    from exporter.diff.rows import RowDiffCache
+    from exporter.diff.rows.compute import RowDiffCache
     from tests.conftest import ARTIFACTS
     from tests.integration.lakefs_policy import PrefixPolicies
     from tests.integration.test_where_work_meets import commit_table, ids

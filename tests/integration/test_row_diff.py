@@ -16,8 +16,8 @@ from examples.bank_pipeline import ingest, retention_and_column_remover
 from exporter.config import RowDiffConfig
 from exporter.errors import ExporterError
 from exporter.storage.objectstore import ObjectStore
-from exporter.diff.rows import RowDiffCache, compute_row_diff
-from exporter.diff.rows_file import rows_page
+from exporter.diff.rows.compute import RowDiffCache, compute_row_diff
+from exporter.diff.rows.file import rows_page
 from tests.integration.deltatables import table_uri
 from tests.integration.test_webhooks import api
 
@@ -323,7 +323,7 @@ def test_a_renamed_and_widened_column_is_compared_by_value(spark, lakefs, config
 _MEASURED_ROW_DIFF = """
 import json, resource, sys
 from exporter.config import load_config
-from exporter.diff.rows import RowDiffCache, cached_row_diff
+from exporter.diff.rows.compute import RowDiffCache, cached_row_diff
 from exporter.lakefs.client import LakeFS
 repository, left, right, path = sys.argv[1:]
 config = load_config()

@@ -12,8 +12,8 @@ import pytest
 from pyroaring import BitMap
 
 from exporter.delta.deletion_vectors import MAGIC, deleted_rows
-from exporter.diff.rows import _described, _named_as_right
-from exporter.diff.rows_compare import changes, unmatched
+from exporter.diff.rows.compute import _described, _named_as_right
+from exporter.diff.rows.compare import changes, unmatched
 from exporter.errors import CorruptLog
 
 pytestmark = pytest.mark.unit

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 
 from exporter.config import Config
-from exporter.diff.rows import RowDiffTooLarge, compute_row_diff
-from exporter.diff.rows_compare import changes, unmatched
-from exporter.diff.rows_file import rows_page
+from exporter.diff.rows.compute import RowDiffTooLarge, compute_row_diff
+from exporter.diff.rows.compare import changes, unmatched
+from exporter.diff.rows.file import rows_page
 
 pytestmark = pytest.mark.unit
 
@@ -49,7 +49,7 @@ def test_more_rows_than_max_rows_is_refused_before_reading_naming_the_count(lake
     second = events.append(*range(10, 20)).commit()
     read = []
     with monkeypatch.context() as patched:
-        patched.setattr("exporter.diff.rows_read.Reader.rows", lambda self, *a: read.append(a) or pa.table({}))
+        patched.setattr("exporter.diff.rows.read.Reader.rows", lambda self, *a: read.append(a) or pa.table({}))
         with pytest.raises(RowDiffTooLarge, match=r"1 file\(s\) holding 10 rows to read: more than row_diff.max_rows \(9\)"):
             compute_row_diff(limited(max_rows=9), lakefs, "repo", first, second, "tables/events")
     assert read == []  # counted from the stats: no data file read
@@ -59,7 +59,7 @@ def test_more_rows_than_max_rows_is_refused_before_reading_naming_the_count(lake
 def test_files_without_stats_are_counted_while_reading(lakefs, events, monkeypatch):
     first = events.append(1).commit()
     second = events.append(*range(10, 20)).append(*range(20, 30)).commit()
-    monkeypatch.setattr("exporter.diff.rows.num_records", lambda stats: None)  # as a writer without stats
+    monkeypatch.setattr("exporter.diff.rows.compute.num_records", lambda stats: None)  # as a writer without stats
 
     with pytest.raises(RowDiffTooLarge, match=r"more than row_diff.max_rows \(15\) rows read"):
         compute_row_diff(limited(max_rows=15), lakefs, "repo", first, second, "tables/events")

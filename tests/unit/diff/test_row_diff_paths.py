@@ -9,7 +9,7 @@ import json
 import pytest
 
 from exporter.config import Config
-from exporter.diff.rows import compute_row_diff
+from exporter.diff.rows.compute import compute_row_diff
 from exporter.errors import PathOutsideRepository
 from exporter.storage.layout import export_location
 from tests.fakes import FakeLakeFS

@@ -1,4 +1,4 @@
-"""The Spark job's runner (`exporter.diff.rows_spark.run_job`): its own time budget, no job left
+"""The Spark job's runner (`exporter.diff.rows.spark.run_job`): its own time budget, no job left
 running whatever stops the caller, and progress counted over every Spark job it ran. The job
 itself is a stand-in process here (a real one runs in tests/integration/test_row_diff.py)."""
 
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from exporter.config import Config
-from exporter.diff import rows_spark
-from exporter.diff.rows_spark import SparkJobTimedOut, progress_line, run_job
+from exporter.diff.rows import spark as rows_spark
+from exporter.diff.rows.spark import SparkJobTimedOut, progress_line, run_job
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import pytest
 import redis
 from fastapi import FastAPI
 
-from exporter.diff.rows_spark import SparkJobFailed
+from exporter.diff.rows.spark import SparkJobFailed
 from exporter.errors import (BadRequest, CorruptLog, InvalidParameter, NotFound, NotShared, ServiceUnavailable,
                              ShareNotFound, UnshareableTable, UnsupportedByClient, VersionOutOfRange, rebuilt)
 from exporter.state.recipients import Unauthenticated

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.diff.rows import RowDiffCache, key_part
+from exporter.diff.rows.compute import RowDiffCache, key_part
 from exporter.diff.table import DiffCache
 from exporter.errors import MissingDataFiles, ServiceUnavailable, TableNotFound
 from exporter.state import results

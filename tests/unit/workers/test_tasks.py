@@ -611,7 +611,7 @@ def test_every_task_kind_catch_up_sends_ends_failed_for_good_after_max_rounds(wo
 def test_a_row_diff_past_its_time_limit_fails_for_good_with_the_reason_not_started_again(worker, monkeypatch):
     """Issue 38 item 11: a row diff handed to Spark that meets its soft time limit is not a network
     blip: retried, it would start again from nothing. It fails once, with the limit in the reason."""
-    from exporter.diff.rows import RowDiffCache, RowDiffTooLarge
+    from exporter.diff.rows.compute import RowDiffCache, RowDiffTooLarge
 
     runs = []
 
@@ -637,7 +637,7 @@ def test_a_copy_delivered_while_a_row_diff_runs_ends_without_running_it_and_runs
     claim lapses and the copy then runs it."""
     import threading
 
-    from exporter.diff.rows import RowDiffCache
+    from exporter.diff.rows.compute import RowDiffCache
     from exporter.state.connection import PREFIX
 
     parts, running, release, runs = (*PARTS, "-"), threading.Event(), threading.Event(), []

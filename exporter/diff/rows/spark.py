@@ -2,10 +2,10 @@
 
 `row_diff.compute_row_diff` decides what differs (which files, and which rows of each by their
 deletion vectors) and hands that plan to this job, run as its own process with PySpark
-(`python -m exporter.diff.rows_spark PLAN SUMMARY ROWS`, master `row_diff.spark.master`). The job
+(`python -m exporter.diff.rows.spark PLAN SUMMARY ROWS`, master `row_diff.spark.master`). The job
 reads those rows by `_metadata.row_index`, cancels equal rows as multisets over the common columns
 (per group: the first min(removed, added) of each side), pairs updates by key, and streams the
-result to the rows file (`exporter.diff.rows_file`), which the caller uploads next to the exports:
+result to the rows file (`exporter.diff.rows.file`), which the caller uploads next to the exports:
 the API pages from it. It prints `PROGRESS {...}` lines (Spark's status tracker)
 while it runs. Object-store credentials reach it through the environment, never through files.
 """
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from exporter.config import Config
-from exporter.diff.rows_file import ROWS_PER_GROUP, upload_rows, write_rows
+from exporter.diff.rows.file import ROWS_PER_GROUP, upload_rows, write_rows
 from exporter.errors import ExporterError
 from exporter.storage.objectstore import ObjectStore
 
@@ -52,7 +52,7 @@ def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str,
     with tempfile.TemporaryDirectory(prefix="lakefs-delta-rowdiff-") as folder:
         plan_file, summary_file, rows_file = (Path(folder) / name for name in ("plan.json", "summary.json", "rows.parquet"))
         plan_file.write_text(json.dumps(plan))
-        job = subprocess.Popen([sys.executable, "-m", "exporter.diff.rows_spark", str(plan_file), str(summary_file),
+        job = subprocess.Popen([sys.executable, "-m", "exporter.diff.rows.spark", str(plan_file), str(summary_file),
                                 str(rows_file)], env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
         timed_out = threading.Event()

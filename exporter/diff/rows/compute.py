@@ -13,7 +13,7 @@ Memory follows the differing rows, and is bounded: the rows to read are counted 
 while reading, and above `row_diff.max_rows` rows, `row_diff.max_bytes` of files or
 `row_diff.max_memory_mib` of rows read the diff runs as the Spark job, or is refused
 (`RowDiffTooLarge`) naming the count, rather than run out of memory. The rows of every answer are
-a Parquet file beside the exports (`exporter.diff.rows_file`); the answer holds counts and its location.
+a Parquet file beside the exports (`exporter.diff.rows.file`); the answer holds counts and its location.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from exporter.config import Config
 from exporter.delta.columns import matched_by_id, paired_fields, physical_name
 from exporter.delta.live_files import LiveFiles
 from exporter.delta.replay import num_records
-from exporter.diff.rows_compare import changes, unmatched
-from exporter.diff.rows_file import store_rows
-from exporter.diff.rows_read import (Exceeded, Limit, Reader, RowsOf, Side, file_entry, partition_label,
+from exporter.diff.rows.compare import changes, unmatched
+from exporter.diff.rows.file import store_rows
+from exporter.diff.rows.read import (Exceeded, Limit, Reader, RowsOf, Side, file_entry, partition_label,
                                       partition_values)
 from exporter.diff.table import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
@@ -209,7 +209,7 @@ def _too_large(config: Config, max_bytes: int, files: int, size: int, rows: int 
 def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: _Plan,
                 progress: Callable[[dict], None] | None) -> dict:
     """The plan (which rows of which files, by physical address) run as the Spark job."""
-    from exporter.diff.rows_spark import run_job  # PySpark stays out of processes that never need it
+    from exporter.diff.rows.spark import run_job  # PySpark stays out of processes that never need it
 
     left, right, left_paths, right_paths = plan.left, plan.right, plan.left_paths, plan.right_paths
     vector_changed, common, key = plan.vector_changed, plan.common, plan.key

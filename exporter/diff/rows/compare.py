@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from exporter.diff.rows_file import ROWS_PER_GROUP
+from exporter.diff.rows.file import ROWS_PER_GROUP
 
 REMOVED, ADDED = -1, 1  # the side a row comes from: the left ref's files, the right's
 CHANGES = ("removed", "added", "updated")
@@ -64,7 +64,7 @@ class Changes:
         return {"total": total, "partitions": partitions}
 
     def batches(self, size: int = ROWS_PER_GROUP) -> Iterator[list[dict]]:
-        """The rows as `exporter.diff.rows_file` stores them, in id order: removed, added, updated."""
+        """The rows as `exporter.diff.rows.file` stores them, in id order: removed, added, updated."""
         number = 0
         for change, rows, before in (("removed", self.removed, None), ("added", self.added, None),
                                      ("updated", self.after, self.before)):
