@@ -140,15 +140,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
         if not follows(branch, branch_tables_kept(config, installed_action(lakefs, repository))):
             raise BranchTableRefused(f"branch {branch!r} keeps no branch tables: neither the config's `branch_tables` "
                                      "nor the installed action's names it")
-        export = export_location(config, branch, commit_id, table)
-        try:
-            manifest = ExportManifest.read(store, export)
-        except NotFound:
-            raise NotFound(f"commit {commit_id} has no complete export of table {table!r} under {branch!r} "
-                           "(pruned, or not exported yet): nothing to append from") from None
-        exported = read_exported_log(store, export)
-        if exported is None:
-            raise CorruptLog(f"the export {store.uri(export)} has a manifest but no _delta_log/")
+        manifest, exported = _commit_export(store, export_location(config, branch, commit_id, table))
         commit = lakefs.commit(repository, commit_id)
         state = read_state(store, target)
         relation, between = _place_on_branch(lakefs, repository, branch, commit_id, state and state["last_commit"])
@@ -167,7 +159,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
                     still_held()
                 write_state(store, target, state)
             _go_on_from_interrupted(config, store, target, state, branch, table)
-            _append(config, lakefs, store, target, exported, state, repository, branch, commit_id, manifest, outcome,
+            _append(_Append(config, lakefs, store, target, repository, commit_id, outcome), exported, state, manifest,
                     between)
         state.update(last_commit=commit_id, last_commit_created=commit.creation_date)
         if config.iceberg.enabled:  # off, the Iceberg table stays where it was: the next append on continues it
@@ -187,6 +179,19 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
     finally:
         outcome.seconds = time.monotonic() - started
         outcome.lakefs_calls = lakefs.calls - calls_before
+
+
+def _commit_export(store: ObjectStore, export: str) -> tuple[ExportManifest, ExportedLog]:
+    """The complete export an append reads: its manifest and its log."""
+    try:
+        manifest = ExportManifest.read(store, export)
+    except NotFound:
+        raise NotFound(f"no complete export at {store.uri(export)} (pruned, or not exported yet): "
+                       "nothing to append from") from None
+    exported = read_exported_log(store, export)
+    if exported is None:
+        raise CorruptLog(f"the export {store.uri(export)} has a manifest but no _delta_log/")
+    return manifest, exported
 
 
 def expire_log(store: ObjectStore, target: str, state: dict, metadata: Mapping[str, Any], upto: int, now: float,
@@ -286,65 +291,102 @@ def _create(store: ObjectStore, target: str, exported: ExportedLog, repository: 
     }
 
 
-def _append(config: Config, lakefs: LakeFS, store: ObjectStore, target: str, exported: ExportedLog, state: dict,
-            repository: str, branch: str, commit_id: str, manifest: ExportManifest, outcome: AppendOutcome,
-            between: list[str]) -> None:
+@dataclass
+class _Append:
+    """One append of a commit's export to a branch table: where it writes and what it records."""
+
+    config: Config
+    lakefs: LakeFS
+    store: ObjectStore
+    target: str  # the branch table's folder
+    repository: str
+    commit_id: str
+    outcome: AppendOutcome
+
+
+def _append(job: _Append, exported: ExportedLog, state: dict, manifest: ExportManifest, between: list[str]) -> None:
+    """Append the source's versions after the one the branch table follows (one commit each lakeFS
+    commit on the way mapped to), or one synthetic version that makes the table the source's when
+    they cannot be (`_why_not_appendable`); then the checkpoint, and the state's mapping."""
     followed, head = state["source_version"], exported.segment.head_version
-    offset, branch_head = state["offset"], state["head_version"]
     versions = {v: exported.raw(name) for v, name in exported.listing.commits.items() if followed <= v <= head}
-    table_path = manifest.table_path
-    reason = None
-    if head < followed:
-        reason = f"the source's head moved back from version {followed} to {head}"
-    else:
-        gaps = [v for v in range(followed, head + 1) if v not in versions]
-        if gaps:  # the export starts at a checkpoint after the versions the branch table has
-            versions.update(source_versions(config, lakefs, store, repository, commit_id, table_path, gaps))
-        lost = [v for v in range(followed + 1, head + 1) if v not in versions]
-        if lost:
-            reason = f"the source's log no longer holds version(s) {lost[0]}..{lost[-1]}"
-        elif followed in versions and state.get("source_sha256") not in (None, digest(versions[followed])):
-            reason = f"the source's version {followed} was rewritten"
-        elif followed not in versions and state.get("table_id") and \
-                table_id_of(parsed_commits(versions), exported) not in (None, state["table_id"]):  # nothing else to compare
-            reason = "the source is a different table (its metaData id changed)"
+    reason = _why_not_appendable(job, exported, state, versions, manifest.table_path)
     mapped: list[tuple[str, int]] = []  # (lakeFS commit, source head version) of each commit this append covers
     if reason is None:
-        new = list(range(followed + 1, head + 1))
-        gone = with_gone_files_resolved(config, lakefs, store, repository, state["last_commit"], table_path,
-                                         {v: versions[v] for v in new})
-        mapped = _commits_between(lakefs, repository, table_path, between, commit_id, followed, head) + [(commit_id, head)]
-        introduced_by = {}
-        for (first, last), (introducing, _) in zip(_ranges(followed, mapped), mapped):
-            introduced_by.update((v, introducing) for v in range(first, last + 1))
-        for version in new:
-            store.put(target + LOG_DIR + commit_name(version + offset),
-                      annotated(gone.get(version, versions[version]), repository, introduced_by[version], version))
-        outcome.appended = [v + offset for v in new]
-        outcome.sources = {v + offset: v for v in new}
-        if gone and live_files_differ(store, target, exported):  # a remove matched no add: never left live
-            reason = (f"after versions {new[0]}..{new[-1]} the branch table's live files differed from the "
-                      "source's (a removed file it could not match)")
-            mapped = []
+        reason, mapped = _append_versions(job, exported, state, versions, manifest.table_path, between)
+    offset, branch_head = state["offset"], state["head_version"]
+    outcome = job.outcome
     if reason is not None:
         outcome.synthetic = reason
         sync_version = branch_head + 1 + len(outcome.appended)
         offset = sync_version - head
-        store.put(target + LOG_DIR + commit_name(sync_version),
-                  sync_commit(store, target, exported, reason, repository, commit_id))
+        job.store.put(job.target + LOG_DIR + commit_name(sync_version),
+                      sync_commit(job.store, job.target, exported, reason, job.repository, job.commit_id))
         outcome.appended.append(sync_version)
-        mapped = [(commit_id, head)]
-    if copy_checkpoint(store, target, exported, offset, branch_head):
+        mapped = [(job.commit_id, head)]
+    if copy_checkpoint(job.store, job.target, exported, offset, branch_head):
         outcome.checkpoint = exported.segment.checkpoint.version + offset
-    new_head = head + offset
     table_id = table_id_of(parsed_commits({v: raw for v, raw in versions.items() if v > followed}), exported,
-                         from_checkpoint=reason is not None) or state.get("table_id")
-    state.update(head_version=new_head, offset=offset, source_version=head,
+                           from_checkpoint=reason is not None) or state.get("table_id")
+    state.update(head_version=head + offset, offset=offset, source_version=head,
                  source_sha256=digest(versions[head]) if head in versions else
                  (digest(exported.raw(exported.listing.commits[head])) if head in exported.listing.commits else None),
                  table_id=table_id)
     ranges = [(outcome.appended[0], outcome.appended[-1])] if reason is not None else \
         [(first + offset, last + offset) for first, last in _ranges(followed, mapped)]
+    _record_commits(state, mapped, ranges, offset, reason)
+
+
+def _why_not_appendable(job: _Append, exported: ExportedLog, state: dict, versions: dict[int, bytes],
+                        table_path: str) -> str | None:
+    """Why the source's new versions cannot be appended as they are (None: they can). Versions the
+    export starts after (at a checkpoint) are read from the source into `versions`."""
+    followed, head = state["source_version"], exported.segment.head_version
+    if head < followed:
+        return f"the source's head moved back from version {followed} to {head}"
+    gaps = [v for v in range(followed, head + 1) if v not in versions]
+    if gaps:  # the export starts at a checkpoint after the versions the branch table has
+        versions.update(source_versions(job.config, job.lakefs, job.store, job.repository, job.commit_id, table_path,
+                                        gaps))
+    lost = [v for v in range(followed + 1, head + 1) if v not in versions]
+    if lost:
+        return f"the source's log no longer holds version(s) {lost[0]}..{lost[-1]}"
+    if followed in versions and state.get("source_sha256") not in (None, digest(versions[followed])):
+        return f"the source's version {followed} was rewritten"
+    if followed not in versions and state.get("table_id") and \
+            table_id_of(parsed_commits(versions), exported) not in (None, state["table_id"]):  # nothing else to compare
+        return "the source is a different table (its metaData id changed)"
+    return None
+
+
+def _append_versions(job: _Append, exported: ExportedLog, state: dict, versions: dict[int, bytes], table_path: str,
+                     between: list[str]) -> tuple[str | None, list[tuple[str, int]]]:
+    """Write the source's new versions under the branch table's numbers, each annotated with the
+    lakeFS commit that brought it; the mapped commits, or a reason to write a synthetic version
+    after them when the table's live files came out other than the source's."""
+    followed, head, offset = state["source_version"], exported.segment.head_version, state["offset"]
+    new = list(range(followed + 1, head + 1))
+    gone = with_gone_files_resolved(job.config, job.lakefs, job.store, job.repository, state["last_commit"], table_path,
+                                    {v: versions[v] for v in new})
+    mapped = _commits_between(job.lakefs, job.repository, table_path, between, job.commit_id, followed, head) + \
+        [(job.commit_id, head)]
+    introduced_by = {}
+    for (first, last), (introducing, _) in zip(_ranges(followed, mapped), mapped):
+        introduced_by.update((v, introducing) for v in range(first, last + 1))
+    for version in new:
+        job.store.put(job.target + LOG_DIR + commit_name(version + offset),
+                      annotated(gone.get(version, versions[version]), job.repository, introduced_by[version], version))
+    job.outcome.appended = [v + offset for v in new]
+    job.outcome.sources = {v + offset: v for v in new}
+    if gone and live_files_differ(job.store, job.target, exported):  # a remove matched no add: never left live
+        return (f"after versions {new[0]}..{new[-1]} the branch table's live files differed from the "
+                "source's (a removed file it could not match)"), []
+    return None, mapped
+
+
+def _record_commits(state: dict, mapped: list[tuple[str, int]], ranges: list[tuple[int, int]], offset: int,
+                    reason: str | None) -> None:
+    """The state's commit mapping: one entry per mapped commit, completing an interrupted append's."""
     for (mapped_commit, source_version), (first, last) in zip(mapped, ranges):
         entry = {"commit_id": mapped_commit, "version": source_version + offset, "source_version": source_version,
                  "appended": [first, last] if first <= last else None, "synthetic": reason, "at": now_iso()}
