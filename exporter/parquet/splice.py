@@ -106,11 +106,8 @@ def splice_leaves_to(source: ParquetSource, name: str, leaves: list[str], rewrit
                 start, end = _chunk_range(origin, replacement_limit, name)
                 body = replacement[start:end]
             moved = _moved(origin, start, end, written)
-            if position is not None:  # the source's own path spelling in the schema
-                moved.get(_CC_META_DATA).set(_CMD_PATH_IN_SCHEMA, LIST, chunk.get(_CC_META_DATA).get(_CMD_PATH_IN_SCHEMA))
-                if origin.get(_CC_META_DATA).get(_CMD_NUM_VALUES) != chunk.get(_CC_META_DATA).get(_CMD_NUM_VALUES):
-                    raise ExporterError(f"{_shown(name)}: rewritten column {'.'.join(path)} has a different "
-                                        "number of values than the source; refusing")
+            if position is not None:
+                _as_the_source(moved, chunk, name, path)
             sink.write(body)
             written += len(body)
             chunks.append(moved)
@@ -121,6 +118,14 @@ def splice_leaves_to(source: ParquetSource, name: str, leaves: list[str], rewrit
     encoded = encode_struct(footer)
     sink.write(encoded + len(encoded).to_bytes(4, "little") + MAGIC)
     return changed
+
+
+def _as_the_source(moved: ThriftStruct, chunk: ThriftStruct, name: str, path: tuple[str, ...]) -> None:
+    """A rewritten chunk keeps the source's path spelling in the schema, and must hold as many values."""
+    moved.get(_CC_META_DATA).set(_CMD_PATH_IN_SCHEMA, LIST, chunk.get(_CC_META_DATA).get(_CMD_PATH_IN_SCHEMA))
+    if moved.get(_CC_META_DATA).get(_CMD_NUM_VALUES) != chunk.get(_CC_META_DATA).get(_CMD_NUM_VALUES):
+        raise ExporterError(f"{_shown(name)}: rewritten column {'.'.join(path)} has a different "
+                            "number of values than the source; refusing")
 
 
 def _row_group(group: ThriftStruct, chunks: list[ThriftStruct]) -> ThriftStruct:

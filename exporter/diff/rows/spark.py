@@ -161,9 +161,6 @@ def _file_rows(spark, entry: dict, side: dict):
 def _job(plan: dict, summary_path: str, rows_path: str) -> None:
     from functools import reduce
 
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
     spark = _session()
     stop, phase = threading.Event(), ["reading"]
     threading.Thread(target=_report_progress, args=(spark, stop, phase), daemon=True).start()
@@ -172,55 +169,70 @@ def _job(plan: dict, summary_path: str, rows_path: str) -> None:
                  for entry in plan["files"]]
         rows = reduce(lambda a, b: a.unionByName(b), parts).cache()
         file_rows = {r["file"] + "|" + r["side"]: r["count"] for r in rows.groupBy("file", "side").count().collect()}
-        match = [f"m_{i}" for i in range(len(plan["common"]))]
-        side_is = lambda name: F.when(F.col("side") == name, 1).otherwise(0)  # noqa: E731
-        if match:  # equal rows cancel: of each group keep the rows past min(removed, added) on its side
-            group = Window.partitionBy(*match)
-            rows = (rows.withColumn("removed_n", F.sum(side_is("removed")).over(group))
-                    .withColumn("added_n", F.sum(side_is("added")).over(group))
-                    .withColumn("rn", F.row_number().over(Window.partitionBy(*match, "side").orderBy("values", "file")))
-                    .filter(F.col("rn") > F.least("removed_n", "added_n")))
-        key = [f"m_{plan['common'].index(k)}" for k in plan["key"] if k in plan["common"]]
-        if key:  # a removed and an added row with the same key are one update
-            numbered = rows.withColumn("krn", F.row_number().over(Window.partitionBy(*key, "side").orderBy("values")))
-            removed = numbered.filter(F.col("side") == "removed").select(*key, "krn", F.col("values").alias("before"),
-                                                                         F.col("partition").alias("before_partition"))
-            added = numbered.filter(F.col("side") == "added").select(*key, "krn", "values", "partition")
-            joined = removed.join(added, [*key, "krn"], "full_outer")
-            result = joined.select(
-                F.when(F.col("before").isNull(), "added").when(F.col("values").isNull(), "removed")
-                .otherwise("updated").alias("change"),
-                F.coalesce("partition", "before_partition").alias("partition"),
-                F.coalesce("values", "before").alias("values"),
-                F.when(F.col("before").isNotNull() & F.col("values").isNotNull(), F.col("before")).alias("before"))
-        else:
-            result = rows.select(F.col("side").alias("change"), "partition", "values", F.lit(None).cast("string")
-                                 .alias("before"))
-        order = F.when(F.col("change") == "removed", 0).when(F.col("change") == "added", 1).otherwise(2)
-        result = result.orderBy(order, "partition", "values")
-        counts = {"added": 0, "removed": 0, "updated": 0}
-        partitions: dict[str, dict[str, int]] = {}
-
-        def batches():
-            batch: list[dict] = []
-            for number, row in enumerate(result.toLocalIterator()):
-                change = row["change"]
-                counts[change] += 1
-                per = partitions.setdefault(row["partition"], {"added": 0, "removed": 0, "updated": 0})
-                per[change] += 1
-                batch.append({"id": number, "change": change, "partition": row["partition"], "values": row["values"],
-                              "before": row["before"]})
-                if len(batch) == ROWS_PER_GROUP:
-                    yield batch
-                    batch = []
-            yield batch
-
+        result = _changes(rows, plan)
         phase.append("writing rows")
-        write_rows(rows_path, batches())
+        counts, partitions = _write_rows(result, rows_path)
         Path(summary_path).write_text(json.dumps({"counts": counts, "partitions": partitions, "file_rows": file_rows}))
     finally:
         stop.set()
         spark.stop()
+
+
+def _changes(rows, plan: dict):
+    """The changed rows, ordered as the answer lists them: equal rows on both sides cancel, and with
+    key columns a removed and an added row of the same key are one update."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    match = [f"m_{i}" for i in range(len(plan["common"]))]
+    side_is = lambda name: F.when(F.col("side") == name, 1).otherwise(0)  # noqa: E731
+    if match:  # equal rows cancel: of each group keep the rows past min(removed, added) on its side
+        group = Window.partitionBy(*match)
+        rows = (rows.withColumn("removed_n", F.sum(side_is("removed")).over(group))
+                .withColumn("added_n", F.sum(side_is("added")).over(group))
+                .withColumn("rn", F.row_number().over(Window.partitionBy(*match, "side").orderBy("values", "file")))
+                .filter(F.col("rn") > F.least("removed_n", "added_n")))
+    key = [f"m_{plan['common'].index(k)}" for k in plan["key"] if k in plan["common"]]
+    if key:  # a removed and an added row with the same key are one update
+        numbered = rows.withColumn("krn", F.row_number().over(Window.partitionBy(*key, "side").orderBy("values")))
+        removed = numbered.filter(F.col("side") == "removed").select(*key, "krn", F.col("values").alias("before"),
+                                                                     F.col("partition").alias("before_partition"))
+        added = numbered.filter(F.col("side") == "added").select(*key, "krn", "values", "partition")
+        joined = removed.join(added, [*key, "krn"], "full_outer")
+        result = joined.select(
+            F.when(F.col("before").isNull(), "added").when(F.col("values").isNull(), "removed")
+            .otherwise("updated").alias("change"),
+            F.coalesce("partition", "before_partition").alias("partition"),
+            F.coalesce("values", "before").alias("values"),
+            F.when(F.col("before").isNotNull() & F.col("values").isNotNull(), F.col("before")).alias("before"))
+    else:
+        result = rows.select(F.col("side").alias("change"), "partition", "values", F.lit(None).cast("string")
+                             .alias("before"))
+    order = F.when(F.col("change") == "removed", 0).when(F.col("change") == "added", 1).otherwise(2)
+    return result.orderBy(order, "partition", "values")
+
+
+def _write_rows(result, rows_path: str) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """The rows file, streamed from the job a row group at a time; the counts, in all and per partition."""
+    counts = {"added": 0, "removed": 0, "updated": 0}
+    partitions: dict[str, dict[str, int]] = {}
+
+    def batches():
+        batch: list[dict] = []
+        for number, row in enumerate(result.toLocalIterator()):
+            change = row["change"]
+            counts[change] += 1
+            per = partitions.setdefault(row["partition"], {"added": 0, "removed": 0, "updated": 0})
+            per[change] += 1
+            batch.append({"id": number, "change": change, "partition": row["partition"], "values": row["values"],
+                          "before": row["before"]})
+            if len(batch) == ROWS_PER_GROUP:
+                yield batch
+                batch = []
+        yield batch
+
+    write_rows(rows_path, batches())
+    return counts, partitions
 
 
 if __name__ == "__main__":
