@@ -43,13 +43,14 @@ def ping(word: str) -> str:
     return f"pong: {word}"
 
 
-def _end_round(status: StatusStore, config: Config, task, task_id: str, exc: BaseException, repository: str, ref: str,
-               commit_id: str, record_name: str, facet: str | None = None) -> str:
+def _end_round(status: StatusStore, config: Config, task, task_id: str, exc: BaseException,
+               work: tuple[str, str, str, str], facet: str | None = None) -> str:
     """The one terminal rule of every task kind catch-up sends: a task whose retries ran out (or that
     was killed at its hard time limit) ends one round of its work `failed` on the work's record (its
     `facet` of it: the Iceberg table's, the branch table's), counted once per task id; after
     `tasks.max_rounds` rounds the failure is permanent and catch-up does not queue it again. The
-    reason, returned, says which."""
+    reason, returned, says which. `work`: (repository, ref, commit, record name)."""
+    repository, ref, commit_id, record_name = work
     record = status.record(repository, ref, commit_id, record_name) or {}
     previous = (record.get(facet) or {}) if facet else record
     if previous.get("ended_task") == task_id:  # a round's cleanup killed at the hard limit ends it twice
@@ -77,7 +78,7 @@ class ExportCommitTask(RetriedTask):
         repository, ref, commit_id = args[:3]
         config = current_config()
         status, _ = _services(config)
-        _end_round(status, config, self, task_id, exc, repository, ref, commit_id, COMMIT_RECORD)
+        _end_round(status, config, self, task_id, exc, (repository, ref, commit_id, COMMIT_RECORD))
 
 
 @app.task(bind=True, base=ExportCommitTask, name="lakefs_delta.export_commit")
@@ -133,7 +134,7 @@ class ExportTableTask(RetriedTask):
         status, _ = _services(config)
         line = f"export {repository}/{ref}/{commit_id}/{table_name}"
         if isinstance(exc, TimeLimitExceeded):
-            self._record_end(config, status, exc, task_id, repository, ref, commit_id, table_name)
+            _end_round(status, config, self, task_id, exc, (repository, ref, commit_id, table_name))
             return
         try:
             with status.lock(status.export_lock(repository, ref, commit_id, table_name),
@@ -141,15 +142,11 @@ class ExportTableTask(RetriedTask):
                 if not held:
                     log.info("%s: not abandoned, another delivery is writing it", line)
                     return
-                self._record_end(config, status, exc, task_id, repository, ref, commit_id, table_name)
+                _end_round(status, config, self, task_id, exc, (repository, ref, commit_id, table_name))
                 removed = abandon_export(config, repository, ref, commit_id, table_name, lakefs=_lakefs(config))
             log.info("%s abandoned: %d object(s) removed", line, removed)
         except (ExporterError, redis.RedisError) as error:
             log.error("%s abandoned, but removing its objects failed: %s", line, error)
-
-    def _record_end(self, config: Config, status: StatusStore, exc: BaseException, task_id: str, repository: str,
-                    ref: str, commit_id: str, table_name: str) -> None:
-        _end_round(status, config, self, task_id, exc, repository, ref, commit_id, table_name)
 
 
 @app.task(bind=True, base=ExportTableTask, name="lakefs_delta.export_table")
@@ -223,7 +220,7 @@ class ExportIcebergTask(RetriedTask):
         repository, ref, commit_id, table_name = args[:4]
         config = current_config()
         status, _ = _services(config)
-        _end_round(status, config, self, task_id, exc, repository, ref, commit_id, table_name, facet="iceberg")
+        _end_round(status, config, self, task_id, exc, (repository, ref, commit_id, table_name), facet="iceberg")
 
 
 class AppendTask(RetriedTask):
@@ -232,7 +229,8 @@ class AppendTask(RetriedTask):
         repository, branch, commit_id, table_name = args[:4]
         config = current_config()
         status, _ = _services(config)
-        _end_round(status, config, self, task_id, exc, repository, branch, commit_id, table_name, facet="branch_table")
+        _end_round(status, config, self, task_id, exc, (repository, branch, commit_id, table_name),
+                   facet="branch_table")
 
 
 @app.task(bind=True, base=ExportIcebergTask, name="lakefs_delta.export_iceberg")
