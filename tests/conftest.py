@@ -92,7 +92,7 @@ class Processes:
     def __init__(self, env: dict[str, str]):
         self.env = env
         self.started: list[subprocess.Popen] = []
-        self.kept: set[int] = set()  # pids of the session's own processes
+        self.kept: set[subprocess.Popen] = set()  # the session's own processes
         self.workers: dict[str, subprocess.Popen] = {}  # Celery node name prefix -> process
         self._worker_args: dict[str, tuple[str, list[str] | None, dict[str, str] | None]] = {}
 
@@ -148,19 +148,33 @@ class Processes:
                 del self.workers[node]
                 since = len(self.started)
                 self.worker(name, extra_args, extra_env)
-                if process.pid in self.kept:
+                if process in self.kept:
                     self.keep(since)
                 revived.append(name)
         return revived
 
+    def kill_worker(self, node: str) -> None:
+        """SIGKILL a worker, as a crash would. A session worker is started again at once, as its
+        supervisor would: the modules after this one keep theirs."""
+        import signal
+
+        process = self.workers.pop(node)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        name, extra_args, extra_env = self._worker_args.pop(node)
+        if process in self.kept:
+            since = len(self.started)
+            self.worker(name, extra_args, extra_env)
+            self.keep(since)
+
     def keep(self, since: int) -> None:
         """The processes started from index `since` on belong to the session."""
-        self.kept.update(process.pid for process in self.started[since:])
+        self.kept.update(self.started[since:])
 
     def stop_all(self, keep_session: bool = False) -> None:
         import signal
 
-        stopping = [p for p in self.started if not (keep_session and p.pid in self.kept)]
+        stopping = [p for p in self.started if not (keep_session and p in self.kept)]
         for process in stopping:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)

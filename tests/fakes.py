@@ -90,7 +90,10 @@ class MemoryStore:
         return f"{self.root}/{relative}" if self.root else relative
 
     def uri(self, relative: str) -> str:
-        return physical_uri(f"s3://{self.bucket}/{self.key(relative)}")
+        return physical_uri(self.address(relative))
+
+    def address(self, relative: str) -> str:
+        return f"s3://{self.bucket}/{self.key(relative)}"
 
     def put(self, relative: str, body: bytes, content_type: str = "application/octet-stream") -> None:
         self._buckets.write(self.bucket, self.key(relative), body)

@@ -49,6 +49,10 @@ def test_a_name_uris_must_encode_is_listed_as_written_and_its_uri_is_encoded(sto
     assert store.get(ODD) == b"{}"
     store.copy(ODD, ODD + ".copy")
     assert store.get(ODD + ".copy") == b"{}"
+    address = store.address(ODD)  # what reads by address take: the key as it is
+    assert store.get_uri(address) == b"{}" and store.get_range(address, 0, 1) == b"{" and store.head_uri(address)
+    store.copy_uri(address, "plain.json")
+    assert store.get("plain.json") == b"{}"
 
 
 def test_listings_are_sorted_relative_to_the_namespace_and_bounded_by_start_after_and_stop_at(store):

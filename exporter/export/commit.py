@@ -44,7 +44,8 @@ def export_commit(config: Config, repository: str, ref: str, commit_id: str | No
                 outcome.iceberg = export_iceberg(config, repository, ref, commit_id, table.name, lakefs=lakefs)
             except ExporterError as exc:  # transient: the export stands, its Iceberg table is written when asked again
                 outcome.iceberg = {**PENDING, "reason": f"not written yet: {exc}"}
-            progress(Step("export", table.path, "Iceberg table", 1, 1, "tables"))
+            written = iceberg_state(outcome.iceberg) is not IcebergState.PENDING
+            progress(Step("export", table.path, "Iceberg table", int(written), 1, "tables"))  # pending: no line
         outcomes.append(outcome)
         done(1)
     return outcomes

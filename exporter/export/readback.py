@@ -25,7 +25,7 @@ class ExportedLog:
         return self.store.get(self.location + LOG_DIR + name)
 
     def source(self, name: str) -> ParquetSource:
-        return ObjectSource(self.store, self.store.uri(self.location + LOG_DIR + name), self.sizes[name])
+        return ObjectSource(self.store, self.store.address(self.location + LOG_DIR + name), self.sizes[name])
 
     def checkpoint_files(self) -> list[str]:
         """The checkpoint's files in write order (sidecars first); none without a checkpoint."""

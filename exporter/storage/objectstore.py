@@ -68,7 +68,12 @@ class ObjectStore:
 
     def uri(self, relative: str) -> str:
         """A valid URI: the key percent-encoded (a ref or table name may hold `#`, `%`, `+`, ...)."""
-        return physical_uri(f"s3://{self.bucket}/{self.key(relative)}")
+        return physical_uri(self.address(relative))
+
+    def address(self, relative: str) -> str:
+        """The object's address as `get_uri`, `get_range` and `copy_uri` take it (and lakeFS gives
+        physical addresses): `s3://bucket/key`, the key as it is."""
+        return f"s3://{self.bucket}/{self.key(relative)}"
 
     def put(self, relative: str, body: bytes, content_type: str = "application/octet-stream") -> None:
         self._call("put", self.uri(relative), lambda: self.client.put_object(Bucket=self.bucket, Key=self.key(relative),

@@ -28,7 +28,7 @@ from exporter.export.manifest import ICEBERG
 from exporter.upkeep.retention import within_policy
 from exporter.lakefs.installer import ACTION_PATH, branch_tables_kept, installed_action, webhook_urls
 from exporter.lakefs.client import LakeFS
-from exporter.progress import Progress, counted, each, quiet
+from exporter.progress import Progress, Step, counted, each, quiet
 from exporter.state.status import COMMIT_RECORD, StatusStore
 
 log = logging.getLogger("lakefs_delta.exporter")
@@ -115,8 +115,10 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
         candidates += [(tag, commit_id, True) for tag, commit_id in lakefs.list_tags(repository, config.catch_up.depth)]
         for ref, commit_id, all_tables in each(candidates, counted(progress, "catch-up", repository, "commits checked",
                                                                    len(candidates), "commits")):
-            if not run.commit(repository, ref, commit_id, all_tables, keeps_tables):
-                return run.plan  # the per-run bound: the rest is the next run's
+            if not run.commit(repository, ref, commit_id, all_tables, keeps_tables):  # the rest is the next run's
+                queued = len(run.plan.queued)
+                progress(Step("catch-up", repository, "stopped at catch_up.max_per_run", queued, queued, "commits queued"))
+                return run.plan
         run.lagging_branch_tables(repository, logs, keeps_tables)
     return run.plan
 

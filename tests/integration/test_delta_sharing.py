@@ -30,7 +30,7 @@ def config(config):
     with no action installed to name the branch (`append_commit` refuses a branch nobody named)."""
     return config.model_copy(update={"branch_tables": ("main",)})
 
-SHARING_PORT = SERVICE_PORT + 40  # a port no other test serves on (they stay up until the session ends)
+SHARING_PORT = SERVICE_PORT + 40  # a port no other test serves on
 CONNECTOR = ["delta-sharing==1.4.2"]
 SHARE = "partner"
 TABLES = ("orders", "events", "archive_*")  # "secret" is on the branch too, but not in the share

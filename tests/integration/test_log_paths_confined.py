@@ -27,7 +27,7 @@ from tests.integration.deltatables import add_descriptor, export_one
 
 pytestmark = pytest.mark.integration
 
-SHARING_PORT = SERVICE_PORT + 53  # a port no other test serves on (they stay up until the session ends)
+SHARING_PORT = SERVICE_PORT + 53  # a port no other test serves on
 SHARE = "confined"
 SCHEMA = {"type": "struct", "fields": [{"name": "name", "type": "string", "nullable": True, "metadata": {}},
                                        {"name": "salary", "type": "long", "nullable": True, "metadata": {}}]}

@@ -175,8 +175,7 @@ def test_killed_worker_task_is_finished_by_another_worker(service, processes, la
             state = table_status(service, repository, commit_id, "events")
         assert state.get("state") == "running", state
         node = state["worker"].split("@")[0]
-        os.killpg(processes.workers[node].pid, signal.SIGKILL)
-        processes.workers.pop(node)
+        processes.kill_worker(node)
     finally:
         os.kill(minio, signal.SIGCONT)
     done = wait_for_export(service, repository, commit_id, {"events"}, timeout=180)["events"]

@@ -70,7 +70,7 @@ def rows_page(store: ObjectStore, rows_location: str, start: int, amount: int) -
     size = store.list_sizes(rows_location).get(rows_location)
     if size is None:
         raise NotFound(f"the rows file {store.uri(rows_location)} is gone (pruned with the exports it compares)")
-    parquet_file = open_parquet(ObjectSource(store, store.uri(rows_location), size), rows_location)
+    parquet_file = open_parquet(ObjectSource(store, store.address(rows_location), size), rows_location)
     total = parquet_file.metadata.num_rows
     groups = range(start // ROWS_PER_GROUP, min(parquet_file.num_row_groups, -(-(start + amount) // ROWS_PER_GROUP)))
     rows = []
