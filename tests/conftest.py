@@ -87,14 +87,19 @@ def spark(stack_env):
 class Processes:
     """Service and worker processes tests start. Those a module starts are stopped when the module ends
     (an idle Celery worker polls Redis: twenty left running slowed every later test); those started
-    for the session (`kept`) at the end of the session."""
+    for the session (`kept`) at the end of the session, and a session worker that exits is started
+    again within a second, as its supervisor would (`supervise`)."""
 
     def __init__(self, env: dict[str, str]):
+        import threading
+
         self.env = env
         self.started: list[subprocess.Popen] = []
         self.kept: set[subprocess.Popen] = set()  # the session's own processes
         self.workers: dict[str, subprocess.Popen] = {}  # Celery node name prefix -> process
         self._worker_args: dict[str, tuple[str, list[str] | None, dict[str, str] | None]] = {}
+        self._lock = threading.RLock()  # the supervisor's thread and the tests' change these
+        self._ending = threading.Event()
 
     def start(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         ARTIFACTS.mkdir(exist_ok=True)
@@ -103,7 +108,8 @@ class Processes:
         process = subprocess.Popen([sys.executable, "-m", "lakefs_delta.cli", *args], cwd=ROOT,
                                    env={k: v for k, v in env.items() if v is not None},
                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.started.append(process)
+        with self._lock:
+            self.started.append(process)
         return process
 
     def serve(self, name: str, port: int, extra_args: list[str] | None = None,
@@ -132,63 +138,82 @@ class Processes:
     def worker(self, name: str, extra_args: list[str] | None = None,
                extra_env: dict[str, str] | None = None) -> subprocess.Popen:
         node = f"{name}-{uuid.uuid4().hex[:4]}"
-        self.workers[node] = self.start(f"worker-{name}", ["worker", "--concurrency=2", "--no-beat", "--name",
-                                                           f"{node}@%h", *(extra_args or [])], extra_env)
-        self._worker_args[node] = (name, extra_args, extra_env)
-        return self.workers[node]
+        with self._lock:
+            self.workers[node] = self.start(f"worker-{name}", ["worker", "--concurrency=2", "--no-beat", "--name",
+                                                               f"{node}@%h", *(extra_args or [])], extra_env)
+            self._worker_args[node] = (name, extra_args, extra_env)
+            return self.workers[node]
+
+    def supervise(self) -> None:
+        """A thread that starts again each session worker that exited: a Celery worker holding a
+        delayed retry when Redis restarts can exit (kombu fails restoring it on the lost connection:
+        "Unrecoverable error: AttributeError ... 'hostname'"), seconds after Redis is back."""
+        import threading
+
+        def watch() -> None:
+            while not self._ending.wait(1.0):
+                with self._lock:
+                    for node, process in list(self.workers.items()):
+                        if process in self.kept and process.poll() is not None:
+                            self._again(node)
+
+        threading.Thread(target=watch, name="supervisor", daemon=True).start()
 
     def revive(self) -> list[str]:
-        """Start again, as a supervisor would, the workers that exited: a Celery worker holding a
-        delayed retry when Redis restarts can exit (kombu fails restoring it on the lost
-        connection: "Unrecoverable error: AttributeError ... 'hostname'"). The names revived."""
-        revived = []
-        for node, process in list(self.workers.items()):
-            if process.poll() is not None and node in self._worker_args:
-                name, extra_args, extra_env = self._worker_args.pop(node)
-                del self.workers[node]
-                since = len(self.started)
-                self.worker(name, extra_args, extra_env)
-                if process in self.kept:
-                    self.keep(since)
-                revived.append(name)
-        return revived
+        """Start again, as a supervisor would, every worker that exited (the module's too); the names."""
+        with self._lock:
+            return [self._again(node) for node, process in list(self.workers.items()) if process.poll() is not None]
 
     def kill_worker(self, node: str) -> None:
-        """SIGKILL a worker, as a crash would. A session worker is started again at once, as its
-        supervisor would: the modules after this one keep theirs."""
+        """SIGKILL a worker, as a crash would; a session worker is started again at once."""
         import signal
 
+        with self._lock:
+            process = self.workers[node]
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            if process in self.kept:
+                self._again(node)
+            else:
+                del self.workers[node]
+                del self._worker_args[node]
+
+    def _again(self, node: str) -> str:
+        """A new process in place of the worker `node` (kept if it was); its name."""
         process = self.workers.pop(node)
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
         name, extra_args, extra_env = self._worker_args.pop(node)
+        since = len(self.started)
+        self.worker(name, extra_args, extra_env)
         if process in self.kept:
-            since = len(self.started)
-            self.worker(name, extra_args, extra_env)
             self.keep(since)
+        return name
 
     def keep(self, since: int) -> None:
         """The processes started from index `since` on belong to the session."""
-        self.kept.update(self.started[since:])
+        with self._lock:
+            self.kept.update(self.started[since:])
 
     def stop_all(self, keep_session: bool = False) -> None:
         import signal
 
-        stopping = [p for p in self.started if not (keep_session and p in self.kept)]
-        for process in stopping:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in stopping:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self.started = [p for p in self.started if p not in stopping]
-        for node, process in list(self.workers.items()):
-            if process in stopping:
-                del self.workers[node]
-                self._worker_args.pop(node, None)
+        with self._lock:
+            if not keep_session:
+                self._ending.set()
+            stopping = [p for p in self.started if not (keep_session and p in self.kept)]
+            for process in stopping:
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGTERM)
+            for process in stopping:
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+            self.started = [p for p in self.started if p not in stopping]
+            for node, process in list(self.workers.items()):
+                if process in stopping:
+                    del self.workers[node]
+                    self._worker_args.pop(node, None)
 
 
 SERVICE_PORT = int(os.environ.get("LAKEFS_DELTA_TEST_SERVICE_PORT", "18080"))
@@ -210,6 +235,7 @@ _RUNNING: list[Processes] = []  # the session's, once a test asked for it
 def processes(stack_env):
     os.environ.update(SERVICE_ENV)
     running = Processes({**stack_env, **SERVICE_ENV})
+    running.supervise()
     _RUNNING.append(running)
     yield running
     running.stop_all()
