@@ -56,7 +56,7 @@ from exporter.export.log_writer import discard_export, write_log
 from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.lakefs.installer import branch_tables_kept, installed_action
 from exporter.lakefs.client import LakeFS
-from exporter.lakefs.namespaces import read_scope
+from exporter.lakefs.namespaces import read_scope, repository_store
 from exporter.storage.layout import branch_table_location, commit_root, export_location
 from exporter.storage.objectstore import ObjectStore
 
@@ -98,7 +98,7 @@ def branch_table_versions(config: Config, lakefs: LakeFS | None, repository: str
     """The branch table's location, head, lakeFS commit <-> version mapping and the table paths its
     versions were read from (`table_paths`, the current one last); NotFound when none."""
     lakefs = lakefs or LakeFS(config.lakefs)
-    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    store = repository_store(config, lakefs, repository)
     location = branch_table_location(config, branch, table)
     state = read_state(store, location)
     if state is None:
@@ -110,7 +110,7 @@ def branch_table_versions(config: Config, lakefs: LakeFS | None, repository: str
 def lagging_branch_tables(config: Config, lakefs: LakeFS, repository: str, branch: str, head: str) -> list[str]:
     """Tables whose export of the branch's head is complete but whose branch table does not follow
     that commit yet (its append was lost: the worker died after the export)."""
-    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    store = repository_store(config, lakefs, repository)
     root = commit_root(config, branch, head)
     lagging = []
     for folder in store.list_folders(root):
@@ -133,7 +133,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
     installed action, and the commit is on the branch's first-parent line: an event's own claims
     (its `branch_id`, its `branch_tables` query) never move a branch table alone."""
     started, calls_before = time.monotonic(), lakefs.calls
-    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    store = repository_store(config, lakefs, repository)
     target = branch_table_location(config, branch, table)
     outcome = AppendOutcome(table=table, location=store.uri(target))
     try:

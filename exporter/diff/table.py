@@ -15,6 +15,7 @@ from exporter.diff.history import NO_BASE, diff_history, same_table
 from exporter.errors import NotFound, TableNotFound
 from exporter.lakefs.client import LakeFS, commit_id_of
 from exporter.lakefs.table_log import LoadedLog, load_log
+from exporter.lakefs.namespaces import repository_store
 from exporter.state.results import ResultCache
 from exporter.storage.objectstore import ObjectStore
 
@@ -55,7 +56,7 @@ def older_history(store: ObjectStore, loaded: LoadedLog, state: TableState, hist
 def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: str | None, right_commit: str,
                  table_path: str) -> dict:
     """`left_commit=None` compares against nothing (a repository's first commit)."""
-    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    store = repository_store(config, lakefs, repository)
     started = time.monotonic()
     loaded: dict[str, LoadedLog | None] = {}  # the base is often the left side itself (a parent)
 

@@ -18,7 +18,7 @@ from exporter.export.job import ExportJob
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import TableDescriptor, discover_tables, tables_to_export
-from exporter.lakefs.namespaces import read_scope
+from exporter.lakefs.namespaces import read_scope, repository_store
 from exporter.progress import Progress, Step, counted, quiet
 from exporter.storage.layout import MANIFEST, export_location, exports_root, location_segment
 from exporter.storage.objectstore import ObjectStore
@@ -56,7 +56,7 @@ def export_iceberg(config: Config, repository: str, ref: str, commit_id: str, ta
     """The Iceberg table of a complete export whose manifest records it pending, written; its record
     (`complete_iceberg_metadata`), None when the export is gone. `still_held`: the export's lock."""
     lakefs = lakefs or LakeFS(config.lakefs)
-    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    store = repository_store(config, lakefs, repository)
     return complete_iceberg_metadata(store, export_location(config, ref, commit_id, table_name), still_held,
                                      read_scope(config, lakefs, repository))
 
@@ -93,7 +93,7 @@ def exports_in_store(config: Config, repository: str, commit_id: str, ref: str |
     """{ref: {table: record}} of the complete exports of a commit, read from their manifests: what
     the status API answers when Redis has no record (it was flushed, or restarted without persistence)."""
     lakefs = lakefs or LakeFS(config.lakefs)
-    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    store = repository_store(config, lakefs, repository)
     root = exports_root(config)
     segments = [location_segment(ref)] if ref is not None else store.list_folders(root)
     found: dict[str, dict[str, dict]] = {}
@@ -132,7 +132,7 @@ def export_table(config: Config, repository: str, ref: str, commit_id: str, tabl
     started, calls_before = time.monotonic(), lakefs.calls
     outcome = ExportOutcome(table=table.name, table_path=table.path, ok=False)
     try:
-        job = ExportJob(config, lakefs, ObjectStore(config, lakefs.storage_namespace(repository)), repository, ref,
+        job = ExportJob(config, lakefs, repository_store(config, lakefs, repository), repository, ref,
                         commit_id, table, still_held, progress, started)
         outcome = job.outcome
         try:  # already exported: its Iceberg record says whether that table is still to be written
@@ -162,7 +162,7 @@ def abandon_export(config: Config, repository: str, ref: str, commit_id: str, ta
     """Remove an export that will not be retried any more (its transient errors ran out); the
     number of objects removed. A complete export (its manifest exists) is kept."""
     lakefs = lakefs or LakeFS(config.lakefs)
-    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    store = repository_store(config, lakefs, repository)
     target = export_location(config, ref, commit_id, table_name)
     if store.exists(target + MANIFEST):
         return 0

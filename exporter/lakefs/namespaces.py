@@ -1,12 +1,19 @@
-"""What a repository's logs may name by absolute path for the service to read or sign: the rule of
-`exporter.storage.scope`, with the facts it needs from lakeFS and the configuration."""
+"""A repository's storage namespace as the library uses it: its object store, and what its logs may
+name by absolute path for the service to read or sign (the rule of `exporter.storage.scope`, with
+the facts it needs from lakeFS and the configuration)."""
 
 from __future__ import annotations
 
 from exporter.config import Config
 from exporter.lakefs.client import LakeFS
 from exporter.storage.layout import private_folders
+from exporter.storage.objectstore import ObjectStore
 from exporter.storage.scope import ReadScope
+
+
+def repository_store(config: Config, lakefs: LakeFS, repository: str) -> ObjectStore:
+    """The object store of `repository`'s storage namespace."""
+    return ObjectStore(config, lakefs.storage_namespace(repository))
 
 
 def read_scope(config: Config, lakefs: LakeFS, repository: str) -> ReadScope:

@@ -27,6 +27,7 @@ from exporter.errors import NotFound
 from exporter.export.log_writer import discard_export
 from exporter.export.readback import read_exported_log
 from exporter.lakefs.client import LakeFS
+from exporter.lakefs.namespaces import repository_store
 from exporter.state.status import StatusStore
 from exporter.storage.layout import (
     LATEST,
@@ -75,7 +76,7 @@ def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConf
     being written is left alone, whatever its age."""
     policy, now = policy or config.retention, time.time() if now is None else now
     status = StatusStore(config.redis)
-    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    store = repository_store(config, lakefs, repository)
     root = exports_root(config)
     tags = {location_segment(tag) for tag, _ in lakefs.list_tags(repository)}
     branches = {location_segment(branch): branch for branch in lakefs.list_branches(repository)}
@@ -125,7 +126,7 @@ def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConf
 
 def orphan_row_diffs(config: Config, lakefs: LakeFS, repository: str) -> list[str]:
     """The rows files of row diffs whose right-hand commit has no export left and heads no branch."""
-    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    store = repository_store(config, lakefs, repository)
     exported = {commit for _, commit in _exports(config, store)} | _branch_heads(lakefs, repository)
     return [store.uri(name) for name, _ in _row_diff_files(config, store)
             if _right_commit(config, name) not in exported]
@@ -193,7 +194,7 @@ def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str
            progress: Progress = quiet) -> Verification:
     """Check the export of `table` at `commit_id` under `ref` (without a commit: the branch table
     of `ref`): every live data file and deletion vector it references still exists."""
-    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    store = repository_store(config, lakefs, repository)
     if commit_id is None:
         location = branch_table_location(config, ref, table)
     else:

@@ -39,7 +39,7 @@ from exporter.diff.table import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import changes_under
-from exporter.lakefs.namespaces import read_scope
+from exporter.lakefs.namespaces import read_scope, repository_store
 from exporter.lakefs.table_log import LoadedLog, checkpoint_files_hint
 from exporter.state.results import ResultCache
 from exporter.storage.layout import row_diff_location
@@ -83,7 +83,7 @@ def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commi
     use_spark = max_bytes is None and bool(config.row_diff.spark.master)
     max_bytes = config.row_diff.max_bytes if max_bytes is None else max_bytes
     started = time.monotonic()
-    store = ObjectStore(config, lakefs.storage_namespace(repository))
+    store = repository_store(config, lakefs, repository)
     prefix = table_path.strip("/") + "/"
     right = _side(store, lakefs, repository, right_commit, table_path)
     left, renamed = _named_as_right(_side(store, lakefs, repository, left_commit, table_path), right)
