@@ -137,7 +137,7 @@ def test_an_append_is_placed_on_the_branch_first_parent_line_or_refused():
 
 
 def test_each_commit_an_append_covers_brings_the_versions_after_the_previous_ones_head():
-    from exporter.branch_tables.table import _ranges
+    from exporter.branch_tables.append import _ranges
 
     assert _ranges(7, [("a", 9), ("b", 10), ("c", 12)]) == [(8, 9), (10, 10), (11, 12)]
     assert _ranges(7, [("c", 7)]) == [(8, 7)]  # nothing new: recorded without a range

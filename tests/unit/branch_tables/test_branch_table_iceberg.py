@@ -13,7 +13,8 @@ import pytest
 from exporter.config import Config
 from exporter.delta.live_files import LiveFiles
 from exporter.errors import PathOutsideRepository
-from exporter.branch_tables.table import AppendOutcome, append_commit, branch_table_versions
+from exporter.branch_tables.append import AppendOutcome
+from exporter.branch_tables.table import append_commit, branch_table_versions
 from exporter.branch_tables.state import read_state
 from exporter.export.commit import export_table
 from exporter.export.readback import read_exported_log

@@ -18,7 +18,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 import workers.app
 from exporter.config import Config, IcebergConfig
 from exporter.errors import BranchTableRefused, ExporterError, NotFound, ServiceUnavailable, TableNotFound, WorkerLost
-from exporter.branch_tables.table import AppendOutcome
+from exporter.branch_tables.append import AppendOutcome
 from exporter.export.manifest import PENDING
 from exporter.export.log_writer import ExportOutcome
 from exporter.lakefs.installer import ACTION_PATH, render_action
