@@ -144,26 +144,23 @@ def append_table(metadata_key: str, log: SnapshotLog, files: IcebergFiles, read_
     `oldest_version`: the snapshots of Delta versions below it are expired (never the current one),
     as Delta's log retention removed those versions from the Delta log; the files only they named
     are in the table's `unreferenced`."""
-    return _append(json.loads(files.get(metadata_key)), metadata_key, log, files, read_range, source_timestamps,
-                   manifest_entries, oldest_version)
+    return _append(_Builder(files, read_range, manifest_entries, source_timestamps or {}),
+                   json.loads(files.get(metadata_key)), metadata_key, log, oldest_version)
 
 
 def copy_table(metadata_key: str, source: IcebergFiles, copy: CopyKeys, log: SnapshotLog, files: IcebergFiles,
-               read_range: ReadRange, source_timestamps: Mapping[int, int] | None = None,
-               manifest_entries: int = MANIFEST_ENTRIES) -> IcebergTable:
+               read_range: ReadRange, source_timestamps: Mapping[int, int] | None = None) -> IcebergTable:
     """The Iceberg table at `source`'s `metadata_key` made at `files.location` (`relocate_table`:
     what it names is copied there, not read) with a snapshot for each version of `log` after the
     last one it has, as `append_table` adds them; every snapshot it had stays readable."""
     previous = relocate_table(metadata_key, source, files, copy)
-    return _append(previous, None, log, files, read_range, source_timestamps, manifest_entries)
+    return _append(_Builder(files, read_range, MANIFEST_ENTRIES, source_timestamps or {}), previous, None, log)
 
 
-def _append(previous: dict, metadata_key: str | None, log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
-            source_timestamps: Mapping[int, int] | None, manifest_entries: int,
+def _append(builder: _Builder, previous: dict, metadata_key: str | None, log: SnapshotLog,
             oldest_version: int | None = None) -> IcebergTable:
-    """`append_table` of the table `previous` (at `files.location`; its metadata file `metadata_key`
-    there, None when it has none there)."""
-    builder = _Builder(files, read_range, manifest_entries, source_timestamps or {})
+    """`append_table` of the table `previous` (at the builder's `files.location`; its metadata file
+    `metadata_key` there, None when it has none there)."""
     head = builder.resume(previous, metadata_key)
     segment = log.segment
     commits = [(version, name) for version, name in segment.commits if version > head]
