@@ -101,7 +101,9 @@ class Processes:
         self._lock = threading.RLock()  # the supervisor's thread and the tests' change these
         self._ending = threading.Event()
 
-    def start(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start(self, name: str, args: list[str], extra_env: dict[str, str] | None = None,
+              kept: bool = False) -> subprocess.Popen:
+        """`lakefs-delta <args>`; `kept`: the session's own, stopped only at the end of the session."""
         ARTIFACTS.mkdir(exist_ok=True)
         log = open(ARTIFACTS / f"{name}.log", "ab")
         env = {**os.environ, **self.env, **(extra_env or {})}  # a None value removes the variable
@@ -110,10 +112,12 @@ class Processes:
                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         with self._lock:
             self.started.append(process)
+            if kept:
+                self.kept.add(process)
         return process
 
     def serve(self, name: str, port: int, extra_args: list[str] | None = None,
-              extra_env: dict[str, str] | None = None) -> str:
+              extra_env: dict[str, str] | None = None, kept: bool = False) -> str:
         """`lakefs-delta serve` on `port`; its URL once it answers. A port another service of the
         session holds is an error: the test would be talking to that one, configured otherwise."""
         import socket
@@ -124,7 +128,7 @@ class Processes:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
                 raise RuntimeError(f"{name}: port {port} is taken (another service of this module or of the "
                                    "session holds it): give this one a port of its own")
-        self.start(name, ["serve", "--port", str(port), *(extra_args or [])], extra_env)
+        self.start(name, ["serve", "--port", str(port), *(extra_args or [])], extra_env, kept)
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -136,11 +140,11 @@ class Processes:
         raise RuntimeError(f"{name} did not start; see {ARTIFACTS / (name + '.log')}")
 
     def worker(self, name: str, extra_args: list[str] | None = None,
-               extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+               extra_env: dict[str, str] | None = None, kept: bool = False) -> subprocess.Popen:
         node = f"{name}-{uuid.uuid4().hex[:4]}"
         with self._lock:
             self.workers[node] = self.start(f"worker-{name}", ["worker", "--concurrency=2", "--no-beat", "--name",
-                                                               f"{node}@%h", *(extra_args or [])], extra_env)
+                                                               f"{node}@%h", *(extra_args or [])], extra_env, kept)
             self._worker_args[node] = (name, extra_args, extra_env)
             return self.workers[node]
 
@@ -182,16 +186,8 @@ class Processes:
         """A new process in place of the worker `node` (kept if it was); its name."""
         process = self.workers.pop(node)
         name, extra_args, extra_env = self._worker_args.pop(node)
-        since = len(self.started)
-        self.worker(name, extra_args, extra_env)
-        if process in self.kept:
-            self.keep(since)
+        self.worker(name, extra_args, extra_env, kept=process in self.kept)
         return name
-
-    def keep(self, since: int) -> None:
-        """The processes started from index `since` on belong to the session."""
-        with self._lock:
-            self.kept.update(self.started[since:])
 
     def stop_all(self, keep_session: bool = False) -> None:
         import signal
@@ -252,17 +248,11 @@ def stop_the_modules_processes():
 @pytest.fixture(scope="session")
 def service(processes, stack_env) -> str:
     """`lakefs-delta serve` on 127.0.0.1:18080 (the URL the installed action calls), and one worker."""
-    since = len(processes.started)
-    processes.worker("main")
-    url = processes.serve("service", SERVICE_PORT)
-    processes.keep(since)
-    return url
+    processes.worker("main", kept=True)
+    return processes.serve("service", SERVICE_PORT, kept=True)
 
 
 @pytest.fixture(scope="session")
 def celery_worker(processes):
     """A real `celery worker` process consuming from the stack's Redis."""
-    since = len(processes.started)
-    worker = processes.worker("ping")
-    processes.keep(since)
-    return worker
+    return processes.worker("ping", kept=True)

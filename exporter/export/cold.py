@@ -64,12 +64,12 @@ def export_cold(job: ExportJob) -> None:
             rewrite.outputs[LAST_CHECKPOINT] = _last_checkpoint(layout, rewrite.checkpoint_rows, written,
                                                                 lambda: open_parquet(source.source_of(first), first))
         write_log(segment, [n for n in source.ordered if n.startswith("_sidecars/")], rewrite.write, job.still_held)
-        files = len(rewrite.outputs) + len(rewrite.uploads)
-        job.report("log written", files, files, "files")
+        files_written = len(rewrite.outputs) + len(rewrite.uploads)
+        job.report("log written", files_written, files_written, "files")
     finally:
         rewrite.abort()
-    job.complete(job.manifest(segment, timestamps, log_files_written=len(rewrite.outputs) + len(rewrite.uploads),
-                              read_at=read, rewritten_at=rewritten_at))
+    job.complete(job.manifest(segment, timestamps, log_files_written=files_written, read_at=read,
+                              rewritten_at=rewritten_at))
 
 
 class _SourceLog:
