@@ -49,6 +49,7 @@ def _export(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
     client is made before the clock starts, as a worker has it (a fresh one costs about 0.1 s)."""
     from exporter.config import load_config
     from exporter.export.commit import export_iceberg, export_table, find_table
+    from exporter.export.job import ExportAt
     from exporter.export.manifest import PENDING
     from exporter.lakefs.client import LakeFS
     from exporter.storage.objectstore import ObjectStore
@@ -57,7 +58,7 @@ def _export(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
     lakefs = LakeFS(config.lakefs)
     table = find_table(lakefs, repository, commit_id, table_name)
     ObjectStore(config, lakefs.storage_namespace(repository))  # a worker makes its client once, not per export
-    outcome = export_table(config, repository, ref, commit_id, table, lakefs=LakeFS(config.lakefs))
+    outcome = export_table(config, ExportAt(repository, ref, commit_id), table, lakefs=LakeFS(config.lakefs))
     iceberg_seconds, iceberg = 0.0, outcome.iceberg
     if outcome.ok and not outcome.skipped and outcome.iceberg == PENDING:
         started = time.monotonic()
@@ -173,13 +174,13 @@ def _diff(repository: str, left: str, right: str, table_path: str) -> dict:
 def _rowdiff(repository: str, left: str, right: str, table_path: str) -> dict:
     """The row diff, cold: both snapshots compared, the differing files read."""
     from exporter.config import load_config
-    from exporter.diff.rows.compute import compute_row_diff
+    from exporter.diff.rows.compute import RowDiffQuery, compute_row_diff
     from exporter.lakefs.client import LakeFS
 
     config = load_config()
     lakefs = LakeFS(config.lakefs)
     started = time.perf_counter()
-    diff = compute_row_diff(config, lakefs, repository, left, right, table_path)
+    diff = compute_row_diff(config, lakefs, RowDiffQuery(repository, left, right, table_path))
     return {"seconds": time.perf_counter() - started, "lakefs_calls": lakefs.calls, "counts": diff["counts"],
             "bytes_read": diff["bytes_read"], "peak_rss_mib": peak_rss_mib()}
 

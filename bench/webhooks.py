@@ -94,7 +94,7 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
     `iceberg`: the service and workers run with `iceberg.enabled` (each export's Iceberg table written by
     a task of its own after it), else with it off, whatever the default."""
     from exporter.config.sections import WorkersConfig
-    from exporter.lakefs.installer import install_actions
+    from exporter.lakefs.installer import action_files, install_actions
 
     concurrency = concurrency or WorkersConfig().concurrency
 
@@ -106,7 +106,7 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
     setting = ", iceberg.enabled" if iceberg else ", iceberg.enabled off"
     repository = new_repository(lakefs, "bench-storm")
     seed_tables(lakefs, repository)
-    install_actions(lakefs, repository, "main", f"http://127.0.0.1:{PORT}/webhooks/lakefs", ["storm-*"], {})
+    install_actions(lakefs, repository, "main", action_files(f"http://127.0.0.1:{PORT}/webhooks/lakefs", ["storm-*"], {}))
     for b in range(branches):
         lakefs.create_branch(repository, f"storm-{b}", "main")
     processes = start_processes(env, workers, concurrency)
@@ -159,7 +159,7 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
 
 def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
     """On an idle stack: a commit to a 1,000-file table, to its complete export, one commit at a time."""
-    from exporter.lakefs.installer import install_actions
+    from exporter.lakefs.installer import action_files, install_actions
 
     state, _, lakefs = running_stack()
     redis_url = own_redis_database(state.redis_url, DATABASE)
@@ -167,7 +167,7 @@ def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
     repository = new_repository(lakefs, "bench-idle")
     gateway = gateway_client(state)
     build_table(lakefs, gateway, repository, files)
-    install_actions(lakefs, repository, "main", f"http://127.0.0.1:{PORT}/webhooks/lakefs", ["main"], {})
+    install_actions(lakefs, repository, "main", action_files(f"http://127.0.0.1:{PORT}/webhooks/lakefs", ["main"], {}))
     processes = start_processes(env, 2)
     latencies = []
     try:

@@ -26,6 +26,20 @@ def say(message: str) -> None:
     print(message, flush=True)
 
 
+class Steps:
+    """The demo's numbered steps, each printed with the seconds since the demo started."""
+
+    def __init__(self, count: int):
+        self.count, self.done, self.started = count, 0, time.monotonic()
+
+    def start(self, message: str) -> None:
+        self.done += 1
+        say(f"[{self.elapsed():4.0f} s] {self.done}/{self.count} {message}")
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
 def start_service(state: stack.StackState) -> str:
     """The webhook service and one worker, as stack processes (`stack down` stops them too)."""
     env = {**os.environ, **state.environment()}
@@ -106,33 +120,35 @@ def external_count(location: str) -> int:
 def run_demo() -> dict:
     """Returns the facts it printed, for the test."""
     from examples.bank_pipeline import ingest, retention_and_column_remover, table_uri
-    from exporter.lakefs.installer import install_actions
+    from exporter.lakefs.installer import action_files, install_actions
     from exporter.config import load_config
     from exporter.lakefs.client import LakeFS
     from lakefs_delta.cli import render_diff
     from lakefs_delta.client import lakefs_token, sign_in_link, table_diff, wait_for_branch_table, wait_for_exports
     from devtools.spark import stack_spark_session
 
-    say("1/6 starting lakeFS, MinIO and Redis (first run builds them: several minutes)")
+    steps = Steps(6)
+    steps.start("starting lakeFS, MinIO and Redis (first run builds them: several minutes)")
     state = stack.up()
     os.environ.update(state.environment())
-    say("2/6 starting the webhook service and a worker")
+    steps.start("starting the webhook service and a worker")
     url = start_service(state)
     config = load_config()
     lakefs = LakeFS(config.lakefs)
     repository = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    say(f"3/6 creating repository {repository} and installing the export action")
+    steps.start(f"creating repository {repository} and installing the export action")
     lakefs.create_repository(repository, f"s3://{stack.BUCKET}/{repository}")
-    install_actions(lakefs, repository, "main", f"{url}/webhooks/lakefs", ["main", "exp*"],
-                    {"transactions": "tables/transactions", "accounts": "tables/accounts"}, branch_tables=["main"])
-    say("4/6 running the PySpark ingest on main (one commit per day; Spark starts first)")
+    install_actions(lakefs, repository, "main", action_files(
+        f"{url}/webhooks/lakefs", ["main", "exp*"],
+        {"transactions": "tables/transactions", "accounts": "tables/accounts"}, branch_tables=["main"]))
+    steps.start("running the PySpark ingest on main (one commit per day; Spark starts first)")
     spark = stack_spark_session(app_name="demo-pipeline")
     commits = [("main", c) for c in ingest(spark, lakefs, repository, "main", date(2026, 3, 1), 4)]
     lakefs.create_branch(repository, "exp1", "main")
-    say("5/6 running the retention-and-column-remover ETL on branch exp1")
+    steps.start("running the retention-and-column-remover ETL on branch exp1")
     commits.append(("exp1", retention_and_column_remover(spark, lakefs, repository, "exp1", date(2026, 3, 2))))
 
-    say("6/6 waiting for the exports")
+    steps.start("waiting for the exports")
     facts: dict = {"repository": repository, "exports": []}
     for ref, commit_id in commits:
         for table, record in sorted(wait_for_exports(url, state.webhook_token, repository, commit_id, ref).items()):
@@ -173,6 +189,7 @@ def run_demo() -> dict:
                                   "table_path": "tables/transactions"})
     say(f"\nDiff page (a one-time sign-in link as the stack's lakeFS admin, valid 15 minutes; "
         f"`lakefs-delta sign-in-link` makes another):\n{facts['page']}")
+    say(f"\nThe demo ran in {steps.elapsed():.0f} s (set-up before it printed its own phases).")
     say("The service keeps running for the page. Stop everything with: .venv/bin/python -m devtools.stack down")
     return facts
 

@@ -20,10 +20,11 @@ def _config(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from exporter.config import load_config
     from exporter.export.commit import export_commit
+    from exporter.export.job import ExportAt
 
     config = load_config(args.config)
     with Shown() as shown:
-        outcomes = export_commit(config, args.repo, args.ref, args.commit, tables=args.table or None,
+        outcomes = export_commit(config, ExportAt(args.repo, args.ref, args.commit), tables=args.table or None,
                                  export_all=args.all, progress=shown)
     failed = 0
     for outcome in outcomes:
@@ -181,7 +182,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _install_actions(args: argparse.Namespace) -> int:
     from exporter.config import load_config
     from exporter.errors import ConfigError
-    from exporter.lakefs.installer import install_actions
+    from exporter.lakefs.installer import action_files, install_actions
     from exporter.lakefs.client import LakeFS
 
     config = load_config(args.config)
@@ -189,9 +190,8 @@ def _install_actions(args: argparse.Namespace) -> int:
     if not url:
         raise ConfigError("install-actions: give --url, the webhook URL lakeFS calls, or set public_url")
     tables = dict(item.split("=", 1) for item in args.table or [])
-    commit_id = install_actions(LakeFS(config.lakefs), args.repo, args.branch, url,
-                                args.branches or [args.branch], tables, force=args.force,
-                                branch_tables=args.branch_tables or [])
+    files = action_files(url, args.branches or [args.branch], tables, args.branch_tables or [])
+    commit_id = install_actions(LakeFS(config.lakefs), args.repo, args.branch, files, force=args.force)
     print(f"committed {commit_id}" if commit_id else "already installed; nothing to commit")
     return 0
 
@@ -219,12 +219,12 @@ def _diff(args: argparse.Namespace) -> int:
         print(json.dumps(overview, indent=2) if args.json else render_overview(overview, left, right))
         return 0
     if args.rows:
-        from exporter.diff.rows.compute import RowDiffCache, cached_row_diff
+        from exporter.diff.rows.compute import RowDiffCache, RowDiffQuery, cached_row_diff
 
         key = tuple(c.strip() for c in (args.key or "").split(",") if c.strip())
         lakefs = LakeFS(config.lakefs)
         diff, _ = cached_row_diff(config, lakefs, RowDiffCache(config.redis, config.api.diff_cache_ttl_seconds),
-                                  args.repo, left, right, args.table.strip("/"), key)
+                                  RowDiffQuery(args.repo, left, right, args.table.strip("/"), key))
         diff["rows"] = []
         if diff["rows_location"]:  # the first `--limit` of its rows
             from exporter.diff.rows.file import rows_page

@@ -14,7 +14,7 @@ from exporter.diff.datasets import DatasetsCache
 from exporter.diff.datasets import list_datasets as find_datasets
 from exporter.diff.overview import OverviewCache
 from exporter.diff.overview import compare_refs as overview_of
-from exporter.diff.rows.compute import RowDiffCache, RowDiffTooLarge, cached_row_diff
+from exporter.diff.rows.compute import RowDiffCache, RowDiffQuery, RowDiffTooLarge, cached_row_diff
 from exporter.diff.rows.compute import compute_row_diff as row_diff_of
 from exporter.diff.rows.compute import key_columns, worth_precomputing
 from exporter.diff.table import cached_diff
@@ -42,8 +42,9 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
             _, cached = cached_diff(config, lakefs, diffs, repository, parent, commit_id, table_path)
             if worth_precomputing(config, lakefs, repository, parent, commit_id, table_path):
                 try:  # the row diff too: it reads little
-                    cached_row_diff(config, lakefs, _row_diff_cache(config), repository, parent, commit_id,
-                                    table_path, max_bytes=config.row_diff.precompute_bytes)
+                    query = RowDiffQuery(repository, parent, commit_id, table_path)
+                    cached_row_diff(config, lakefs, _row_diff_cache(config), query,
+                                    max_bytes=config.row_diff.precompute_bytes)
                 except RowDiffTooLarge:
                     pass  # deletion vectors made it bigger than the objects that changed: computed when asked
     except TASK_ERRORS as exc:
@@ -75,8 +76,8 @@ def compute_row_diff(self, repository: str, left_commit: str | None, right_commi
 
     def compute() -> dict:
         try:
-            return row_diff_of(config, _lakefs(config), repository, left_commit, right_commit, table_path,
-                               key_columns(key), progress=lambda seen: cache.put_progress(seen, *parts))
+            query = RowDiffQuery(repository, left_commit, right_commit, table_path, key_columns(key))
+            return row_diff_of(config, _lakefs(config), query, progress=lambda seen: cache.put_progress(seen, *parts))
         except SoftTimeLimitExceeded:
             limit = config.tasks.time_limit(self.name)
             raise RowDiffTooLarge(f"the row diff ran past its time limit ({soft_time_limit(limit)} s of {limit} s: "

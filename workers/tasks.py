@@ -21,6 +21,7 @@ from exporter.errors import BranchTableRefused, ExporterError
 from exporter.export.commit import abandon_export
 from exporter.export.commit import export_iceberg as complete_iceberg
 from exporter.export.commit import export_table as export_one_table
+from exporter.export.job import ExportAt
 from exporter.export.commit import find_table
 from exporter.export.log_writer import ExportOutcome
 from exporter.export.manifest import PENDING, IcebergState, iceberg_state
@@ -174,7 +175,7 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
                 # refs with a finished export of this commit (a tag on an exported commit): copied, not redone
                 done_under = tuple(other for other, tables in status.tables(repository, commit_id).items()
                                    if other != ref and tables.get(table_name, {}).get("state") == "done")
-                outcome = export_one_table(config, repository, ref, commit_id, table, lakefs=lakefs,
+                outcome = export_one_table(config, ExportAt(repository, ref, commit_id), table, lakefs=lakefs,
                                            copy_from=done_under, still_held=held.still_held)
     except TASK_ERRORS as exc:
         reason = _transient_reason(exc)

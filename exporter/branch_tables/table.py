@@ -134,7 +134,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
         if config.iceberg.enabled:  # off, the Iceberg table stays where it was: the next append on continues it
             timestamps = manifest.source_timestamps
             state[ICEBERG] = outcome.iceberg = branch_iceberg_metadata(
-                store, target, read_exported_log(store, target), state.get(ICEBERG),
+                store, target, state.get(ICEBERG),
                 {version: timestamps[source] for version, source in outcome.sources.items() if source in timestamps},
                 still_held, state["first_version"], read_scope(config, lakefs, repository))
         if still_held:

@@ -14,7 +14,7 @@ from exporter.export.cold import export_cold
 from exporter.export.manifest import ICEBERG, PENDING, ExportManifest, IcebergState, iceberg_state
 from exporter.export.iceberg_metadata import complete_iceberg_metadata
 from exporter.export.incremental import ColdExportNeeded, copy_export, export_incrementally
-from exporter.export.job import ExportJob
+from exporter.export.job import ExportAt, ExportJob
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import TableDescriptor, discover_tables, tables_to_export
@@ -24,21 +24,21 @@ from exporter.storage.layout import MANIFEST, export_location, exports_root, loc
 from exporter.storage.objectstore import ObjectStore
 
 
-def export_commit(config: Config, repository: str, ref: str, commit_id: str | None = None,
-                  tables: list[str] | None = None, export_all: bool = False, lakefs: LakeFS | None = None,
-                  progress: Progress = quiet) -> list[ExportOutcome]:
+def export_commit(config: Config, at: ExportAt, tables: list[str] | None = None, export_all: bool = False,
+                  lakefs: LakeFS | None = None, progress: Progress = quiet) -> list[ExportOutcome]:
     """Export the tables a commit changed (or the named ones, or all), each with its Iceberg table
     when `iceberg.enabled` (in this process: workers write it in a task of its own, after the export).
     One bad table never stops the others."""
     lakefs = lakefs or LakeFS(config.lakefs)
-    commit_id = lakefs.commit(repository, commit_id or ref).id
+    repository, ref = at.repository, at.ref
+    commit_id = lakefs.commit(repository, at.commit_id or ref).id
     selection = tables_to_export(lakefs, repository, commit_id, tables or (), every_table=export_all)
     outcomes = [ExportOutcome(table=name, table_path="", ok=False, error=reason)
                 for name, reason in selection.refused.items()]
     done = counted(progress, "export", f"{repository}@{commit_id[:12]}", "tables exported", len(selection.tables),
                    "tables")
     for table in selection.tables:
-        outcome = export_table(config, repository, ref, commit_id, table, lakefs=lakefs, progress=progress)
+        outcome = export_table(config, ExportAt(repository, ref, commit_id), table, lakefs=lakefs, progress=progress)
         if outcome.ok and iceberg_state(outcome.iceberg) is IcebergState.PENDING:
             try:
                 outcome.iceberg = export_iceberg(config, repository, ref, commit_id, table.name, lakefs=lakefs)
@@ -119,10 +119,11 @@ def find_table(lakefs: LakeFS, repository: str, commit_id: str, name: str) -> Ta
     raise TableNotFound(f"no valid descriptor for table {name!r} in _lakefs_tables/ at commit {commit_id}")
 
 
-def export_table(config: Config, repository: str, ref: str, commit_id: str, table: TableDescriptor,
-                 lakefs: LakeFS | None = None, copy_from: tuple[str, ...] = (),
-                 still_held: Callable[[], None] | None = None, progress: Progress = quiet) -> ExportOutcome:
-    """Export one table; failures come back as an outcome with the reason, never half-marked as done.
+def export_table(config: Config, at: ExportAt, table: TableDescriptor, lakefs: LakeFS | None = None,
+                 copy_from: tuple[str, ...] = (), still_held: Callable[[], None] | None = None,
+                 progress: Progress = quiet) -> ExportOutcome:
+    """Export one table at `at.commit_id`; failures come back as an outcome with the reason, never
+    half-marked as done.
 
     Cheapest first: a copy of this commit's export under one of the refs `copy_from` (a tag on an
     exported commit), else the parent's export plus the new commits, else a cold export.
@@ -132,8 +133,8 @@ def export_table(config: Config, repository: str, ref: str, commit_id: str, tabl
     started, calls_before = time.monotonic(), lakefs.calls
     outcome = ExportOutcome(table=table.name, table_path=table.path, ok=False)
     try:
-        job = ExportJob(config, lakefs, repository_store(config, lakefs, repository), repository, ref,
-                        commit_id, table, still_held, progress, started)
+        job = ExportJob(config, lakefs, repository_store(config, lakefs, at.repository), at.repository, at.ref,
+                        at.commit_id, table, still_held, progress, started)
         outcome = job.outcome
         try:  # already exported: its Iceberg record says whether that table is still to be written
             outcome.iceberg = ExportManifest.read(job.store, job.target).iceberg

@@ -26,8 +26,9 @@ from exporter.errors import CorruptLog, ExporterError, IcebergUnsupported, NotFo
 from exporter.delta.log import select_segment
 from exporter.export.manifest import ICEBERG, ExportManifest, IcebergState, iceberg_state
 from exporter.export.readback import ExportedLog, read_exported_log
+from exporter.iceberg import names
 from exporter.iceberg.table import IcebergTable, ReadRange, append_table, copy_table, write_table
-from exporter.storage.layout import ICEBERG_FOLDERS, iceberg_location, is_iceberg_metadata_file
+from exporter.storage.layout import iceberg_location
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.scope import ReadScope
 from exporter.threads import IO_THREADS, io_pool
@@ -53,7 +54,7 @@ class _ExportFiles:
         self.location = self.store.uri(self.root)
 
     def put(self, key: str, body: bytes) -> None:
-        if self.still_held is not None and is_iceberg_metadata_file(self.root, self.root + key):
+        if self.still_held is not None and names.is_metadata_file(key):
             self.still_held()
         self.store.put(self.root + key, body)
 
@@ -114,11 +115,10 @@ def write_iceberg_metadata(store: ObjectStore, location: str, source_timestamps:
     return _recorded(store, location, write, still_held)
 
 
-def branch_iceberg_metadata(store: ObjectStore, location: str, log: ExportedLog, previous: dict | None,
-                            source_timestamps: Mapping[int, int],
-                            still_held: Callable[[], None] | None = None, oldest_version: int = 0,
-                           scope: ReadScope | None = None) -> dict:
-    """The branch table at `location` (its complete log `log`) as an Iceberg table: a snapshot for
+def branch_iceberg_metadata(store: ObjectStore, location: str, previous: dict | None,
+                            source_timestamps: Mapping[int, int], still_held: Callable[[], None] | None = None,
+                            oldest_version: int = 0, scope: ReadScope | None = None) -> dict:
+    """The branch table at `location` (its log complete) as an Iceberg table: a snapshot for
     each version after the head of the table `previous` (its record in the state) names, appended;
     the record as `write_iceberg_metadata` gives it. Without a table to continue (none yet, refused,
     failed) it is written anew from the log's newest checkpoint; so too, `rewritten` saying why,
@@ -128,6 +128,7 @@ def branch_iceberg_metadata(store: ObjectStore, location: str, log: ExportedLog,
     log retention) are expired as it appends, and the files only they named deleted after its new
     metadata.json: the table's metadata grows with the versions the Delta log keeps, not all.
     `scope`: the objects the log may make it read (`confined_reads`)."""
+    log = read_exported_log(store, location)
     read_range = confined_reads(store, scope)
     if iceberg_state(previous) is IcebergState.WRITTEN and \
             max(map(int, previous["snapshot_ids"])) == log.segment.head_version:
@@ -195,7 +196,7 @@ def _derived_table(store: ObjectStore, location: str, log: ExportedLog, files: _
     source = _ExportFiles(store, iceberg_location(source_location))
     metadata_key = (record.get("metadata_location") or "").removeprefix(source.location)
     if iceberg_state(record) is not IcebergState.WRITTEN or not manifest.of_this_release or \
-            not is_iceberg_metadata_file(source.root, source.root + metadata_key):
+            not names.is_metadata_file(metadata_key):
         return None
 
     def copy(keys: list[str]) -> None:
@@ -215,7 +216,7 @@ def discard_iceberg_metadata(store: ObjectStore, location: str) -> int:
     """Remove the Iceberg table of the export at `location`, its metadata.json first (until then it
     reads whole); the number of objects removed."""
     root = iceberg_location(location)
-    keys = [key for folder in ICEBERG_FOLDERS for key in store.list_keys(root + folder)]
-    store.delete([key for key in keys if is_iceberg_metadata_file(location, key)])
-    store.delete([key for key in keys if not is_iceberg_metadata_file(location, key)])
+    keys = [key for folder in names.FOLDERS for key in store.list_keys(root + folder)]
+    store.delete([key for key in keys if names.is_metadata_file(key, root)])
+    store.delete([key for key in keys if not names.is_metadata_file(key, root)])
     return len(keys)

@@ -21,6 +21,16 @@ from exporter.storage.layout import export_location
 from exporter.storage.objectstore import ObjectStore
 
 
+@dataclass(frozen=True)
+class ExportAt:
+    """Where exports go: a commit of a repository under the ref it was reached through (the ref names
+    the exports' folder). `commit_id` None: the ref's head, for `export_commit` to resolve."""
+
+    repository: str
+    ref: str
+    commit_id: str | None = None
+
+
 @dataclass
 class ExportJob:
     config: Config

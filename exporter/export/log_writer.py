@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogSegment, commit_name
 from exporter.export.manifest import ICEBERG, PENDING, ExportManifest
-from exporter.storage.layout import MANIFEST, is_iceberg_metadata_file
+from exporter.iceberg import names
+from exporter.storage.layout import MANIFEST, iceberg_location
 from exporter.storage.objectstore import ObjectStore
 from exporter.threads import IO_THREADS, io_pool
 
@@ -122,7 +123,7 @@ def discard_export(store: ObjectStore, target: str) -> int:
     then the manifest and the log's start), so it never reads as one."""
     keys = store.list_keys(target)
     log = target + LOG_DIR
-    iceberg_tables = [k for k in keys if is_iceberg_metadata_file(target, k)]
+    iceberg_tables = [k for k in keys if names.is_metadata_file(k, iceberg_location(target))]
     store.delete(iceberg_tables)
     starts = [k for k in keys if k == target + MANIFEST or k == log + LAST_CHECKPOINT
               or (k.startswith(log) and (".checkpoint." in k or k.endswith(commit_name(0))))]

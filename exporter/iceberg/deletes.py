@@ -9,7 +9,6 @@ too. One delete file per data file and vector, so a vector replaced later retire
 
 from __future__ import annotations
 
-import hashlib
 import io
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,20 +16,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from exporter.delta.deletion_vectors import deleted_rows, unique_id
+from exporter.delta.deletion_vectors import deleted_rows
 
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545  # spec.md#reserved-field-ids
 _SCHEMA = pa.schema([
     pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID).encode()}),
     pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_ID).encode()}),
 ])
-
-
-def delete_file_key(data_path: str, descriptor: Mapping[str, Any]) -> str:
-    """Where the delete file of one data file and deletion vector goes, under the table location: a
-    name from both, so writing the same table again writes the same objects."""
-    digest = hashlib.blake2b(f"{data_path}\0{unique_id(descriptor)}".encode(), digest_size=16).hexdigest()
-    return f"data/deletes/{digest}.parquet"
 
 
 def position_deletes(data_path: str, descriptor: Mapping[str, Any],

@@ -17,14 +17,15 @@ import fastavro
 import numpy as np
 import pyarrow as pa
 
+from exporter.iceberg.stats import FileMetrics
 from exporter.iceberg.values import avro_type, from_avro, single_value
 
 FORMAT_VERSION = 2
 DATA, DELETES = 0, 1  # manifest content, and a file's: data, position deletes
 EXISTING, ADDED, DELETED = 0, 1, 2  # manifest entry status
 _CODEC = "deflate"
-# a table property: each manifest has its live entries' data paths, hashed (`table._hashes`), at
-# `path_hashes_key` (8 bytes a file): an append finds the manifests a path is in without reading them
+# a table property: each manifest has its live entries' data paths, hashed (`manifest_set.path_hashes`), at
+# `names.path_hashes_key` (8 bytes a file): an append finds the manifests a path is in without reading them
 PATH_HASHES = "lakefs-delta.manifest-path-hashes"
 
 
@@ -129,22 +130,19 @@ _PARSED_MANIFEST_FILE = fastavro.parse_schema(MANIFEST_FILE_SCHEMA)
 
 
 def data_file(content: int, path: str, partition: dict, record_count: int, size: int,
-              null_value_counts: dict[int, int] | None = None, lower_bounds: dict[int, bytes] | None = None,
-              upper_bounds: dict[int, bytes] | None = None) -> dict:
-    """A `data_file` struct (a data file, or a position delete file) as the Avro writer takes it."""
+              metrics: FileMetrics | None = None, bounds: dict[int, bytes] | None = None) -> dict:
+    """A `data_file` struct (a data file, or a position delete file) as the Avro writer takes it:
+    a data file's column `metrics`, or a delete file's `bounds` (lower and upper the same)."""
     def as_map(values: dict | None) -> list[dict] | None:
         return [{"key": key, "value": value} for key, value in sorted(values.items())] if values else None
 
+    nulls, lower, upper = (metrics.null_value_counts, metrics.lower_bounds, metrics.upper_bounds) if metrics else \
+        (None, bounds, bounds)
     return {"content": content, "file_path": path, "file_format": "PARQUET", "partition": partition,
             "record_count": record_count, "file_size_in_bytes": size, "column_sizes": None, "value_counts": None,
-            "null_value_counts": as_map(null_value_counts), "nan_value_counts": None,
-            "lower_bounds": as_map(lower_bounds), "upper_bounds": as_map(upper_bounds), "key_metadata": None,
+            "null_value_counts": as_map(nulls), "nan_value_counts": None,
+            "lower_bounds": as_map(lower), "upper_bounds": as_map(upper), "key_metadata": None,
             "split_offsets": None, "equality_ids": None, "sort_order_id": None}
-
-
-def path_hashes_key(manifest_key: str) -> str:
-    """Where the hashes of a manifest's data paths are kept, beside it (`table.PATH_HASHES`)."""
-    return manifest_key.removesuffix(".avro") + ".paths"
 
 
 def bound_of(entry: dict, kind: str, field_id: int) -> bytes | None:

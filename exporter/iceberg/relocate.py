@@ -18,8 +18,9 @@ from collections.abc import Callable
 
 from exporter.errors import CorruptLog
 from exporter.iceberg.files import IcebergFiles
-from exporter.iceberg.manifests import DELETES, FORMAT_VERSION, PATH_HASHES, path_hashes_key, read_manifest_list, \
-    relocate_manifest, relocate_manifest_list
+from exporter.iceberg.manifests import DELETES, FORMAT_VERSION, PATH_HASHES, read_manifest_list, relocate_manifest, \
+    relocate_manifest_list
+from exporter.iceberg.names import path_hashes_key
 from exporter.threads import IO_THREADS, io_pool
 
 CopyKeys = Callable[[list[str]], None]  # copy these keys of the source table to the same keys at the new location

@@ -194,8 +194,8 @@ def _struct_fields(delta_fields: list[dict], parent: FieldKey, ids: _Ids, path: 
         key = _struct_field_key(parent, name, given)
         field_id = ids.of(key, given)
         nested = {**(metadata.get(_NESTED_IDS) or {})} if ids.mapped else {}
-        iceberg_type, children = _type(delta_field["type"], key, ids, column, physical_name(delta_field), nested,
-                                       metadata.get(_TYPE_CHANGES) or [])
+        iceberg_type, children = _type(delta_field["type"], _At(key, column, physical_name(delta_field)),
+                                       _Within(ids, nested, metadata.get(_TYPE_CHANGES) or []))
         iceberg_field = {"id": field_id, "name": name, "required": not delta_field.get("nullable", True),
                          "type": iceberg_type}
         if isinstance(metadata.get("comment"), str):
@@ -209,16 +209,40 @@ def _struct_fields(delta_fields: list[dict], parent: FieldKey, ids: _Ids, path: 
     return fields, mapping
 
 
-def _type(delta_type: Any, key: FieldKey, ids: _Ids, column: str, nested_path: str, nested: dict,
-          type_changes: list, field_path: str = "") -> tuple[Any, list[dict]]:
+@dataclass(frozen=True)
+class _At:
+    """Where a type is within a struct field: its field key, its column name (for messages), its path
+    among the field's nested ids (`_NESTED_IDS`) and below the field (type changes name it)."""
+
+    key: FieldKey
+    column: str
+    nested_path: str
+    field_path: str = ""
+
+    def child(self, part: str) -> _At:
+        return _At(self.key + (part,), f"{self.column}.{part}", f"{self.nested_path}.{part}",
+                   _join(self.field_path, part))
+
+
+@dataclass(frozen=True)
+class _Within:
+    """What holds for every type within one struct field: the ids, its nested ids, its type changes."""
+
+    ids: _Ids
+    nested: dict
+    type_changes: list
+
+
+def _type(delta_type: Any, at: _At, within: _Within) -> tuple[Any, list[dict]]:
     """(Iceberg type, name-mapping children) of a Delta type."""
+    ids, column = within.ids, at.column
     if isinstance(delta_type, str):
-        return _primitive(delta_type, column, type_changes, field_path), []
+        return _primitive(delta_type, column, within.type_changes, at.field_path), []
     kind = delta_type.get("type")
     if kind == "struct":
-        fields, mapping = _struct_fields(delta_type.get("fields") or [], key, ids, column)
+        fields, mapping = _struct_fields(delta_type.get("fields") or [], at.key, ids, column)
         return {"type": "struct", "fields": fields}, mapping
-    if kind in ("array", "map") and ids.mapped and not nested:
+    if kind in ("array", "map") and ids.mapped and not within.nested:
         # The data files carry ids on the struct fields but none inside the array or map (Spark and
         # delta-rs alike), and no Iceberg metadata makes DuckDB 1.4 read those children: its iceberg
         # scan maps by field id only (duckdb-iceberg `IcebergMultiFileReader::Bind`), applies the
@@ -229,20 +253,20 @@ def _type(delta_type: Any, key: FieldKey, ids: _Ids, column: str, nested_path: s
         raise IcebergUnsupported(
             f"column {column!r} is an {kind} under column mapping without {_NESTED_IDS} (written by Delta's "
             "icebergCompatV2 feature): Iceberg readers would read its elements as null")
+
+    def child_id(part: str) -> int:  # each child's id before any of their types' (a map's value id follows its key's)
+        return ids.of(at.child(part).key, within.nested.get(at.child(part).nested_path))
+
     if kind == "array":
-        element_id = ids.of(key + ("element",), nested.get(f"{nested_path}.element"))
-        element, children = _type(delta_type["elementType"], key + ("element",), ids, f"{column}.element",
-                                  f"{nested_path}.element", nested, type_changes, _join(field_path, "element"))
+        element_id = child_id("element")
+        element, children = _type(delta_type["elementType"], at.child("element"), within)
         return ({"type": "list", "element-id": element_id, "element": element,
                  "element-required": not delta_type.get("containsNull", True)},
                 [_mapping(element_id, "element", children)])
     if kind == "map":
-        key_id = ids.of(key + ("key",), nested.get(f"{nested_path}.key"))
-        value_id = ids.of(key + ("value",), nested.get(f"{nested_path}.value"))
-        key_type, key_children = _type(delta_type["keyType"], key + ("key",), ids, f"{column}.key",
-                                       f"{nested_path}.key", nested, type_changes, _join(field_path, "key"))
-        value_type, value_children = _type(delta_type["valueType"], key + ("value",), ids, f"{column}.value",
-                                           f"{nested_path}.value", nested, type_changes, _join(field_path, "value"))
+        key_id, value_id = child_id("key"), child_id("value")
+        key_type, key_children = _type(delta_type["keyType"], at.child("key"), within)
+        value_type, value_children = _type(delta_type["valueType"], at.child("value"), within)
         entries = [_mapping(key_id, "key", key_children), _mapping(value_id, "value", value_children)]
         # Readers that map the parquet groups themselves (DuckDB) look for the map's repeated group:
         # `key_value` in the parquet spec, `entries` as Arrow writers (delta-rs) name it; it has no id.

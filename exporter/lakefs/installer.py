@@ -93,14 +93,23 @@ def render_descriptor(name: str, path: str) -> bytes:
     return content
 
 
-def install_actions(lakefs: LakeFS, repository: str, branch: str, url: str, branches: list[str],
-                    tables: dict[str, str], force: bool = False, branch_tables: list[str] = ()) -> str | None:
-    """Upload the action and descriptors, then commit. Returns the commit id, or None if all was in place.
+def action_files(url: str, branches: list[str], tables: dict[str, str],
+                 branch_tables: list[str] = ()) -> dict[str, bytes]:
+    """The files `install_actions` puts in a repository: the action calling `url` on commits, merges
+    and tags of `branches` (keeping branch tables on `branch_tables`), and a descriptor per table
+    (name -> path)."""
+    files = {ACTION_PATH: render_action(url, branches, branch_tables)}
+    files.update({f"{DESCRIPTORS_PREFIX}{name}.yaml": render_descriptor(name, path) for name, path in tables.items()})
+    return files
+
+
+def install_actions(lakefs: LakeFS, repository: str, branch: str, wanted: dict[str, bytes],
+                    force: bool = False) -> str | None:
+    """Upload the action and descriptors (`action_files`), then commit. Returns the commit id, or
+    None if all was in place.
 
     A different file already at one of the paths is an error unless `force`.
     """
-    wanted = {ACTION_PATH: render_action(url, branches, branch_tables)}
-    wanted.update({f"{DESCRIPTORS_PREFIX}{name}.yaml": render_descriptor(name, path) for name, path in tables.items()})
     changes = {}
     for path, content in wanted.items():
         try:

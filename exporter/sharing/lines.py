@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -167,11 +168,24 @@ def range_protocol(table: SharedTable, start: Snapshot, end: int) -> dict:
     return protocol
 
 
+@dataclass(frozen=True)
+class Feed:
+    """What a feed of versions holds: with `change_files`, a change data feed (cdc files where a
+    version has them, PROTOCOL.md#add-cdc-file), else a streaming query's data change files; every
+    version's metaData with `historical_metadata`, else only the first's."""
+
+    change_files: bool = True
+    historical_metadata: bool = False
+
+
+STREAM = Feed(change_files=False, historical_metadata=True)  # a streaming client's data change files
+
+
 def changes_lines(table: SharedTable, snapshot: Snapshot, end: int, fmt: str, presigner: Presigner,
-                  historical_metadata: bool, change_files: bool = True, protocol: dict | None = None) -> Iterator[dict]:
-    """A change data feed (`change_files`: cdc files where a version has them, PROTOCOL.md#add-cdc-file)
-    or the data change files of a streaming query, versions `snapshot.version` to `end`, under
-    `protocol` (`range_protocol`: the strictest over the range)."""
+                  feed: Feed = Feed(), protocol: dict | None = None) -> Iterator[dict]:
+    """The `feed` of versions `snapshot.version` to `end`, under `protocol` (`range_protocol`: the
+    strictest over the range)."""
+    change_files, historical_metadata = feed.change_files, feed.historical_metadata
     start = snapshot.version
     _require_change_data_feed(table, snapshot.metadata, start, change_files)
     yield _protocol_line(protocol or snapshot.protocol, fmt)

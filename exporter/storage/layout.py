@@ -25,8 +25,6 @@ from exporter.storage.scope import LAKEFS_FOLDER
 MANIFEST = "_lakefs_export.json"  # an export is complete once this exists
 STATE = "_lakefs_branch_table.json"  # a branch table's head, offset and followed commits
 LATEST = "latest"  # the commit folder of branch tables: never a commit id (those are 64 hex digits)
-ICEBERG_FOLDERS = ("metadata/", "data/")  # an Iceberg table's, under its location (exporter/iceberg)
-_ICEBERG_METADATA_FILE = re.compile(r"metadata/[^/]*\.metadata\.json")
 _SEGMENT_SAFE = re.compile(r"[A-Za-z0-9._-]")
 
 
@@ -65,13 +63,6 @@ def export_location(config: Config, ref: str, commit_id: str, table: str) -> str
 def iceberg_location(location: str) -> str:
     """The Iceberg table over an export: the export's own location, its folders beside `_delta_log/`."""
     return location
-
-
-def is_iceberg_metadata_file(location: str, key: str) -> bool:
-    """Whether `key` is a `metadata.json` of the Iceberg table at `iceberg_location(location)`: the
-    file a reader is pointed at, so the one that makes the other files a table."""
-    root = iceberg_location(location)
-    return key.startswith(root) and bool(_ICEBERG_METADATA_FILE.fullmatch(key[len(root):]))
 
 
 def branch_tables_root(config: Config, branch: str) -> str:

@@ -11,7 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from exporter.errors import InvalidParameter, VersionOutOfRange
-from exporter.sharing.lines import changes_lines, encode_lines, metadata_lines, query_lines, range_protocol, response_format
+from exporter.sharing.lines import (STREAM, Feed, changes_lines, encode_lines, metadata_lines, query_lines,
+                                    range_protocol, response_format)
 from hooks.sharing.deps import catalog_of, chunks, in_thread, services
 from hooks.sharing.errors import MalformedRequest
 
@@ -73,8 +74,7 @@ async def query_table(request: Request, share: str, schema: str, table: str,
             first = shared.snapshot(starting)
             protocol = range_protocol(shared, first, end)
             fmt = response_format(capabilities, protocol)
-            return starting, fmt, changes_lines(shared, first, end, fmt, presigner, historical_metadata=True,
-                                                change_files=False, protocol=protocol)
+            return starting, fmt, changes_lines(shared, first, end, fmt, presigner, STREAM, protocol)
         at = shared.version_at(timestamp, at_or_after=False) if timestamp is not None else version
         snapshot = shared.snapshot(at)
         fmt = response_format(capabilities, snapshot.protocol)
@@ -108,7 +108,7 @@ async def table_changes(request: Request, share: str, schema: str, table: str,
         protocol = range_protocol(shared, first, end)
         fmt = response_format(capabilities, protocol)
         return start, fmt, changes_lines(shared, first, end, fmt, presigner,
-                                         historical_metadata=includeHistoricalMetadata, protocol=protocol)
+                                         Feed(historical_metadata=includeHistoricalMetadata), protocol)
     return await _streamed(request, answer)
 
 

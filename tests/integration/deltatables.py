@@ -6,6 +6,7 @@ import os
 
 from exporter.export.log_writer import ExportOutcome
 from exporter.export.commit import export_commit
+from exporter.export.job import ExportAt
 from exporter.storage.layout import MANIFEST
 
 
@@ -31,7 +32,7 @@ def read_version(spark, location: str, version: int | None = None):
 
 
 def export_one(config, lakefs, repository: str, ref: str, commit_id: str, name: str) -> ExportOutcome:
-    outcomes = export_commit(config, repository, ref, commit_id, tables=[name], lakefs=lakefs)
+    outcomes = export_commit(config, ExportAt(repository, ref, commit_id), tables=[name], lakefs=lakefs)
     assert len(outcomes) == 1, outcomes
     return outcomes[0]
 

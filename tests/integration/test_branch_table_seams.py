@@ -11,7 +11,7 @@ import uuid
 import httpx
 import pytest
 
-from exporter.lakefs.installer import install_actions
+from exporter.lakefs.installer import action_files, install_actions
 from exporter.branch_tables.table import append_commit, branch_table_versions
 from exporter.errors import BranchTableRefused
 from exporter.state.status import StatusStore
@@ -148,7 +148,7 @@ def test_a_burst_whose_events_arrive_out_of_order_maps_every_commit_to_its_versi
 def test_an_event_naming_main_with_a_commit_of_another_branch_never_moves_mains_branch_table(
         service, spark, lakefs, config, seams, profile, connector_python):
     repository, path = seams["action"], "tables/guarded"
-    install_actions(lakefs, repository, "main", WEBHOOK, ["main"], {"guarded": path}, branch_tables=["main"])
+    install_actions(lakefs, repository, "main", action_files(WEBHOOK, ["main"], {"guarded": path}, ["main"]))
     uri = table_uri(repository, "main", path)
     spark.createDataFrame([(1, "main")], "id INT, note STRING").write.format("delta").save(uri)
     on_main = lakefs.commit_branch(repository, "main", "the table on main")

@@ -20,7 +20,7 @@ from exporter.branch_tables.log import SYNC_OPERATION
 from exporter.branch_tables.table import append_commit, branch_table_versions
 from exporter.upkeep.catch_up import catch_up
 from exporter.upkeep.retention import prune, verify
-from exporter.lakefs.installer import install_actions
+from exporter.lakefs.installer import action_files, install_actions
 from exporter.state.status import StatusStore
 from exporter.storage.layout import STATE
 from exporter.storage.objectstore import ObjectStore
@@ -204,7 +204,7 @@ def appends_done(service: str) -> float:
 
 
 def test_five_quick_commits_through_the_action_append_every_version_once(service, lakefs, spark, config, repository, s3):
-    install_actions(lakefs, repository, "main", WEBHOOK, ["main"], {"events": "tables/events"}, branch_tables=["main"])
+    install_actions(lakefs, repository, "main", action_files(WEBHOOK, ["main"], {"events": "tables/events"}, ["main"]))
     uri = table_uri(repository, "main", "tables/events")
     spark.createDataFrame([(0, "open")], "id INT, kind STRING").write.format("delta").save(uri)
     commits = [lakefs.commit_branch(repository, "main", "version 0")]

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import redis
 
-from exporter.lakefs.installer import install_actions
+from exporter.lakefs.installer import action_files, install_actions
 from exporter.config import load_config
 from exporter.storage.layout import MANIFEST
 from devtools import stack
@@ -47,7 +47,7 @@ def add_delta_version(lakefs, repository: str, branch: str, path: str, version: 
 
 
 def tables_repository(lakefs, repository: str, names: list[str], url: str = WEBHOOK, branches=("main",)) -> str:
-    install_actions(lakefs, repository, "main", url, list(branches), {n: f"tables/{n}" for n in names})
+    install_actions(lakefs, repository, "main", action_files(url, list(branches), {n: f"tables/{n}" for n in names}))
     for name in names:
         add_delta_version(lakefs, repository, "main", f"tables/{name}", 0)
     return lakefs.commit_branch(repository, "main", "tables")

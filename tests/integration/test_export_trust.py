@@ -17,6 +17,7 @@ import pytest
 from exporter.config import IcebergConfig
 from exporter.errors import ExporterError, ServiceUnavailable
 from exporter.export.commit import export_iceberg, export_table, find_table
+from exporter.export.job import ExportAt
 from exporter.export.manifest import PENDING
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.layout import MANIFEST
@@ -260,7 +261,7 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
 
     config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})  # its writes fail in turn too
     counting = FailingWrites(monkeypatch)
-    probe = export_table(config, repository, "probe", commit_id, table, lakefs=lakefs)
+    probe = export_table(config, ExportAt(repository, "probe", commit_id), table, lakefs=lakefs)
     assert probe.ok and probe.iceberg == PENDING, (probe.error, probe.iceberg)
     delta_writes = len(counting.keys)  # the export's; then its Iceberg table's (the worker's next task)
     probe.iceberg = export_iceberg(config, repository, "probe", commit_id, "faults", lakefs=lakefs)
@@ -283,7 +284,7 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
     for fail_at in range(1, len(written) + 1):
         FailingWrites(monkeypatch, fail_at)
         ref = f"fault-{fail_at}"
-        failed = export_table(config, repository, ref, commit_id, table, lakefs=lakefs)
+        failed = export_table(config, ExportAt(repository, ref, commit_id), table, lakefs=lakefs)
         if fail_at > delta_writes:  # the export is complete: a write of its Iceberg table, or of the manifest naming it
             assert failed.ok and failed.iceberg == PENDING, (failed.error, failed.iceberg)
             with pytest.raises(ExporterError, match="injected") as error:
@@ -309,13 +310,13 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
             assert answers == expected, \
                 f"write {fail_at} ({log_keys[fail_at - 1]}) failed after the table was complete"
         monkeypatch.undo()
-        retried = export_table(config, repository, ref, commit_id, table, lakefs=lakefs)
+        retried = export_table(config, ExportAt(repository, ref, commit_id), table, lakefs=lakefs)
         assert retried.ok, retried.error
         assert reads(spark, retried, versions, s3) == expected
 
     for fail_at in (2, delta_writes):  # a permanent failure before and after the table is complete
         FailingWrites(monkeypatch, fail_at, ExporterError("injected: object store refused put: AccessDenied"))
-        failed = export_table(config, repository, f"denied-{fail_at}", commit_id, table, lakefs=lakefs)
+        failed = export_table(config, ExportAt(repository, f"denied-{fail_at}", commit_id), table, lakefs=lakefs)
         monkeypatch.undo()
         assert not failed.ok and failed.permanent
         assert location_keys(s3, failed.location) == [], f"a permanent failure at write {fail_at} left objects"

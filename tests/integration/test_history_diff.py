@@ -108,10 +108,10 @@ def test_row_counts_are_net_of_deletion_vectors(spark, config, lakefs, repositor
 
 
 def test_commit_through_webhook_is_served_from_the_precomputed_cache(service, spark, config, lakefs, repository):
-    from exporter.lakefs.installer import install_actions
+    from exporter.lakefs.installer import action_files, install_actions
     from tests.integration.test_webhooks import WEBHOOK, api, wait_for_export
 
-    install_actions(lakefs, repository, "main", WEBHOOK, ["main"], {"transactions": "tables/transactions"})
+    install_actions(lakefs, repository, "main", action_files(WEBHOOK, ["main"], {"transactions": "tables/transactions"}))
     transactions(spark, range(20)).write.format("delta").save(table_uri(repository, "main", "tables/transactions"))
     commit = lakefs.commit_branch(repository, "main", "ingest")
     wait_for_export(service, repository, commit, {"transactions"})

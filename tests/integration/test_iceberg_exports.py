@@ -20,6 +20,7 @@ import pytest
 from exporter.config import IcebergConfig
 from exporter.branch_tables.table import append_commit, branch_table_versions
 from exporter.export.commit import export_commit
+from exporter.export.job import ExportAt
 from tests.integration.deltatables import add_descriptor, export_one, read_version, table_uri
 from tests.integration.test_branch_tables import commit_and_append
 from tests.integration.test_foreign_writers import gateway, upload_and_export  # noqa: F401 (a fixture)
@@ -128,7 +129,7 @@ def test_pyiceberg_and_duckdb_read_column_mapping_id_and_change_data_feed_export
     commit_id = lakefs.commit_branch(repository, "main", "mapped, changes")
     assert lakefs.list_objects(repository, commit_id, "tables/changes/_change_data/"), "CDF wrote change files"
 
-    outcomes = {o.table: o for o in export_commit(config, repository, "main", commit_id, lakefs=lakefs)}
+    outcomes = {o.table: o for o in export_commit(config, ExportAt(repository, "main", commit_id), lakefs=lakefs)}
 
     for name, versions in (("mapped", (1, 4)), ("changes", (2, 3))):
         assert outcomes[name].ok, outcomes[name].error

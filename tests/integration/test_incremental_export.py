@@ -73,6 +73,7 @@ def test_a_new_checkpoint_or_a_removed_file_exports_cold(spark, lakefs, config, 
 
 def test_a_tag_on_an_exported_commit_copies_the_export(spark, lakefs, config, repository, s3):
     from exporter.export.commit import export_table, find_table
+    from exporter.export.job import ExportAt
 
     uri = table_uri(repository, "main", "tables/release")
     spark.sql(f"CREATE TABLE delta.`{uri}` (id INT) USING delta TBLPROPERTIES ('delta.checkpointInterval' = '2')")
@@ -84,7 +85,8 @@ def test_a_tag_on_an_exported_commit_copies_the_export(spark, lakefs, config, re
     lakefs.create_tag(repository, "v1", commit_id)
     table = find_table(lakefs, repository, commit_id, "release")
 
-    tagged = export_table(config, repository, "v1", commit_id, table, lakefs=lakefs, copy_from=("feature", "main"))
+    tagged = export_table(config, ExportAt(repository, "v1", commit_id), table, lakefs=lakefs,
+                          copy_from=("feature", "main"))
 
     assert tagged.ok and tagged.incremental, tagged
     assert tagged.location.endswith(f"/exported/v1/{commit_id}/release/")

@@ -16,7 +16,7 @@ from examples.bank_pipeline import ingest, retention_and_column_remover
 from exporter.config import RowDiffConfig
 from exporter.errors import ExporterError
 from exporter.storage.objectstore import ObjectStore
-from exporter.diff.rows.compute import RowDiffCache, compute_row_diff
+from exporter.diff.rows.compute import RowDiffCache, RowDiffQuery, compute_row_diff
 from exporter.diff.rows.file import rows_page
 from tests.integration.deltatables import table_uri
 from tests.integration.test_webhooks import api
@@ -26,9 +26,8 @@ pytestmark = pytest.mark.integration
 
 def row_diff(config, lakefs, repository: str, left: str, right: str, path: str, key: tuple[str, ...] = ()) -> dict:
     """The row diff with its rows read back from its rows file (`rows`)."""
-    return with_rows(config, lakefs, repository, compute_row_diff(config, lakefs, repository,
-                                                                  lakefs.commit(repository, left).id,
-                                                                  lakefs.commit(repository, right).id, path, key))
+    query = RowDiffQuery(repository, lakefs.commit(repository, left).id, lakefs.commit(repository, right).id, path, key)
+    return with_rows(config, lakefs, repository, compute_row_diff(config, lakefs, query))
 
 
 def with_rows(config, lakefs, repository: str, diff: dict) -> dict:
@@ -200,7 +199,7 @@ def test_a_diff_over_the_size_limit_is_refused_with_the_reason(spark, lakefs, co
     after = lakefs.commit_branch(repository, "main", "second")
     small = config.model_copy(update={"row_diff": RowDiffConfig(max_bytes=10)})  # no Spark job
     with pytest.raises(ExporterError, match="bytes to read: more than 10"):
-        compute_row_diff(small, lakefs, repository, before, after, "tables/big")
+        compute_row_diff(small, lakefs, RowDiffQuery(repository, before, after, "tables/big"))
 
 
 def test_a_diff_above_the_in_process_limit_runs_as_a_spark_job_with_the_same_answer(spark, lakefs, config, repository,
@@ -210,12 +209,13 @@ def test_a_diff_above_the_in_process_limit_runs_as_a_spark_job_with_the_same_ans
     retention_and_column_remover(spark, lakefs, repository, "exp1", date(2026, 3, 2))
     left, right = lakefs.commit(repository, "main").id, lakefs.commit(repository, "exp1").id
     in_process = with_rows(config, lakefs, repository,
-                           compute_row_diff(config, lakefs, repository, left, right, "tables/transactions", ("txn_id",)))
+                           compute_row_diff(config, lakefs, RowDiffQuery(repository, left, right, "tables/transactions",
+                                                                         ("txn_id",))))
     progress: list[dict] = []
     limited = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"max_bytes": 0})})  # all above it
 
-    job = compute_row_diff(limited, lakefs, repository, left, right, "tables/transactions", ("txn_id",),
-                           progress=progress.append)
+    job = compute_row_diff(limited, lakefs, RowDiffQuery(repository, left, right, "tables/transactions",
+                                                         ("txn_id",)), progress=progress.append)
 
     assert (in_process["engine"], job["engine"]) == ("in-process", "spark") and "rows" not in job
     assert job["counts"] == in_process["counts"] == {"added": 120, "removed": 40, "updated": 0}
@@ -263,9 +263,10 @@ def in_process_and_as_spark_job(config, lakefs, repository: str, left: str, righ
                                 key: tuple[str, ...]) -> tuple[dict, dict, list[dict]]:
     """The row diff computed in the process and by the Spark job (everything is above a 0-byte limit),
     and the job's rows."""
-    in_process = with_rows(config, lakefs, repository, compute_row_diff(config, lakefs, repository, left, right, path, key))
+    query = RowDiffQuery(repository, left, right, path, key)
+    in_process = with_rows(config, lakefs, repository, compute_row_diff(config, lakefs, query))
     above = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"max_bytes": 0})})
-    job = compute_row_diff(above, lakefs, repository, left, right, path, key)
+    job = compute_row_diff(above, lakefs, query)
     assert (in_process["engine"], job["engine"]) == ("in-process", "spark")
     job_rows, _ = rows_page(ObjectStore(config, lakefs.storage_namespace(repository)), job["rows_location"], 0, 100)
     return in_process, job, job_rows
@@ -323,12 +324,12 @@ def test_a_renamed_and_widened_column_is_compared_by_value(spark, lakefs, config
 _MEASURED_ROW_DIFF = """
 import json, resource, sys
 from exporter.config import load_config
-from exporter.diff.rows.compute import RowDiffCache, cached_row_diff
+from exporter.diff.rows.compute import RowDiffCache, RowDiffQuery, cached_row_diff
 from exporter.lakefs.client import LakeFS
 repository, left, right, path = sys.argv[1:]
 config = load_config()
 cache = RowDiffCache(config.redis, 600)
-diff, _ = cached_row_diff(config, LakeFS(config.lakefs), cache, repository, left, right, path)
+diff, _ = cached_row_diff(config, LakeFS(config.lakefs), cache, RowDiffQuery(repository, left, right, path))
 print(json.dumps({"diff": diff, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "redis_bytes": cache.redis.strlen(cache.key(repository, left, right, path, "-"))}))
 """
@@ -365,7 +366,7 @@ def test_a_table_rewritten_whole_is_diffed_within_its_row_bound_or_refused_namin
         update={"spark": config.row_diff.spark.model_copy(update={"master": ""})})})
     with pytest.raises(ExporterError, match=r"16 file\(s\) holding 6,000,000 rows to read: more than row_diff.max_rows "
                                             r"\(2,000,000\)"):
-        compute_row_diff(without_spark, lakefs, repository, rewritten, bigger, "tables/narrow")
+        compute_row_diff(without_spark, lakefs, RowDiffQuery(repository, rewritten, bigger, "tables/narrow"))
 
 
 def test_the_page_shows_changed_rows_as_a_grid_with_each_updated_cell_before_and_after(spark, lakefs, repository,

@@ -56,9 +56,9 @@ def wait_for_action_run(lakefs, repository: str, commit_id: str, timeout: float 
 
 def setup_repository(lakefs, spark, repository: str, branches: list[str]) -> str:
     """Install the action and a descriptor, and write a small Delta table on main; returns the commit."""
-    from exporter.lakefs.installer import install_actions
+    from exporter.lakefs.installer import action_files, install_actions
 
-    install_actions(lakefs, repository, "main", WEBHOOK, branches, {"events": "tables/events"})
+    install_actions(lakefs, repository, "main", action_files(WEBHOOK, branches, {"events": "tables/events"}))
     uri = table_uri(repository, "main", "tables/events")
     spark.createDataFrame([(1, "open"), (2, "close")], "id INT, kind STRING").write.format("delta").save(uri)
     return lakefs.commit_branch(repository, "main", "events table", {"pipeline": "test"})

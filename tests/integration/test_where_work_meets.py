@@ -18,6 +18,7 @@ import pytest
 
 from exporter.config import IcebergConfig
 from exporter.export.commit import export_table
+from exporter.export.job import ExportAt
 from exporter.export.log_writer import discard_export
 from exporter.lakefs.descriptors import TableDescriptor
 from exporter.storage.layout import MANIFEST, export_location
@@ -87,8 +88,8 @@ def test_a_tag_copy_whose_source_prune_removes_mid_copy_is_exported_cold(lakefs,
         real_copy(self, source_relative, relative)
 
     monkeypatch.setattr(ObjectStore, "copy", copy_after_prune)
-    outcome = export_table(plain, repository, "v1", commit, TableDescriptor("t", "tables/t", "_lakefs_tables/t.yaml"),
-                           lakefs=lakefs, copy_from=("main",))
+    descriptor = TableDescriptor("t", "tables/t", "_lakefs_tables/t.yaml")
+    outcome = export_table(plain, ExportAt(repository, "v1", commit), descriptor, lakefs=lakefs, copy_from=("main",))
     assert pruned and outcome.ok and not outcome.incremental, outcome  # before: failed, permanent
     assert json.loads(store.get(export_location(plain, "v1", commit, "t") + MANIFEST)).get("derived_from") is None
     assert delta_rs_rows(outcome) == [(1,), (2,)]
@@ -121,15 +122,16 @@ def test_the_catch_up_command_sends_the_iceberg_tables_it_counts(processes, lake
                                                                  stack_env):
     """A complete export whose Iceberg table is still pending (its task lost): `lakefs-delta catch-up`
     queues export_iceberg, and a worker writes it (before: printed as queued, never sent)."""
-    from exporter.lakefs.installer import install_actions
+    from exporter.lakefs.installer import action_files, install_actions
 
-    install_actions(lakefs, repository, "main", "http://127.0.0.1:1/webhooks/lakefs", ["main"], {})
+    install_actions(lakefs, repository, "main", action_files("http://127.0.0.1:1/webhooks/lakefs", ["main"], {}))
     commit_table(lakefs, repository, "tables/t", tmp_path / "t", ids(1))
     add_descriptor(lakefs, repository, "t", "tables/t")
     commit = lakefs.commit_branch(repository, "main", "descriptor")
     iceberg = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
-    outcome = export_table(iceberg, repository, "main", commit, TableDescriptor("t", "tables/t", "_lakefs_tables/t.yaml"),
-                           lakefs=lakefs)  # the library writes the Delta log; its Iceberg task is never sent
+    # the library writes the Delta log; its Iceberg task is never sent
+    descriptor = TableDescriptor("t", "tables/t", "_lakefs_tables/t.yaml")
+    outcome = export_table(iceberg, ExportAt(repository, "main", commit), descriptor, lakefs=lakefs)
     assert outcome.ok and outcome.iceberg["state"] == "pending"
     processes.worker("catch-up-iceberg")
     time.sleep(1.1)  # past catch_up.in_flight_seconds: its task is taken for lost

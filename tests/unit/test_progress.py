@@ -8,6 +8,7 @@ import pytest
 
 from exporter.config import Config
 from exporter.export.commit import export_commit
+from exporter.export.job import ExportAt
 from exporter.progress import Step, counted, each
 from exporter.lakefs.installer import ACTION_PATH, render_action
 from exporter.state.status import StatusStore
@@ -74,9 +75,9 @@ def test_a_cold_then_an_incremental_export_report_their_stages_to_the_end(lakefs
     first = events.append(1, 2).append(3).commit()
     steps: list[Step] = []
 
-    export_commit(CONFIG, "repo", "main", first, progress=steps.append)
+    export_commit(CONFIG, ExportAt("repo", "main", first), progress=steps.append)
     second = events.append(4).commit()
-    export_commit(CONFIG, "repo", "main", second, progress=steps.append)
+    export_commit(CONFIG, ExportAt("repo", "main", second), progress=steps.append)
 
     finished = [(s.subject, s.stage, s.done, s.total) for s in steps if s.finished]
     assert finished == [

@@ -73,13 +73,26 @@ class SourceLog:
         return self.loaded.checkpoint_files
 
 
-def compute_row_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: str | None, right_commit: str,
-                     table_path: str, key: tuple[str, ...] = (), max_bytes: int | None = None,
+@dataclass(frozen=True)
+class RowDiffQuery:
+    """Which row diff: `table_path` in `repository` from `left` (None: an empty table) to `right`,
+    rows matched on the `key` columns (none: on all of them). Commit ids, or refs for `cached_row_diff`."""
+
+    repository: str
+    left: str | None
+    right: str
+    table_path: str
+    key: tuple[str, ...] = ()
+
+
+def compute_row_diff(config: Config, lakefs: LakeFS, query: RowDiffQuery, max_bytes: int | None = None,
                      progress: Callable[[dict], None] | None = None) -> dict:
-    """The row diff of `table_path` from `left_commit` to `right_commit` (no left: every row added).
-    Above `row_diff.max_rows` rows to read (counted before and while reading), `max_bytes` of files
-    (default `row_diff.max_bytes`) or `row_diff.max_memory_mib` of rows read: the Spark job when
-    `row_diff.spark.master` is set (and no `max_bytes` was given), else RowDiffTooLarge."""
+    """The row diff `query` names, between two commits. Above `row_diff.max_rows` rows to read
+    (counted before and while reading), `max_bytes` of files (default `row_diff.max_bytes`) or
+    `row_diff.max_memory_mib` of rows read: the Spark job when `row_diff.spark.master` is set (and
+    no `max_bytes` was given), else RowDiffTooLarge."""
+    repository, left_commit, right_commit, table_path, key = \
+        query.repository, query.left, query.right, query.table_path, tuple(query.key)
     use_spark = max_bytes is None and bool(config.row_diff.spark.master)
     max_bytes = config.row_diff.max_bytes if max_bytes is None else max_bytes
     started = time.monotonic()
@@ -330,14 +343,15 @@ def key_columns(part: str) -> tuple[str, ...]:
     return () if part == "-" else tuple(part.split(","))
 
 
-def cached_row_diff(config: Config, lakefs: LakeFS, cache: RowDiffCache, repository: str, left_ref: str | None,
-                    right_ref: str, table_path: str, key: tuple[str, ...] = (),
+def cached_row_diff(config: Config, lakefs: LakeFS, cache: RowDiffCache, query: RowDiffQuery,
                     max_bytes: int | None = None) -> tuple[dict, bool]:
     """The row diff between two refs, from the cache when present. Returns (diff, came from cache)."""
-    left_commit, right_commit = diff_commits(lakefs, repository, left_ref, right_ref)
-    found = cache.get(repository, left_commit, right_commit, table_path, key_part(key))
+    left_commit, right_commit = diff_commits(lakefs, query.repository, query.left, query.right)
+    at_commits = replace(query, left=left_commit, right=right_commit)
+    parts = (query.repository, left_commit, right_commit, query.table_path, key_part(query.key))
+    found = cache.get(*parts)
     if found is not None:
         return found, True
-    diff = compute_row_diff(config, lakefs, repository, left_commit, right_commit, table_path, key, max_bytes)
-    cache.put(diff, repository, left_commit, right_commit, table_path, key_part(key))
+    diff = compute_row_diff(config, lakefs, at_commits, max_bytes)
+    cache.put(diff, *parts)
     return diff, False

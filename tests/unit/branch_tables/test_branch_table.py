@@ -17,6 +17,7 @@ from exporter.branch_tables.log import annotated, remove_of
 from exporter.branch_tables.table import append_commit, branch_table_versions, follows
 from exporter.branch_tables.state import read_state
 from exporter.export.commit import export_iceberg, export_table
+from exporter.export.job import ExportAt
 from exporter.catalog.iceberg import IcebergCatalog
 from exporter.upkeep.retention import HOUR, within_policy
 from exporter.lakefs.descriptors import TableDescriptor
@@ -154,10 +155,10 @@ def test_an_append_that_lost_its_lock_stops_before_the_state_its_readers_follow(
 
     config = Config(branch_tables=("main",))
     first = events.append(1, 2).commit()
-    assert export_table(config, "repo", "main", first, events.descriptor).ok
+    assert export_table(config, ExportAt("repo", "main", first), events.descriptor).ok
     assert append_commit(config, lakefs, "repo", "main", first, "events").appended == [0]
     second = events.append(3).commit()
-    assert export_table(config, "repo", "main", second, events.descriptor).ok
+    assert export_table(config, ExportAt("repo", "main", second), events.descriptor).ok
 
     def lost() -> None:
         raise LockLost("the lock 'branch-table:repo:main:events' expired and is no longer this worker's")
@@ -190,10 +191,10 @@ def test_versions_an_interrupted_append_wrote_are_never_taken_back(lakefs, event
 
     config = Config(branch_tables=("main",))
     first = events.append(1, 2).commit()
-    assert export_table(config, "repo", "main", first, events.descriptor).ok
+    assert export_table(config, ExportAt("repo", "main", first), events.descriptor).ok
     assert append_commit(config, lakefs, "repo", "main", first, "events").appended == [0]
     second = events.append(3).append(4).commit()
-    assert export_table(config, "repo", "main", second, events.descriptor).ok
+    assert export_table(config, ExportAt("repo", "main", second), events.descriptor).ok
     store = ObjectStore(config, "s3://lake/repo")
     target = branch_table_location(config, "main", "events")
     put = type(store).put
@@ -213,7 +214,7 @@ def test_versions_an_interrupted_append_wrote_are_never_taken_back(lakefs, event
     log = f"{events.descriptor.prefix}_delta_log/"
     gone = [f"_delta_log/{v:020d}.json" for v in (1, 2)]  # the source's head moves back to version 0
     third = events.commit(leave_out=gone, extra={log + f"{v:020d}.json": None for v in (1, 2)})
-    assert export_table(config, "repo", "main", third, events.descriptor).ok
+    assert export_table(config, ExportAt("repo", "main", third), events.descriptor).ok
     outcome = append_commit(config, lakefs, "repo", "main", third, "events")
 
     assert store.get(target + "_delta_log/" + f"{1:020d}.json") == seen
@@ -276,7 +277,7 @@ def re_pointed(table: SourceTable, path: str) -> SourceTable:
 
 def exported_and_appended(config: Config, lakefs: FakeLakeFS, table: SourceTable) -> str:
     commit_id = table.commit()
-    exported = export_table(config, "repo", "main", commit_id, table.descriptor, lakefs=lakefs)
+    exported = export_table(config, ExportAt("repo", "main", commit_id), table.descriptor, lakefs=lakefs)
     assert exported.ok, exported.error
     outcome = append_commit(config, lakefs, "repo", "main", commit_id, table.descriptor.name)
     assert outcome.appended and not outcome.skipped
@@ -302,7 +303,7 @@ def test_a_branch_table_names_every_path_its_versions_were_read_from_to_each_rea
     assert table.branch_table and table.table_paths == ("tables/events", "restricted/events")
     assert table.table_path == "restricted/events"
     lakefs.create_branch("repo", "feature", second)  # no branch table there: the export of one commit, one path
-    assert export_table(config, "repo", "feature", second, events.descriptor, lakefs=lakefs).ok
+    assert export_table(config, ExportAt("repo", "feature", second), events.descriptor, lakefs=lakefs).ok
     assert export_iceberg(config, "repo", "feature", second, "events", lakefs=lakefs)["state"] == "written"
     assert catalog.table("repo", "feature", second, "events").table_paths == ("restricted/events",)
 
@@ -339,7 +340,7 @@ def test_an_append_from_a_re_pointed_path_names_it_before_writing_a_version_read
             raise LockLost("the lock expired")
 
     second = re_pointed(events, "restricted/events").append(2).commit()
-    assert export_table(config, "repo", "main", second, events.descriptor, lakefs=lakefs).ok
+    assert export_table(config, ExportAt("repo", "main", second), events.descriptor, lakefs=lakefs).ok
     with pytest.raises(LockLost):
         append_commit(config, lakefs, "repo", "main", second, "events", still_held=lost_after_the_first_check)
 

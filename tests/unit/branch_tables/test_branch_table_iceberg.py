@@ -17,6 +17,7 @@ from exporter.branch_tables.append import AppendOutcome
 from exporter.branch_tables.table import append_commit, branch_table_versions
 from exporter.branch_tables.state import read_state
 from exporter.export.commit import export_table
+from exporter.export.job import ExportAt
 from exporter.export.readback import read_exported_log
 from exporter.iceberg.manifests import DELETED, read_manifest, read_manifest_list
 from exporter.storage.layout import STATE, branch_table_location
@@ -36,7 +37,7 @@ def namespace(lakefs: FakeLakeFS) -> MemoryStore:
 
 def commit_and_append(lakefs: FakeLakeFS, table: SourceTable, config: Config = ON, **commit) -> AppendOutcome:
     commit_id = table.commit(**commit)
-    assert export_table(config, "repo", "main", commit_id, table.descriptor, lakefs=lakefs).ok
+    assert export_table(config, ExportAt("repo", "main", commit_id), table.descriptor, lakefs=lakefs).ok
     outcome = append_commit(config, lakefs, "repo", "main", commit_id, table.descriptor.name)
     assert not outcome.skipped, outcome.skipped
     return outcome

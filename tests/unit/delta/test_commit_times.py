@@ -39,6 +39,7 @@ def test_an_export_starting_at_a_checkpoint_records_the_commit_times_delta_gives
 
     from exporter.config import Config
     from exporter.export.commit import export_table
+    from exporter.export.job import ExportAt
     from exporter.storage.layout import MANIFEST, export_location
     from tests.unit.source_tables import SourceTable
 
@@ -52,7 +53,7 @@ def test_an_export_starting_at_a_checkpoint_records_the_commit_times_delta_gives
         tree[path] = dataclasses.replace(tree[path], mtime=seconds)
 
     config = Config(iceberg={"enabled": False})
-    outcome = export_table(config, "repo", "main", head, events.descriptor, lakefs=lakefs)
+    outcome = export_table(config, ExportAt("repo", "main", head), events.descriptor, lakefs=lakefs)
     assert outcome.ok and outcome.checkpoint_version == 3, outcome.error
     manifest = json.loads(lakefs.store.at("s3://lake/repo").get(export_location(config, "main", head, "events") + MANIFEST))
     assert manifest["source_timestamps_ms"]["3"] == 30_000_001  # not 16_000_000: version 2's time + 1 ms

@@ -15,6 +15,7 @@ import pytest
 from exporter.config import Config
 from exporter.errors import PathOutsideRepository
 from exporter.export.commit import export_iceberg, export_table, exports_in_store
+from exporter.export.job import ExportAt
 from exporter.export.manifest import PENDING
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.upkeep.retention import prune
@@ -36,7 +37,7 @@ def namespace(lakefs: FakeLakeFS) -> MemoryStore:
 def export(lakefs: FakeLakeFS, ref: str, commit_id: str, table: SourceTable, config: Config = ON,
            **options) -> ExportOutcome:
     """The export, then its Iceberg table, as a worker writes them (`outcome.iceberg`: its record)."""
-    outcome = export_table(config, "repo", ref, commit_id, table.descriptor, lakefs=lakefs, **options)
+    outcome = export_table(config, ExportAt("repo", ref, commit_id), table.descriptor, lakefs=lakefs, **options)
     assert outcome.ok, outcome.error
     if config.iceberg.enabled:
         assert outcome.iceberg == PENDING, outcome.iceberg
@@ -70,12 +71,12 @@ def test_an_export_is_complete_before_its_iceberg_table_which_is_written_after_a
     written_before = len(store.written)
     location = export_location(ON, "main", commit, "events")
 
-    delta = export_table(ON, "repo", "main", commit, events.descriptor, lakefs=lakefs)
+    delta = export_table(ON, ExportAt("repo", "main", commit), events.descriptor, lakefs=lakefs)
 
     assert delta.ok and delta.iceberg == PENDING == manifest(lakefs, location)["iceberg"]
     assert iceberg_files(store, location) == []
     assert exports_in_store(ON, "repo", commit, lakefs=lakefs)["main"]["events"]["iceberg"] == PENDING
-    again = export_table(ON, "repo", "main", commit, events.descriptor, lakefs=lakefs)
+    again = export_table(ON, ExportAt("repo", "main", commit), events.descriptor, lakefs=lakefs)
     assert again.skipped and again.iceberg == PENDING  # an event delivered again: the task is queued again
 
     outcome = export(lakefs, "main", commit, events)  # the worker's task
@@ -175,14 +176,14 @@ def test_a_log_the_iceberg_writer_did_not_foresee_keeps_its_delta_export(lakefs,
     log says so in one line (the trace only at debug level: `lakefs-delta export` printed it whole)."""
     import logging
 
-    import exporter.iceberg.table as iceberg_table
+    import exporter.iceberg.manifest_set as manifest_set
 
     caplog.set_level(logging.INFO, logger="lakefs_delta.exporter")
 
     def broken(*args, **kwargs):
         raise TypeError("unsupported operand type(s) for +: 'int' and 'NoneType'")
 
-    monkeypatch.setattr(iceberg_table, "write_manifest", broken)
+    monkeypatch.setattr(manifest_set, "write_manifest", broken)
     commit = events.append(1).append(2).commit()
 
     outcome = export(lakefs, "main", commit, events)

@@ -14,6 +14,7 @@ from exporter.config import Config
 from exporter.errors import LockLost, MissingDataFiles
 from exporter.export import incremental
 from exporter.export.commit import export_table
+from exporter.export.job import ExportAt
 from exporter.export.incremental import ColdExportNeeded, export_incrementally
 from exporter.export.job import ExportJob
 from exporter.export.log_writer import ExportOutcome
@@ -41,7 +42,7 @@ def manifest(lakefs: FakeLakeFS, ref: str, commit_id: str, table: str = "events"
 
 
 def export(lakefs: FakeLakeFS, ref: str, commit_id: str, table: SourceTable, **options) -> ExportOutcome:
-    outcome = export_table(CONFIG, "repo", ref, commit_id, table.descriptor, lakefs=lakefs, **options)
+    outcome = export_table(CONFIG, ExportAt("repo", ref, commit_id), table.descriptor, lakefs=lakefs, **options)
     assert outcome.ok, outcome.error
     return outcome
 
@@ -108,7 +109,7 @@ def test_anything_but_new_objects_exports_cold_saying_why(lakefs, events, change
     else:  # a checkpoint whose writer left `_last_checkpoint` as it was
         second = events.checkpoint().commit(leave_out=["_delta_log/_last_checkpoint"])
 
-    outcome = export_table(CONFIG, "repo", "main", second, events.descriptor, lakefs=lakefs)
+    outcome = export_table(CONFIG, ExportAt("repo", "main", second), events.descriptor, lakefs=lakefs)
 
     assert not outcome.incremental
     assert outcome.cold_reason == reason.format(file=data_file.removeprefix("tables/events/"))
@@ -168,7 +169,7 @@ def test_a_new_commit_whose_file_is_missing_fails_and_leaves_nothing(lakefs, eve
                     if f"tables/events/{p.name}" not in events.data_files())
     second = events.commit(leave_out=[new_file.name])  # the commit names a file lakeFS does not hold
 
-    outcome = export_table(CONFIG, "repo", "main", second, events.descriptor, lakefs=lakefs)
+    outcome = export_table(CONFIG, ExportAt("repo", "main", second), events.descriptor, lakefs=lakefs)
 
     assert not outcome.ok and outcome.permanent
     assert outcome.error == str(MissingDataFiles("events", [new_file.name]))
@@ -245,7 +246,7 @@ def test_an_export_whose_lock_was_lost_stops_before_the_table_exists(lakefs, eve
     def lost() -> None:
         raise LockLost("the lock 'x' expired and is no longer this worker's: stopped before writing")
 
-    outcome = export_table(CONFIG, "repo", "main", second, events.descriptor, lakefs=lakefs, still_held=lost)
+    outcome = export_table(CONFIG, ExportAt("repo", "main", second), events.descriptor, lakefs=lakefs, still_held=lost)
 
     assert not outcome.ok and not outcome.permanent and "expired" in outcome.error
     written = exported(lakefs, "main", second)

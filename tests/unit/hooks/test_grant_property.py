@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from exporter.config import Config
 from exporter.diff.datasets import list_datasets
 from exporter.export.commit import export_iceberg, export_table
+from exporter.export.job import ExportAt
 from exporter.lakefs.descriptors import TableDescriptor
 from exporter.storage.layout import export_location
 from hooks.app import create_app
@@ -54,7 +55,7 @@ class Lake:
         self.store = lakefs.store.at("s3://lake/repo")
         self.data_files: dict[str, str] = {}
         for source in sources:
-            assert export_table(self.config, "repo", "main", self.commit, source.descriptor, lakefs=lakefs).ok
+            assert export_table(self.config, ExportAt("repo", "main", self.commit), source.descriptor, lakefs=lakefs).ok
             assert export_iceberg(self.config, "repo", "main", self.commit, source.descriptor.name, lakefs=lakefs)
             self.data_files[source.descriptor.name] = self._data_file(source.descriptor.name)
         self.app = create_app(self.config)

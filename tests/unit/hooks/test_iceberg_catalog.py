@@ -14,6 +14,7 @@ import pytest
 
 from exporter.config import Config
 from exporter.export.commit import export_iceberg, export_table
+from exporter.export.job import ExportAt
 from exporter.storage.layout import MANIFEST, export_location
 from hooks.app import create_app
 from tests.unit.hooks.asgi import call
@@ -47,7 +48,7 @@ class Catalog:
         lakefs.create_tag("repo", TAG, self.commit)
         for ref, table, config in (("main", events, self.config), (TAG, events, self.config),
                                    ("main", plain, self.config.model_copy(update={"iceberg": Config(iceberg={"enabled": False}).iceberg}))):
-            assert export_table(config, "repo", ref, self.commit, table.descriptor, lakefs=lakefs).ok
+            assert export_table(config, ExportAt("repo", ref, self.commit), table.descriptor, lakefs=lakefs).ok
             if config.iceberg.enabled:  # what the worker's task does next
                 assert export_iceberg(config, "repo", ref, self.commit, table.descriptor.name, lakefs=lakefs)
         self.events, self.lakefs = events, lakefs
@@ -138,7 +139,8 @@ def test_a_refs_tables_are_its_commits_exports_with_iceberg_metadata_and_load_wi
 
 def test_an_export_whose_iceberg_table_is_pending_is_not_a_table_until_it_is_written(catalog):
     catalog.lakefs.create_tag("repo", "v2", catalog.commit)
-    assert export_table(catalog.config, "repo", "v2", catalog.commit, catalog.events.descriptor, lakefs=catalog.lakefs).ok
+    assert export_table(catalog.config, ExportAt("repo", "v2", catalog.commit), catalog.events.descriptor,
+                        lakefs=catalog.lakefs).ok
     tables = f"/namespaces/{ns('repo', 'v2')}/tables"
 
     assert catalog.request("GET", tables).json() == {"identifiers": []}
@@ -307,7 +309,7 @@ def test_a_branch_serves_every_table_its_head_holds_from_their_newest_complete_e
     a.commit()
     first = b.commit()
     for table in (a, b):
-        assert export_table(config, "repo", "main", first, table.descriptor, lakefs=lakefs).ok
+        assert export_table(config, ExportAt("repo", "main", first), table.descriptor, lakefs=lakefs).ok
         assert export_iceberg(config, "repo", "main", first, table.descriptor.name, lakefs=lakefs)
     app = create_app(config)
 
@@ -321,7 +323,7 @@ def test_a_branch_serves_every_table_its_head_holds_from_their_newest_complete_e
         loaded = get(f"/namespaces/{ns('repo', 'main')}/tables/{name}")
         assert loaded.status_code == 200 and f"/{first}/{name}/" in loaded.json()["metadata-location"], loaded.text
 
-    assert export_table(config, "repo", "main", second, a.descriptor, lakefs=lakefs).ok
+    assert export_table(config, ExportAt("repo", "main", second), a.descriptor, lakefs=lakefs).ok
     assert export_iceberg(config, "repo", "main", second, "a", lakefs=lakefs)
     assert f"/{second}/a/" in get(f"/namespaces/{ns('repo', 'main')}/tables/a").json()["metadata-location"]
     assert f"/{first}/b/" in get(f"/namespaces/{ns('repo', 'main')}/tables/b").json()["metadata-location"]

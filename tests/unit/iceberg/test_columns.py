@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import exporter.iceberg.manifest_set as manifest_set
 import exporter.iceberg.table as table_module
 from exporter.iceberg.manifests import read_manifest, read_manifest_list
 from tests.unit.iceberg.local_export import LocalFiles, LocalLog, read_range
@@ -88,7 +89,7 @@ def written(folder: Path, log: LocalLog) -> tuple[list[dict], list, dict]:
 def test_columns_write_what_the_file_by_file_path_writes(tmp_path, monkeypatch, all_stats):
     log = write_log(tmp_path, all_stats)
     fast = written(tmp_path / "fast", log)
-    monkeypatch.setattr(table_module, "manifest_entries", lambda *arguments: None)
+    monkeypatch.setattr(manifest_set, "manifest_entries", lambda *arguments: None)
     slow = written(tmp_path / "slow", log)
 
     assert fast[0] == slow[0]  # every entry: path, partition, counts, null counts, bounds
@@ -108,8 +109,8 @@ def test_a_manifest_written_by_columns_sums_up_its_partitions(tmp_path):
 def test_the_fast_path_takes_good_stats(tmp_path, monkeypatch):
     """What the comparison above compares: slices the columns take (not all left to the slow path)."""
     taken = []
-    real = table_module.manifest_entries
-    monkeypatch.setattr(table_module, "manifest_entries",
+    real = manifest_set.manifest_entries
+    monkeypatch.setattr(manifest_set, "manifest_entries",
                         lambda *arguments: taken.append(real(*arguments)) or taken[-1])
     table_module.write_table(write_log(tmp_path, GOOD), LocalFiles(tmp_path / "iceberg"), read_range)
     assert [len(entries.rows) for entries in taken] == [4]

@@ -14,6 +14,7 @@ from exporter.config import Config, ObjectStoreConfig, ShareConfig, load_config
 from exporter.errors import (InvalidParameter, NotShared, PathOutsideRepository, UnshareableTable, UnsupportedByClient,
                              VersionOutOfRange)
 from exporter.export.commit import export_table
+from exporter.export.job import ExportAt
 from exporter.sharing.catalog import Catalog, _schema_name, _split_schema
 from exporter.sharing.lines import _file_line, encode_lines, query_lines, range_protocol, response_format
 from exporter.sharing.versions import SharedTable, shared_protocol
@@ -465,7 +466,7 @@ def test_a_shared_export_whose_log_names_another_repositorys_file_gets_no_url_fo
     hostile = {"add": {"path": address, "partitionValues": {}, "size": 500, "modificationTime": 1, "dataChange": True}}
     commit = events.commit(extra={f"tables/events/_delta_log/{1:020d}.json": (json.dumps(hostile) + "\n").encode()})
     lakefs.create_tag("repo", "v1", commit)
-    exported = export_table(config, "repo", "v1", commit, events.descriptor, lakefs=lakefs)
+    exported = export_table(config, ExportAt("repo", "v1", commit), events.descriptor, lakefs=lakefs)
     assert exported.ok, exported.error
     shared = Catalog(config, lakefs, ["s"]).table("s", "v1", "events")
 

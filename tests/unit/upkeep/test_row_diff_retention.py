@@ -8,6 +8,7 @@ import pytest
 
 from exporter.config import Config
 from exporter.export.commit import export_table
+from exporter.export.job import ExportAt
 from exporter.upkeep.retention import orphan_row_diffs, prune, verify
 from exporter.storage.layout import row_diff_location
 
@@ -17,10 +18,10 @@ pytestmark = pytest.mark.unit
 def test_prune_removes_the_rows_files_of_the_exports_it_removes_and_verify_names_orphans(lakefs, events, redis_url):
     config = Config(iceberg={"enabled": False}, redis_url=redis_url)
     old = events.append(1).commit()
-    assert export_table(config, "repo", "main", old, events.descriptor, lakefs=lakefs).ok
+    assert export_table(config, ExportAt("repo", "main", old), events.descriptor, lakefs=lakefs).ok
     middle = events.append(2).commit()  # never exported, not a head
     head = events.append(3).commit()
-    assert export_table(config, "repo", "main", head, events.descriptor, lakefs=lakefs).ok
+    assert export_table(config, ExportAt("repo", "main", head), events.descriptor, lakefs=lakefs).ok
     store = lakefs.store.at(lakefs.storage_namespace("repo"))
     rows = {name: row_diff_location(config, left, right, "tables/events", "-")
             for name, left, right in (("old", None, old), ("middle", old, middle), ("head", middle, head))}

@@ -161,8 +161,8 @@ def exports(worker, monkeypatch):
     to raise); each call's arguments in `exports.calls`."""
     script = SimpleNamespace(outcomes=[], calls=[])
 
-    def export_one_table(config, repository, ref, commit_id, table, lakefs=None, copy_from=(), still_held=None):
-        script.calls.append({"ref": ref, "table": table, "copy_from": copy_from, "still_held": still_held})
+    def export_one_table(config, at, table, lakefs=None, copy_from=(), still_held=None):
+        script.calls.append({"ref": at.ref, "table": table, "copy_from": copy_from, "still_held": still_held})
         outcome = script.outcomes.pop(0)
         if isinstance(outcome, BaseException):
             raise outcome
@@ -570,6 +570,7 @@ def test_every_task_kind_catch_up_sends_ends_failed_for_good_after_max_rounds(wo
     (before, only export_table counted rounds: the others were queued again on every run)."""
     from exporter.upkeep.catch_up import catch_up
     from exporter.export.commit import export_table as export_one_table
+    from exporter.export.job import ExportAt
 
     config = worker.config.model_copy(update={
         "iceberg": IcebergConfig(enabled=True),
@@ -579,7 +580,7 @@ def test_every_task_kind_catch_up_sends_ends_failed_for_good_after_max_rounds(wo
     unlisted = other.commit(extra={ACTION_PATH: render_action("http://x/webhook", ["main"], ["main"])})
     events = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events").append(1)
     exported = events.commit()  # the head: exported, its Iceberg table pending, its branch table not appended
-    assert export_one_table(config, "repo", "main", exported, events.descriptor, lakefs=worker.lakefs).ok
+    assert export_one_table(config, ExportAt("repo", "main", exported), events.descriptor, lakefs=worker.lakefs).ok
     worker.status.set_table("repo", "main", exported, "events", "done")
 
     first = catch_up(config, worker.lakefs, worker.status)

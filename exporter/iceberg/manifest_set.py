@@ -1,0 +1,316 @@
+"""The manifests of an Iceberg table's current snapshot, and how the next snapshot changes them.
+
+Added files go into new manifests of at most `manifest_entries` files (a checkpoint's streamed a
+slice at a time, column by column); a retired path marks its entry deleted in the one manifest that
+holds it, found by 8-byte hashes of each manifest's live paths kept beside it, so no other manifest
+is read or rewritten. Deletion vectors become position delete files, the only data objects written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from exporter.delta.live_files import add_actions
+from exporter.delta.paths import absolute_column, is_absolute, physical_address
+from exporter.iceberg import names
+from exporter.iceberg.columns import Entries, manifest_entries
+from exporter.iceberg.deletes import FILE_PATH_ID, position_deletes
+from exporter.iceberg.evolution import Evolution
+from exporter.iceberg.files import IcebergFiles
+from exporter.iceberg.manifests import ADDED, DATA, DELETED, DELETES, EXISTING, bound_of, data_file, \
+    read_manifest, read_manifest_list, write_encoded_manifest, write_manifest
+from exporter.iceberg.stats import file_metrics
+from exporter.iceberg.versions import GoneFile
+from exporter.parquet.splice import open_parquet
+from exporter.threads import IO_THREADS, io_pool
+
+ReadRange = Callable[[str, int, int], bytes]  # (a log's absolute URI, start, end) -> those bytes
+
+
+@dataclass
+class Manifest:
+    key: str
+    record: dict  # its manifest list record
+    hashes: pa.Array | None  # the data paths of its live entries, hashed (`path_hashes`); None: not read yet
+
+    @property
+    def live(self) -> int:
+        return self.record["added_files_count"] + self.record["existing_files_count"]
+
+
+@dataclass
+class Totals:
+    data_files: int = 0
+    records: int = 0
+    size: int = 0
+    delete_files: int = 0
+    position_deletes: int = 0
+
+    def summary(self) -> dict[str, str]:
+        return {"total-data-files": str(self.data_files), "total-records": str(self.records),
+                "total-files-size": str(self.size), "total-delete-files": str(self.delete_files),
+                "total-position-deletes": str(self.position_deletes), "total-equality-deletes": "0"}
+
+    def resume(self, summary: dict[str, str]) -> None:
+        """The totals a snapshot's summary gives."""
+        for kind, name in (("data_files", "total-data-files"), ("records", "total-records"),
+                           ("size", "total-files-size"), ("delete_files", "total-delete-files"),
+                           ("position_deletes", "total-position-deletes")):
+            setattr(self, kind, int(summary[name]))
+
+    def apply(self, change: Change) -> None:
+        for kind in ("data_files", "records", "size", "delete_files", "position_deletes"):
+            setattr(self, kind, getattr(self, kind) + getattr(change.added, kind) - getattr(change.removed, kind))
+
+
+@dataclass
+class Change:
+    """What one snapshot added and removed, for its summary."""
+
+    added: Totals = field(default_factory=Totals)
+    removed: Totals = field(default_factory=Totals)
+
+    def summary(self) -> dict[str, str]:
+        return {"added-data-files": str(self.added.data_files), "deleted-data-files": str(self.removed.data_files),
+                "added-records": str(self.added.records), "deleted-records": str(self.removed.records),
+                "added-delete-files": str(self.added.delete_files),
+                "removed-delete-files": str(self.removed.delete_files),
+                "added-position-deletes": str(self.added.position_deletes),
+                "removed-position-deletes": str(self.removed.position_deletes)}
+
+    def operation(self, data_change: bool) -> str:
+        """spec.md#snapshots `operation`: a Delta commit that changed no data (OPTIMIZE) is a replace."""
+        added = self.added.data_files or self.added.delete_files
+        removed = self.removed.data_files or self.removed.delete_files
+        if not data_change:
+            return "replace"
+        if added and removed:
+            return "overwrite"
+        return "delete" if removed else "append"
+
+
+@dataclass
+class NextSnapshot:
+    """The snapshot being written: its id and sequence number, the table's schema and spec at it,
+    what it changes."""
+
+    snapshot_id: int
+    sequence_number: int
+    evolution: Evolution
+    change: Change = field(default_factory=Change)
+    _numbers: Iterator[int] = field(default_factory=itertools.count)  # of the manifests it writes
+
+    def manifest_key(self) -> str:
+        return names.manifest(self.snapshot_id, next(self._numbers))
+
+    def entry(self, status: int, file: dict) -> dict:
+        return {"status": status, "snapshot_id": self.snapshot_id, "sequence_number": self.sequence_number,
+                "file_sequence_number": self.sequence_number, "data_file": file}
+
+
+class ManifestSet:
+    def __init__(self, files: IcebergFiles, read_range: ReadRange, manifest_entries: int):
+        self.files, self.read_range, self.manifest_entries = files, read_range, manifest_entries
+        self.location = files.location.rstrip("/")
+        self.manifests: list[Manifest] = []
+        self.path_hashes = False  # whether a resumed table's manifests have their `path_hashes_key` objects
+
+    def resume(self, manifest_list_key: str, path_hashes: bool) -> None:
+        """The manifests of a table's current snapshot (its manifest list at `manifest_list_key`)."""
+        self.path_hashes = path_hashes  # else its manifests are read to find a path
+        prefix = self.location + "/"
+        for record in read_manifest_list(self.files.get(manifest_list_key)):
+            self.manifests.append(Manifest(record["manifest_path"][len(prefix):], record, None))
+
+    def write(self, snapshot: NextSnapshot, adds: Iterable[dict], retired: set[str],
+              batches: Iterable[pa.StructArray] = ()) -> list[dict]:
+        """Write the manifests of `snapshot`: `retired` paths deleted, `adds` (and the files of
+        `batches`, Arrow slices of a checkpoint's) added; the records of its manifest list."""
+        if retired and self.manifests:
+            self._retire(retired, snapshot)
+        self._add(itertools.chain(adds, self._add_columns(batches, snapshot)), snapshot)
+        self.manifests = [m for m in self.manifests if m.live or m.record["added_snapshot_id"] == snapshot.snapshot_id]
+        records = [m.record for m in sorted(self.manifests, key=lambda m: m.record["content"])]
+        self.manifests = [m for m in self.manifests if m.live]
+        return records
+
+    def _add(self, adds: Iterable[dict], snapshot: NextSnapshot) -> None:
+        """The version's added files in manifests of bounded size, their deletion vectors as delete files."""
+        evolution, change = snapshot.evolution, snapshot.change
+        data: list[dict] = []
+        deletes: list[dict] = []
+        for add in adds:
+            if not is_absolute(add["path"]):
+                raise GoneFile(add["path"])
+            path = physical_address(add["path"])
+            partition = evolution.partition(add)
+            metrics = file_metrics(add.get("stats"), evolution.columns)
+            records = metrics.record_count
+            if records is None:
+                records = self._footer_rows(add["path"], int(add["size"]))
+            data.append(snapshot.entry(ADDED, data_file(DATA, path, partition, records, int(add["size"]), metrics)))
+            change.added.data_files += 1
+            change.added.records += records
+            change.added.size += int(add["size"])
+            if descriptor := add.get("deletionVector"):
+                body, positions = position_deletes(path, descriptor, self.read_range)
+                key = names.delete_file_key(path, descriptor)
+                self.files.put(key, body)
+                # bounds on file_path name the one data file it applies to (spec.md#position-delete-files)
+                deletes.append(snapshot.entry(ADDED, data_file(DELETES, self._uri(key), partition, positions, len(body),
+                                                                 bounds={FILE_PATH_ID: path.encode()})))
+                change.added.delete_files += 1
+                change.added.position_deletes += positions
+            for entries, content in ((data, DATA), (deletes, DELETES)):
+                if len(entries) >= self.manifest_entries:
+                    self._write_manifest(entries, content, evolution.spec_id, snapshot)
+                    entries.clear()
+        for entries, content in ((data, DATA), (deletes, DELETES)):
+            if entries:
+                self._write_manifest(entries, content, evolution.spec_id, snapshot)
+
+    def _add_columns(self, batches: Iterable[pa.StructArray], snapshot: NextSnapshot) -> Iterator[dict]:
+        """Slices of added files in manifests of at most `manifest_entries` files, written column by
+        column (`columns.manifest_entries`); yields the files that go one by one (`_add`)."""
+        evolution = snapshot.evolution
+        partition = evolution.partition_columns()
+        pending: list[tuple[Entries, int, int]] = []  # (entries, start, stop) not in a manifest yet
+        for batch in batches:
+            paths = pc.struct_field(batch, "path")
+            if pc.any(pc.invert(absolute_column(paths))).as_py():
+                raise GoneFile(next(p for p in paths.to_pylist() if not is_absolute(p)))
+            entries = manifest_entries(batch, evolution.columns, partition, snapshot.snapshot_id,
+                                       snapshot.sequence_number)
+            if entries is None:
+                yield from add_actions(batch)
+                continue
+            start = 0
+            while start < len(entries.rows):
+                room = self.manifest_entries - sum(stop - begin for _, begin, stop in pending)
+                pending.append((entries, start, min(len(entries.rows), start + room)))
+                start = pending[-1][2]
+                if start - pending[-1][1] == room:
+                    self._write_encoded(pending, snapshot)
+                    pending = []
+            yield from add_actions(batch.filter(entries.left))
+        if pending:
+            self._write_encoded(pending, snapshot)
+
+    def _write_encoded(self, segments: list[tuple[Entries, int, int]], snapshot: NextSnapshot) -> None:
+        evolution, change = snapshot.evolution, snapshot.change
+        rows = pa.concat_arrays([entries.rows.slice(start, stop - start) for entries, start, stop in segments])
+        paths = [path for entries, start, stop in segments for path in entries.paths[start:stop]]
+        records = sum(int(entries.record_counts[start:stop].sum()) for entries, start, stop in segments)
+        partitions = {field.name: [values[i] for entries, start, stop in segments
+                                   for indices, values in [entries.partitions[field.name]]
+                                   for i in np.unique(indices[start:stop])]
+                      for field in evolution.spec_fields[evolution.spec_id]}
+        body, record = write_encoded_manifest(rows, records, partitions, evolution.spec_id,
+                                              evolution.spec_fields[evolution.spec_id], evolution.schema_document())
+        record.update(min_sequence_number=snapshot.sequence_number)
+        self._keep(snapshot, body, record, path_hashes(paths))
+        change.added.data_files += len(rows)
+        change.added.records += records
+        change.added.size += sum(int(entries.sizes[start:stop].sum()) for entries, start, stop in segments)
+
+    def _retire(self, paths: set[str], snapshot: NextSnapshot) -> None:
+        """Mark the entries of `paths` (data files, and the delete files applying to them) deleted,
+        rewriting only the manifests that hold one."""
+        wanted = path_hashes(paths)
+        unread = [m for m in self.manifests if m.hashes is None] if self.path_hashes else []
+        with io_pool(IO_THREADS) as pool:  # the path hashes not read yet, at once
+            for manifest, raw in zip(unread, pool.map(lambda m: self.files.get(names.path_hashes_key(m.key)), unread)):
+                manifest.hashes = pa.array(np.frombuffer(raw, "<i8"))
+        for index, manifest in enumerate(self.manifests):
+            if manifest.hashes is not None and not pc.any(pc.is_in(wanted, value_set=manifest.hashes)).as_py():
+                continue
+            content = manifest.record["content"]
+            entries, live, hit = [], [], False
+            for entry in read_manifest(self.files.get(manifest.key)):
+                if entry["status"] == DELETED:
+                    continue  # deleted by the snapshot that wrote this manifest
+                target = _data_path(entry, content)
+                if target in paths:
+                    hit = True
+                    entry.update(status=DELETED, snapshot_id=snapshot.snapshot_id)
+                    _count(snapshot.change.removed, entry["data_file"], content)
+                else:
+                    entry["status"] = EXISTING
+                    live.append(target)
+                entries.append(entry)
+            if hit:
+                self.manifests[index] = self._write_manifest(entries, content, manifest.record["partition_spec_id"],
+                                                             snapshot, add=False)
+            self.manifests[index].hashes = path_hashes(live)
+
+    def _write_manifest(self, entries: list[dict], content: int, spec_id: int, snapshot: NextSnapshot,
+                        add: bool = True) -> Manifest:
+        evolution = snapshot.evolution
+        body, record = write_manifest(entries, content, spec_id, evolution.spec_fields[spec_id],
+                                      evolution.schema_document())
+        if record["min_sequence_number"] is None:
+            record["min_sequence_number"] = snapshot.sequence_number
+        live = path_hashes([_data_path(e, content) for e in entries if e["status"] != DELETED])
+        return self._keep(snapshot, body, record, live, add)
+
+    def _keep(self, snapshot: NextSnapshot, body: bytes, record: dict, hashes: pa.Array, add: bool = True) -> Manifest:
+        """Write a manifest of `snapshot` and its path hashes; it is one of the table's (unless not `add`)."""
+        key = snapshot.manifest_key()
+        self.files.put(key, body)
+        record.update(manifest_path=self._uri(key), manifest_length=len(body), sequence_number=snapshot.sequence_number,
+                      added_snapshot_id=snapshot.snapshot_id)
+        manifest = Manifest(key, record, hashes)
+        self.files.put(names.path_hashes_key(key), hashes.to_numpy().astype("<i8").tobytes())
+        if add:
+            self.manifests.append(manifest)
+        return manifest
+
+    def _footer_rows(self, uri: str, size: int) -> int:
+        """A data file's row count from its footer, for an add whose stats do not say."""
+        return open_parquet(_RangeSource(self.read_range, uri, size), uri).metadata.num_rows
+
+    def _uri(self, key: str) -> str:
+        return names.uri(self.location, key)
+
+
+@dataclass
+class _RangeSource:
+    """A data file read by ranges (`exporter.parquet.splice.ParquetSource`)."""
+
+    reader: ReadRange
+    uri: str
+    size: int
+
+    def read_range(self, start: int, end: int) -> bytes:
+        return self.reader(self.uri, start, end)
+
+
+def path_hashes(paths: Iterable[str]) -> pa.Array:
+    """8 bytes of each path's hash: what a manifest's paths are looked up by (a collision only costs
+    reading the manifest)."""
+    return pa.array([int.from_bytes(hashlib.blake2b(p.encode(), digest_size=8).digest(), "little", signed=True)
+                     for p in paths], pa.int64())
+
+
+def _data_path(entry: dict, content: int) -> str:
+    """The data file an entry is, or (a delete file) applies to."""
+    if content == DATA:
+        return entry["data_file"]["file_path"]
+    return bound_of(entry, "lower_bounds", FILE_PATH_ID).decode()
+
+
+def _count(totals: Totals, file: dict, content: int) -> None:
+    if content == DATA:
+        totals.data_files += 1
+        totals.records += file["record_count"]
+        totals.size += file["file_size_in_bytes"]
+    else:
+        totals.delete_files += 1
+        totals.position_deletes += file["record_count"]
