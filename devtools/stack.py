@@ -150,11 +150,13 @@ def build_minio() -> Path:
     if shutil.which("go") is None:
         raise StackError("building MinIO needs Go on PATH; install Go >= 1.26")
     _say(f"building MinIO {MINIO_VERSION} from its Go module (first time only, several minutes)")
+    started = time.monotonic()
     binary.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as gobin:
         env = {**os.environ, "CGO_ENABLED": "0", "GOBIN": gobin}
         _go(["install", f"github.com/minio/minio@{MINIO_VERSION}"], Path(gobin), env, "minio")
         shutil.move(Path(gobin) / "minio", binary)
+    _say(f"built minio in {time.monotonic() - started:.0f} s")
     return binary
 
 
@@ -176,6 +178,7 @@ def _build_from_lakefs_module(name: str, package: str) -> Path:
     if shutil.which("go") is None:
         raise StackError(f"building {name} needs Go on PATH; install Go >= 1.26")
     _say(f"building {name} from lakeFS {LAKEFS_VERSION}'s Go module (first time only, several minutes)")
+    started = time.monotonic()
     binary.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as wrapper:
         cwd = Path(wrapper)
@@ -191,6 +194,7 @@ def _build_from_lakefs_module(name: str, package: str) -> Path:
         _go(["get", f"{package}@{LAKEFS_VERSION}"], cwd, env, name)
         _go(["build", "-o", str(binary) + ".tmp", package], cwd, env, name)
     Path(str(binary) + ".tmp").rename(binary)
+    _say(f"built {name} in {time.monotonic() - started:.0f} s")
     return binary
 
 
