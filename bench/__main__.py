@@ -376,6 +376,7 @@ def bench_sharing(sizes: list[int], repository: str | None = None, queries: int 
     through `lakefs-delta serve` in its own process, once per response format; the answer's lines
     are checked against the live files delta-rs reads from the branch table. Then (`queries`) the
     webhook's answer times while that many such queries stream from the same server."""
+    from exporter.lakefs.lake import Lake, ObjectStores
     from devtools import stack
     from exporter.branch_tables.table import branch_table_versions
     from bench.sharing import query_through_server, webhooks_under_queries
@@ -392,7 +393,7 @@ def bench_sharing(sizes: list[int], repository: str | None = None, queries: int 
         else:
             built = repository
             print(f"reusing the branch table of {table} in {built}", flush=True)
-        location = branch_table_versions(config, lakefs, built, "main", table)["location"]
+        location = branch_table_versions(Lake(config, lakefs, ObjectStores(config)), built, "main", table)["location"]
         live = measure("livefiles", location)
         if repository is None:
             assert live["files"] == files + 50, live  # build_table's checkpoint, then 50 one-file commits
@@ -432,6 +433,7 @@ def bench_sharing(sizes: list[int], repository: str | None = None, queries: int 
 
 
 def bench_diffs(versions_list: list[int]) -> list[dict]:
+    from exporter.lakefs.lake import Lake, ObjectStores
     from exporter.diff.table import DiffCache, cached_diff, compute_diff
 
     _, config, lakefs = running_stack()
@@ -444,16 +446,17 @@ def bench_diffs(versions_list: list[int]) -> list[dict]:
         left, right = lakefs.commit(repository, "main").id, lakefs.commit(repository, "topic").id
         calls = lakefs.calls
         started = time.perf_counter()
-        diff = compute_diff(config, lakefs, repository, left, right, "tables/history")
+        diff = compute_diff(Lake(config, lakefs, ObjectStores(config)), repository, left, right, "tables/history")
         cold = time.perf_counter() - started
         assert len(diff["results"]) == versions, len(diff["results"])
         rows.append({"benchmark": f"cold diff, {versions:,} versions (checkpoint every 10)", "seconds": cold,
                      "files_per_s": versions / cold, "lakefs_calls": lakefs.calls - calls, "peak_rss_mib": peak_rss_mib()})
-        cached_diff(config, lakefs, cache, repository, "main", "topic", "tables/history")
+        cached_diff(Lake(config, lakefs, ObjectStores(config)), cache, repository, "main", "topic", "tables/history")
         samples = []
         for _ in range(200):
             started = time.perf_counter()
-            cached_diff(config, lakefs, cache, repository, "main", "topic", "tables/history")
+            cached_diff(Lake(config, lakefs, ObjectStores(config)), cache, repository, "main", "topic",
+                        "tables/history")
             samples.append(time.perf_counter() - started)
         for name, q in (("p50", 0.5), ("p99", 0.99)):
             rows.append({"benchmark": f"cached diff {name} (refs resolved to commits, then Redis), {versions:,} versions",

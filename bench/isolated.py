@@ -52,17 +52,18 @@ def _export(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
     from exporter.export.job import ExportAt
     from exporter.export.manifest import PENDING
     from exporter.lakefs.client import LakeFS
+    from exporter.lakefs.lake import Lake, ObjectStores
     from exporter.storage.objectstore import ObjectStore
 
     config = load_config()
     lakefs = LakeFS(config.lakefs)
     table = find_table(lakefs, repository, commit_id, table_name)
     ObjectStore(config, lakefs.storage_namespace(repository))  # a worker makes its client once, not per export
-    outcome = export_table(config, ExportAt(repository, ref, commit_id), table, lakefs=LakeFS(config.lakefs))
+    outcome = export_table(Lake.connect(config), ExportAt(repository, ref, commit_id), table)
     iceberg_seconds, iceberg = 0.0, outcome.iceberg
     if outcome.ok and not outcome.skipped and outcome.iceberg == PENDING:
         started = time.monotonic()
-        iceberg = export_iceberg(config, repository, ref, commit_id, table_name, lakefs=lakefs)
+        iceberg = export_iceberg(Lake(config, lakefs, ObjectStores(config)), repository, ref, commit_id, table_name)
         iceberg_seconds = time.monotonic() - started
     return {"ok": outcome.ok, "error": outcome.error, "seconds": outcome.seconds, "lakefs_calls": outcome.lakefs_calls,
             "incremental": outcome.incremental, "skipped": outcome.skipped, "location": outcome.location,
@@ -161,11 +162,12 @@ def _diff(repository: str, left: str, right: str, table_path: str) -> dict:
     from exporter.config import load_config
     from exporter.diff.table import compute_diff
     from exporter.lakefs.client import LakeFS
+    from exporter.lakefs.lake import Lake, ObjectStores
 
     config = load_config()
     lakefs = LakeFS(config.lakefs)
     started = time.perf_counter()
-    diff = compute_diff(config, lakefs, repository, left, right, table_path)
+    diff = compute_diff(Lake(config, lakefs, ObjectStores(config)), repository, left, right, table_path)
     return {"seconds": time.perf_counter() - started, "lakefs_calls": lakefs.calls,
             "files": diff["files"]["right"]["count"] if diff["files"]["right"] else None,
             "rows": diff["row_count"]["right"], "peak_rss_mib": peak_rss_mib()}
@@ -176,11 +178,13 @@ def _rowdiff(repository: str, left: str, right: str, table_path: str) -> dict:
     from exporter.config import load_config
     from exporter.diff.rows.compute import RowDiffQuery, compute_row_diff
     from exporter.lakefs.client import LakeFS
+    from exporter.lakefs.lake import Lake, ObjectStores
 
     config = load_config()
     lakefs = LakeFS(config.lakefs)
     started = time.perf_counter()
-    diff = compute_row_diff(config, lakefs, RowDiffQuery(repository, left, right, table_path))
+    diff = compute_row_diff(Lake(config, lakefs, ObjectStores(config)),
+                            RowDiffQuery(repository, left, right, table_path))
     return {"seconds": time.perf_counter() - started, "lakefs_calls": lakefs.calls, "counts": diff["counts"],
             "bytes_read": diff["bytes_read"], "peak_rss_mib": peak_rss_mib()}
 
@@ -207,11 +211,11 @@ def _append(repository: str, branch: str, commit_id: str, table_name: str) -> di
     """Bring the branch table to a commit's export (the first one creates it)."""
     from exporter.config import load_config
     from exporter.branch_tables.table import append_commit
-    from exporter.lakefs.client import LakeFS
+    from exporter.lakefs.lake import Lake
 
     # the branch measured keeps branch tables, as a deployment's `branch_tables` says of the branches it follows
     config = load_config().model_copy(update={"branch_tables": (branch,)})
-    outcome = append_commit(config, LakeFS(config.lakefs), repository, branch, commit_id, table_name)
+    outcome = append_commit(Lake.connect(config), repository, branch, commit_id, table_name)
     return {"seconds": outcome.seconds, "lakefs_calls": outcome.lakefs_calls, "appended": outcome.appended,
             "skipped": outcome.skipped, "peak_rss_mib": peak_rss_mib()}
 

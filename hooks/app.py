@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 import exporter
 from exporter.config import Config
+from exporter.lakefs.lake import Lake
 from hooks import errors
 from hooks.deps import AUTH_NONE_WARNING, Services
 from hooks.edge import Edge
@@ -29,10 +30,11 @@ from hooks.sharing import create_sharing_app
 log = logging.getLogger("lakefs_delta.hooks")
 
 
-def create_app(config: Config) -> FastAPI:
+def create_app(config: Config, lake: Lake | None = None) -> FastAPI:
+    """The service; `lake`: what its routes read through (default: the lakeFS and stores `config` names)."""
     if config.api.auth == "none":
         log.warning(AUTH_NONE_WARNING)
-    services = Services.start(config)
+    services = Services.start(config, lake or Lake.connect(config))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -43,7 +45,7 @@ def create_app(config: Config) -> FastAPI:
                   description="Exports Delta tables in lakeFS for engines outside lakeFS, and diffs them.",
                   lifespan=lifespan)
     app.state.services = services
-    sharing, iceberg = create_sharing_app(config), create_iceberg_app(config, services)
+    sharing, iceberg = create_sharing_app(config, services.lake), create_iceberg_app(config, services)
     app.add_middleware(Edge, apps={"/": app, "/delta-sharing": sharing, "/iceberg": iceberg})  # each its errors' format
     app.add_middleware(NoStore)
     app.mount("/delta-sharing", sharing)  # recipients' bearer tokens, not lakeFS identities

@@ -23,6 +23,7 @@ from exporter.diff.overview import OverviewCache
 from exporter.diff.rows.compute import RowDiffCache
 from exporter.diff.table import DiffCache
 from exporter.lakefs.client import LakeFS
+from exporter.lakefs.lake import Lake
 from exporter.state.results import ResultCache
 from exporter.state.status import StatusStore
 from hooks.auth import RepositoryAccess
@@ -54,19 +55,20 @@ class Services:
     # every thread of anyio's default limiter (40), while lakeFS waits for the webhook's answer
     # within its action timeout.
     webhook_threads: anyio.CapacityLimiter
+    lake: Lake  # what the library reads through: one lakeFS client and the object stores, for every request
 
     @classmethod
-    def start(cls, config: Config) -> "Services":
+    def start(cls, config: Config, lake: Lake) -> "Services":
         from workers.app import configure  # the receiver only publishes, by task name; it never runs tasks
 
         status, ttl = StatusStore(config.redis), config.api.diff_cache_ttl_seconds
         return cls(config, status, configure(config), RepositoryAccess(config), ServiceMetrics(status.metrics),
                    DiffCache(config.redis, ttl), DatasetsCache(config.redis, ttl), RowDiffCache(config.redis, ttl),
                    OverviewCache(config.redis, ttl), ThreadPoolExecutor(2, thread_name_prefix="readyz"),
-                   anyio.CapacityLimiter(WEBHOOK_THREADS))
+                   anyio.CapacityLimiter(WEBHOOK_THREADS), lake)
 
     def lakefs(self) -> LakeFS:
-        return LakeFS(self.config.lakefs)
+        return self.lake.lakefs
 
     def warm_up(self) -> None:
         """Make Celery's result backend and open the broker's and the status store's connections

@@ -21,11 +21,12 @@ def _export(args: argparse.Namespace) -> int:
     from exporter.config import load_config
     from exporter.export.commit import export_commit
     from exporter.export.job import ExportAt
+    from exporter.lakefs.lake import Lake
 
     config = load_config(args.config)
     with Shown() as shown:
-        outcomes = export_commit(config, ExportAt(args.repo, args.ref, args.commit), tables=args.table or None,
-                                 export_all=args.all, progress=shown)
+        outcomes = export_commit(Lake.connect(config), ExportAt(args.repo, args.ref, args.commit),
+                                 tables=args.table or None, export_all=args.all, progress=shown)
     failed = 0
     for outcome in outcomes:
         print(outcome.summary())
@@ -108,14 +109,14 @@ def _healthcheck(args: argparse.Namespace) -> int:
 def _catch_up(args: argparse.Namespace) -> int:
     from exporter.upkeep.catch_up import catch_up
     from exporter.config import load_config
-    from exporter.lakefs.client import LakeFS
+    from exporter.lakefs.lake import Lake
     from exporter.state.status import StatusStore
     from workers.app import configure
     from workers.tasks import send_catch_up
 
     config = load_config(args.config)
     with Shown() as shown:
-        plan = catch_up(config, LakeFS(config.lakefs), StatusStore(config.redis), args.repo or None, progress=shown)
+        plan = catch_up(Lake.connect(config), StatusStore(config.redis), args.repo or None, progress=shown)
     configure(config)
     for line in send_catch_up(plan):  # the workers' periodic catch-up sends the same
         print(line)
@@ -132,8 +133,9 @@ def _catch_up(args: argparse.Namespace) -> int:
 def _versions(args: argparse.Namespace) -> int:
     from exporter.branch_tables.table import branch_table_versions
     from exporter.config import load_config
+    from exporter.lakefs.lake import Lake
 
-    versions = branch_table_versions(load_config(args.config), None, args.repo, args.branch, args.table)
+    versions = branch_table_versions(Lake.connect(load_config(args.config)), args.repo, args.branch, args.table)
     if args.json:
         print(json.dumps(versions, indent=2))
         return 0
@@ -148,16 +150,16 @@ def _versions(args: argparse.Namespace) -> int:
 
 def _prune(args: argparse.Namespace) -> int:
     from exporter.config import load_config
-    from exporter.lakefs.client import LakeFS
+    from exporter.lakefs.lake import Lake
     from exporter.upkeep.retention import prune
 
     config = load_config(args.config)
     policy = config.retention.model_copy(update={k: v for k, v in (("keep_last", args.keep_last),
                                                                      ("keep_hours", args.keep_hours)) if v is not None})
-    lakefs = LakeFS(config.lakefs)
+    lake = Lake.connect(config)
     for repository in args.repo:
         with Shown() as shown:
-            plan = prune(config, lakefs, repository, policy, dry_run=args.dry_run, progress=shown)
+            plan = prune(lake, repository, policy, dry_run=args.dry_run, progress=shown)
         for location in [*plan.deleted, *plan.row_diffs_deleted]:
             print(f"{'would delete' if args.dry_run else 'deleted'}  {location}")
         if args.verbose:
@@ -169,12 +171,12 @@ def _prune(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     from exporter.config import load_config
-    from exporter.lakefs.client import LakeFS
+    from exporter.lakefs.lake import Lake
     from exporter.upkeep.retention import verify
 
     config = load_config(args.config)
     with Shown() as shown:
-        result = verify(config, LakeFS(config.lakefs), args.repo, args.ref, args.table, args.commit, progress=shown)
+        result = verify(Lake.connect(config), args.repo, args.ref, args.table, args.commit, progress=shown)
     print(result.summary())
     return 0 if result.ok else 1
 
@@ -199,13 +201,14 @@ def _install_actions(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace) -> int:
     from exporter.config import load_config
     from exporter.diff.table import DiffCache, cached_diff
-    from exporter.lakefs.client import LakeFS
+    from exporter.lakefs.lake import Lake
 
     left, sep, right = args.refs.partition("..")
     if not sep or not left or not right:
         print("error: refs must be written LEFT..RIGHT, e.g. main..exp1", file=sys.stderr)
         return 2
     config = load_config(args.config)
+    lake = Lake.connect(config)
     if not args.table:
         if args.rows:
             print("error: --rows needs --table", file=sys.stderr)
@@ -213,29 +216,25 @@ def _diff(args: argparse.Namespace) -> int:
         from exporter.diff.table import diff_commits
         from exporter.diff.overview import compare_refs
 
-        lakefs = LakeFS(config.lakefs)
-        overview = compare_refs(config, lakefs, DiffCache(config.redis, config.api.diff_cache_ttl_seconds), args.repo,
-                                *diff_commits(lakefs, args.repo, left, right))
+        overview = compare_refs(lake, DiffCache(config.redis, config.api.diff_cache_ttl_seconds), args.repo,
+                                *diff_commits(lake.lakefs, args.repo, left, right))
         print(json.dumps(overview, indent=2) if args.json else render_overview(overview, left, right))
         return 0
     if args.rows:
         from exporter.diff.rows.compute import RowDiffCache, RowDiffQuery, cached_row_diff
 
         key = tuple(c.strip() for c in (args.key or "").split(",") if c.strip())
-        lakefs = LakeFS(config.lakefs)
-        diff, _ = cached_row_diff(config, lakefs, RowDiffCache(config.redis, config.api.diff_cache_ttl_seconds),
+        diff, _ = cached_row_diff(lake, RowDiffCache(config.redis, config.api.diff_cache_ttl_seconds),
                                   RowDiffQuery(args.repo, left, right, args.table.strip("/"), key))
         diff["rows"] = []
         if diff["rows_location"]:  # the first `--limit` of its rows
             from exporter.diff.rows.file import rows_page
-            from exporter.storage.objectstore import ObjectStore
 
-            store = ObjectStore(config, lakefs.storage_namespace(args.repo))
-            diff["rows"] = rows_page(store, diff["rows_location"], 0, max(args.limit, 1))[0]
+            diff["rows"] = rows_page(lake.store(args.repo), diff["rows_location"], 0, max(args.limit, 1))[0]
         print(json.dumps(diff, indent=2) if args.json else render_row_diff(diff, left, right, args.limit))
         return 0
-    diff, _ = cached_diff(config, LakeFS(config.lakefs), DiffCache(config.redis, config.api.diff_cache_ttl_seconds),
-                          args.repo, left, right, args.table.strip("/"))
+    diff, _ = cached_diff(lake, DiffCache(config.redis, config.api.diff_cache_ttl_seconds), args.repo, left, right,
+                          args.table.strip("/"))
     if args.json:
         print(json.dumps(diff, indent=2))
     else:

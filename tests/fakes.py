@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import sys
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -20,7 +19,8 @@ from dataclasses import dataclass, field
 from exporter.delta.paths import physical_uri
 from exporter.errors import ExporterError, NotFound
 from exporter.lakefs.client import PAGE_SIZE, Commit, LakeFS
-from exporter.storage.objectstore import ObjectStore, Upload, split_uri
+from exporter.lakefs.lake import Lake, ObjectStores
+from exporter.storage.objectstore import Upload, split_uri
 
 # ---------------------------------------------------------------------------- the object store
 
@@ -54,8 +54,8 @@ class MemoryStore:
     """An object store under one storage namespace, in memory: `ObjectStore`'s calls and errors.
 
     `objects` seeds it: names relative to the namespace, or absolute `s3://bucket/key` URIs.
-    `at(namespace)` is the store of another namespace over the same buckets (what `ObjectStore(config,
-    namespace)` gives in product code; see `use_memory_store`). What it was asked is recorded:
+    `at(namespace)` is the store of another namespace over the same buckets: a `Lake`'s stores
+    (`lake_of`), as `ObjectStores` is in product code. What it was asked is recorded:
     `written` (relative names, in order), `deleted` (one list per delete call), `reads` (URIs read
     whole) and `range_reads` ((URI, start, end))."""
 
@@ -202,28 +202,13 @@ class MemoryUpload:
         self._buffer = bytearray()
 
 
-def use_memory_store(monkeypatch, store: MemoryStore) -> None:
-    """Every `ObjectStore(config, namespace)` that product code makes is `store.at(namespace)`.
-
-    Product modules build their store from the config and the repository's namespace themselves
-    (`export_table`, `missing_exports`, `lagging_branch_tables`, ...), so the class is replaced in
-    each loaded module that imported it."""
-    for name, module in list(sys.modules.items()):
-        if name.split(".")[0] in ("exporter", "hooks", "workers", "lakefs_delta") \
-                and getattr(module, "ObjectStore", None) is ObjectStore:
-            monkeypatch.setattr(module, "ObjectStore", lambda config, namespace: store.at(namespace))
+def lake_of(config, lakefs: FakeLakeFS | LakeFS) -> Lake:
+    """What a test passes the library: `lakefs` and its object stores, the in-memory ones of a fake
+    lakeFS (`FakeLakeFS.store`), else those the configuration names (a real lakeFS's)."""
+    return Lake(config, lakefs, lakefs.store if isinstance(lakefs, FakeLakeFS) else ObjectStores(config))
 
 
 # ---------------------------------------------------------------------------- lakeFS
-
-
-def use_fake_lakefs(monkeypatch, lakefs: FakeLakeFS) -> None:
-    """Every `LakeFS(config.lakefs)` that product code makes for itself is `lakefs` (a unit test
-    never reaches a real lakeFS), as `use_memory_store` does for object stores."""
-    for name, module in list(sys.modules.items()):
-        if name.split(".")[0] in ("exporter", "hooks", "workers", "lakefs_delta") \
-                and getattr(module, "LakeFS", None) is LakeFS:
-            monkeypatch.setattr(module, "LakeFS", lambda config: lakefs)
 
 
 @dataclass(frozen=True)

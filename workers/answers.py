@@ -22,7 +22,7 @@ from exporter.diff.table import compute_diff as diff_of
 from exporter.errors import ServiceUnavailable
 from exporter.state.results import ResultCache
 from workers.app import app, current_config, soft_time_limit
-from workers.delivery import (TASK_ERRORS, RetriedTask, RunningElsewhere, _lakefs, _services, _transient_reason,
+from workers.delivery import (TASK_ERRORS, RetriedTask, RunningElsewhere, _lake, _services, _transient_reason,
                               delivery, retry_if_transient)
 
 log = logging.getLogger("lakefs_delta.worker")
@@ -33,17 +33,17 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
     """Cache the table's diff of this commit against its first parent, so the API answers from Redis."""
     config = current_config()
     status, diffs = _services(config)
-    lakefs = _lakefs(config)
+    lakefs = _lake(config).lakefs
     started = time.monotonic()
     try:
         with delivery(self, repository, commit_id, table_path):
             parents = lakefs.commit(repository, commit_id).parents
             parent = parents[0] if parents else None
-            _, cached = cached_diff(config, lakefs, diffs, repository, parent, commit_id, table_path)
-            if worth_precomputing(config, lakefs, repository, parent, commit_id, table_path):
+            _, cached = cached_diff(_lake(config), diffs, repository, parent, commit_id, table_path)
+            if worth_precomputing(_lake(config), repository, parent, commit_id, table_path):
                 try:  # the row diff too: it reads little
                     query = RowDiffQuery(repository, parent, commit_id, table_path)
-                    cached_row_diff(config, lakefs, _row_diff_cache(config), query,
+                    cached_row_diff(_lake(config), _row_diff_cache(config), query,
                                     max_bytes=config.row_diff.precompute_bytes)
                 except RowDiffTooLarge:
                     pass  # deletion vectors made it bigger than the objects that changed: computed when asked
@@ -63,7 +63,7 @@ def compute_diff(self, repository: str, left_commit: str | None, right_commit: s
     config = current_config()
     _, diffs = _services(config)
     return _compute_for_api(self, diffs, (repository, left_commit, right_commit, table_path),
-                            lambda: diff_of(config, _lakefs(config), repository, left_commit, right_commit, table_path))
+                            lambda: diff_of(_lake(config), repository, left_commit, right_commit, table_path))
 
 
 @app.task(bind=True, base=RetriedTask, name="lakefs_delta.compute_row_diff")
@@ -77,7 +77,7 @@ def compute_row_diff(self, repository: str, left_commit: str | None, right_commi
     def compute() -> dict:
         try:
             query = RowDiffQuery(repository, left_commit, right_commit, table_path, key_columns(key))
-            return row_diff_of(config, _lakefs(config), query, progress=lambda seen: cache.put_progress(seen, *parts))
+            return row_diff_of(_lake(config), query, progress=lambda seen: cache.put_progress(seen, *parts))
         except SoftTimeLimitExceeded:
             limit = config.tasks.time_limit(self.name)
             raise RowDiffTooLarge(f"the row diff ran past its time limit ({soft_time_limit(limit)} s of {limit} s: "
@@ -91,7 +91,7 @@ def compare_refs(self, repository: str, left_commit: str, right_commit: str) -> 
     config = current_config()
     _, diffs = _services(config)
     return _compute_for_api(self, _overview_cache(config), (repository, left_commit, right_commit),
-                            lambda: overview_of(config, _lakefs(config), diffs, repository, left_commit, right_commit))
+                            lambda: overview_of(_lake(config), diffs, repository, left_commit, right_commit))
 
 
 @functools.cache
@@ -109,7 +109,7 @@ def list_datasets(self, repository: str, commit_id: str) -> bool:
     """The datasets of a commit the API was asked for: the walk over folders runs here."""
     config = current_config()
     return _compute_for_api(self, _datasets_cache(config), (repository, commit_id),
-                            lambda: find_datasets(_lakefs(config), repository, commit_id))
+                            lambda: find_datasets(_lake(config).lakefs, repository, commit_id))
 
 
 @functools.cache

@@ -21,6 +21,7 @@ from exporter.lakefs.client import LakeFS
 from exporter.lakefs.table_log import checkpoint_files_hint
 from exporter.state.connection import length_prefixed
 from exporter.state.status import StatusStore
+from exporter.lakefs.lake import Lake
 from workers.app import app, current_config
 
 log = logging.getLogger("lakefs_delta.worker")
@@ -32,9 +33,10 @@ def _services(config: Config) -> tuple[StatusStore, DiffCache]:
 
 
 @functools.cache
-def _lakefs(config: Config) -> LakeFS:
-    """One lakeFS client per worker process: its connections stay open from task to task."""
-    return LakeFS(config.lakefs)
+def _lake(config: Config) -> Lake:
+    """What this worker process's tasks work on, built once: one lakeFS client (its connections stay
+    open from task to task) and the object stores."""
+    return Lake.connect(config)
 
 
 class Transient(Exception):

@@ -32,7 +32,7 @@ from exporter.upkeep.retention import prune as prune_exports
 from workers.answers import precompute_diff
 from workers.app import app, current_config
 from workers.delivery import (BACKGROUND, ICEBERG_STEP, TASK_ERRORS, RetriedTask, Transient, _checkpoint_files,
-                              _delivered_from, _lakefs, _look_again_later, _record, _services, _transient_reason,
+                              _delivered_from, _lake, _look_again_later, _record, _services, _transient_reason,
                               delivery, export_queue, retry_if_transient, status_count)
 
 log = logging.getLogger("lakefs_delta.worker")
@@ -91,7 +91,7 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
     status, _ = _services(config)
     try:
         with delivery(self, repository, ref, commit_id):
-            lakefs = _lakefs(config)
+            lakefs = _lake(config).lakefs
             selection = tables_to_export(lakefs, repository, commit_id, every_table=all_tables)
             tables = selection.tables
             for descriptor, reason in selection.refused.items():
@@ -144,7 +144,7 @@ class ExportTableTask(RetriedTask):
                     log.info("%s: not abandoned, another delivery is writing it", line)
                     return
                 _end_round(status, config, self, task_id, exc, (repository, ref, commit_id, table_name))
-                removed = abandon_export(config, repository, ref, commit_id, table_name, lakefs=_lakefs(config))
+                removed = abandon_export(_lake(config), repository, ref, commit_id, table_name)
             log.info("%s abandoned: %d object(s) removed", line, removed)
         except (ExporterError, redis.RedisError) as error:
             log.error("%s abandoned, but removing its objects failed: %s", line, error)
@@ -167,7 +167,7 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
             with delivery(self, repository, ref, commit_id, table_name) as starts:
                 status.set_table(repository, ref, commit_id, table_name, "running", worker=self.request.hostname,
                                  starts=starts)
-                lakefs = _lakefs(config)
+                lakefs = _lake(config).lakefs
                 table = (TableDescriptor(table_name, table_path, f"{DESCRIPTORS_PREFIX}{table_name}.yaml")
                          if table_path else find_table(lakefs, repository, commit_id, table_name))
                 if not table_path:  # who may read the record is decided by the table's path
@@ -175,7 +175,7 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
                 # refs with a finished export of this commit (a tag on an exported commit): copied, not redone
                 done_under = tuple(other for other, tables in status.tables(repository, commit_id).items()
                                    if other != ref and tables.get(table_name, {}).get("state") == "done")
-                outcome = export_one_table(config, ExportAt(repository, ref, commit_id), table, lakefs=lakefs,
+                outcome = export_one_table(_lake(config), ExportAt(repository, ref, commit_id), table,
                                            copy_from=done_under, still_held=held.still_held)
     except TASK_ERRORS as exc:
         reason = _transient_reason(exc)
@@ -249,7 +249,7 @@ def export_iceberg(self, repository: str, ref: str, commit_id: str, table_name: 
                                          "another delivery holds the export's lock", config.tasks.lock_ttl_seconds / 3,
                                          priority=ICEBERG_STEP)
             with delivery(self, repository, ref, commit_id, table_name):
-                record = complete_iceberg(config, repository, ref, commit_id, table_name, lakefs=_lakefs(config),
+                record = complete_iceberg(_lake(config), repository, ref, commit_id, table_name,
                                           still_held=held.still_held)
     except TASK_ERRORS as exc:
         retry_if_transient(exc, line)
@@ -284,7 +284,7 @@ def catch_up(repositories: list[str] | None = None) -> list[str]:
     with status.lock("catch-up", config.tasks.time_limit("catch_up")) as held:
         if not held:  # another worker's beat is running it
             return []
-        plan = find_missing_exports(config, _lakefs(config), status, repositories)
+        plan = find_missing_exports(_lake(config), status, repositories)
         send_catch_up(plan)
     status_count(status, "catch_up", "succeeded")
     try:
@@ -323,7 +323,7 @@ def append_branch_table(self, repository: str, branch: str, commit_id: str, tabl
                 return _look_again_later(self, (repository, branch, commit_id, table_name), line,
                                          "another append holds the lock", 1)
             with delivery(self, repository, branch, commit_id, table_name):
-                outcome = append_commit(config, _lakefs(config), repository, branch, commit_id, table_name,
+                outcome = append_commit(_lake(config), repository, branch, commit_id, table_name,
                                         still_held=held.still_held)
     except TASK_ERRORS as exc:
         retry_if_transient(exc, line)
@@ -359,14 +359,14 @@ def prune(repositories: list[str] | None = None) -> list[str]:
     """Delete per-commit exports outside the retention policy (beat, when `retention.interval_seconds` is set)."""
     config = current_config()
     status, _ = _services(config)
-    lakefs = _lakefs(config)
+    lakefs = _lake(config).lakefs
     deleted: list[str] = []
     with status.lock("prune", config.tasks.time_limit("prune")) as held:
         if not held:  # another worker's beat is running it
             return []
         for repository in repositories or list(config.catch_up.repositories) or lakefs.list_repositories():
             try:
-                plan = prune_exports(config, lakefs, repository)
+                plan = prune_exports(_lake(config), repository)
             except ExporterError as exc:
                 log.warning("prune %s outcome=failed reason=%s", repository, exc)
                 continue

@@ -51,9 +51,9 @@ from exporter.export.log_writer import discard_export, write_log
 from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.lakefs.installer import branch_tables_kept, installed_action
 from exporter.lakefs.client import LakeFS
-from exporter.lakefs.namespaces import read_scope, repository_store
 from exporter.storage.layout import branch_table_location, commit_root, export_location
 from exporter.storage.objectstore import ObjectStore
+from exporter.lakefs.lake import Lake
 
 LINE_LIMIT = 1000  # first-parent commits searched for the event's commit, from the branch head
 
@@ -63,11 +63,11 @@ def follows(branch: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(branch, pattern) for pattern in patterns)
 
 
-def branch_table_versions(config: Config, lakefs: LakeFS | None, repository: str, branch: str, table: str) -> dict:
+def branch_table_versions(lake: Lake, repository: str, branch: str, table: str) -> dict:
     """The branch table's location, head, lakeFS commit <-> version mapping and the table paths its
     versions were read from (`table_paths`, the current one last); NotFound when none."""
-    lakefs = lakefs or LakeFS(config.lakefs)
-    store = repository_store(config, lakefs, repository)
+    config = lake.config
+    store = lake.store(repository)
     location = branch_table_location(config, branch, table)
     state = read_state(store, location)
     if state is None:
@@ -76,10 +76,11 @@ def branch_table_versions(config: Config, lakefs: LakeFS | None, repository: str
     return {**state, "location": store.uri(location)}
 
 
-def lagging_branch_tables(config: Config, lakefs: LakeFS, repository: str, branch: str, head: str) -> list[str]:
+def lagging_branch_tables(lake: Lake, repository: str, branch: str, head: str) -> list[str]:
     """Tables whose export of the branch's head is complete but whose branch table does not follow
     that commit yet (its append was lost: the worker died after the export)."""
-    store = repository_store(config, lakefs, repository)
+    config = lake.config
+    store = lake.store(repository)
     root = commit_root(config, branch, head)
     lagging = []
     for folder in store.list_folders(root):
@@ -93,16 +94,17 @@ def lagging_branch_tables(config: Config, lakefs: LakeFS, repository: str, branc
     return lagging
 
 
-def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, commit_id: str,
-                  table: str, still_held: Callable[[], None] | None = None) -> AppendOutcome:
+def append_commit(lake: Lake, repository: str, branch: str, commit_id: str, table: str,
+                  still_held: Callable[[], None] | None = None) -> AppendOutcome:
     """Bring the branch table of `table` on `branch` to the commit's complete export. `still_held`
     (the caller's lock) raises before the state is written once another append may be writing.
 
     Refused (BranchTableRefused) unless the branch keeps branch tables by the config or the
     installed action, and the commit is on the branch's first-parent line: an event's own claims
     (its `branch_id`, its `branch_tables` query) never move a branch table alone."""
+    config, lakefs = lake.config, lake.lakefs
     started, calls_before = time.monotonic(), lakefs.calls
-    store = repository_store(config, lakefs, repository)
+    store = lake.store(repository)
     target = branch_table_location(config, branch, table)
     outcome = AppendOutcome(table=table, location=store.uri(target))
     try:
@@ -136,7 +138,7 @@ def append_commit(config: Config, lakefs: LakeFS, repository: str, branch: str, 
             state[ICEBERG] = outcome.iceberg = branch_iceberg_metadata(
                 store, target, state.get(ICEBERG),
                 {version: timestamps[source] for version, source in outcome.sources.items() if source in timestamps},
-                still_held, state["first_version"], read_scope(config, lakefs, repository))
+                still_held, state["first_version"], lake.read_scope(repository))
         if still_held:
             still_held()
         write_state(store, target, state)  # last: the commit point

@@ -26,14 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.config import Config
 from exporter.errors import NoSuchIcebergTable, NoSuchNamespace, NotFound, SignatureRefused
 from exporter.branch_tables.state import read_state
 from exporter.export.manifest import ICEBERG, ExportManifest, IcebergState, iceberg_state
 from exporter.iceberg.manifests import DATA, DELETED, read_manifest, read_manifest_list
 from exporter.kept import Kept
-from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import discover_tables
+from exporter.lakefs.lake import Lake
 from exporter.storage.layout import (branch_table_location, branch_tables_root, export_location,
                                      exports_root, location_segment, segment_name)
 from exporter.storage.objectstore import ObjectStore
@@ -75,8 +74,8 @@ class IcebergCatalog:
     """The catalog's lookups, as the service's lakeFS user and object-store keys see them; who may
     read which repository and table is the request's grant's business (`hooks.grant`)."""
 
-    def __init__(self, config: Config, lakefs: LakeFS):
-        self.config, self.lakefs = config, lakefs
+    def __init__(self, lake: Lake):
+        self.lake, self.config, self.lakefs = lake, lake.config, lake.lakefs
         # what readers of a table read, by its metadata file (a new one for every change)
         self._objects: Kept[tuple[str, str], ReadersObjects] = Kept(entries=SIGNABLE_TABLES)
         self._manifest_files: Kept[str, np.ndarray] = Kept(entries=MANIFESTS_KEPT)
@@ -256,7 +255,7 @@ class IcebergCatalog:
             raise NoSuchNamespace(f"no repository {repository!r}") from None
 
     def _store(self, repository: str) -> ObjectStore:
-        return ObjectStore(self.config, self._storage_namespace(repository))
+        return self.lake.stores.at(self._storage_namespace(repository))
 
 
 @dataclass(frozen=True)

@@ -7,22 +7,21 @@ left out without reading its log; the others get the history diff (cached like t
 
 from __future__ import annotations
 
-from exporter.config import Config
 from exporter.diff.datasets import list_datasets
 from exporter.diff.table import DiffCache, cached_diff
-from exporter.lakefs.client import LakeFS
 from exporter.state.results import ResultCache
+from exporter.lakefs.lake import Lake
 
 
-def compare_refs(config: Config, lakefs: LakeFS, diffs: DiffCache, repository: str, left_commit: str,
-                 right_commit: str) -> dict:
+def compare_refs(lake: Lake, diffs: DiffCache, repository: str, left_commit: str, right_commit: str) -> dict:
+    lakefs = lake.lakefs
     datasets = {d["path"]: d for d in list_datasets(lakefs, repository, left_commit)}
     datasets.update({d["path"]: d for d in list_datasets(lakefs, repository, right_commit)})
     tables = []
     for path, dataset in sorted(datasets.items()):
         if not any(True for _ in lakefs.diff(repository, left_commit, right_commit, prefix=path + "/", amount=1)):
             continue  # no object of the table changed
-        diff, _ = cached_diff(config, lakefs, diffs, repository, left_commit, right_commit, path)
+        diff, _ = cached_diff(lake, diffs, repository, left_commit, right_commit, path)
         rows, files = diff["row_count"], diff["files"]
         tables.append({
             "name": dataset["name"], "path": path, "source": dataset["source"], "diff_type": diff["diff_type"],

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import time
 
-from exporter.config import Config
 from exporter.delta.actions import parse_actions
 from exporter.delta.replay import TableLog, TableState, snapshot_state, with_older_commits
 from exporter.diff.history import NO_BASE, diff_history, same_table
 from exporter.errors import NotFound, TableNotFound
 from exporter.lakefs.client import LakeFS, commit_id_of
 from exporter.lakefs.table_log import LoadedLog, load_log
-from exporter.lakefs.namespaces import repository_store
 from exporter.state.results import ResultCache
 from exporter.storage.objectstore import ObjectStore
+from exporter.lakefs.lake import Lake
 
 
 def load_table(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str) -> LoadedLog | None:
@@ -53,10 +52,10 @@ def older_history(store: ObjectStore, loaded: LoadedLog, state: TableState, hist
     return with_older_commits(state, [(v, parse_actions(n, loaded.files[n])) for v, n in older])
 
 
-def compute_diff(config: Config, lakefs: LakeFS, repository: str, left_commit: str | None, right_commit: str,
-                 table_path: str) -> dict:
+def compute_diff(lake: Lake, repository: str, left_commit: str | None, right_commit: str, table_path: str) -> dict:
     """`left_commit=None` compares against nothing (a repository's first commit)."""
-    store = repository_store(config, lakefs, repository)
+    lakefs = lake.lakefs
+    store = lake.store(repository)
     started = time.monotonic()
     loaded: dict[str, LoadedLog | None] = {}  # the base is often the left side itself (a parent)
 
@@ -101,13 +100,14 @@ def diff_commits(lakefs: LakeFS, repository: str, left_ref: str | None, right_re
     return (commit_id_of(lakefs, repository, left_ref) if left_ref else None), commit_id_of(lakefs, repository, right_ref)
 
 
-def cached_diff(config: Config, lakefs: LakeFS, cache: DiffCache, repository: str, left_ref: str | None,
-                right_ref: str, table_path: str) -> tuple[dict, bool]:
+def cached_diff(lake: Lake, cache: DiffCache, repository: str, left_ref: str | None, right_ref: str,
+                table_path: str) -> tuple[dict, bool]:
     """The diff between two refs, from the cache when present. Returns (diff, came from cache)."""
+    lakefs = lake.lakefs
     left_commit, right_commit = diff_commits(lakefs, repository, left_ref, right_ref)
     found = cache.get(repository, left_commit, right_commit, table_path)
     if found is not None:
         return found, True
-    diff = compute_diff(config, lakefs, repository, left_commit, right_commit, table_path)
+    diff = compute_diff(lake, repository, left_commit, right_commit, table_path)
     cache.put(diff, repository, left_commit, right_commit, table_path)
     return diff, False

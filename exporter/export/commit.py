@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from exporter.config import Config
 from exporter.errors import ExporterError, NotFound, TableNotFound
 from exporter.export.cold import export_cold
 from exporter.export.manifest import ICEBERG, PENDING, ExportManifest, IcebergState, iceberg_state
@@ -18,18 +17,18 @@ from exporter.export.job import ExportAt, ExportJob
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import TableDescriptor, discover_tables, tables_to_export
-from exporter.lakefs.namespaces import read_scope, repository_store
 from exporter.progress import Progress, Step, counted, quiet
 from exporter.storage.layout import MANIFEST, export_location, exports_root, location_segment
 from exporter.storage.objectstore import ObjectStore
+from exporter.lakefs.lake import Lake
 
 
-def export_commit(config: Config, at: ExportAt, tables: list[str] | None = None, export_all: bool = False,
-                  lakefs: LakeFS | None = None, progress: Progress = quiet) -> list[ExportOutcome]:
+def export_commit(lake: Lake, at: ExportAt, tables: list[str] | None = None, export_all: bool = False,
+                  progress: Progress = quiet) -> list[ExportOutcome]:
     """Export the tables a commit changed (or the named ones, or all), each with its Iceberg table
     when `iceberg.enabled` (in this process: workers write it in a task of its own, after the export).
     One bad table never stops the others."""
-    lakefs = lakefs or LakeFS(config.lakefs)
+    lakefs = lake.lakefs
     repository, ref = at.repository, at.ref
     commit_id = lakefs.commit(repository, at.commit_id or ref).id
     selection = tables_to_export(lakefs, repository, commit_id, tables or (), every_table=export_all)
@@ -38,10 +37,10 @@ def export_commit(config: Config, at: ExportAt, tables: list[str] | None = None,
     done = counted(progress, "export", f"{repository}@{commit_id[:12]}", "tables exported", len(selection.tables),
                    "tables")
     for table in selection.tables:
-        outcome = export_table(config, ExportAt(repository, ref, commit_id), table, lakefs=lakefs, progress=progress)
+        outcome = export_table(lake, ExportAt(repository, ref, commit_id), table, progress=progress)
         if outcome.ok and iceberg_state(outcome.iceberg) is IcebergState.PENDING:
             try:
-                outcome.iceberg = export_iceberg(config, repository, ref, commit_id, table.name, lakefs=lakefs)
+                outcome.iceberg = export_iceberg(lake, repository, ref, commit_id, table.name)
             except ExporterError as exc:  # transient: the export stands, its Iceberg table is written when asked again
                 outcome.iceberg = {**PENDING, "reason": f"not written yet: {exc}"}
             written = iceberg_state(outcome.iceberg) is not IcebergState.PENDING
@@ -51,14 +50,14 @@ def export_commit(config: Config, at: ExportAt, tables: list[str] | None = None,
     return outcomes
 
 
-def export_iceberg(config: Config, repository: str, ref: str, commit_id: str, table_name: str,
-                   lakefs: LakeFS | None = None, still_held: Callable[[], None] | None = None) -> dict | None:
+def export_iceberg(lake: Lake, repository: str, ref: str, commit_id: str, table_name: str,
+                   still_held: Callable[[], None] | None = None) -> dict | None:
     """The Iceberg table of a complete export whose manifest records it pending, written; its record
     (`complete_iceberg_metadata`), None when the export is gone. `still_held`: the export's lock."""
-    lakefs = lakefs or LakeFS(config.lakefs)
-    store = repository_store(config, lakefs, repository)
+    config = lake.config
+    store = lake.store(repository)
     return complete_iceberg_metadata(store, export_location(config, ref, commit_id, table_name), still_held,
-                                     read_scope(config, lakefs, repository))
+                                     lake.read_scope(repository))
 
 
 @dataclass
@@ -69,13 +68,11 @@ class ExportGaps:
     iceberg_pending: list[str] = field(default_factory=list)  # complete exports whose Iceberg table is still to write
 
 
-def missing_exports(config: Config, repository: str, ref: str, commit_id: str, lakefs: LakeFS | None = None,
-                    all_tables: bool = False) -> ExportGaps:
+def missing_exports(lake: Lake, repository: str, ref: str, commit_id: str, all_tables: bool = False) -> ExportGaps:
     """The tables this commit changed (or all its tables) without a complete export under `ref`,
     and those whose complete export records its Iceberg table pending: one manifest read a table."""
-    lakefs = lakefs or LakeFS(config.lakefs)
-    namespace = lakefs.storage_namespace(repository)
-    store = ObjectStore(config, namespace)
+    config, lakefs = lake.config, lake.lakefs
+    store = lake.store(repository)
     gaps = ExportGaps()
     for table in tables_to_export(lakefs, repository, commit_id, every_table=all_tables).tables:
         try:
@@ -88,12 +85,12 @@ def missing_exports(config: Config, repository: str, ref: str, commit_id: str, l
     return gaps
 
 
-def exports_in_store(config: Config, repository: str, commit_id: str, ref: str | None = None,
-                     lakefs: LakeFS | None = None) -> dict[str, dict[str, dict]]:
+def exports_in_store(lake: Lake, repository: str, commit_id: str,
+                     ref: str | None = None) -> dict[str, dict[str, dict]]:
     """{ref: {table: record}} of the complete exports of a commit, read from their manifests: what
     the status API answers when Redis has no record (it was flushed, or restarted without persistence)."""
-    lakefs = lakefs or LakeFS(config.lakefs)
-    store = repository_store(config, lakefs, repository)
+    config = lake.config
+    store = lake.store(repository)
     root = exports_root(config)
     segments = [location_segment(ref)] if ref is not None else store.list_folders(root)
     found: dict[str, dict[str, dict]] = {}
@@ -119,9 +116,8 @@ def find_table(lakefs: LakeFS, repository: str, commit_id: str, name: str) -> Ta
     raise TableNotFound(f"no valid descriptor for table {name!r} in _lakefs_tables/ at commit {commit_id}")
 
 
-def export_table(config: Config, at: ExportAt, table: TableDescriptor, lakefs: LakeFS | None = None,
-                 copy_from: tuple[str, ...] = (), still_held: Callable[[], None] | None = None,
-                 progress: Progress = quiet) -> ExportOutcome:
+def export_table(lake: Lake, at: ExportAt, table: TableDescriptor, copy_from: tuple[str, ...] = (),
+                 still_held: Callable[[], None] | None = None, progress: Progress = quiet) -> ExportOutcome:
     """Export one table at `at.commit_id`; failures come back as an outcome with the reason, never
     half-marked as done.
 
@@ -129,11 +125,11 @@ def export_table(config: Config, at: ExportAt, table: TableDescriptor, lakefs: L
     exported commit), else the parent's export plus the new commits, else a cold export.
     `still_held()` raises LockLost once the caller's lock on this export is no longer its own: it
     runs before each commit point (the file that makes the log a table, the manifest)."""
-    lakefs = lakefs or LakeFS(config.lakefs)
+    config, lakefs = lake.config, lake.lakefs
     started, calls_before = time.monotonic(), lakefs.calls
     outcome = ExportOutcome(table=table.name, table_path=table.path, ok=False)
     try:
-        job = ExportJob(config, lakefs, repository_store(config, lakefs, at.repository), at.repository, at.ref,
+        job = ExportJob(config, lakefs, lake.store(at.repository), at.repository, at.ref,
                         at.commit_id, table, still_held, progress, started)
         outcome = job.outcome
         try:  # already exported: its Iceberg record says whether that table is still to be written
@@ -158,12 +154,11 @@ def export_table(config: Config, at: ExportAt, table: TableDescriptor, lakefs: L
     return outcome
 
 
-def abandon_export(config: Config, repository: str, ref: str, commit_id: str, table_name: str,
-                   lakefs: LakeFS | None = None) -> int:
+def abandon_export(lake: Lake, repository: str, ref: str, commit_id: str, table_name: str) -> int:
     """Remove an export that will not be retried any more (its transient errors ran out); the
     number of objects removed. A complete export (its manifest exists) is kept."""
-    lakefs = lakefs or LakeFS(config.lakefs)
-    store = repository_store(config, lakefs, repository)
+    config = lake.config
+    store = lake.store(repository)
     target = export_location(config, ref, commit_id, table_name)
     if store.exists(target + MANIFEST):
         return 0

@@ -19,10 +19,9 @@ import fnmatch
 import re
 from collections.abc import Iterable
 
-from exporter.config import Config, ShareConfig
+from exporter.config import ShareConfig
 from exporter.errors import NotFound, NotShared, ShareNotFound
-from exporter.lakefs.client import LakeFS
-from exporter.lakefs.namespaces import read_scope
+from exporter.lakefs.lake import Lake
 from exporter.sharing.versions import Schema, SharedTable, branch_table, tag_export
 from exporter.storage.layout import (
     branch_tables_root,
@@ -41,8 +40,8 @@ _SEPARATOR = "__"
 class Catalog:
     """Shares, their schemas and tables, as one recipient may see them."""
 
-    def __init__(self, config: Config, lakefs: LakeFS, shares: Iterable[str]):
-        self.config, self.lakefs = config, lakefs
+    def __init__(self, lake: Lake, shares: Iterable[str]):
+        self.lake, self.config, self.lakefs = lake, lake.config, lake.lakefs
         self.granted = {name.lower() for name in shares}
 
     def shares(self) -> list[ShareConfig]:
@@ -95,11 +94,11 @@ class Catalog:
             raise NotShared(f"table {table!r} is not in share {share.name!r}")
         read = branch_table if schema.kind == "branch" else tag_export
         store = self._store(schema.repository)
-        return read(self.config, store, schema, table, read_scope(self.config, self.lakefs, schema.repository))
+        return read(self.config, store, schema, table, self.lake.read_scope(schema.repository))
 
     def _store(self, repository: str) -> ObjectStore:
         try:
-            return ObjectStore(self.config, self.lakefs.storage_namespace(repository))
+            return self.lake.store(repository)
         except NotFound:
             raise ShareNotFound(f"repository {repository!r} of this share does not exist") from None
 

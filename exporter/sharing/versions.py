@@ -302,7 +302,7 @@ def tag_export(config: Config, store: ObjectStore, schema: Schema, table: str,
 
 
 def _scope(config: Config, store: ObjectStore) -> ReadScope:
-    """The scope without the other repositories' namespaces (`exporter.lakefs.namespaces.read_scope` has them)."""
+    """The scope without the other repositories' namespaces (`Lake.read_scope` has them)."""
     return ReadScope(store.uri(""), allowed=config.sharing.allowed_locations, private=private_folders(config))
 
 

@@ -28,6 +28,7 @@ from exporter.export.manifest import ICEBERG
 from exporter.upkeep.retention import within_policy
 from exporter.lakefs.installer import ACTION_PATH, branch_tables_kept, installed_action, webhook_urls
 from exporter.lakefs.client import LakeFS
+from exporter.lakefs.lake import Lake
 from exporter.progress import Progress, Step, counted, each, quiet
 from exporter.state.status import COMMIT_RECORD, StatusStore
 
@@ -94,9 +95,10 @@ def _in_flight(record: dict | None, now: float, config: Config) -> bool:
         now - record.get("updated_at", 0) < config.catch_up.in_flight_seconds
 
 
-def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: list[str] | None = None,
+def catch_up(lake: Lake, status: StatusStore, repositories: list[str] | None = None,
              progress: Progress = quiet) -> CatchUpPlan:
-    run = _Run(config, lakefs, status, CatchUpPlan())
+    config, lakefs = lake.config, lake.lakefs
+    run = _Run(lake, status, CatchUpPlan())
     named = repositories or list(config.catch_up.repositories)  # named: acted on whatever their action calls
     checked = named or lakefs.list_repositories()
     for repository in each(checked, counted(progress, "catch-up", "lakeFS", "repositories checked", len(checked),
@@ -127,10 +129,17 @@ def catch_up(config: Config, lakefs: LakeFS, status: StatusStore, repositories: 
 class _Run:
     """One catch-up run over lakeFS, Redis's records and the plan it fills."""
 
-    config: Config
-    lakefs: LakeFS
+    lake: Lake
     status: StatusStore
     plan: CatchUpPlan
+
+    @property
+    def config(self) -> Config:
+        return self.lake.config
+
+    @property
+    def lakefs(self) -> LakeFS:
+        return self.lake.lakefs
 
     def followed(self, repository: str, named: bool) -> tuple[list[str], list[str]] | None:
         """The branches the repository's exports follow and those keeping branch tables; None (the
@@ -156,7 +165,7 @@ class _Run:
     def commit(self, repository: str, ref: str, commit_id: str, all_tables: bool, keeps_tables: list[str]) -> bool:
         """Plan what one commit's exports under `ref` lack; False when the per-run bound is reached."""
         config, plan = self.config, self.plan
-        gaps = missing_exports(config, repository, ref, commit_id, lakefs=self.lakefs, all_tables=all_tables)
+        gaps = missing_exports(self.lake, repository, ref, commit_id, all_tables=all_tables)
         missing, pending = gaps.missing, gaps.iceberg_pending if config.iceberg.enabled else []
         if not missing and not pending:
             return True
@@ -191,7 +200,7 @@ class _Run:
             if not commits or not follows(branch, keeps_tables):
                 continue
             records = self.status.tables(repository, commits[0].id, branch).get(branch, {})
-            for table in lagging_branch_tables(self.config, self.lakefs, repository, branch, commits[0].id):
+            for table in lagging_branch_tables(self.lake, repository, branch, commits[0].id):
                 if _failed_for_good((records.get(table) or {}).get("branch_table")):
                     self.plan.given_up.append(f"{repository} {branch} {commits[0].id} {table} (its branch table append)")
                 else:

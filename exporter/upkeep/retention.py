@@ -27,7 +27,6 @@ from exporter.errors import NotFound
 from exporter.export.log_writer import discard_export
 from exporter.export.readback import read_exported_log
 from exporter.lakefs.client import LakeFS
-from exporter.lakefs.namespaces import repository_store
 from exporter.state.status import StatusStore
 from exporter.storage.layout import (
     LATEST,
@@ -42,6 +41,7 @@ from exporter.storage.layout import (
 from exporter.progress import Progress, Step, counted, each, quiet
 from exporter.storage.objectstore import ObjectStore, split_uri
 from exporter.threads import IO_THREADS, io_pool
+from exporter.lakefs.lake import Lake
 
 HOUR = 3600
 
@@ -68,15 +68,16 @@ def within_policy(commit_position: int, commit_age_seconds: float, policy: Reten
     return commit_position < policy.keep_last or commit_age_seconds < policy.keep_hours * HOUR
 
 
-def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConfig | None = None,
-          dry_run: bool = False, now: float | None = None, progress: Progress = quiet) -> PrunePlan:
+def prune(lake: Lake, repository: str, policy: RetentionConfig | None = None, dry_run: bool = False,
+          now: float | None = None, progress: Progress = quiet) -> PrunePlan:
     """Delete the per-commit exports of a repository outside the policy (default: the config's).
 
     Each table's export is deleted under its export lock (the one its writers hold): an export
     being written is left alone, whatever its age."""
+    config, lakefs = lake.config, lake.lakefs
     policy, now = policy or config.retention, time.time() if now is None else now
     status = StatusStore(config.redis)
-    store = repository_store(config, lakefs, repository)
+    store = lake.store(repository)
     root = exports_root(config)
     tags = {location_segment(tag) for tag, _ in lakefs.list_tags(repository)}
     branches = {location_segment(branch): branch for branch in lakefs.list_branches(repository)}
@@ -124,9 +125,10 @@ def prune(config: Config, lakefs: LakeFS, repository: str, policy: RetentionConf
     return plan
 
 
-def orphan_row_diffs(config: Config, lakefs: LakeFS, repository: str) -> list[str]:
+def orphan_row_diffs(lake: Lake, repository: str) -> list[str]:
     """The rows files of row diffs whose right-hand commit has no export left and heads no branch."""
-    store = repository_store(config, lakefs, repository)
+    config, lakefs = lake.config, lake.lakefs
+    store = lake.store(repository)
     exported = {commit for _, commit in _exports(config, store)} | _branch_heads(lakefs, repository)
     return [store.uri(name) for name, _ in _row_diff_files(config, store)
             if _right_commit(config, name) not in exported]
@@ -190,11 +192,12 @@ class Verification:
                           *(f"  orphan row diff {uri} (prune removes it)" for uri in self.orphan_row_diffs)])
 
 
-def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str, commit_id: str | None = None,
+def verify(lake: Lake, repository: str, ref: str, table: str, commit_id: str | None = None,
            progress: Progress = quiet) -> Verification:
     """Check the export of `table` at `commit_id` under `ref` (without a commit: the branch table
     of `ref`): every live data file and deletion vector it references still exists."""
-    store = repository_store(config, lakefs, repository)
+    config, lakefs = lake.config, lake.lakefs
+    store = lake.store(repository)
     if commit_id is None:
         location = branch_table_location(config, ref, table)
     else:
@@ -211,7 +214,7 @@ def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str
     def exists(address: str) -> bool:
         bucket, _ = split_uri(address)
         if bucket not in stores:
-            stores[bucket] = ObjectStore(config, f"s3://{bucket}")
+            stores[bucket] = lake.stores.at(f"s3://{bucket}")
         return stores[bucket].head_uri(address)
 
     with io_pool(IO_THREADS) as pool:  # a batch of addresses at a time: memory follows the batch
@@ -225,7 +228,7 @@ def verify(config: Config, lakefs: LakeFS, repository: str, ref: str, table: str
     progress(Step("verify", table_root, "files checked", result.files_checked, result.files_checked, "files"))
     result.missing = sorted(set(result.missing))
     result.unchecked = sorted(set(result.unchecked))
-    result.orphan_row_diffs = orphan_row_diffs(config, lakefs, repository)
+    result.orphan_row_diffs = orphan_row_diffs(lake, repository)
     return result
 
 

@@ -10,7 +10,6 @@ from fastapi import FastAPI
 
 from exporter.config import Config
 from exporter.catalog.iceberg import IcebergCatalog
-from exporter.lakefs.client import LakeFS
 from hooks.deps import Services
 from hooks.iceberg import errors, namespaces, tables, writes
 
@@ -21,7 +20,7 @@ def create_iceberg_app(config: Config, services: Services) -> FastAPI:
     app = FastAPI(title="lakefs-delta-exporter Iceberg REST catalog", docs_url=None, redoc_url=None,
                   openapi_url=None)  # the document is the Iceberg REST spec's
     app.state.services = services  # the API's: the same callers, decided the same way
-    app.state.catalog = IcebergCatalog(config, LakeFS(config.lakefs))
+    app.state.catalog = IcebergCatalog(services.lake)
     errors.install(app)
     for routes in (namespaces, tables, writes):
         app.include_router(routes.router, prefix=API_VERSION)

@@ -13,7 +13,6 @@ from starlette.requests import Request
 from exporter.diff.rows.compute import key_part
 from exporter.diff.rows.file import rows_page
 from exporter.errors import NotFound
-from exporter.storage.objectstore import ObjectStore
 from hooks.deps import COMPUTING, ServicesDep, from_workers, still_computing
 from hooks.errors import Refusal, problems
 from hooks.grant import grant_for
@@ -79,10 +78,9 @@ async def row_diff(request: Request, services: ServicesDep, repository: str, lef
         page, total = [], 0
         if not diff["rows_location"]:
             break
-        namespace = await run_in_threadpool(services.lakefs().storage_namespace, repository)
+        store = await run_in_threadpool(services.lake.store, repository)
         try:  # the rows are a Parquet file: read the row groups of this page only
-            page, total = await run_in_threadpool(rows_page, ObjectStore(services.config, namespace),
-                                                  diff["rows_location"], start, amount)
+            page, total = await run_in_threadpool(rows_page, store, diff["rows_location"], start, amount)
             break
         except NotFound:
             await run_in_threadpool(services.row_diffs.forget, *parts)

@@ -41,7 +41,7 @@ async def export_status(request: Request, services: ServicesDep, repository: str
         log.warning("status store unavailable, answering from the manifests: %s", type(exc).__name__)
     if not records:  # Redis lost or never had it: the manifests in the store are the truth
         try:
-            records = await run_in_threadpool(exports_in_store, services.config, repository, commit, ref)
+            records = await run_in_threadpool(exports_in_store, services.lake, repository, commit, ref)
         except (ExporterError, redis.RedisError) as exc:
             status, message, _ = answer_of(exc)
             if status in (422, 503):
@@ -98,7 +98,7 @@ async def branch_table(request: Request, services: ServicesDep, repository: str,
     (`versionAsOf` on the location). Answered to a caller who may read every path its versions
     came from (a descriptor re-pointed to another path: both)."""
     grant = await grant_for(request, repository, [branch])
-    versions = await run_in_threadpool(branch_table_versions, services.config, None, repository, branch, table)
+    versions = await run_in_threadpool(branch_table_versions, services.lake, repository, branch, table)
     await grant.require(grant.commit(branch), versions.get("table_paths") or [versions["table_path"]],
                         f"the branch table of {table!r} on {branch!r}")
     if commit is not None:

@@ -11,7 +11,7 @@ import anyio
 from starlette.requests import Request
 
 from exporter.config import Config
-from exporter.lakefs.client import LakeFS
+from exporter.lakefs.lake import Lake
 from exporter.sharing.catalog import Catalog
 from exporter.state.recipients import Recipient, Recipients, Unauthenticated
 from exporter.storage.presign import Presigner
@@ -28,12 +28,12 @@ _T = TypeVar("_T")
 class SharingServices:
     config: Config
     recipients: Recipients
-    lakefs: LakeFS
+    lake: Lake
     threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(ANSWER_THREADS))
 
     @classmethod
-    def start(cls, config: Config) -> "SharingServices":
-        return cls(config, Recipients(config.redis), LakeFS(config.lakefs))
+    def start(cls, config: Config, lake: Lake) -> "SharingServices":
+        return cls(config, Recipients(config.redis), lake)
 
     def presigner(self) -> Presigner:
         return Presigner(self.config, self.config.sharing.url_lifetime_seconds)
@@ -51,7 +51,7 @@ async def catalog_of(request: Request) -> Catalog:
         raise Unauthenticated("missing bearer token (header Authorization: Bearer <token>)")
     shared = services(request)
     recipient: Recipient = await in_thread(request, shared.recipients.authenticate, token.strip())
-    return Catalog(shared.config, shared.lakefs, recipient.shares)
+    return Catalog(shared.lake, recipient.shares)
 
 
 async def in_thread(request: Request, function: Callable[..., _T], *args: Any) -> _T:

@@ -8,6 +8,7 @@ from exporter.export.log_writer import ExportOutcome
 from exporter.export.commit import export_commit
 from exporter.export.job import ExportAt
 from exporter.storage.layout import MANIFEST
+from tests.fakes import lake_of
 
 
 def table_uri(repository: str, ref: str, path: str) -> str:
@@ -32,7 +33,7 @@ def read_version(spark, location: str, version: int | None = None):
 
 
 def export_one(config, lakefs, repository: str, ref: str, commit_id: str, name: str) -> ExportOutcome:
-    outcomes = export_commit(config, ExportAt(repository, ref, commit_id), tables=[name], lakefs=lakefs)
+    outcomes = export_commit(lake_of(config, lakefs), ExportAt(repository, ref, commit_id), tables=[name])
     assert len(outcomes) == 1, outcomes
     return outcomes[0]
 

@@ -69,6 +69,7 @@ def test_the_iceberg_and_sharing_routes_fuzzed_with_valid_and_hostile_names_give
     from exporter.config import IcebergConfig
     from hooks.deps import Services
     from hooks.iceberg.app import create_iceberg_app
+    from exporter.lakefs.lake import Lake
     from tests.integration.test_delta_sharing import cli
     from tests.integration.test_iceberg_catalog import commit_delta_table
     from tests.integration.deltatables import export_one
@@ -85,8 +86,8 @@ def test_the_iceberg_and_sharing_routes_fuzzed_with_valid_and_hostile_names_give
     recipient = {"Authorization": f"Bearer {json.loads(profile.read_text())['bearerToken']}"}
     api = {"Authorization": f"Bearer {api_token()}"}
 
-    schemas = [(schemathesis.openapi.from_dict(create_iceberg_app(config, Services.start(config)).openapi()),
-                fuzzed + "/iceberg", api),
+    iceberg_app = create_iceberg_app(config, Services.start(config, Lake.connect(config)))
+    schemas = [(schemathesis.openapi.from_dict(iceberg_app.openapi()), fuzzed + "/iceberg", api),
                (schemathesis.openapi.from_url(fuzzed + "/delta-sharing/openapi.json"), fuzzed + "/delta-sharing", recipient)]
     calls = []
     for schema, base_url, headers in schemas:

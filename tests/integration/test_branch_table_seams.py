@@ -20,6 +20,7 @@ from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_
 from tests.integration.test_branch_tables import branch_commit, branch_log_versions
 from tests.integration.test_delta_sharing import cli, connector_python, consume  # noqa: F401 (a fixture)
 from tests.integration.test_webhooks import GOOD, WEBHOOK, token, wait_for_export
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +75,7 @@ def commit_export_append(config, lakefs, repository: str, name: str, message: st
     outcome = export_one(config, lakefs, repository, "main", commit_id, name)
     assert outcome.ok, outcome.error
     if append:
-        assert not append_commit(config, lakefs, repository, "main", commit_id, name).skipped
+        assert not append_commit(lake_of(config, lakefs), repository, "main", commit_id, name).skipped
     return commit_id
 
 
@@ -94,7 +95,7 @@ def test_a_vacuum_on_the_branch_leaves_the_branch_table_with_the_sources_files(
 
     source = rows(read_version(spark, table_uri(repository, vacuumed, path)))
     assert len(source) == 15
-    location = branch_table_versions(config, lakefs, repository, "main", "vacuumed")["location"]
+    location = branch_table_versions(lake_of(config, lakefs), repository, "main", "vacuumed")["location"]
     assert rows(read_version(spark, location)) == source, "Spark reads the branch table as the source"
     assert delta_rs_rows(location) == source, "delta-rs too"
     assert len(spark.read.format("delta").load(location).inputFiles()) == 1, "the one file OPTIMIZE wrote"
@@ -123,12 +124,12 @@ def test_a_burst_whose_events_arrive_out_of_order_maps_every_commit_to_its_versi
         spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({version}, 'v{version}')")
         commits.append(commit_export_append(config, lakefs, repository, "burst", f"version {version}",
                                             append=version < 3))
-    last = append_commit(config, lakefs, repository, "main", commits[5], "burst")
+    last = append_commit(lake_of(config, lakefs), repository, "main", commits[5], "burst")
     assert last.appended == [3, 4, 5]
-    held = [append_commit(config, lakefs, repository, "main", c, "burst") for c in commits[3:5]]
+    held = [append_commit(lake_of(config, lakefs), repository, "main", c, "burst") for c in commits[3:5]]
     assert all(outcome.skipped for outcome in held), [o.skipped for o in held]
 
-    versions = branch_table_versions(config, lakefs, repository, "main", "burst")
+    versions = branch_table_versions(lake_of(config, lakefs), repository, "main", "burst")
     mapped = {entry["commit_id"]: entry["version"] for entry in versions["commits"]}
     assert [mapped.get(c) for c in commits] == list(range(6)), "every commit maps to the version that reads as it"
     assert [e["appended"] for e in versions["commits"][3:]] == [[3, 3], [4, 4], [5, 5]]
@@ -174,9 +175,9 @@ def test_an_event_naming_main_with_a_commit_of_another_branch_never_moves_mains_
     note = wait_for_branch_table_note(status, repository, "other", on_other, "guarded")
     assert note["state"] == "refused" and "keeps no branch tables" in note["reason"], note
     with pytest.raises(BranchTableRefused):
-        append_commit(config, lakefs, repository, "other", on_other, "guarded")
+        append_commit(lake_of(config, lakefs), repository, "other", on_other, "guarded")
 
-    versions = branch_table_versions(config, lakefs, repository, "main", "guarded")
+    versions = branch_table_versions(lake_of(config, lakefs), repository, "main", "guarded")
     assert [e["commit_id"] for e in versions["commits"]] == [on_main]
     source = rows(read_version(spark, table_uri(repository, on_main, path)))
     assert source == [(1, "main")]

@@ -27,6 +27,7 @@ from exporter.storage.objectstore import ObjectStore
 from lakefs_delta.client import wait_for_exports
 from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one, read_version, rows, table_uri
 from tests.integration.test_webhooks import GOOD, WEBHOOK, api, token
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +44,7 @@ def commit_and_append(config, lakefs, repository: str, name: str, message: str, 
     outcome = export_one(config, lakefs, repository, "main", commit_id, name)
     assert outcome.ok, outcome.error
     if append:
-        appended = append_commit(config, lakefs, repository, "main", commit_id, name)
+        appended = append_commit(lake_of(config, lakefs), repository, "main", commit_id, name)
         assert not appended.skipped, appended.skipped
     return commit_id
 
@@ -97,7 +98,7 @@ def test_a_branch_table_follows_the_branch_and_streams_what_each_commit_added(sp
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1, 'a'), (2, 'b')")
     add_descriptor(lakefs, repository, "orders", "tables/orders")
     first = commit_and_append(config, lakefs, repository, "orders", "create + insert: versions 0-1")
-    location = branch_table_versions(config, lakefs, repository, "main", "orders")["location"]
+    location = branch_table_versions(lake_of(config, lakefs), repository, "main", "orders")["location"]
     assert location.endswith("/_lakefs/exported/main/latest/orders/")
     stream = Stream(spark, location, tmp_path)
     assert stream.new_rows() == Counter({(1, "a"): 1, (2, "b"): 1})
@@ -119,8 +120,8 @@ def test_a_branch_table_follows_the_branch_and_streams_what_each_commit_added(sp
     last = commit_and_append(config, lakefs, repository, "orders", "version 7")  # its export starts at checkpoint 6
     assert stream.new_rows(skipChangeCommits="true") == Counter({(6, "f"): 1, (7, "g"): 1})
 
-    again = append_commit(config, lakefs, repository, "main", last, "orders")
-    older = append_commit(config, lakefs, repository, "main", late, "orders")
+    again = append_commit(lake_of(config, lakefs), repository, "main", last, "orders")
+    older = append_commit(lake_of(config, lakefs), repository, "main", late, "orders")
     assert again.skipped and older.skipped and "older" in older.skipped
     assert branch_log_versions(s3, location) == list(range(8)), "every version, no gaps"
     for version in range(8):  # the same table as the source, version by version
@@ -128,7 +129,7 @@ def test_a_branch_table_follows_the_branch_and_streams_what_each_commit_added(sp
             rows(read_version(spark, table_uri(repository, last, "tables/orders"), version)), version
     assert delta_rs_rows(location) == rows(read_version(spark, location))
     assert delta_rs_rows(location, 4) == rows(read_version(spark, location, 4))
-    versions = branch_table_versions(config, lakefs, repository, "main", "orders")
+    versions = branch_table_versions(lake_of(config, lakefs), repository, "main", "orders")
     # `late` was never appended on its own: the append of `last` maps it too, to the version that reads as it
     assert [e["commit_id"] for e in versions["commits"]] == [first, second, versions["commits"][2]["commit_id"], late, last]
     assert versions["head_version"] == 7 and versions["offset"] == 0
@@ -145,7 +146,7 @@ def test_a_revert_appends_one_synthetic_version_and_later_commits_follow_it(spar
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1, 1.0), (2, 2.0)")
     add_descriptor(lakefs, repository, "ledger", "tables/ledger")
     commit_and_append(config, lakefs, repository, "ledger", "versions 0-1")
-    location = branch_table_versions(config, lakefs, repository, "main", "ledger")["location"]
+    location = branch_table_versions(lake_of(config, lakefs), repository, "main", "ledger")["location"]
     stream = Stream(spark, location, tmp_path)
     stream.new_rows()
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (3, 3.0)")
@@ -160,8 +161,8 @@ def test_a_revert_appends_one_synthetic_version_and_later_commits_follow_it(spar
     reverted = lakefs.revert(repository, "main", fourth)  # the table is back at version 2, as of `third`
     for commit_id in (first_revert, reverted):
         assert export_one(config, lakefs, repository, "main", commit_id, "ledger").ok
-    synced = append_commit(config, lakefs, repository, "main", reverted, "ledger")
-    late = append_commit(config, lakefs, repository, "main", first_revert, "ledger")
+    synced = append_commit(lake_of(config, lakefs), repository, "main", reverted, "ledger")
+    late = append_commit(lake_of(config, lakefs), repository, "main", first_revert, "ledger")
 
     assert synced.appended == [5] and "moved back from version 4 to 2" in synced.synthetic
     assert late.skipped and branch_log_versions(s3, location) == list(range(6))
@@ -184,7 +185,7 @@ def test_a_revert_appends_one_synthetic_version_and_later_commits_follow_it(spar
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (9, 9.0)")  # the source's new version 3 is branch version 6
     after = commit_and_append(config, lakefs, repository, "ledger", "version 3, again")
     assert stream.new_rows(skipChangeCommits="true") == Counter({(9, 9.0): 1})
-    versions = branch_table_versions(config, lakefs, repository, "main", "ledger")
+    versions = branch_table_versions(lake_of(config, lakefs), repository, "main", "ledger")
     assert (versions["head_version"], versions["offset"], versions["commits"][-1]["commit_id"]) == (6, 3, after)
     assert_versions_read_like_their_commits(spark, repository, "tables/ledger", versions)
     assert branch_commit(s3, location, 6)[0]["commitInfo"]["lakeFS"]["sourceVersion"] == 3
@@ -261,19 +262,19 @@ def test_prune_keeps_what_the_policy_says_and_verify_finds_a_deleted_file(spark,
             time.sleep(2)
     lakefs.create_tag(repository, "v1", commits[3])
     assert export_one(config, lakefs, repository, "v1", commits[3], "kept").ok
-    assert append_commit(config, lakefs, repository, "main", commits[-1], "kept").appended == [0]
+    assert append_commit(lake_of(config, lakefs), repository, "main", commits[-1], "kept").appended == [0]
     root = f"s3://{os.environ['LAKEFS_DELTA_STACK_BUCKET']}/{repository}/_lakefs/exported/"
     policy = RetentionConfig(keep_last=5, keep_hours=1)  # evaluated an hour after `cutoff`
     expected = [f"{root}main/{c}/" for c in commits[:20]]
 
-    dry = prune(config, lakefs, repository, policy, dry_run=True, now=cutoff + 3600)
+    dry = prune(lake_of(config, lakefs), repository, policy, dry_run=True, now=cutoff + 3600)
     assert sorted(dry.deleted) == sorted(expected)
     assert all(export_exists(s3, location) for location in expected), "a dry run deletes nothing"
     assert dry.kept[f"{root}v1/{commits[3]}/"] == "a tag's export"
     assert "newest 5" in dry.kept[f"{root}main/{commits[29]}/"]
     assert "less than 1 hours" in dry.kept[f"{root}main/{commits[20]}/"]
 
-    done = prune(config, lakefs, repository, policy, now=cutoff + 3600)
+    done = prune(lake_of(config, lakefs), repository, policy, now=cutoff + 3600)
     assert sorted(done.deleted) == sorted(expected) and done.objects_deleted > 20
     assert not any(export_exists(s3, location) for location in expected)
     assert all(export_exists(s3, f"{root}main/{c}/") for c in commits[20:])
@@ -287,12 +288,12 @@ def test_prune_keeps_what_the_policy_says_and_verify_finds_a_deleted_file(spark,
         sorted(f"{root}main/{c}/" for c in commits[20:28])
     assert f"prune {repository} main: exports decided 10/10 exports" in cli.stderr, cli.stderr  # 30 - 20 pruned above
 
-    assert verify(config, lakefs, repository, "main", "kept", commits[-1]).ok
+    assert verify(lake_of(config, lakefs), repository, "main", "kept", commits[-1]).ok
     data_files = replay_live_paths(s3, f"{root}main/{commits[-1]}/kept/")
     data_file = data_files[0]
     bucket, _, key = data_file.removeprefix("s3://").partition("/")
     s3.delete_object(Bucket=bucket, Key=key)  # behind the export's back (as lakeFS GC would)
-    found = verify(config, lakefs, repository, "main", "kept", commits[-1])
+    found = verify(lake_of(config, lakefs), repository, "main", "kept", commits[-1])
     assert not found.ok and found.missing == [data_file] and found.files_checked == len(data_files)
     cli = subprocess.run([sys.executable, "-m", "lakefs_delta.cli", "verify", "--repo", repository, "--ref", "main",
                           "--table", "kept"], capture_output=True, text=True, timeout=60)  # the branch table
@@ -330,20 +331,20 @@ def test_an_append_interrupted_before_its_state_is_redone_without_duplicates(spa
 
     monkeypatch.setattr(ObjectStore, "put", dies_at_the_state)
     with pytest.raises(ServiceUnavailable):
-        append_commit(config, lakefs, repository, "main", second, "crash")
+        append_commit(lake_of(config, lakefs), repository, "main", second, "crash")
     monkeypatch.undo()
-    location = branch_table_versions(config, lakefs, repository, "main", "crash")["location"]
+    location = branch_table_versions(lake_of(config, lakefs), repository, "main", "crash")["location"]
     assert branch_log_versions(s3, location) == [0, 1, 2]  # written, but not recorded
-    assert branch_table_versions(config, lakefs, repository, "main", "crash")["head_version"] == 0
+    assert branch_table_versions(lake_of(config, lakefs), repository, "main", "crash")["head_version"] == 0
     following = config.model_copy(update={"catch_up": config.catch_up.model_copy(update={"branches": ("main",)}),
                                            "branch_tables": ("main",)})
-    plan = catch_up(following, lakefs, StatusStore(config.redis), [repository])
+    plan = catch_up(lake_of(following, lakefs), StatusStore(config.redis), [repository])
     assert plan.appends == [(repository, "main", second, "crash")] and not plan.queued  # catch-up sees it lag
 
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (3)")
     third = commit_and_append(config, lakefs, repository, "crash", "version 3")  # the next event redoes it
     assert branch_log_versions(s3, location) == [0, 1, 2, 3]
-    versions = branch_table_versions(config, lakefs, repository, "main", "crash")
+    versions = branch_table_versions(lake_of(config, lakefs), repository, "main", "crash")
     assert versions["head_version"] == 3
     assert [(e["commit_id"], e["appended"]) for e in versions["commits"][1:]] == [(second, [1, 2]), (third, [3, 3])]
     assert rows(read_version(spark, location)) == rows(read_version(spark, table_uri(repository, third, "tables/crash")))
@@ -362,7 +363,7 @@ def test_deletion_vectors_v2_checkpoints_and_in_commit_timestamps_survive_a_dive
     deleted = commit_and_append(config, lakefs, repository, "dv", "version 2")
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (4, 'd')")
     last = commit_and_append(config, lakefs, repository, "dv", "version 3")
-    location = branch_table_versions(config, lakefs, repository, "main", "dv")["location"]
+    location = branch_table_versions(lake_of(config, lakefs), repository, "main", "dv")["location"]
     bucket, _, prefix = location.removeprefix("s3://").partition("/")
     listed = [item["Key"] for item in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "_delta_log/")["Contents"]]
     assert any(re.search(r"/0{19}2\.checkpoint\.[0-9a-f-]{36}\.(json|parquet)$", key) for key in listed), listed
@@ -371,7 +372,7 @@ def test_deletion_vectors_v2_checkpoints_and_in_commit_timestamps_survive_a_dive
     lakefs.revert(repository, "main", last)
     reverted = lakefs.revert(repository, "main", deleted)  # back to version 1: no deletion vector
     assert export_one(config, lakefs, repository, "main", reverted, "dv").ok
-    synced = append_commit(config, lakefs, repository, "main", reverted, "dv")
+    synced = append_commit(lake_of(config, lakefs), repository, "main", reverted, "dv")
 
     assert synced.appended == [4] and synced.synthetic
     source = table_uri(repository, reverted, "tables/dv")
@@ -380,7 +381,7 @@ def test_deletion_vectors_v2_checkpoints_and_in_commit_timestamps_survive_a_dive
     assert rows(read_version(spark, location, 3)) == rows(read_version(spark, table_uri(repository, last, "tables/dv")))
     timestamps = [branch_commit(s3, location, v)[0]["commitInfo"]["inCommitTimestamp"] for v in (3, 4)]
     assert timestamps[0] < timestamps[1], "in-commit timestamps keep increasing"
-    assert branch_table_versions(config, lakefs, repository, "main", "dv")["commits"][0]["commit_id"] == kept
+    assert branch_table_versions(lake_of(config, lakefs), repository, "main", "dv")["commits"][0]["commit_id"] == kept
 
 
 def test_log_retention_removes_expired_commits_and_every_retained_version_still_reads(spark, lakefs, config,
@@ -413,7 +414,7 @@ def test_log_retention_removes_expired_commits_and_every_retained_version_still_
     clock = written[f"{6:020d}.checkpoint.parquet"] + 30 * 86400 + 0.25
     removed = expire_log(store, target, read_state(store, target), LiveFiles(log).metadata, 9, now=clock)
 
-    versions = branch_table_versions(config, lakefs, repository, "main", "kept")
+    versions = branch_table_versions(lake_of(config, lakefs), repository, "main", "kept")
     location = versions["location"]
     below = [name for name in written if name[:20].isdigit() and int(name[:20]) < 6]  # commits 0..5, checkpoint 3
     assert removed == len(below) >= 7 and branch_log_versions(s3, location) == [6, 7, 8, 9]

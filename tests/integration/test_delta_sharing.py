@@ -40,6 +40,7 @@ TABLES = ("orders", "events", "archive_*")  # "secret" is on the branch too, but
 CONSUMER = r'''
 import json, os, sys
 import delta_sharing
+from tests.fakes import lake_of
 from requests.exceptions import HTTPError
 
 profile, calls = sys.argv[1], json.loads(sys.argv[2])
@@ -171,7 +172,7 @@ def commit_and_append_all(config, lakefs, repository: str, message: str) -> str:
     for name in ("orders", "events", "secret"):
         outcome = export_one(config, lakefs, repository, "main", commit_id, name)
         assert outcome.ok, outcome.error
-        assert not append_commit(config, lakefs, repository, "main", commit_id, name).skipped
+        assert not append_commit(lake_of(config, lakefs), repository, "main", commit_id, name).skipped
     return commit_id
 
 
@@ -193,7 +194,7 @@ def test_a_partner_reads_a_branch_table_with_the_delta_sharing_connector(
 
     source = table_uri(repository, head, tables["orders"])
     columns = ["id", "amount", "region"]
-    versions = branch_table_versions(config, lakefs, repository, "main", "orders")
+    versions = branch_table_versions(lake_of(config, lakefs), repository, "main", "orders")
     middle = next(entry["version"] for entry in versions["commits"] if entry["commit_id"] == tables["commits"][1])
     got = consume(connector_python, profile, {
         "tables": ["list", "", {}],

@@ -23,6 +23,7 @@ from exporter.storage.layout import MANIFEST
 from devtools import stack
 from lakefs_delta.client import export_status, wait_for_exports
 from tests.conftest import SERVICE_PORT
+from tests.fakes import lake_of
 from workers.app import configure
 
 pytestmark = pytest.mark.integration
@@ -300,15 +301,15 @@ def test_with_a_public_url_catch_up_leaves_a_repository_whose_action_calls_anoth
                                      "catch_up": config.catch_up.model_copy(update={"repositories": ()})})
     client, status = LakeFS(here.lakefs), StatusStore(here.redis)
 
-    plan = catch_up(here, client, status, [])
+    plan = catch_up(lake_of(here, client), status, [])
     queued = {(m.repository, m.commit_id) for m in plan.queued}
     assert (repository, mine_commit) in queued, plan
     assert not any(m.repository == theirs for m in plan.queued), plan
     assert any(s.startswith(f"{theirs}: its action calls http://exporter-b.internal:8080/webhooks/lakefs")
                for s in plan.skipped_repositories), plan.skipped_repositories
 
-    named = catch_up(here.model_copy(update={"catch_up": here.catch_up.model_copy(update={"repositories": (theirs,)})}),
-                     client, status)
+    naming = here.model_copy(update={"catch_up": here.catch_up.model_copy(update={"repositories": (theirs,)})})
+    named = catch_up(lake_of(naming, client), status)
     assert {(m.repository, m.commit_id) for m in named.queued} >= {(theirs, theirs_commit)}, named
 
 

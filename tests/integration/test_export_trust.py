@@ -23,6 +23,7 @@ from exporter.storage.objectstore import ObjectStore
 from exporter.storage.layout import MANIFEST
 from tests.integration.deltatables import (add_descriptor, assert_export_reads_like_source, delta_rs_rows, export_one,
                                            read_version, rows, table_uri)
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.integration
 
@@ -261,10 +262,10 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
 
     config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})  # its writes fail in turn too
     counting = FailingWrites(monkeypatch)
-    probe = export_table(config, ExportAt(repository, "probe", commit_id), table, lakefs=lakefs)
+    probe = export_table(lake_of(config, lakefs), ExportAt(repository, "probe", commit_id), table)
     assert probe.ok and probe.iceberg == PENDING, (probe.error, probe.iceberg)
     delta_writes = len(counting.keys)  # the export's; then its Iceberg table's (the worker's next task)
-    probe.iceberg = export_iceberg(config, repository, "probe", commit_id, "faults", lakefs=lakefs)
+    probe.iceberg = export_iceberg(lake_of(config, lakefs), repository, "probe", commit_id, "faults")
     assert probe.iceberg["state"] == "written", probe.iceberg
     first = probe.checkpoint_version or 0
     versions = sorted({first, probe.head_version})
@@ -284,11 +285,11 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
     for fail_at in range(1, len(written) + 1):
         FailingWrites(monkeypatch, fail_at)
         ref = f"fault-{fail_at}"
-        failed = export_table(config, ExportAt(repository, ref, commit_id), table, lakefs=lakefs)
+        failed = export_table(lake_of(config, lakefs), ExportAt(repository, ref, commit_id), table)
         if fail_at > delta_writes:  # the export is complete: a write of its Iceberg table, or of the manifest naming it
             assert failed.ok and failed.iceberg == PENDING, (failed.error, failed.iceberg)
             with pytest.raises(ExporterError, match="injected") as error:
-                export_iceberg(config, repository, ref, commit_id, "faults", lakefs=lakefs)
+                export_iceberg(lake_of(config, lakefs), repository, ref, commit_id, "faults")
             assert not error.value.permanent  # the task retries it
             assert delta_rs_rows(failed) == expected["delta-rs latest"], fail_at
             assert manifest_of(s3, failed)["iceberg"] == PENDING  # what the catalog and the status say: no table yet
@@ -296,7 +297,7 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
                 assert iceberg_tables(s3, failed) == [], f"write {fail_at} ({written[fail_at - 1]}) failed, " \
                                                          "yet an Iceberg reader finds a metadata.json"
             monkeypatch.undo()
-            retried = export_iceberg(config, repository, ref, commit_id, "faults", lakefs=lakefs)
+            retried = export_iceberg(lake_of(config, lakefs), repository, ref, commit_id, "faults")
             assert retried["state"] == "written" and manifest_of(s3, failed)["iceberg"] == retried, retried
             assert iceberg_tables(s3, failed) == [retried["metadata_location"]]
             assert delta_rs_rows(failed) == expected["delta-rs latest"]
@@ -310,13 +311,13 @@ def test_an_export_failing_at_any_write_is_unreadable_until_a_retry_completes_it
             assert answers == expected, \
                 f"write {fail_at} ({log_keys[fail_at - 1]}) failed after the table was complete"
         monkeypatch.undo()
-        retried = export_table(config, ExportAt(repository, ref, commit_id), table, lakefs=lakefs)
+        retried = export_table(lake_of(config, lakefs), ExportAt(repository, ref, commit_id), table)
         assert retried.ok, retried.error
         assert reads(spark, retried, versions, s3) == expected
 
     for fail_at in (2, delta_writes):  # a permanent failure before and after the table is complete
         FailingWrites(monkeypatch, fail_at, ExporterError("injected: object store refused put: AccessDenied"))
-        failed = export_table(config, ExportAt(repository, f"denied-{fail_at}", commit_id), table, lakefs=lakefs)
+        failed = export_table(lake_of(config, lakefs), ExportAt(repository, f"denied-{fail_at}", commit_id), table)
         monkeypatch.undo()
         assert not failed.ok and failed.permanent
         assert location_keys(s3, failed.location) == [], f"a permanent failure at write {fail_at} left objects"
@@ -368,7 +369,7 @@ def test_a_delivery_giving_up_and_prune_never_empty_an_export_another_delivery_i
         assert entered.wait(120), "the first delivery never reached the head commit"
         tasks.export_table.on_failure(ServiceUnavailable("injected: the second delivery's retries ran out"),
                                       "second-delivery", arguments, {}, None)
-        pruned = prune(config, lakefs, repository, RetentionConfig(keep_last=0, keep_hours=0))
+        pruned = prune(lake_of(config, lakefs), repository, RetentionConfig(keep_last=0, keep_hours=0))
     finally:
         release.set()
         delivery.join(120)

@@ -16,6 +16,7 @@ import pytest
 from exporter.diff.table import DiffCache, cached_diff
 from exporter.diff.overview import compare_refs
 from tests.integration.deltatables import add_descriptor, table_uri
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.integration
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "artifacts")
@@ -49,7 +50,7 @@ def story(spark, lakefs, repository):
 
 def diff(config, lakefs, repository: str, left: str, right: str, path: str) -> dict:
     cache = DiffCache(config.redis, 60)
-    return cached_diff(config, lakefs, cache, repository, left, right, path)[0]
+    return cached_diff(lake_of(config, lakefs), cache, repository, left, right, path)[0]
 
 
 def test_diff_shows_the_etl_operations_removed_columns_and_row_change(config, lakefs, story):
@@ -231,7 +232,7 @@ def test_a_table_dropped_and_created_again_on_a_branch_is_replaced_with_its_whol
     assert sorted((c["change"], c["column"]) for c in result["schema_changes"]) == \
         [("added", "name"), ("added", "score"), ("removed", "day"), ("removed", "id")]
     assert result["row_count"] == {"left": 2, "right": 5, "difference": 3}
-    overview = compare_refs(config, lakefs, DiffCache(config.redis, 60), repository, result["left_commit"],
+    overview = compare_refs(lake_of(config, lakefs), DiffCache(config.redis, 60), repository, result["left_commit"],
                             result["right_commit"])
     assert [(t["path"], t["diff_type"], t["operations"]) for t in overview["tables"]] == [("tables/t", "replaced", 6)]
 

@@ -26,6 +26,7 @@ from tests.integration.test_branch_tables import commit_and_append
 from tests.integration.test_foreign_writers import gateway, upload_and_export  # noqa: F401 (a fixture)
 from tests.integration.writers import write_with_deltalake
 from tests.unit.iceberg.readers import delta_rows, duckdb_connection, duckdb_rows, pyiceberg_rows, rows_of
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +130,7 @@ def test_pyiceberg_and_duckdb_read_column_mapping_id_and_change_data_feed_export
     commit_id = lakefs.commit_branch(repository, "main", "mapped, changes")
     assert lakefs.list_objects(repository, commit_id, "tables/changes/_change_data/"), "CDF wrote change files"
 
-    outcomes = {o.table: o for o in export_commit(config, ExportAt(repository, "main", commit_id), lakefs=lakefs)}
+    outcomes = {o.table: o for o in export_commit(lake_of(config, lakefs), ExportAt(repository, "main", commit_id))}
 
     for name, versions in (("mapped", (1, 4)), ("changes", (2, 3))):
         assert outcomes[name].ok, outcomes[name].error
@@ -168,7 +169,7 @@ def test_pyiceberg_and_duckdb_read_a_branch_table_after_appends_and_a_divergence
     spark.sql(f"UPDATE delta.`{uri}` SET amount = 0 WHERE id < 3")                                     # 4
     third = commit_and_append(config, lakefs, repository, "ledger", "versions 3-4")
 
-    appended = branch_table_versions(config, lakefs, repository, "main", "ledger")
+    appended = branch_table_versions(lake_of(config, lakefs), repository, "main", "ledger")
     assert "rewritten" not in appended["iceberg"], appended["iceberg"]  # appended past checkpoint 3
     assert sorted(map(int, appended["iceberg"]["snapshot_ids"])) == [0, 1, 2, 3, 4]
     assert_iceberg_reads(appended["iceberg"], {1: spark_rows(spark, repository, first, 1, path),
@@ -177,10 +178,10 @@ def test_pyiceberg_and_duckdb_read_a_branch_table_after_appends_and_a_divergence
 
     reverted = lakefs.revert(repository, "main", third)  # the source's head moves back to version 2
     assert export_one(config, lakefs, repository, "main", reverted, "ledger").ok
-    synced = append_commit(config, lakefs, repository, "main", reverted, "ledger")
+    synced = append_commit(lake_of(config, lakefs), repository, "main", reverted, "ledger")
 
     assert synced.appended == [5] and synced.synthetic
-    record = branch_table_versions(config, lakefs, repository, "main", "ledger")["iceberg"]
+    record = branch_table_versions(lake_of(config, lakefs), repository, "main", "ledger")["iceberg"]
     assert {v: record["snapshot_ids"][v] for v in appended["iceberg"]["snapshot_ids"]} == \
         appended["iceberg"]["snapshot_ids"]
     assert_iceberg_reads(record, {4: spark_rows(spark, repository, third, 4, path),
@@ -205,10 +206,10 @@ def test_a_branch_tables_older_snapshot_reads_a_column_the_head_moved_back_past(
 
     reverted = lakefs.revert(repository, "main", second)  # the source's head moves back to version 1
     assert export_one(config, lakefs, repository, "main", reverted, "narrowed").ok
-    synced = append_commit(config, lakefs, repository, "main", reverted, "narrowed")
+    synced = append_commit(lake_of(config, lakefs), repository, "main", reverted, "narrowed")
 
     assert synced.appended == [4] and synced.synthetic
-    record = branch_table_versions(config, lakefs, repository, "main", "narrowed")["iceberg"]
+    record = branch_table_versions(lake_of(config, lakefs), repository, "main", "narrowed")["iceberg"]
     with_extra = spark_rows(spark, repository, second, 3, path)
     assert ("extra", "x") in {column for row in with_extra for column in row}
     assert_iceberg_reads(record, {1: spark_rows(spark, repository, first, 1, path), 3: with_extra,
@@ -242,7 +243,7 @@ def test_after_the_log_retention_a_branch_tables_iceberg_table_reads_every_versi
     store = ObjectStore(config, lakefs.storage_namespace(repository))
     target = branch_table_location(config, "main", "aging")
     written = {name.rsplit("/", 1)[-1]: at for name, _, at in store.list_objects(target + "_delta_log/")}
-    before = branch_table_versions(config, lakefs, repository, "main", "aging")["iceberg"]
+    before = branch_table_versions(lake_of(config, lakefs), repository, "main", "aging")["iceberg"]
     assert sorted(map(int, before["snapshot_ids"])) == [0, 1, 2, 3, 4, 5]
     clock = written[f"{3:020d}.checkpoint.parquet"] + 30 * 86400 + 0.25
     assert expire_log(store, target, read_state(store, target), LiveFiles(read_exported_log(store, target)).metadata,
@@ -250,7 +251,7 @@ def test_after_the_log_retention_a_branch_tables_iceberg_table_reads_every_versi
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (6, 'eu')")                                              # 6
     commits[6] = commit_and_append(config, lakefs, repository, "aging", "version 6")
 
-    record = branch_table_versions(config, lakefs, repository, "main", "aging")["iceberg"]
+    record = branch_table_versions(lake_of(config, lakefs), repository, "main", "aging")["iceberg"]
     assert sorted(map(int, record["snapshot_ids"])) == [3, 4, 5, 6], record
     assert {v: record["snapshot_ids"][v] for v in "345"} == {v: before["snapshot_ids"][v] for v in "345"}
     assert_iceberg_reads(record, {v: spark_rows(spark, repository, commits[v], v, path) for v in (3, 4, 5, 6)}, readers)

@@ -7,6 +7,7 @@ import pytest
 
 from tests.integration.deltatables import (add_descriptor, assert_export_reads_like_source, delta_rs_rows, export_one,
                                            read_version, rows, table_uri)
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +86,7 @@ def test_a_tag_on_an_exported_commit_copies_the_export(spark, lakefs, config, re
     lakefs.create_tag(repository, "v1", commit_id)
     table = find_table(lakefs, repository, commit_id, "release")
 
-    tagged = export_table(config, ExportAt(repository, "v1", commit_id), table, lakefs=lakefs,
+    tagged = export_table(lake_of(config, lakefs), ExportAt(repository, "v1", commit_id), table,
                           copy_from=("feature", "main"))
 
     assert tagged.ok and tagged.incremental, tagged

@@ -30,6 +30,8 @@ from tests.conftest import SERVICE_PORT
 from tests.integration.deltatables import add_descriptor, export_one
 from tests.integration.lakefs_policy import PrefixPolicies
 from tests.integration.test_api_auth import basic, new_user
+from exporter.lakefs.lake import Lake
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.integration
 
@@ -309,12 +311,12 @@ def test_a_branch_table_re_pointed_is_read_only_by_whom_may_read_every_path(guar
     add_descriptor(lakefs, repository, "orders", "public/orders")
     first = lakefs.commit_branch(repository, "main", "orders at public/")
     assert export_one(keeping, lakefs, repository, "main", first, "orders").ok
-    assert append_commit(keeping, lakefs, repository, "main", first, "orders").iceberg["state"] == "written"
+    assert append_commit(lake_of(keeping, lakefs), repository, "main", first, "orders").iceberg["state"] == "written"
     write_table(lakefs, repository, "main", "restricted/orders", tmp_path / "restricted")
     add_descriptor(lakefs, repository, "orders", "restricted/orders")
     second = lakefs.commit_branch(repository, "main", "orders re-pointed to restricted/")
     assert export_one(keeping, lakefs, repository, "main", second, "orders").ok
-    appended = append_commit(keeping, lakefs, repository, "main", second, "orders")
+    appended = append_commit(lake_of(keeping, lakefs), repository, "main", second, "orders")
     assert appended.iceberg["state"] == "written", appended
     policies.deny(people["_carol"], repository, ["restricted/"])
 

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 def row_diff(config, lakefs, repository: str, left: str, right: str, path: str, key: tuple[str, ...] = ()) -> dict:
     """The row diff with its rows read back from its rows file (`rows`)."""
     query = RowDiffQuery(repository, lakefs.commit(repository, left).id, lakefs.commit(repository, right).id, path, key)
-    return with_rows(config, lakefs, repository, compute_row_diff(config, lakefs, query))
+    return with_rows(config, lakefs, repository, compute_row_diff(lake_of(config, lakefs), query))
 
 
 def with_rows(config, lakefs, repository: str, diff: dict) -> dict:
@@ -199,7 +199,7 @@ def test_a_diff_over_the_size_limit_is_refused_with_the_reason(spark, lakefs, co
     after = lakefs.commit_branch(repository, "main", "second")
     small = config.model_copy(update={"row_diff": RowDiffConfig(max_bytes=10)})  # no Spark job
     with pytest.raises(ExporterError, match="bytes to read: more than 10"):
-        compute_row_diff(small, lakefs, RowDiffQuery(repository, before, after, "tables/big"))
+        compute_row_diff(lake_of(small, lakefs), RowDiffQuery(repository, before, after, "tables/big"))
 
 
 def test_a_diff_above_the_in_process_limit_runs_as_a_spark_job_with_the_same_answer(spark, lakefs, config, repository,
@@ -209,12 +209,13 @@ def test_a_diff_above_the_in_process_limit_runs_as_a_spark_job_with_the_same_ans
     retention_and_column_remover(spark, lakefs, repository, "exp1", date(2026, 3, 2))
     left, right = lakefs.commit(repository, "main").id, lakefs.commit(repository, "exp1").id
     in_process = with_rows(config, lakefs, repository,
-                           compute_row_diff(config, lakefs, RowDiffQuery(repository, left, right, "tables/transactions",
+                           compute_row_diff(lake_of(config, lakefs),
+                                            RowDiffQuery(repository, left, right, "tables/transactions",
                                                                          ("txn_id",))))
     progress: list[dict] = []
     limited = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"max_bytes": 0})})  # all above it
 
-    job = compute_row_diff(limited, lakefs, RowDiffQuery(repository, left, right, "tables/transactions",
+    job = compute_row_diff(lake_of(limited, lakefs), RowDiffQuery(repository, left, right, "tables/transactions",
                                                          ("txn_id",)), progress=progress.append)
 
     assert (in_process["engine"], job["engine"]) == ("in-process", "spark") and "rows" not in job
@@ -264,9 +265,9 @@ def in_process_and_as_spark_job(config, lakefs, repository: str, left: str, righ
     """The row diff computed in the process and by the Spark job (everything is above a 0-byte limit),
     and the job's rows."""
     query = RowDiffQuery(repository, left, right, path, key)
-    in_process = with_rows(config, lakefs, repository, compute_row_diff(config, lakefs, query))
+    in_process = with_rows(config, lakefs, repository, compute_row_diff(lake_of(config, lakefs), query))
     above = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"max_bytes": 0})})
-    job = compute_row_diff(above, lakefs, query)
+    job = compute_row_diff(lake_of(above, lakefs), query)
     assert (in_process["engine"], job["engine"]) == ("in-process", "spark")
     job_rows, _ = rows_page(ObjectStore(config, lakefs.storage_namespace(repository)), job["rows_location"], 0, 100)
     return in_process, job, job_rows
@@ -326,6 +327,7 @@ import json, resource, sys
 from exporter.config import load_config
 from exporter.diff.rows.compute import RowDiffCache, RowDiffQuery, cached_row_diff
 from exporter.lakefs.client import LakeFS
+from tests.fakes import lake_of
 repository, left, right, path = sys.argv[1:]
 config = load_config()
 cache = RowDiffCache(config.redis, 600)
@@ -366,7 +368,7 @@ def test_a_table_rewritten_whole_is_diffed_within_its_row_bound_or_refused_namin
         update={"spark": config.row_diff.spark.model_copy(update={"master": ""})})})
     with pytest.raises(ExporterError, match=r"16 file\(s\) holding 6,000,000 rows to read: more than row_diff.max_rows "
                                             r"\(2,000,000\)"):
-        compute_row_diff(without_spark, lakefs, RowDiffQuery(repository, rewritten, bigger, "tables/narrow"))
+        compute_row_diff(lake_of(without_spark, lakefs), RowDiffQuery(repository, rewritten, bigger, "tables/narrow"))
 
 
 def test_the_page_shows_changed_rows_as_a_grid_with_each_updated_cell_before_and_after(spark, lakefs, repository,

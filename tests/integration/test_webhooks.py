@@ -21,6 +21,7 @@ from workers.app import configure
 from lakefs_delta.client import export_status, wait_for_exports
 from tests.conftest import SERVICE_PORT
 from tests.integration.deltatables import read_version, rows, table_uri
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.integration
 WEBHOOK = f"http://127.0.0.1:{SERVICE_PORT}/webhooks/lakefs"
@@ -218,14 +219,14 @@ def test_redis_outage_answers_503_and_catch_up_exports_the_missed_commit(service
         stack.up()
         processes.revive()  # as the workers' supervisor would
     config = load_config()
-    assert missing_exports(config, repository, "main", missed).missing == ["events"]
+    assert missing_exports(lake_of(config, lakefs), repository, "main", missed).missing == ["events"]
 
     from lakefs_delta.cli import main as cli
 
     assert cli(["catch-up", "--repo", repository]) == 0
     done = wait_for_export(service, repository, missed, {"events"}, timeout=120)["events"]
     assert done["state"] == "done", done
-    assert missing_exports(config, repository, "main", missed).missing == []
+    assert missing_exports(lake_of(config, lakefs), repository, "main", missed).missing == []
 
 
 def test_lakefs_outage_mid_task_is_retried_until_it_succeeds(service, lakefs, spark, repository):

@@ -27,6 +27,7 @@ from tests.conftest import ROOT
 from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one
 from tests.integration.test_iceberg_exports import assert_iceberg_reads, readers  # noqa: F401 (a fixture)
 from tests.integration.test_iceberg_exports import spark_rows as iceberg_spark_rows
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +90,7 @@ def test_a_tag_copy_whose_source_prune_removes_mid_copy_is_exported_cold(lakefs,
 
     monkeypatch.setattr(ObjectStore, "copy", copy_after_prune)
     descriptor = TableDescriptor("t", "tables/t", "_lakefs_tables/t.yaml")
-    outcome = export_table(plain, ExportAt(repository, "v1", commit), descriptor, lakefs=lakefs, copy_from=("main",))
+    outcome = export_table(lake_of(plain, lakefs), ExportAt(repository, "v1", commit), descriptor, copy_from=("main",))
     assert pruned and outcome.ok and not outcome.incremental, outcome  # before: failed, permanent
     assert json.loads(store.get(export_location(plain, "v1", commit, "t") + MANIFEST)).get("derived_from") is None
     assert delta_rs_rows(outcome) == [(1,), (2,)]
@@ -131,7 +132,7 @@ def test_the_catch_up_command_sends_the_iceberg_tables_it_counts(processes, lake
     iceberg = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
     # the library writes the Delta log; its Iceberg task is never sent
     descriptor = TableDescriptor("t", "tables/t", "_lakefs_tables/t.yaml")
-    outcome = export_table(iceberg, ExportAt(repository, "main", commit), descriptor, lakefs=lakefs)
+    outcome = export_table(lake_of(iceberg, lakefs), ExportAt(repository, "main", commit), descriptor)
     assert outcome.ok and outcome.iceberg["state"] == "pending"
     processes.worker("catch-up-iceberg")
     time.sleep(1.1)  # past catch_up.in_flight_seconds: its task is taken for lost
@@ -187,7 +188,7 @@ def test_a_classic_named_v2_checkpoint_is_shared_like_any_other(spark, lakefs, c
     commit_id = lakefs.commit_branch(repository, "main", "a classic-named V2 checkpoint")
     config = config.model_copy(update={"branch_tables": ("main",)})
     assert export_one(config, lakefs, repository, "main", commit_id, "cv2").ok
-    assert not append_commit(config, lakefs, repository, "main", commit_id, "cv2").skipped
+    assert not append_commit(lake_of(config, lakefs), repository, "main", commit_id, "cv2").skipped
     lakefs.create_tag(repository, "v1", commit_id)
     assert export_one(config, lakefs, repository, "v1", commit_id, "cv2").ok
 
@@ -323,7 +324,7 @@ def test_versions_an_interrupted_append_wrote_stay_as_readers_read_them(spark, l
     add_descriptor(lakefs, repository, "t", "tables/t")
     first = commit_table(lakefs, repository, "tables/t", folder, ids(1, 2))
     assert export_one(config, lakefs, repository, "main", first, "t").ok
-    assert not append_commit(config, lakefs, repository, "main", first, "t").skipped
+    assert not append_commit(lake_of(config, lakefs), repository, "main", first, "t").skipped
     second = commit_table(lakefs, repository, "tables/t", folder, ids(3), ids(4))  # versions 1, 2
     assert export_one(config, lakefs, repository, "main", second, "t").ok
     store = ObjectStore(config, lakefs.storage_namespace(repository))
@@ -338,7 +339,7 @@ def test_versions_an_interrupted_append_wrote_stay_as_readers_read_them(spark, l
     with monkeypatch.context() as patched:
         patched.setattr(ObjectStore, "put", killed_after_version_1)
         with pytest.raises(SystemExit):
-            append_commit(config, lakefs, repository, "main", second, "t")
+            append_commit(lake_of(config, lakefs), repository, "main", second, "t")
     location = store.uri(target)
     read_then = delta_rs_rows(location)
     assert read_then == [(1,), (2,), (3,)]  # version 1: what the readers see
@@ -347,7 +348,7 @@ def test_versions_an_interrupted_append_wrote_stay_as_readers_read_them(spark, l
 
     reverted = lakefs.revert(repository, "main", second)  # the source's head back at version 0
     assert export_one(config, lakefs, repository, "main", reverted, "t").ok
-    synced = append_commit(config, lakefs, repository, "main", reverted, "t")
+    synced = append_commit(lake_of(config, lakefs), repository, "main", reverted, "t")
 
     assert synced.appended == [2] and "moved back" in synced.synthetic, synced
     assert delta_rs_rows(location, 1) == read_then  # never taken back

@@ -9,7 +9,7 @@ import fakeredis
 import pytest
 import redis
 
-from tests.fakes import FakeLakeFS, MemoryStore, use_fake_lakefs, use_memory_store
+from tests.fakes import FakeLakeFS, MemoryStore
 from tests.unit.source_tables import SourceTable
 
 
@@ -29,13 +29,10 @@ def redis_url(monkeypatch) -> str:
 
 
 @pytest.fixture
-def fake_lakefs(monkeypatch) -> FakeLakeFS:
-    """An in-memory lakeFS over an in-memory object store (`fake_lakefs.store`): every `LakeFS` and
-    `ObjectStore` product code makes for itself is these."""
-    lakefs = FakeLakeFS(MemoryStore())
-    use_memory_store(monkeypatch, lakefs.store)
-    use_fake_lakefs(monkeypatch, lakefs)
-    return lakefs
+def fake_lakefs() -> FakeLakeFS:
+    """An in-memory lakeFS over an in-memory object store (`fake_lakefs.store`), which tests pass the
+    library in (`tests.fakes.lake_of`)."""
+    return FakeLakeFS(MemoryStore())
 
 
 @pytest.fixture

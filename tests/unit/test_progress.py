@@ -16,6 +16,7 @@ from exporter.upkeep.catch_up import catch_up
 from lakefs_delta.progress import Shown
 from tests.fakes import FakeLakeFS
 from tests.unit.source_tables import SourceTable
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -75,9 +76,9 @@ def test_a_cold_then_an_incremental_export_report_their_stages_to_the_end(lakefs
     first = events.append(1, 2).append(3).commit()
     steps: list[Step] = []
 
-    export_commit(CONFIG, ExportAt("repo", "main", first), progress=steps.append)
+    export_commit(lake_of(CONFIG, lakefs), ExportAt("repo", "main", first), progress=steps.append)
     second = events.append(4).commit()
-    export_commit(CONFIG, ExportAt("repo", "main", second), progress=steps.append)
+    export_commit(lake_of(CONFIG, lakefs), ExportAt("repo", "main", second), progress=steps.append)
 
     finished = [(s.subject, s.stage, s.done, s.total) for s in steps if s.finished]
     assert finished == [
@@ -94,7 +95,7 @@ def test_catch_up_reports_the_repositories_and_each_ones_commits(lakefs: FakeLak
                         "install")
     steps: list[Step] = []
 
-    catch_up(CONFIG, lakefs, StatusStore(redis_url), progress=steps.append)
+    catch_up(lake_of(CONFIG, lakefs), StatusStore(redis_url), progress=steps.append)
 
     finished = [(s.subject, s.stage, s.done, s.total) for s in steps if s.finished]
     assert finished == [("repo", "commits checked", 3, 3), ("lakeFS", "repositories checked", 1, 1)], finished

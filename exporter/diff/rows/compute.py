@@ -39,11 +39,11 @@ from exporter.diff.table import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import changes_under
-from exporter.lakefs.namespaces import read_scope, repository_store
 from exporter.lakefs.table_log import LoadedLog, checkpoint_files_hint
 from exporter.state.results import ResultCache
 from exporter.storage.layout import row_diff_location
 from exporter.storage.objectstore import ObjectStore
+from exporter.lakefs.lake import Lake
 
 
 class RowDiffTooLarge(ExporterError):
@@ -85,18 +85,19 @@ class RowDiffQuery:
     key: tuple[str, ...] = ()
 
 
-def compute_row_diff(config: Config, lakefs: LakeFS, query: RowDiffQuery, max_bytes: int | None = None,
+def compute_row_diff(lake: Lake, query: RowDiffQuery, max_bytes: int | None = None,
                      progress: Callable[[dict], None] | None = None) -> dict:
     """The row diff `query` names, between two commits. Above `row_diff.max_rows` rows to read
     (counted before and while reading), `max_bytes` of files (default `row_diff.max_bytes`) or
     `row_diff.max_memory_mib` of rows read: the Spark job when `row_diff.spark.master` is set (and
     no `max_bytes` was given), else RowDiffTooLarge."""
+    config, lakefs = lake.config, lake.lakefs
     repository, left_commit, right_commit, table_path, key = \
         query.repository, query.left, query.right, query.table_path, tuple(query.key)
     use_spark = max_bytes is None and bool(config.row_diff.spark.master)
     max_bytes = config.row_diff.max_bytes if max_bytes is None else max_bytes
     started = time.monotonic()
-    store = repository_store(config, lakefs, repository)
+    store = lake.store(repository)
     prefix = table_path.strip("/") + "/"
     right = _side(store, lakefs, repository, right_commit, table_path)
     left, renamed = _named_as_right(_side(store, lakefs, repository, left_commit, table_path), right)
@@ -115,7 +116,7 @@ def compute_row_diff(config: Config, lakefs: LakeFS, query: RowDiffQuery, max_by
     plan = _Plan(left, right, left_paths, right_paths, sorted(set(left_paths) & set(right_paths)), common, key)
     to_read = plan.to_read()
     size = sum(int(add.get("size") or 0) for add in to_read)
-    reader = Reader(store, lakefs, repository, prefix, read_scope(config, lakefs, repository))
+    reader = Reader(store, lakefs, repository, prefix, lake.read_scope(repository))
     too_large = _too_large(config, max_bytes, len(to_read), size, _rows_to_read(reader, plan))
     if too_large and not use_spark:
         raise RowDiffTooLarge(too_large)
@@ -309,11 +310,11 @@ def _keys(side: Side) -> pa.Array:
     return side.files.keys() if side.files else pa.array([], pa.string())
 
 
-def worth_precomputing(config: Config, lakefs: LakeFS, repository: str, parent: str | None, commit_id: str,
-                       table_path: str) -> bool:
+def worth_precomputing(lake: Lake, repository: str, parent: str | None, commit_id: str, table_path: str) -> bool:
     """Whether a commit's row diff against its parent is cheap enough to compute after every export:
     not a large table (its snapshot comparison alone would cost seconds), and at most
     `row_diff.precompute_bytes` of data objects changed (lakeFS's diff: one call per 1000)."""
+    config, lakefs = lake.config, lake.lakefs
     if parent is None or checkpoint_files_hint(lakefs, repository, commit_id, table_path) >= config.workers.large_table_files:
         return False
     changed = 0
@@ -343,15 +344,16 @@ def key_columns(part: str) -> tuple[str, ...]:
     return () if part == "-" else tuple(part.split(","))
 
 
-def cached_row_diff(config: Config, lakefs: LakeFS, cache: RowDiffCache, query: RowDiffQuery,
+def cached_row_diff(lake: Lake, cache: RowDiffCache, query: RowDiffQuery,
                     max_bytes: int | None = None) -> tuple[dict, bool]:
     """The row diff between two refs, from the cache when present. Returns (diff, came from cache)."""
+    lakefs = lake.lakefs
     left_commit, right_commit = diff_commits(lakefs, query.repository, query.left, query.right)
     at_commits = replace(query, left=left_commit, right=right_commit)
     parts = (query.repository, left_commit, right_commit, query.table_path, key_part(query.key))
     found = cache.get(*parts)
     if found is not None:
         return found, True
-    diff = compute_row_diff(config, lakefs, at_commits, max_bytes)
+    diff = compute_row_diff(lake, at_commits, max_bytes)
     cache.put(diff, *parts)
     return diff, False

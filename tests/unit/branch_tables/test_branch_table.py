@@ -25,6 +25,7 @@ from exporter.lakefs.installer import branch_table_patterns, render_action
 from exporter.storage.layout import branch_table_location
 from tests.fakes import FakeLakeFS
 from tests.unit.source_tables import SourceTable
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -151,25 +152,24 @@ def test_an_append_that_lost_its_lock_stops_before_the_state_its_readers_follow(
     from exporter.branch_tables.table import append_commit
     from exporter.branch_tables.state import read_state
     from exporter.export.commit import export_table
-    from exporter.storage.objectstore import ObjectStore
 
     config = Config(branch_tables=("main",))
     first = events.append(1, 2).commit()
-    assert export_table(config, ExportAt("repo", "main", first), events.descriptor).ok
-    assert append_commit(config, lakefs, "repo", "main", first, "events").appended == [0]
+    assert export_table(lake_of(config, lakefs), ExportAt("repo", "main", first), events.descriptor).ok
+    assert append_commit(lake_of(config, lakefs), "repo", "main", first, "events").appended == [0]
     second = events.append(3).commit()
-    assert export_table(config, ExportAt("repo", "main", second), events.descriptor).ok
+    assert export_table(lake_of(config, lakefs), ExportAt("repo", "main", second), events.descriptor).ok
 
     def lost() -> None:
         raise LockLost("the lock 'branch-table:repo:main:events' expired and is no longer this worker's")
 
     with pytest.raises(LockLost):
-        append_commit(config, lakefs, "repo", "main", second, "events", still_held=lost)
-    store = ObjectStore(config, "s3://lake/repo")
+        append_commit(lake_of(config, lakefs), "repo", "main", second, "events", still_held=lost)
+    store = lakefs.store.at("s3://lake/repo")
     assert read_state(store, branch_table_location(config, "main", "events"))["last_commit"] == first
     target = branch_table_location(config, "main", "events")
     written = store.get(target + "_delta_log/" + f"{1:020d}.json")
-    again = append_commit(config, lakefs, "repo", "main", second, "events")  # the holder's append
+    again = append_commit(lake_of(config, lakefs), "repo", "main", second, "events")  # the holder's append
     # version 1 a reader may have read stays as written: the append goes on from it, with nothing left to add
     assert again.appended == [] and again.head_version == 1
     assert store.get(target + "_delta_log/" + f"{1:020d}.json") == written
@@ -187,15 +187,14 @@ def test_versions_an_interrupted_append_wrote_are_never_taken_back(lakefs, event
     from exporter.branch_tables.table import append_commit
     from exporter.branch_tables.state import read_state
     from exporter.export.commit import export_table
-    from exporter.storage.objectstore import ObjectStore
 
     config = Config(branch_tables=("main",))
     first = events.append(1, 2).commit()
-    assert export_table(config, ExportAt("repo", "main", first), events.descriptor).ok
-    assert append_commit(config, lakefs, "repo", "main", first, "events").appended == [0]
+    assert export_table(lake_of(config, lakefs), ExportAt("repo", "main", first), events.descriptor).ok
+    assert append_commit(lake_of(config, lakefs), "repo", "main", first, "events").appended == [0]
     second = events.append(3).append(4).commit()
-    assert export_table(config, ExportAt("repo", "main", second), events.descriptor).ok
-    store = ObjectStore(config, "s3://lake/repo")
+    assert export_table(lake_of(config, lakefs), ExportAt("repo", "main", second), events.descriptor).ok
+    store = lakefs.store.at("s3://lake/repo")
     target = branch_table_location(config, "main", "events")
     put = type(store).put
 
@@ -207,15 +206,15 @@ def test_versions_an_interrupted_append_wrote_are_never_taken_back(lakefs, event
     with monkeypatch.context() as patched:
         patched.setattr(type(store), "put", killed_after_version_1)
         with pytest.raises(SystemExit):
-            append_commit(config, lakefs, "repo", "main", second, "events")
+            append_commit(lake_of(config, lakefs), "repo", "main", second, "events")
     seen = store.get(target + "_delta_log/" + f"{1:020d}.json")  # what a reader could read meanwhile
     assert read_state(store, target)["head_version"] == 0
 
     log = f"{events.descriptor.prefix}_delta_log/"
     gone = [f"_delta_log/{v:020d}.json" for v in (1, 2)]  # the source's head moves back to version 0
     third = events.commit(leave_out=gone, extra={log + f"{v:020d}.json": None for v in (1, 2)})
-    assert export_table(config, ExportAt("repo", "main", third), events.descriptor).ok
-    outcome = append_commit(config, lakefs, "repo", "main", third, "events")
+    assert export_table(lake_of(config, lakefs), ExportAt("repo", "main", third), events.descriptor).ok
+    outcome = append_commit(lake_of(config, lakefs), "repo", "main", third, "events")
 
     assert store.get(target + "_delta_log/" + f"{1:020d}.json") == seen
     assert outcome.synthetic and outcome.appended == [2], outcome
@@ -247,9 +246,8 @@ def test_log_retention_removes_expired_files_below_the_newest_checkpoint_that_is
 def test_a_branch_tables_log_retention_writes_its_state_then_removes_the_files(lakefs):
     from exporter.branch_tables.table import expire_log
     from exporter.branch_tables.state import read_state
-    from exporter.storage.objectstore import ObjectStore
 
-    store = ObjectStore(Config(), "s3://lake/repo")
+    store = lakefs.store.at("s3://lake/repo")
     target = "_lakefs/exported/main/latest/events/"
     for v in range(25):
         store.put(f"{target}_delta_log/{v:020d}.json", b"{}")
@@ -277,9 +275,9 @@ def re_pointed(table: SourceTable, path: str) -> SourceTable:
 
 def exported_and_appended(config: Config, lakefs: FakeLakeFS, table: SourceTable) -> str:
     commit_id = table.commit()
-    exported = export_table(config, ExportAt("repo", "main", commit_id), table.descriptor, lakefs=lakefs)
+    exported = export_table(lake_of(config, lakefs), ExportAt("repo", "main", commit_id), table.descriptor)
     assert exported.ok, exported.error
-    outcome = append_commit(config, lakefs, "repo", "main", commit_id, table.descriptor.name)
+    outcome = append_commit(lake_of(config, lakefs), "repo", "main", commit_id, table.descriptor.name)
     assert outcome.appended and not outcome.skipped
     return commit_id
 
@@ -291,20 +289,20 @@ def test_a_branch_table_names_every_path_its_versions_were_read_from_to_each_rea
     a reader must be allowed each."""
     config = Config(branch_tables=("main",), iceberg={"enabled": True})
     exported_and_appended(config, lakefs, events.append(1, 2))
-    assert branch_table_versions(config, lakefs, "repo", "main", "events")["table_paths"] == ["tables/events"]
+    assert branch_table_versions(lake_of(config, lakefs), "repo", "main", "events")["table_paths"] == ["tables/events"]
 
     second = exported_and_appended(config, lakefs, re_pointed(events, "restricted/events").append(3))
 
-    versions = branch_table_versions(config, lakefs, "repo", "main", "events")
+    versions = branch_table_versions(lake_of(config, lakefs), "repo", "main", "events")
     assert versions["table_paths"] == ["tables/events", "restricted/events"]
     assert versions["table_path"] == "restricted/events" and versions["head_version"] == 1
-    catalog = IcebergCatalog(config, lakefs)
+    catalog = IcebergCatalog(lake_of(config, lakefs))
     table = catalog.table("repo", "main", second, "events")
     assert table.branch_table and table.table_paths == ("tables/events", "restricted/events")
     assert table.table_path == "restricted/events"
     lakefs.create_branch("repo", "feature", second)  # no branch table there: the export of one commit, one path
-    assert export_table(config, ExportAt("repo", "feature", second), events.descriptor, lakefs=lakefs).ok
-    assert export_iceberg(config, "repo", "feature", second, "events", lakefs=lakefs)["state"] == "written"
+    assert export_table(lake_of(config, lakefs), ExportAt("repo", "feature", second), events.descriptor).ok
+    assert export_iceberg(lake_of(config, lakefs), "repo", "feature", second, "events")["state"] == "written"
     assert catalog.table("repo", "feature", second, "events").table_paths == ("restricted/events",)
 
     exported_and_appended(config, lakefs, re_pointed(events, "tables/events").append(4))  # back: each path once
@@ -319,11 +317,11 @@ def test_a_state_written_before_table_paths_reads_as_its_one_path_and_grows_on_a
     old = json.loads(store.get(target + "_lakefs_branch_table.json"))
     del old["table_paths"]  # as the code before it wrote it
     store.put(target + "_lakefs_branch_table.json", json.dumps(old).encode())
-    assert branch_table_versions(config, lakefs, "repo", "main", "events")["table_paths"] == ["tables/events"]
+    assert branch_table_versions(lake_of(config, lakefs), "repo", "main", "events")["table_paths"] == ["tables/events"]
 
     exported_and_appended(config, lakefs, re_pointed(events, "restricted/events").append(2))
 
-    assert branch_table_versions(config, lakefs, "repo", "main", "events")["table_paths"] == [
+    assert branch_table_versions(lake_of(config, lakefs), "repo", "main", "events")["table_paths"] == [
         "tables/events", "restricted/events"]
 
 
@@ -340,11 +338,11 @@ def test_an_append_from_a_re_pointed_path_names_it_before_writing_a_version_read
             raise LockLost("the lock expired")
 
     second = re_pointed(events, "restricted/events").append(2).commit()
-    assert export_table(config, ExportAt("repo", "main", second), events.descriptor, lakefs=lakefs).ok
+    assert export_table(lake_of(config, lakefs), ExportAt("repo", "main", second), events.descriptor).ok
     with pytest.raises(LockLost):
-        append_commit(config, lakefs, "repo", "main", second, "events", still_held=lost_after_the_first_check)
+        append_commit(lake_of(config, lakefs), "repo", "main", second, "events", still_held=lost_after_the_first_check)
 
-    versions = branch_table_versions(config, lakefs, "repo", "main", "events")
+    versions = branch_table_versions(lake_of(config, lakefs), "repo", "main", "events")
     assert versions["head_version"] == 0 and versions["last_commit"] != second  # the append did not happen...
     assert lakefs.store.at("s3://lake/repo").exists(
         branch_table_location(config, "main", "events") + "_delta_log/00000000000000000001.json")  # ...but wrote 1
@@ -353,9 +351,8 @@ def test_an_append_from_a_re_pointed_path_names_it_before_writing_a_version_read
 
 def test_what_an_interrupted_append_left_is_listed_once_and_what_follows_a_gap_goes(lakefs):
     from exporter.branch_tables.log import interrupted_versions
-    from exporter.storage.objectstore import ObjectStore
 
-    store = ObjectStore(Config(), "s3://lake/repo")
+    store = lakefs.store.at("s3://lake/repo")
     target = "_lakefs/exported/main/latest/events/"
     for v in (0, 1, 2, 3, 5, 6):  # head 1; 2 and 3 follow it; 5 and 6 lie past the gap at 4
         marker = {"repository": "repo", "commit": f"c{v}", "sourceVersion": v}

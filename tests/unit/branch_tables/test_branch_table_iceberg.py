@@ -23,6 +23,7 @@ from exporter.iceberg.manifests import DELETED, read_manifest, read_manifest_lis
 from exporter.storage.layout import STATE, branch_table_location
 from tests.fakes import FakeLakeFS, MemoryStore
 from tests.unit.source_tables import SourceTable
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -37,8 +38,8 @@ def namespace(lakefs: FakeLakeFS) -> MemoryStore:
 
 def commit_and_append(lakefs: FakeLakeFS, table: SourceTable, config: Config = ON, **commit) -> AppendOutcome:
     commit_id = table.commit(**commit)
-    assert export_table(config, ExportAt("repo", "main", commit_id), table.descriptor, lakefs=lakefs).ok
-    outcome = append_commit(config, lakefs, "repo", "main", commit_id, table.descriptor.name)
+    assert export_table(lake_of(config, lakefs), ExportAt("repo", "main", commit_id), table.descriptor).ok
+    outcome = append_commit(lake_of(config, lakefs), "repo", "main", commit_id, table.descriptor.name)
     assert not outcome.skipped, outcome.skipped
     return outcome
 
@@ -70,7 +71,7 @@ def test_each_append_adds_the_new_versions_snapshots_written_before_the_state(la
     assert record["metadata_location"] == store.uri(TARGET + "metadata/v2.metadata.json")
     assert record["snapshot_ids"]["0"] == first.iceberg["snapshot_ids"]["0"]  # appended: earlier snapshots kept
     assert read_state(store, TARGET)["iceberg"] == record
-    assert branch_table_versions(ON, lakefs, "repo", "main", "events")["iceberg"] == record
+    assert branch_table_versions(lake_of(ON, lakefs), "repo", "main", "events")["iceberg"] == record
     assert snapshot_files(store, record["metadata_location"]) == delta_files(store)
     assert snapshot_files(store, record["metadata_location"], record["snapshot_ids"]["0"]) == first_files
     written = [key for key in store.written[written_before:] if key.startswith(TARGET)]

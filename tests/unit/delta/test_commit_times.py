@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.delta.actions import after, increasing
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +54,7 @@ def test_an_export_starting_at_a_checkpoint_records_the_commit_times_delta_gives
         tree[path] = dataclasses.replace(tree[path], mtime=seconds)
 
     config = Config(iceberg={"enabled": False})
-    outcome = export_table(config, ExportAt("repo", "main", head), events.descriptor, lakefs=lakefs)
+    outcome = export_table(lake_of(config, lakefs), ExportAt("repo", "main", head), events.descriptor)
     assert outcome.ok and outcome.checkpoint_version == 3, outcome.error
     manifest = json.loads(lakefs.store.at("s3://lake/repo").get(export_location(config, "main", head, "events") + MANIFEST))
     assert manifest["source_timestamps_ms"]["3"] == 30_000_001  # not 16_000_000: version 2's time + 1 ms

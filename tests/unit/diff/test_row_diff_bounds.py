@@ -16,6 +16,7 @@ from exporter.config import Config
 from exporter.diff.rows.compute import RowDiffQuery, RowDiffTooLarge, compute_row_diff
 from exporter.diff.rows.compare import changes, unmatched
 from exporter.diff.rows.file import rows_page
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -29,7 +30,7 @@ def test_rows_are_stored_as_parquet_and_the_answer_holds_counts_and_where(lakefs
     first = events.append(1, 2).commit()
     second = events.append(*range(3, 2503)).commit()
 
-    answer = compute_row_diff(limited(), lakefs, RowDiffQuery("repo", first, second, "tables/events"))
+    answer = compute_row_diff(lake_of(limited(), lakefs), RowDiffQuery("repo", first, second, "tables/events"))
 
     assert answer["counts"] == {"added": 2500, "removed": 0, "updated": 0} and "rows" not in answer
     assert len(json.dumps(answer)) < 2000  # the answer cached in Redis: no rows in it
@@ -40,7 +41,7 @@ def test_rows_are_stored_as_parquet_and_the_answer_holds_counts_and_where(lakefs
 
 def test_nothing_changed_stores_no_rows(lakefs, events):
     first = events.append(1).commit()
-    answer = compute_row_diff(limited(), lakefs, RowDiffQuery("repo", first, first, "tables/events"))
+    answer = compute_row_diff(lake_of(limited(), lakefs), RowDiffQuery("repo", first, first, "tables/events"))
     assert answer["counts"] == {"added": 0, "removed": 0, "updated": 0} and answer["rows_location"] is None
 
 
@@ -51,10 +52,10 @@ def test_more_rows_than_max_rows_is_refused_before_reading_naming_the_count(lake
     with monkeypatch.context() as patched:
         patched.setattr("exporter.diff.rows.read.Reader.rows", lambda self, *a: read.append(a) or pa.table({}))
         with pytest.raises(RowDiffTooLarge, match=r"1 file\(s\) holding 10 rows to read: more than row_diff.max_rows \(9\)"):
-            compute_row_diff(limited(max_rows=9), lakefs, RowDiffQuery("repo", first, second, "tables/events"))
+            compute_row_diff(lake_of(limited(max_rows=9), lakefs), RowDiffQuery("repo", first, second, "tables/events"))
     assert read == []  # counted from the stats: no data file read
     query = RowDiffQuery("repo", first, second, "tables/events")
-    assert compute_row_diff(limited(max_rows=10), lakefs, query)["counts"]["added"] == 10
+    assert compute_row_diff(lake_of(limited(max_rows=10), lakefs), query)["counts"]["added"] == 10
 
 
 def test_files_without_stats_are_counted_while_reading(lakefs, events, monkeypatch):
@@ -63,10 +64,10 @@ def test_files_without_stats_are_counted_while_reading(lakefs, events, monkeypat
     monkeypatch.setattr("exporter.diff.rows.compute.num_records", lambda stats: None)  # as a writer without stats
 
     with pytest.raises(RowDiffTooLarge, match=r"more than row_diff.max_rows \(15\) rows read"):
-        compute_row_diff(limited(max_rows=15), lakefs, RowDiffQuery("repo", first, second, "tables/events"))
+        compute_row_diff(lake_of(limited(max_rows=15), lakefs), RowDiffQuery("repo", first, second, "tables/events"))
     big = events.append(*range(100, 200_000)).commit()
     with pytest.raises(RowDiffTooLarge, match="more than row_diff.max_memory_mib"):
-        compute_row_diff(limited(max_memory_mib=1), lakefs, RowDiffQuery("repo", first, big, "tables/events"))
+        compute_row_diff(lake_of(limited(max_memory_mib=1), lakefs), RowDiffQuery("repo", first, big, "tables/events"))
 
 
 # ---------------------------------------------------------------- against a plain multiset diff

@@ -14,6 +14,7 @@ from exporter.errors import PathOutsideRepository
 from exporter.storage.layout import export_location
 from tests.fakes import FakeLakeFS
 from tests.unit.source_tables import SourceTable
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -54,7 +55,7 @@ def test_a_data_file_of_another_repository_is_refused_unread(lakefs, events, sec
     second = hostile_commit(events, 1, {"path": secrets[whose]})
 
     with pytest.raises(PathOutsideRepository) as refused:
-        compute_row_diff(CONFIG, lakefs, RowDiffQuery("repo", first, second, "tables/events"))
+        compute_row_diff(lake_of(CONFIG, lakefs), RowDiffQuery("repo", first, second, "tables/events"))
 
     # the path and the namespace, and nothing else: the same words whether the object exists or not
     assert str(refused.value) == str(PathOutsideRepository(secrets[whose], "s3://lake/repo/"))
@@ -69,7 +70,7 @@ def test_a_deletion_vector_of_another_repository_is_refused_unread(lakefs, event
         "storageType": "p", "pathOrInlineDv": secrets[whose], "offset": 1, "sizeInBytes": 34, "cardinality": 1}})
 
     with pytest.raises(PathOutsideRepository) as refused:
-        compute_row_diff(CONFIG, lakefs, RowDiffQuery("repo", first, second, "tables/events"))
+        compute_row_diff(lake_of(CONFIG, lakefs), RowDiffQuery("repo", first, second, "tables/events"))
 
     assert str(refused.value) == str(PathOutsideRepository(secrets[whose], "s3://lake/repo/"))
     assert secrets[whose] not in reads(lakefs)
@@ -81,6 +82,6 @@ def test_an_absolute_path_to_the_repositorys_own_data_file_is_read(lakefs, event
     own, size = lakefs.physical_address("repo", first, path), len(lakefs.get_object("repo", first, path))
     second = hostile_commit(events, 1, {"path": own.replace("s3://", "s3a://"), "size": size})
 
-    answer = compute_row_diff(CONFIG, lakefs, RowDiffQuery("repo", first, second, "tables/events"))
+    answer = compute_row_diff(lake_of(CONFIG, lakefs), RowDiffQuery("repo", first, second, "tables/events"))
 
     assert answer["counts"] == {"added": 2, "removed": 0, "updated": 0}

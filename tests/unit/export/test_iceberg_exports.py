@@ -24,6 +24,7 @@ from exporter.iceberg.table import DELTA_VERSION
 from exporter.storage.layout import MANIFEST, commit_root, export_location
 from tests.fakes import FakeLakeFS, MemoryStore
 from tests.unit.source_tables import SourceTable
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -37,11 +38,11 @@ def namespace(lakefs: FakeLakeFS) -> MemoryStore:
 def export(lakefs: FakeLakeFS, ref: str, commit_id: str, table: SourceTable, config: Config = ON,
            **options) -> ExportOutcome:
     """The export, then its Iceberg table, as a worker writes them (`outcome.iceberg`: its record)."""
-    outcome = export_table(config, ExportAt("repo", ref, commit_id), table.descriptor, lakefs=lakefs, **options)
+    outcome = export_table(lake_of(config, lakefs), ExportAt("repo", ref, commit_id), table.descriptor, **options)
     assert outcome.ok, outcome.error
     if config.iceberg.enabled:
         assert outcome.iceberg == PENDING, outcome.iceberg
-        outcome.iceberg = export_iceberg(config, "repo", ref, commit_id, table.descriptor.name, lakefs=lakefs)
+        outcome.iceberg = export_iceberg(lake_of(config, lakefs), "repo", ref, commit_id, table.descriptor.name)
     return outcome
 
 
@@ -71,12 +72,12 @@ def test_an_export_is_complete_before_its_iceberg_table_which_is_written_after_a
     written_before = len(store.written)
     location = export_location(ON, "main", commit, "events")
 
-    delta = export_table(ON, ExportAt("repo", "main", commit), events.descriptor, lakefs=lakefs)
+    delta = export_table(lake_of(ON, lakefs), ExportAt("repo", "main", commit), events.descriptor)
 
     assert delta.ok and delta.iceberg == PENDING == manifest(lakefs, location)["iceberg"]
     assert iceberg_files(store, location) == []
-    assert exports_in_store(ON, "repo", commit, lakefs=lakefs)["main"]["events"]["iceberg"] == PENDING
-    again = export_table(ON, ExportAt("repo", "main", commit), events.descriptor, lakefs=lakefs)
+    assert exports_in_store(lake_of(ON, lakefs), "repo", commit)["main"]["events"]["iceberg"] == PENDING
+    again = export_table(lake_of(ON, lakefs), ExportAt("repo", "main", commit), events.descriptor)
     assert again.skipped and again.iceberg == PENDING  # an event delivered again: the task is queued again
 
     outcome = export(lakefs, "main", commit, events)  # the worker's task
@@ -94,7 +95,7 @@ def test_an_export_is_complete_before_its_iceberg_table_which_is_written_after_a
     # the Delta log, its manifest (the export is complete), the Iceberg table, the manifest naming it
     assert written == [*log, location + MANIFEST, *iceberg, location + MANIFEST]
     assert iceberg[-1] == location + "metadata/v1.metadata.json"
-    assert export_iceberg(ON, "repo", "main", commit, "events", lakefs=lakefs) == record  # written once
+    assert export_iceberg(lake_of(ON, lakefs), "repo", "main", commit, "events") == record  # written once
     assert store.written[written_before:] == written
     # the table names the export's data files: the objects' physical addresses
     head = next(s for s in metadata["snapshots"] if s["snapshot-id"] == metadata["current-snapshot-id"])
@@ -102,7 +103,7 @@ def test_an_export_is_complete_before_its_iceberg_table_which_is_written_after_a
                   for listed in read_manifest_list(store.get_uri(head["manifest-list"]))
                   for entry in read_manifest(store.get_uri(listed["manifest_path"]))]
     assert sorted(data_files) == sorted(lakefs.physical_address("repo", commit, path) for path in events.data_files())
-    assert exports_in_store(ON, "repo", commit, lakefs=lakefs)["main"]["events"]["iceberg"] == record
+    assert exports_in_store(lake_of(ON, lakefs), "repo", commit)["main"]["events"]["iceberg"] == record
 
 
 def test_incremental_and_copied_exports_write_their_own_iceberg_table_naming_no_other_exports_file(lakefs, events):
@@ -221,7 +222,7 @@ def test_prune_deletes_an_exports_iceberg_table_with_it(lakefs, events, redis_ur
     location = export_location(ON, "main", old, "events")
     deletes_before = len(store.deleted)
 
-    plan = prune(config, lakefs, "repo", config.retention.model_copy(update={"keep_last": 1, "keep_hours": 0}))
+    plan = prune(lake_of(config, lakefs), "repo", config.retention.model_copy(update={"keep_last": 1, "keep_hours": 0}))
 
     assert plan.deleted == [store.uri(commit_root(ON, "main", old))]
     assert store.list_keys(location) == []

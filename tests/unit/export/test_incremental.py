@@ -21,6 +21,7 @@ from exporter.export.log_writer import ExportOutcome
 from exporter.storage.layout import MANIFEST, export_location
 from tests.fakes import FakeLakeFS, MemoryStore
 from tests.unit.source_tables import SourceTable
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -42,7 +43,7 @@ def manifest(lakefs: FakeLakeFS, ref: str, commit_id: str, table: str = "events"
 
 
 def export(lakefs: FakeLakeFS, ref: str, commit_id: str, table: SourceTable, **options) -> ExportOutcome:
-    outcome = export_table(CONFIG, ExportAt("repo", ref, commit_id), table.descriptor, lakefs=lakefs, **options)
+    outcome = export_table(lake_of(CONFIG, lakefs), ExportAt("repo", ref, commit_id), table.descriptor, **options)
     assert outcome.ok, outcome.error
     return outcome
 
@@ -109,7 +110,7 @@ def test_anything_but_new_objects_exports_cold_saying_why(lakefs, events, change
     else:  # a checkpoint whose writer left `_last_checkpoint` as it was
         second = events.checkpoint().commit(leave_out=["_delta_log/_last_checkpoint"])
 
-    outcome = export_table(CONFIG, ExportAt("repo", "main", second), events.descriptor, lakefs=lakefs)
+    outcome = export_table(lake_of(CONFIG, lakefs), ExportAt("repo", "main", second), events.descriptor)
 
     assert not outcome.incremental
     assert outcome.cold_reason == reason.format(file=data_file.removeprefix("tables/events/"))
@@ -169,7 +170,7 @@ def test_a_new_commit_whose_file_is_missing_fails_and_leaves_nothing(lakefs, eve
                     if f"tables/events/{p.name}" not in events.data_files())
     second = events.commit(leave_out=[new_file.name])  # the commit names a file lakeFS does not hold
 
-    outcome = export_table(CONFIG, ExportAt("repo", "main", second), events.descriptor, lakefs=lakefs)
+    outcome = export_table(lake_of(CONFIG, lakefs), ExportAt("repo", "main", second), events.descriptor)
 
     assert not outcome.ok and outcome.permanent
     assert outcome.error == str(MissingDataFiles("events", [new_file.name]))
@@ -246,7 +247,8 @@ def test_an_export_whose_lock_was_lost_stops_before_the_table_exists(lakefs, eve
     def lost() -> None:
         raise LockLost("the lock 'x' expired and is no longer this worker's: stopped before writing")
 
-    outcome = export_table(CONFIG, ExportAt("repo", "main", second), events.descriptor, lakefs=lakefs, still_held=lost)
+    outcome = export_table(lake_of(CONFIG, lakefs), ExportAt("repo", "main", second), events.descriptor,
+                           still_held=lost)
 
     assert not outcome.ok and not outcome.permanent and "expired" in outcome.error
     written = exported(lakefs, "main", second)

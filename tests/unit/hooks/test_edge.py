@@ -12,6 +12,7 @@ from pydantic import SecretStr
 
 from exporter.config import Config
 from hooks.app import create_app
+from tests.fakes import lake_of
 from tests.unit.hooks.asgi import call
 from hooks.edge import BODY_LIMIT, JSON_DEPTH, MiB
 
@@ -34,9 +35,10 @@ CHUNK = 16 * 1024
 class Service:
     """The service's app over the fake lakeFS and an in-memory Redis; a webhook token and a service token."""
 
-    def __init__(self, redis_url: str):
-        self.app = create_app(Config(redis_url=redis_url, webhook_tokens=(SecretStr("hook"),),
-                                     api={"tokens": [{"token": "svc", "repositories": ["repo"]}]}))
+    def __init__(self, redis_url: str, lakefs):
+        config = Config(redis_url=redis_url, webhook_tokens=(SecretStr("hook"),),
+                        api={"tokens": [{"token": "svc", "repositories": ["repo"]}]})
+        self.app = create_app(config, lake_of(config, lakefs))
 
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:
         return call(self.app, method, path, **kwargs)
@@ -44,7 +46,7 @@ class Service:
 
 @pytest.fixture
 def service(lakefs, redis_url) -> Service:
-    return Service(redis_url)
+    return Service(redis_url, lakefs)
 
 
 def refusal(answer: httpx.Response, style: str) -> tuple[int, str]:

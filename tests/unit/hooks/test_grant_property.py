@@ -27,6 +27,8 @@ from hooks.app import create_app
 from hooks.auth import RepositoryAccess
 from tests.unit.hooks.asgi import call
 from tests.unit.source_tables import SourceTable
+from exporter.lakefs.lake import Lake
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -55,10 +57,11 @@ class Lake:
         self.store = lakefs.store.at("s3://lake/repo")
         self.data_files: dict[str, str] = {}
         for source in sources:
-            assert export_table(self.config, ExportAt("repo", "main", self.commit), source.descriptor, lakefs=lakefs).ok
-            assert export_iceberg(self.config, "repo", "main", self.commit, source.descriptor.name, lakefs=lakefs)
+            assert export_table(lake_of(self.config, lakefs), ExportAt("repo", "main", self.commit),
+                                source.descriptor).ok
+            assert export_iceberg(lake_of(self.config, lakefs), "repo", "main", self.commit, source.descriptor.name)
             self.data_files[source.descriptor.name] = self._data_file(source.descriptor.name)
-        self.app = create_app(self.config)
+        self.app = create_app(self.config, lake_of(self.config, lakefs))
         services = self.app.state.services
         services.datasets.put(list_datasets(lakefs, "repo", self.commit), "repo", self.commit)  # as a worker would
 

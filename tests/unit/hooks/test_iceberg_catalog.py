@@ -19,6 +19,7 @@ from exporter.storage.layout import MANIFEST, export_location
 from hooks.app import create_app
 from tests.unit.hooks.asgi import call
 from tests.unit.source_tables import SourceTable
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -48,13 +49,13 @@ class Catalog:
         lakefs.create_tag("repo", TAG, self.commit)
         for ref, table, config in (("main", events, self.config), (TAG, events, self.config),
                                    ("main", plain, self.config.model_copy(update={"iceberg": Config(iceberg={"enabled": False}).iceberg}))):
-            assert export_table(config, ExportAt("repo", ref, self.commit), table.descriptor, lakefs=lakefs).ok
+            assert export_table(lake_of(config, lakefs), ExportAt("repo", ref, self.commit), table.descriptor).ok
             if config.iceberg.enabled:  # what the worker's task does next
-                assert export_iceberg(config, "repo", ref, self.commit, table.descriptor.name, lakefs=lakefs)
+                assert export_iceberg(lake_of(config, lakefs), "repo", ref, self.commit, table.descriptor.name)
         self.events, self.lakefs = events, lakefs
         self.store = lakefs.store.at("s3://lake/repo")
         self.manifest = json.loads(self.store.get(export_location(self.config, TAG, self.commit, "events") + MANIFEST))
-        self.app = create_app(self.config)
+        self.app = create_app(self.config, lake_of(self.config, lakefs))
 
     def request(self, method: str, path: str, headers: dict | None = SVC, **kwargs) -> httpx.Response:
         return call(self.app, method, "/iceberg/v1" + path, headers=headers, **kwargs)
@@ -139,15 +140,15 @@ def test_a_refs_tables_are_its_commits_exports_with_iceberg_metadata_and_load_wi
 
 def test_an_export_whose_iceberg_table_is_pending_is_not_a_table_until_it_is_written(catalog):
     catalog.lakefs.create_tag("repo", "v2", catalog.commit)
-    assert export_table(catalog.config, ExportAt("repo", "v2", catalog.commit), catalog.events.descriptor,
-                        lakefs=catalog.lakefs).ok
+    assert export_table(lake_of(catalog.config, catalog.lakefs), ExportAt("repo", "v2", catalog.commit),
+                        catalog.events.descriptor).ok
     tables = f"/namespaces/{ns('repo', 'v2')}/tables"
 
     assert catalog.request("GET", tables).json() == {"identifiers": []}
     pending = catalog.request("GET", f"{tables}/events")
     assert error(pending) == (404, "NoSuchTableException") and "pending" in pending.json()["error"]["message"]
 
-    record = export_iceberg(catalog.config, "repo", "v2", catalog.commit, "events", lakefs=catalog.lakefs)
+    record = export_iceberg(lake_of(catalog.config, catalog.lakefs), "repo", "v2", catalog.commit, "events")
 
     assert catalog.request("GET", tables).json()["identifiers"] == [{"namespace": ["repo", "v2"], "name": "events"}]
     assert catalog.request("GET", f"{tables}/events").json()["metadata-location"] == record["metadata_location"]
@@ -262,7 +263,8 @@ def test_a_branch_with_a_branch_table_serves_it_and_its_readers_are_signed_for_i
     from exporter.storage.layout import branch_table_location
 
     appending = catalog.config.model_copy(update={"branch_tables": ("main",)})
-    assert append_commit(appending, lakefs, "repo", "main", catalog.commit, "events").iceberg["state"] == "written"
+    assert append_commit(lake_of(appending, lakefs), "repo", "main", catalog.commit,
+                         "events").iceberg["state"] == "written"
     location = branch_table_location(catalog.config, "main", "events")
     state = read_state(catalog.store, location)
 
@@ -309,9 +311,9 @@ def test_a_branch_serves_every_table_its_head_holds_from_their_newest_complete_e
     a.commit()
     first = b.commit()
     for table in (a, b):
-        assert export_table(config, ExportAt("repo", "main", first), table.descriptor, lakefs=lakefs).ok
-        assert export_iceberg(config, "repo", "main", first, table.descriptor.name, lakefs=lakefs)
-    app = create_app(config)
+        assert export_table(lake_of(config, lakefs), ExportAt("repo", "main", first), table.descriptor).ok
+        assert export_iceberg(lake_of(config, lakefs), "repo", "main", first, table.descriptor.name)
+    app = create_app(config, lake_of(config, lakefs))
 
     def get(path: str) -> httpx.Response:
         return call(app, "GET", "/iceberg/v1" + path, headers=SVC)
@@ -323,8 +325,8 @@ def test_a_branch_serves_every_table_its_head_holds_from_their_newest_complete_e
         loaded = get(f"/namespaces/{ns('repo', 'main')}/tables/{name}")
         assert loaded.status_code == 200 and f"/{first}/{name}/" in loaded.json()["metadata-location"], loaded.text
 
-    assert export_table(config, ExportAt("repo", "main", second), a.descriptor, lakefs=lakefs).ok
-    assert export_iceberg(config, "repo", "main", second, "a", lakefs=lakefs)
+    assert export_table(lake_of(config, lakefs), ExportAt("repo", "main", second), a.descriptor).ok
+    assert export_iceberg(lake_of(config, lakefs), "repo", "main", second, "a")
     assert f"/{second}/a/" in get(f"/namespaces/{ns('repo', 'main')}/tables/a").json()["metadata-location"]
     assert f"/{first}/b/" in get(f"/namespaces/{ns('repo', 'main')}/tables/b").json()["metadata-location"]
 

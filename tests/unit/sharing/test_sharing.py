@@ -24,6 +24,7 @@ from hooks.sharing import page
 from hooks.sharing.errors import answer_of
 from tests.fakes import MemoryStore
 from tests.unit.source_tables import SourceTable
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -158,7 +159,7 @@ def test_shares_from_the_environment_and_their_errors():
 
 def test_shares_are_listed_by_name_so_pages_miss_none():
     config = load_config(environ={"LAKEFS_DELTA_SHARING_SHARES": "zeta=repo-a,alpha=repo-b,mid=repo-c"})
-    catalog = Catalog(config, lakefs=None, shares=["zeta", "alpha", "MID"])
+    catalog = Catalog(lake_of(config, None), shares=["zeta", "alpha", "MID"])
     names, token = [], None
     while True:
         answer = page([{"name": share.name} for share in catalog.shares()], 1, token)
@@ -167,9 +168,9 @@ def test_shares_are_listed_by_name_so_pages_miss_none():
         if token is None:
             break
     assert names == ["alpha", "mid", "zeta"]
-    assert Catalog(config, lakefs=None, shares=["alpha"]).share("ALPHA").name == "alpha"
+    assert Catalog(lake_of(config, None), shares=["alpha"]).share("ALPHA").name == "alpha"
     with pytest.raises(NotShared) as refused:
-        Catalog(config, lakefs=None, shares=["alpha"]).share("zeta")
+        Catalog(lake_of(config, None), shares=["alpha"]).share("zeta")
     assert answer_of(refused.value)[:2] == (403, "PERMISSION_DENIED")
 
 
@@ -466,9 +467,9 @@ def test_a_shared_export_whose_log_names_another_repositorys_file_gets_no_url_fo
     hostile = {"add": {"path": address, "partitionValues": {}, "size": 500, "modificationTime": 1, "dataChange": True}}
     commit = events.commit(extra={f"tables/events/_delta_log/{1:020d}.json": (json.dumps(hostile) + "\n").encode()})
     lakefs.create_tag("repo", "v1", commit)
-    exported = export_table(config, ExportAt("repo", "v1", commit), events.descriptor, lakefs=lakefs)
+    exported = export_table(lake_of(config, lakefs), ExportAt("repo", "v1", commit), events.descriptor)
     assert exported.ok, exported.error
-    shared = Catalog(config, lakefs, ["s"]).table("s", "v1", "events")
+    shared = Catalog(lake_of(config, lakefs), ["s"]).table("s", "v1", "events")
 
     answered = []
     with pytest.raises(PathOutsideRepository) as refused:

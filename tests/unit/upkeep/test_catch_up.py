@@ -18,6 +18,7 @@ from exporter.lakefs.installer import ACTION_PATH, render_action
 from exporter.state.status import COMMIT_RECORD, StatusStore
 from exporter.storage.layout import MANIFEST, STATE, branch_table_location, export_location
 from tests.fakes import FakeLakeFS
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -72,7 +73,7 @@ def test_commits_of_followed_branches_and_tags_whose_tables_have_no_complete_exp
     lakefs.create_branch("repo", "dev", "main")  # not a branch the action follows
     change(lakefs, "events", branch="dev")
 
-    plan = catch_up(CONFIG, lakefs, status)
+    plan = catch_up(lake_of(CONFIG, lakefs), status)
 
     assert queued(plan) == [("repo", "main", second, False, ("events",), False),
                             ("repo", "main", install, False, ("users",), False),
@@ -88,7 +89,7 @@ def test_after_a_merge_only_the_first_parent_line_is_exported_under_the_branch(l
     on_feature = change(lakefs, "events", branch="feature")
     merged = lakefs.merge("repo", "feature", "main")
 
-    plan = catch_up(Config(catch_up={"repositories": ["repo"]}), lakefs, status)
+    plan = catch_up(lake_of(Config(catch_up={"repositories": ["repo"]}), lakefs), status)
 
     commits = [m.commit_id for m in plan.queued]
     assert merged in commits and on_feature not in commits
@@ -100,11 +101,11 @@ def test_repositories_without_the_action_or_unreadable_are_skipped_saying_why(la
     repository(lakefs, "down")
 
     lakefs.unavailable["default_branch"] = ServiceUnavailable("lakeFS answered 503 to get repository down")
-    plan = catch_up(CONFIG, lakefs, status, repositories=["down"])
+    plan = catch_up(lake_of(CONFIG, lakefs), status, repositories=["down"])
     assert plan.skipped_repositories == ["down: lakeFS answered 503 to get repository down"]
 
     del lakefs.unavailable["default_branch"]
-    plan = catch_up(CONFIG, lakefs, status, repositories=["bare"])
+    plan = catch_up(lake_of(CONFIG, lakefs), status, repositories=["bare"])
     assert plan.queued == [] and plan.skipped_repositories == [f"bare: no {ACTION_PATH} on its default branch"]
 
 
@@ -117,14 +118,15 @@ def test_with_a_public_url_only_repositories_whose_action_calls_it_are_caught_up
     lakefs.commit_files("theirs", "main", {ACTION_PATH: render_action("http://staging:9090/webhooks/lakefs", ["main"])})
     mine = Config(public_url="http://exporter:8080/")
 
-    plan = catch_up(mine, lakefs, status)
+    plan = catch_up(lake_of(mine, lakefs), status)
 
     assert {m.repository for m in plan.queued} == {"repo"}
     assert plan.skipped_repositories == ["theirs: its action calls http://staging:9090/webhooks/lakefs, not this "
                                          "deployment's public_url http://exporter:8080"]
-    assert {m.repository for m in catch_up(Config(), lakefs, status).queued} == {"repo", "theirs"}  # no public_url
+    assert {m.repository for m in catch_up(lake_of(Config(), lakefs), status).queued} == {"repo",
+                                           "theirs"}  # no public_url
     named = Config(public_url="http://exporter:8080", catch_up={"repositories": ["theirs"]})
-    assert {m.repository for m in catch_up(named, lakefs, status).queued} == {"theirs"}  # named: acted on
+    assert {m.repository for m in catch_up(lake_of(named, lakefs), status).queued} == {"theirs"}  # named: acted on
     assert not Config(public_url="http://exporter:80").calls_this_service("http://exporter:8080/webhook")
 
 
@@ -136,7 +138,7 @@ def test_terminal_failures_are_given_up_and_exports_whose_retries_ran_out_are_qu
     status.set_table("repo", "main", commit, "events", "failed", reason="bad descriptor", permanent=True)
     status.set_table("repo", "main", commit, "users", "failed", reason="gave up after 5 retries", permanent=False)
 
-    plan = catch_up(CONFIG, lakefs, status)
+    plan = catch_up(lake_of(CONFIG, lakefs), status)
 
     assert queued(plan) == [("repo", "main", commit, False, ("users",), False)]
     assert plan.given_up == [f"repo main {commit} events"]
@@ -155,7 +157,7 @@ def test_exports_in_flight_are_left_to_their_delivery_until_their_record_is_old(
     status.redis.hset(status._key("repo", lost), "main/users",  # queued two hours ago: the message was lost
                       json.dumps({**record, "updated_at": time.time() - 2 * HOUR}))
 
-    plan = catch_up(CONFIG, lakefs, status)
+    plan = catch_up(lake_of(CONFIG, lakefs), status)
 
     assert queued(plan) == [("repo", "main", lost, False, ("users",), False)]
     assert sorted(plan.in_flight) == sorted([f"repo main {running} events", f"repo main {running} users",
@@ -172,7 +174,7 @@ def test_commits_retention_would_prune_are_not_exported_again(lakefs, status):
     young = change(lakefs)  # the head: young, changes no table
     config = Config(retention={"keep_last": 2, "keep_hours": 1})
 
-    plan = catch_up(config, lakefs, status)
+    plan = catch_up(lake_of(config, lakefs), status)
 
     assert [m.commit_id for m in plan.queued] == [old_but_among_the_newest]  # positions 0 (young) and 1 are kept
     assert too_old not in [m.commit_id for m in plan.queued] and young not in [m.commit_id for m in plan.queued]
@@ -184,7 +186,7 @@ def test_a_run_queues_at_most_max_per_run_and_says_more_is_left(lakefs, status):
         mark_exported(lakefs, "main", install, table)
     commits = [change(lakefs, "events") for _ in range(3)]
 
-    plan = catch_up(Config(catch_up={"max_per_run": 2}), lakefs, status)
+    plan = catch_up(lake_of(Config(catch_up={"max_per_run": 2}), lakefs), status)
 
     assert [m.commit_id for m in plan.queued] == commits[:0:-1]  # the newest two
     assert plan.truncated and plan.summary().endswith(", more left for the next run")
@@ -200,10 +202,10 @@ def test_configured_branch_patterns_replace_the_actions_and_depth_bounds_the_log
     change(lakefs, "events", branch="main")
     older, newer = change(lakefs, "users", branch="release-1"), change(lakefs, "events", branch="release-1")
 
-    plan = catch_up(Config(catch_up={"branches": ["release-*"]}), lakefs, status)
+    plan = catch_up(lake_of(Config(catch_up={"branches": ["release-*"]}), lakefs), status)
     assert [(m.ref, m.commit_id) for m in plan.queued] == [("release-1", newer), ("release-1", older)]
 
-    plan = catch_up(Config(catch_up={"branches": ["release-*"], "depth": 1}), lakefs, status)
+    plan = catch_up(lake_of(Config(catch_up={"branches": ["release-*"], "depth": 1}), lakefs), status)
     assert [(m.ref, m.commit_id) for m in plan.queued] == [("release-1", newer)]
 
 
@@ -218,13 +220,13 @@ def test_branches_that_keep_branch_tables_queue_appends_and_lagging_branch_table
     store.put(branch_table_location(CONFIG, "main", "users") + STATE, json.dumps({"last_commit": head}).encode())
     lakefs.create_tag("repo", "v1", head)
 
-    plan = catch_up(CONFIG, lakefs, status)
+    plan = catch_up(lake_of(CONFIG, lakefs), status)
 
     assert plan.appends == [("repo", "main", head, "events")]  # users' branch table follows the head already
     assert queued(plan) == [("repo", "v1", head, True, ("events", "users"), False)]  # a tag appends to none
     later = change(lakefs, "events")
     assert MissingExport("repo", "main", later, False, ("events",), branch_table=True) in \
-        catch_up(CONFIG, lakefs, status).queued
+        catch_up(lake_of(CONFIG, lakefs), status).queued
 
 
 def test_with_iceberg_on_a_complete_exports_iceberg_table_left_pending_is_queued_once_its_record_is_old(lakefs, status):
@@ -239,11 +241,11 @@ def test_with_iceberg_on_a_complete_exports_iceberg_table_left_pending_is_queued
     status.redis.hset(status._key("repo", install), "main/users",  # done two hours ago: its task was lost
                       json.dumps({**record, "updated_at": time.time() - 2 * HOUR}))
 
-    plan = catch_up(iceberg, lakefs, status)
+    plan = catch_up(lake_of(iceberg, lakefs), status)
 
     assert queued(plan) == [] and plan.icebergs == [("repo", "main", install, "users")]
     assert "1 Iceberg table(s) queued" in plan.summary()
-    assert catch_up(off, lakefs, status).icebergs == []  # iceberg.enabled turned off: left as they are
+    assert catch_up(lake_of(off, lakefs), status).icebergs == []  # iceberg.enabled turned off: left as they are
 
 
 @pytest.mark.parametrize("malformed, field", [
@@ -267,7 +269,7 @@ def test_a_malformed_action_skips_its_repository_saying_which_file_and_field_and
     repository(lakefs, "good")
     good = change(lakefs, "events", repo="good")
 
-    plan = catch_up(CONFIG, lakefs, status)
+    plan = catch_up(lake_of(CONFIG, lakefs), status)
 
     assert ("good", "main", good) in [(m.repository, m.ref, m.commit_id) for m in plan.queued]
     assert {m.repository for m in plan.queued} == {"good"}

@@ -11,6 +11,7 @@ from exporter.export.commit import export_table
 from exporter.export.job import ExportAt
 from exporter.upkeep.retention import orphan_row_diffs, prune, verify
 from exporter.storage.layout import row_diff_location
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -18,28 +19,29 @@ pytestmark = pytest.mark.unit
 def test_prune_removes_the_rows_files_of_the_exports_it_removes_and_verify_names_orphans(lakefs, events, redis_url):
     config = Config(iceberg={"enabled": False}, redis_url=redis_url)
     old = events.append(1).commit()
-    assert export_table(config, ExportAt("repo", "main", old), events.descriptor, lakefs=lakefs).ok
+    assert export_table(lake_of(config, lakefs), ExportAt("repo", "main", old), events.descriptor).ok
     middle = events.append(2).commit()  # never exported, not a head
     head = events.append(3).commit()
-    assert export_table(config, ExportAt("repo", "main", head), events.descriptor, lakefs=lakefs).ok
+    assert export_table(lake_of(config, lakefs), ExportAt("repo", "main", head), events.descriptor).ok
     store = lakefs.store.at(lakefs.storage_namespace("repo"))
     rows = {name: row_diff_location(config, left, right, "tables/events", "-")
             for name, left, right in (("old", None, old), ("middle", old, middle), ("head", middle, head))}
     for location in rows.values():
         store.put(location, b"PAR1")
 
-    assert orphan_row_diffs(config, lakefs, "repo") == [store.uri(rows["middle"])]
-    assert verify(config, lakefs, "repo", "main", "events", head).orphan_row_diffs == [store.uri(rows["middle"])]
+    assert orphan_row_diffs(lake_of(config, lakefs), "repo") == [store.uri(rows["middle"])]
+    assert verify(lake_of(config, lakefs), "repo", "main", "events",
+                  head).orphan_row_diffs == [store.uri(rows["middle"])]
 
-    dry = prune(config, lakefs, "repo", config.retention.model_copy(update={"keep_last": 1, "keep_hours": 0}),
-                dry_run=True)
+    dry = prune(lake_of(config, lakefs), "repo",
+                config.retention.model_copy(update={"keep_last": 1, "keep_hours": 0}), dry_run=True)
     assert sorted(dry.row_diffs_deleted) == sorted(store.uri(rows[n]) for n in ("old", "middle"))
     assert all(store.exists(location) for location in rows.values())  # a dry run deletes nothing
 
-    plan = prune(config, lakefs, "repo", config.retention.model_copy(update={"keep_last": 1, "keep_hours": 0}))
+    plan = prune(lake_of(config, lakefs), "repo", config.retention.model_copy(update={"keep_last": 1, "keep_hours": 0}))
     assert sorted(plan.row_diffs_deleted) == sorted(store.uri(rows[n]) for n in ("old", "middle"))
     assert [n for n, location in rows.items() if store.exists(location)] == ["head"]
-    assert orphan_row_diffs(config, lakefs, "repo") == []
+    assert orphan_row_diffs(lake_of(config, lakefs), "repo") == []
 
 
 def test_a_young_rows_file_stays_whatever_it_compares(lakefs, events, redis_url):
@@ -51,5 +53,6 @@ def test_a_young_rows_file_stays_whatever_it_compares(lakefs, events, redis_url)
     store.put(location, b"PAR1")
     written = max(modified for _, _, modified in store.list_objects(""))  # the fake store's clock
     policy = config.retention.model_copy(update={"keep_last": 1, "keep_hours": 1})
-    assert prune(config, lakefs, "repo", policy, now=written + 60).row_diffs_deleted == [] and store.exists(location)
-    assert prune(config, lakefs, "repo", policy, now=written + 3601).row_diffs_deleted == [store.uri(location)]
+    assert prune(lake_of(config, lakefs), "repo", policy,
+                 now=written + 60).row_diffs_deleted == [] and store.exists(location)
+    assert prune(lake_of(config, lakefs), "repo", policy, now=written + 3601).row_diffs_deleted == [store.uri(location)]

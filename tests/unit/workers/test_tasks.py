@@ -28,6 +28,7 @@ from exporter.state.status import COMMIT_RECORD, StatusStore
 from exporter.storage.layout import MANIFEST, export_location
 from tests.fakes import FakeLakeFS
 from tests.unit.source_tables import SourceTable
+from tests.fakes import lake_of
 from workers import answers, delivery, tasks
 
 pytestmark = pytest.mark.unit
@@ -52,8 +53,8 @@ def worker(monkeypatch, redis_url, fake_lakefs):
     config = Config(redis_url=redis_url, tasks={"max_deliveries": 2, "lock_ttl_seconds": 6},
                     workers={"large_table_files": 3})
     monkeypatch.setattr(workers.app, "_config", config)
-    monkeypatch.setattr(tasks, "_lakefs", lambda _: lakefs)
-    monkeypatch.setattr(answers, "_lakefs", lambda _: lakefs)
+    monkeypatch.setattr(tasks, "_lake", lambda config: lake_of(config, lakefs))  # what a worker process builds once
+    monkeypatch.setattr(answers, "_lake", lambda config: lake_of(config, lakefs))
     for task in (tasks.export_commit, tasks.export_table, tasks.append_branch_table, answers.compute_diff):
         monkeypatch.setattr(task, "max_retries", MAX_RETRIES)
     sent: list[Sent] = []
@@ -436,7 +437,7 @@ def test_catch_up_queues_the_iceberg_tables_it_found_left_pending(worker, monkey
 def appends(monkeypatch):
     script = SimpleNamespace(outcome=None)
 
-    def append_commit(config, lakefs, repository, branch, commit_id, table, still_held=None):
+    def append_commit(lake, repository, branch, commit_id, table, still_held=None):
         script.still_held = still_held
         if isinstance(script.outcome, BaseException):
             raise script.outcome
@@ -491,7 +492,7 @@ def diffs(worker, monkeypatch):
     script = SimpleNamespace(answers=[], computed=0,
                              cache=ResultCache(worker.config.redis, 3600, tasks._services(worker.config)[1].kind))
 
-    def diff_of(config, lakefs, repository, left, right, table_path):
+    def diff_of(lake, repository, left, right, table_path):
         script.computed += 1
         answer = script.answers.pop(0)
         if isinstance(answer, BaseException):
@@ -580,10 +581,10 @@ def test_every_task_kind_catch_up_sends_ends_failed_for_good_after_max_rounds(wo
     unlisted = other.commit(extra={ACTION_PATH: render_action("http://x/webhook", ["main"], ["main"])})
     events = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events").append(1)
     exported = events.commit()  # the head: exported, its Iceberg table pending, its branch table not appended
-    assert export_one_table(config, ExportAt("repo", "main", exported), events.descriptor, lakefs=worker.lakefs).ok
+    assert export_one_table(lake_of(config, worker.lakefs), ExportAt("repo", "main", exported), events.descriptor).ok
     worker.status.set_table("repo", "main", exported, "events", "done")
 
-    first = catch_up(config, worker.lakefs, worker.status)
+    first = catch_up(lake_of(config, worker.lakefs), worker.status)
     assert ("repo", "main", exported, "events") in first.icebergs and ("repo", "main", exported, "events") in first.appends
     assert any(q.commit_id == unlisted for q in first.queued)  # its export_commit never listed its tables
 
@@ -604,7 +605,7 @@ def test_every_task_kind_catch_up_sends_ends_failed_for_good_after_max_rounds(wo
     assert (appended["state"], appended["rounds"], appended["permanent"]) == ("failed", 3, True)
 
     for _ in range(3):  # three later runs queue nothing of them, and say why
-        plan = catch_up(config, worker.lakefs, worker.status)
+        plan = catch_up(lake_of(config, worker.lakefs), worker.status)
         assert plan.icebergs == [] and plan.appends == [] and plan.queued == []
         assert len(plan.given_up) == 3, plan.given_up
 
