@@ -18,10 +18,10 @@ from exporter.diff.table import DiffCache
 from exporter.errors import ExporterError, WorkerLost
 from exporter.kept import Kept
 from exporter.lakefs.client import LakeFS
+from exporter.lakefs.lake import Lake
 from exporter.lakefs.table_log import checkpoint_files_hint
 from exporter.state.connection import length_prefixed
 from exporter.state.status import StatusStore
-from exporter.lakefs.lake import Lake
 from workers.app import app, current_config
 
 log = logging.getLogger("lakefs_delta.worker")

@@ -51,9 +51,9 @@ from exporter.export.log_writer import discard_export, write_log
 from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.lakefs.installer import branch_tables_kept, installed_action
 from exporter.lakefs.client import LakeFS
+from exporter.lakefs.lake import Lake
 from exporter.storage.layout import branch_table_location, commit_root, export_location
 from exporter.storage.objectstore import ObjectStore
-from exporter.lakefs.lake import Lake
 
 LINE_LIMIT = 1000  # first-parent commits searched for the event's commit, from the branch head
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from exporter.diff.datasets import list_datasets
 from exporter.diff.table import DiffCache, cached_diff
-from exporter.state.results import ResultCache
 from exporter.lakefs.lake import Lake
+from exporter.state.results import ResultCache
 
 
 def compare_refs(lake: Lake, diffs: DiffCache, repository: str, left_commit: str, right_commit: str) -> dict:

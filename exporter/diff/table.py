@@ -13,10 +13,10 @@ from exporter.delta.replay import TableLog, TableState, snapshot_state, with_old
 from exporter.diff.history import NO_BASE, diff_history, same_table
 from exporter.errors import NotFound, TableNotFound
 from exporter.lakefs.client import LakeFS, commit_id_of
+from exporter.lakefs.lake import Lake
 from exporter.lakefs.table_log import LoadedLog, load_log
 from exporter.state.results import ResultCache
 from exporter.storage.objectstore import ObjectStore
-from exporter.lakefs.lake import Lake
 
 
 def load_table(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str) -> LoadedLog | None:

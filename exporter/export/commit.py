@@ -17,10 +17,10 @@ from exporter.export.job import ExportAt, ExportJob
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import TableDescriptor, discover_tables, tables_to_export
+from exporter.lakefs.lake import Lake
 from exporter.progress import Progress, Step, counted, quiet
 from exporter.storage.layout import MANIFEST, export_location, exports_root, location_segment
 from exporter.storage.objectstore import ObjectStore
-from exporter.lakefs.lake import Lake
 
 
 def export_commit(lake: Lake, at: ExportAt, tables: list[str] | None = None, export_all: bool = False,

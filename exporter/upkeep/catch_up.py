@@ -25,10 +25,10 @@ from exporter.errors import ExporterError
 from exporter.branch_tables.table import follows, lagging_branch_tables
 from exporter.export.commit import missing_exports
 from exporter.export.manifest import ICEBERG
+from exporter.lakefs.lake import Lake
 from exporter.upkeep.retention import within_policy
 from exporter.lakefs.installer import ACTION_PATH, branch_tables_kept, installed_action, webhook_urls
 from exporter.lakefs.client import LakeFS
-from exporter.lakefs.lake import Lake
 from exporter.progress import Progress, Step, counted, each, quiet
 from exporter.state.status import COMMIT_RECORD, StatusStore
 

@@ -27,6 +27,7 @@ from exporter.errors import NotFound
 from exporter.export.log_writer import discard_export
 from exporter.export.readback import read_exported_log
 from exporter.lakefs.client import LakeFS
+from exporter.lakefs.lake import Lake
 from exporter.state.status import StatusStore
 from exporter.storage.layout import (
     LATEST,
@@ -41,7 +42,6 @@ from exporter.storage.layout import (
 from exporter.progress import Progress, Step, counted, each, quiet
 from exporter.storage.objectstore import ObjectStore, split_uri
 from exporter.threads import IO_THREADS, io_pool
-from exporter.lakefs.lake import Lake
 
 HOUR = 3600
 

@@ -19,6 +19,7 @@ import pytest
 from exporter.branch_tables.table import append_commit, branch_table_versions
 from tests.conftest import ARTIFACTS, ROOT, SERVICE_PORT
 from tests.integration.deltatables import add_descriptor, export_one, table_uri
+from tests.fakes import lake_of
 from tests.integration.writers import isolated_python
 
 pytestmark = pytest.mark.integration
@@ -40,7 +41,6 @@ TABLES = ("orders", "events", "archive_*")  # "secret" is on the branch too, but
 CONSUMER = r'''
 import json, os, sys
 import delta_sharing
-from tests.fakes import lake_of
 from requests.exceptions import HTTPError
 
 profile, calls = sys.argv[1], json.loads(sys.argv[2])

@@ -18,6 +18,7 @@ from exporter.errors import ExporterError
 from exporter.storage.objectstore import ObjectStore
 from exporter.diff.rows.compute import RowDiffCache, RowDiffQuery, compute_row_diff
 from exporter.diff.rows.file import rows_page
+from tests.fakes import lake_of
 from tests.integration.deltatables import table_uri
 from tests.integration.test_webhooks import api
 
@@ -326,12 +327,11 @@ _MEASURED_ROW_DIFF = """
 import json, resource, sys
 from exporter.config import load_config
 from exporter.diff.rows.compute import RowDiffCache, RowDiffQuery, cached_row_diff
-from exporter.lakefs.client import LakeFS
-from tests.fakes import lake_of
+from exporter.lakefs.lake import Lake
 repository, left, right, path = sys.argv[1:]
 config = load_config()
 cache = RowDiffCache(config.redis, 600)
-diff, _ = cached_row_diff(config, LakeFS(config.lakefs), cache, RowDiffQuery(repository, left, right, path))
+diff, _ = cached_row_diff(Lake.connect(config), cache, RowDiffQuery(repository, left, right, path))
 print(json.dumps({"diff": diff, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "redis_bytes": cache.redis.strlen(cache.key(repository, left, right, path, "-"))}))
 """

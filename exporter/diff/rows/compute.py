@@ -39,11 +39,11 @@ from exporter.diff.table import diff_commits, load_table
 from exporter.errors import BadRequest, ExporterError, NotFound
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import changes_under
+from exporter.lakefs.lake import Lake
 from exporter.lakefs.table_log import LoadedLog, checkpoint_files_hint
 from exporter.state.results import ResultCache
 from exporter.storage.layout import row_diff_location
 from exporter.storage.objectstore import ObjectStore
-from exporter.lakefs.lake import Lake
 
 
 class RowDiffTooLarge(ExporterError):
