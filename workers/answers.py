@@ -33,17 +33,17 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
     """Cache the table's diff of this commit against its first parent, so the API answers from Redis."""
     config = current_config()
     status, diffs = _services(config)
-    lake = _lake(config)
+    lakefs = _lake(config).lakefs
     started = time.monotonic()
     try:
         with delivery(self, repository, commit_id, table_path):
-            parents = lake.lakefs.commit(repository, commit_id).parents
+            parents = lakefs.commit(repository, commit_id).parents
             parent = parents[0] if parents else None
-            _, cached = cached_diff(lake, diffs, repository, parent, commit_id, table_path)
-            if worth_precomputing(lake, repository, parent, commit_id, table_path):
+            _, cached = cached_diff(_lake(config), diffs, repository, parent, commit_id, table_path)
+            if worth_precomputing(_lake(config), repository, parent, commit_id, table_path):
                 try:  # the row diff too: it reads little
                     query = RowDiffQuery(repository, parent, commit_id, table_path)
-                    cached_row_diff(lake, _row_diff_cache(config), query,
+                    cached_row_diff(_lake(config), _row_diff_cache(config), query,
                                     max_bytes=config.row_diff.precompute_bytes)
                 except RowDiffTooLarge:
                     pass  # deletion vectors made it bigger than the objects that changed: computed when asked

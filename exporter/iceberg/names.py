@@ -18,8 +18,7 @@ from typing import Any
 from exporter.delta.deletion_vectors import unique_id
 
 FOLDERS = ("metadata/", "data/")  # everything a table has, under its location
-_OUR_METADATA_FILE = re.compile(r"(?:^|/)metadata/v(\d+)\.metadata\.json$")  # `metadata_file`'s, at the end of a key or URI
-_ANY_METADATA_FILE = re.compile(r"metadata/[^/]*\.metadata\.json")  # any writer's
+_METADATA_FILE = re.compile(r"metadata/v(\d+)\.metadata\.json")
 
 
 def metadata_file(version: int) -> str:
@@ -29,7 +28,7 @@ def metadata_file(version: int) -> str:
 
 def metadata_file_version(key: str) -> int | None:
     """The Delta version of the metadata file `key` (relative, or a URI ending with it); None: not one."""
-    found = _OUR_METADATA_FILE.search(key)
+    found = re.search(r"(?:^|/)" + _METADATA_FILE.pattern + "$", key)
     return int(found.group(1)) if found else None
 
 
@@ -37,7 +36,7 @@ def is_metadata_file(key: str, location: str = "") -> bool:
     """Whether `key` is a metadata file of the table at `location` (a prefix of `key`; "" when `key`
     is relative to it): one that makes the table's other files a table. Any `metadata/*.metadata.json`,
     so a table another writer named its own way is one too."""
-    return key.startswith(location) and bool(_ANY_METADATA_FILE.fullmatch(key[len(location):]))
+    return key.startswith(location) and bool(re.fullmatch(r"metadata/[^/]*\.metadata\.json", key[len(location):]))
 
 
 def manifest_list(snapshot_id: int) -> str:

@@ -8,6 +8,7 @@ the facts it needs from lakeFS and the configuration)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,6 +45,10 @@ class Lake:
     def connect(cls, config: Config) -> Lake:
         """The lakeFS and the object stores `config` names."""
         return cls(config, LakeFS(config.lakefs), ObjectStores(config))
+
+    def configured(self, config: Config) -> Lake:
+        """The same lakeFS and stores under other settings."""
+        return dataclasses.replace(self, config=config)
 
     def store(self, repository: str) -> ObjectStore:
         """The object store of `repository`'s storage namespace."""
