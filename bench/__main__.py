@@ -9,7 +9,9 @@ and writes it to bench/results/<date>.md.
 4. a commit storm (bench/webhooks.py): 200 commits at once, 3 tables each, 2 workers;
 5. Delta Sharing: presigning URLs (exporter.storage.presign beside boto3's `generate_presigned_url`), and a
    snapshot query of an N-file branch table through the real server (bench/sharing.py), in both
-   response formats: time to first byte and to the last, lines and bytes, the server's peak RSS.
+   response formats: time to first byte and to the last, lines and bytes, the server's peak RSS;
+6. the grant at scale (bench/grant.py): a table's folders and lakeFS's decision about each, and the
+   Iceberg signer's first and later signatures, on a table of 1M files in 10,000 folders.
 """
 
 from __future__ import annotations
@@ -546,6 +548,9 @@ def main() -> None:
                              "instead of building one")
     parser.add_argument("--sharing-queries", type=int, default=60,
                         help="concurrent sharing queries the webhook's answer times are measured under (0: skip)")
+    parser.add_argument("--grant-files", type=int, default=1_000_000,
+                        help="files of the table whose folders the grant checks, and whose export the signer signs for (0: skip)")
+    parser.add_argument("--grant-folders", type=int, default=10_000, help="folders those files are spread over")
     parser.add_argument("--no-lua", action="store_true", help="skip lakeFS's Lua Delta exporter")
     parser.add_argument("--out", help="results file (default: bench/results/<date>.md, plot beside it)")
     parser.add_argument("--lua-timeout", type=float, default=600.0, help="seconds to wait for one Lua hook run")
@@ -587,6 +592,10 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
         repository, head = built[size]
         assert measure("append", repository, "main", head, f"t{size}")["appended"]  # its branch table
         rows += bench_sharing([size], repository, args.sharing_queries)
+    if args.grant_files:
+        from bench.grant import bench_grant
+
+        rows += bench_grant(args.grant_files, args.grant_folders)
     if args.storm:
         from bench.webhooks import bench_commit_storm, bench_idle_latency
 

@@ -57,10 +57,12 @@ def start_service(state: stack.StackState) -> str:
 
 def start_catalog(state: stack.StackState) -> str:
     """A second service process for the Iceberg catalog, with `iceberg.vended_credentials` on (off by
-    default; DuckDB reads only with vended credentials): `stack down` stops it too."""
+    default; DuckDB reads only with vended credentials) for the stack's lakeFS user `admin`, a
+    whole-repository reader: `stack down` stops it too."""
     url = f"http://127.0.0.1:{CATALOG_PORT}"
     if not stack._http_ok(url + "/healthz"):
-        env = {**os.environ, **state.environment(), "LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS": "true"}
+        env = {**os.environ, **state.environment(), "LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS": "true",
+               "LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS_READERS": "user:admin"}
         stack._start(stack.STACK_DIR, "catalog", [sys.executable, "-m", "lakefs_delta.cli", "serve", "--port",
                                                   str(CATALOG_PORT)], env, [CATALOG_PORT])
         stack._wait_healthy(stack.STACK_DIR, "catalog", lambda: stack._http_ok(url + "/healthz"))

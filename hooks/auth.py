@@ -19,6 +19,7 @@ one-time code instead: the page trades it for the same cookie and drops it from 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -38,6 +39,8 @@ from exporter.lakefs.client import COMMIT_ID
 
 ALLOWED, UNAUTHENTICATED, FORBIDDEN, NO_REPOSITORY, LAKEFS_DOWN = 200, 401, 403, 404, 503
 DECISIONS_KEPT = 50_000  # decisions kept at most (a full cache starts over): ~10 MiB
+FOLDER_SETS_KEPT = 4096  # decisions about a table's folder set kept at most
+FOLDERS_AT_ONCE = 32  # a folder set's stats in flight at once: lakeFS is asked in waves, the first refusal ends it
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,11 @@ class RepositoryAccess:
     def __init__(self, config: Config, client: httpx.AsyncClient | None = None):
         self.endpoint = config.lakefs.endpoint.rstrip("/") + "/api/v1"
         self.ttl = config.api.auth_cache_seconds
+        # the service's own lakeFS user: asked only for a caller's groups (`names_reader`), never whether it may read
+        self.service_keys = (config.lakefs.access_key_id, config.lakefs.secret_access_key.get_secret_value())
         self.client = client or httpx.AsyncClient(timeout=min(10.0, config.lakefs.timeout_seconds))
         self.decisions: Kept[tuple[str, ...], int] = Kept(entries=DECISIONS_KEPT, seconds=self.ttl)
+        self.folder_sets: Kept[tuple[str, ...], tuple[int, str]] = Kept(entries=FOLDER_SETS_KEPT, seconds=self.ttl)
 
     async def verify(self, caller: Caller) -> int:
         """ALLOWED when lakeFS knows the caller's credentials (a service token is known by matching),
@@ -148,6 +154,64 @@ class RepositoryAccess:
             return known
         return await self._decided(caller, (repository, commit_id, path),
                                    lambda: self._ask_lakefs_path(caller, repository, commit_id, path))
+
+    async def check_folders(self, caller: Caller, repository: str, commit_id: str, table_path: str,
+                            folders: Sequence[str]) -> tuple[int, str]:
+        """(ALLOWED, "") when lakeFS lets the caller read every one of a table's `folders` at the
+        commit, else (FORBIDDEN, UNAUTHENTICATED or LAKEFS_DOWN, the first folder it was not allowed):
+        asked in waves of FOLDERS_AT_ONCE, the first refusal ending it, and decided once per caller,
+        commit and table (its folder set is the commit's), not per folder."""
+        if caller.service_token is not None:
+            return (ALLOWED, "") if caller.service_token.allows(repository) else (FORBIDDEN, "")
+        if not COMMIT_ID.fullmatch(commit_id):
+            raise ValueError(f"paths are authorized at commit ids, not at {commit_id!r}")
+        key = (caller.key, repository, commit_id, table_path)
+        cached = self.folder_sets.get(key)
+        if cached is not None:
+            return cached
+        known = await self.verify(caller)
+        if known != ALLOWED:
+            return known, ""
+        decided = ALLOWED, ""
+        for start in range(0, len(folders), FOLDERS_AT_ONCE):
+            wave = folders[start:start + FOLDERS_AT_ONCE]
+            answers = await asyncio.gather(*(self._ask_lakefs_path(caller, repository, commit_id, f) for f in wave))
+            refused = [(answer, folder) for answer, folder in zip(answers, wave) if answer != ALLOWED]
+            if refused:
+                decided = min(refused, key=lambda refusal: refusal[0] != FORBIDDEN)  # a refusal before an outage
+                break
+        if decided[0] != LAKEFS_DOWN and self.ttl:  # an outage is asked about again
+            self.folder_sets.put(key, decided)
+        return decided
+
+    async def names_reader(self, caller: Caller, readers: Sequence[str]) -> bool:
+        """Whether `readers` (`user:ID`, `group:ID`: `iceberg.vended_credentials_readers`) name the
+        caller's lakeFS identity, asked of lakeFS now, never from a cache: who the caller is (with its
+        own credentials), then its groups (with the service's, which may list them). False when
+        lakeFS does not know the caller; httpx.HTTPError when it cannot be reached or fails."""
+        if caller.service_token is not None or not readers:
+            return False
+        answer = await self.client.get(f"{self.endpoint}/user", headers={"Authorization": caller.authorization})
+        if answer.status_code in (401, 403):
+            return False
+        answer.raise_for_status()
+        user = answer.json()["user"]["id"]
+        if f"user:{user}" in readers:
+            return True
+        groups = {reader.partition(":")[2] for reader in readers if reader.startswith("group:")}
+        if not groups:
+            return False
+        after = ""
+        while True:
+            listed = await self.client.get(f"{self.endpoint}/auth/users/{quote(user, safe='')}/groups",
+                                           params={"amount": 1000, "after": after}, auth=self.service_keys)
+            listed.raise_for_status()
+            page = listed.json()
+            if any(group["id"] in groups for group in page["results"]):
+                return True
+            if not page.get("pagination", {}).get("has_more"):
+                return False
+            after = page["pagination"]["next_offset"]
 
     async def _decided(self, caller: Caller, what: tuple[str, ...], ask) -> int:
         cached = self.decisions.get((caller.key, *what))

@@ -24,6 +24,7 @@ from exporter.diff.rows.compute import RowDiffCache
 from exporter.diff.table import DiffCache
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.lake import Lake
+from exporter.lakefs.table_folders import TableFolders
 from exporter.state.results import ResultCache
 from exporter.state.status import StatusStore
 from hooks.auth import RepositoryAccess
@@ -56,6 +57,7 @@ class Services:
     # within its action timeout.
     webhook_threads: anyio.CapacityLimiter
     lake: Lake  # what the library reads through: one lakeFS client and the object stores, for every request
+    folders: TableFolders  # the folders each table's files live in at a commit, which the grant asks lakeFS about
 
     @classmethod
     def start(cls, config: Config, lake: Lake) -> "Services":
@@ -65,7 +67,7 @@ class Services:
         return cls(config, status, configure(config), RepositoryAccess(config), ServiceMetrics(status.metrics),
                    DiffCache(config.redis, ttl), DatasetsCache(config.redis, ttl), RowDiffCache(config.redis, ttl),
                    OverviewCache(config.redis, ttl), ThreadPoolExecutor(2, thread_name_prefix="readyz"),
-                   anyio.CapacityLimiter(WEBHOOK_THREADS), lake)
+                   anyio.CapacityLimiter(WEBHOOK_THREADS), lake, TableFolders(lake))
 
     def lakefs(self) -> LakeFS:
         return self.lake.lakefs

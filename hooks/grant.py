@@ -5,9 +5,12 @@ namespaces, tables, loadTable, the signer). No door decides on its own.
 A grant is made once a request's credentials are known to lakeFS and open the repository; it holds
 each ref the request names resolved to its commit id (once: every answer of the request is about
 those commits, whatever the branch does meanwhile), and answers whether the caller may read a table
-there: lakeFS's decision about the table's `_delta_log/` at the commit id, for every path the versions
-it hands out came from (a branch table re-pointed to another path reaches both). Listings, paging
-and error texts keep to what it allows (`readable`, before paging).
+there: lakeFS's decision about the table's `_delta_log/` and about every folder its files live in
+(`exporter.lakefs.table_folders`: a policy may refuse a partition's folder) at the commit id, for every
+path the versions it hands out came from (a branch table re-pointed to another path reaches both).
+A table is read whole or not at all: a door that hands out its files or rows (the signer, loadTable,
+the row and history diffs, datasets) never hands out part of one. Listings, paging and error texts
+keep to what it allows (`readable`, before paging).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from exporter.delta.log import log_folder
+from exporter.errors import ExporterError
 from exporter.lakefs.client import commit_id_of
+from exporter.lakefs.table_folders import TableFolders
 from hooks.auth import (ALLOWED, FORBIDDEN, NO_REPOSITORY, SESSION_COOKIE, UNAUTHENTICATED, Caller,
                         RepositoryAccess, Unauthenticated, caller_of)
 from hooks.errors import Refusal, unauthenticated
@@ -35,6 +40,7 @@ class Grant:
     service token naming the repository), or what lakeFS lets the caller read, path by path."""
 
     access: RepositoryAccess
+    folders: TableFolders
     caller: Caller | None
     repository: str
     commits: dict[str, str] = field(default_factory=dict)  # each ref the request names -> its commit id
@@ -48,13 +54,40 @@ class Grant:
         return self.commits[ref]
 
     async def may_read(self, commit_id: str, table_paths: Iterable[str]) -> bool:
-        """Whether the caller may read the log of each table path at the commit; 401 or 503 raised."""
-        return await self._may_read_objects(commit_id, [log_folder(path) for path in table_paths])
+        """Whether the caller may read each table path at the commit: its log and every folder its
+        files live in; 401 or 503 raised."""
+        return await self.refused(commit_id, table_paths) is None
 
     async def require(self, commit_id: str, table_paths: Iterable[str], what: str) -> None:
-        """Returns when `may_read`, else the 403 refusal naming `what` (which the caller named)."""
-        if not await self.may_read(commit_id, table_paths):
-            raise Refusal(403, f"this identity may not read {what}")
+        """Returns when `may_read`, else the 403 refusal naming `what` (which the caller named) and,
+        when lakeFS refused a folder inside the table, that folder."""
+        refused = await self.refused(commit_id, table_paths)
+        if refused is not None:
+            raise Refusal(403, f"this identity may not read {what}" + (f": {refused}" if refused else ""))
+
+    async def refused(self, commit_id: str, table_paths: Iterable[str]) -> str | None:
+        """None when the caller may read each table path at the commit; else why not: "" when
+        lakeFS refuses a table's log, else the folder inside a table it refuses (or why its folders
+        cannot be told). 401 or 503 raised."""
+        if self.whole:
+            return None
+        paths = list(dict.fromkeys(table_paths))
+        if not await self._may_read_objects(commit_id, [log_folder(path) for path in paths]):
+            return ""
+        for path in paths:
+            try:
+                folders = await run_in_threadpool(self.folders.of, self.repository, commit_id, path)
+            except ExporterError as failed:
+                if not failed.permanent:
+                    raise Refusal(503, f"the log of {path!r} cannot be read now to tell which folders its files "
+                                       "live in") from None
+                return f"its log cannot be read to tell which folders its files live in ({failed})"
+            decision, folder = await self.access.check_folders(self.caller, self.repository, commit_id, path, folders)
+            if decision not in (ALLOWED, FORBIDDEN):
+                _refuse_unless_allowed(decision, f"repository {self.repository!r}")
+            if decision == FORBIDDEN:
+                return f"lakeFS refuses it the folder {folder!r}"
+        return None
 
     async def may_read_object(self, commit_id: str, path: str) -> bool:
         return await self._may_read_objects(commit_id, [path])
@@ -94,7 +127,7 @@ async def grant_for(request: Request, repository: str, refs: Iterable[str | None
     caller = await require_caller(request)
     if caller is not None:
         _refuse_unless_allowed(await services.access.check(caller, repository), f"repository {repository!r}")
-    grant = Grant(services.access, caller, repository)
+    grant = Grant(services.access, services.folders, caller, repository)
     wanted = [ref for ref in dict.fromkeys(refs) if ref]
     if wanted:
         lakefs = services.lakefs()

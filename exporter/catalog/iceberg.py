@@ -38,7 +38,7 @@ from exporter.storage.layout import (branch_table_location, branch_tables_root, 
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.presign import Presigner
 from exporter.storage.scope import folders, plain_address, within
-from exporter.storage.vended import vend
+from exporter.storage.vended import repository_data, vend
 
 SIGNED_SECONDS = 900  # a signed request's lifetime: readers use it at once
 SIGNED_METHODS = ("GET", "HEAD")
@@ -139,10 +139,6 @@ class IcebergCatalog:
                     continue
             raise at_head
 
-    def every_table_path(self, repository: str, commit_id: str) -> list[str]:
-        """The path of every table a commit holds (its valid descriptors)."""
-        return list(self._held_at(repository, commit_id).values())
-
     def _names_at(self, repository: str, commit_id: str) -> set[str]:
         return set(self._held_at(repository, commit_id))
 
@@ -186,12 +182,14 @@ class IcebergCatalog:
                 **({"s3.endpoint": store.endpoint} if store.endpoint else {})}
 
     def storage_credentials(self, table: CatalogTable, seconds: int) -> list[dict]:
-        """The spec's `storage-credentials` for a reader of `table`: one read-only credential for its
-        repository's storage namespace (`exporter.storage.vended`: no nested repository's), listed for
-        the namespace and for the table's own location, since DuckDB 1.4.4 scopes a lone credential to
-        the metadata file itself (duckdb-iceberg src/storage/iceberg_table_information.cpp)."""
+        """The spec's `storage-credentials` for a reader of `table`: one read-only credential for the
+        objects lakeFS wrote for its repository and the table's own location (`exporter.storage.vended`:
+        no nested repository's, nothing else of `_lakefs/`), listed for the namespace and for the
+        table's own location, since DuckDB 1.4.4 scopes a lone credential to the metadata file itself
+        (duckdb-iceberg src/storage/iceberg_table_information.cpp)."""
         namespace = self._storage_namespace(table.repository)
-        credential = vend(self.config.object_store_for(namespace), namespace, self._nested(table.repository),
+        readable = folders([repository_data(namespace), self._store(table.repository).uri(table.location)])
+        credential = vend(self.config.object_store_for(namespace), readable, self._nested(table.repository),
                           seconds, self.config.iceberg.vended_credentials_role_arn)
         properties = {**self.storage_properties(table.repository), "s3.path-style-access": "true",
                       **credential.s3_properties()}

@@ -15,6 +15,9 @@ TASK_KINDS = ("export_commit", "export_table", "export_iceberg", "precompute_dif
 SOLE_DELIVERY_KINDS = ("compute_diff", "compute_row_diff", "compare_refs", "list_datasets")
 
 
+READER_KINDS = ("user", "group")  # the lakeFS identities `iceberg.vended_credentials_readers` names
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -70,12 +73,25 @@ class IcebergConfig(_Section):
     enabled: bool = True
     # The catalog's vended credentials (`X-Iceberg-Access-Delegation: vended-credentials`, for DuckDB,
     # Trino, iceberg-rust): a temporary read-only credential from the object store's STS. It reaches
-    # every object of the table's repository (S3 cannot narrow it to a table's files:
-    # exporter/storage/vended.py), so it is off unless asked for, and then vended only to a caller who
-    # may read every table at the ref. Readers that sign (PyIceberg, Spark) need none of it.
+    # every object lakeFS wrote for the table's repository (S3 cannot narrow it to a table's files:
+    # exporter/storage/vended.py), so it is off unless asked for, and then vended only to whom may
+    # read the whole repository: a service token naming it, or a lakeFS identity named here
+    # (`user:ID` or `group:ID`, asked of lakeFS at each vend). Readers that sign (PyIceberg, Spark)
+    # need none of it; everyone else is answered for signing.
     vended_credentials: bool = False
+    vended_credentials_readers: tuple[str, ...] = ()
     vended_credentials_seconds: int = Field(3600, ge=900, le=43200)  # at most the caller's session's rest
     vended_credentials_role_arn: str = ""  # the role STS AssumeRole takes on AWS; MinIO needs none
+
+    @field_validator("vended_credentials_readers")
+    @classmethod
+    def _identities(cls, readers: tuple[str, ...]) -> tuple[str, ...]:
+        for reader in readers:
+            kind, _, name = reader.partition(":")
+            if kind not in READER_KINDS or not name:
+                raise ValueError(f"{reader!r} is not a lakeFS identity: name each whole-repository reader as "
+                                 "user:ID or group:ID")
+        return readers
 
 
 class RowDiffSparkConfig(_Section):

@@ -1,15 +1,19 @@
-"""Vended credentials: a temporary, read-only S3 credential for the objects under one storage
-namespace, from the object store's STS (`AssumeRole` with a session policy), for readers that cannot
-have their requests signed (DuckDB, Trino, iceberg-rust: the Iceberg REST catalog's
+"""Vended credentials: a temporary, read-only S3 credential for the objects a table's readers read,
+from the object store's STS (`AssumeRole` with a session policy), for readers that cannot have their
+requests signed (DuckDB, Trino, iceberg-rust: the Iceberg REST catalog's
 `X-Iceberg-Access-Delegation: vended-credentials`).
 
 What such a credential reaches is what its session policy allows: `s3:GetObject` on every object
-under the namespace, minus the storage namespaces of other repositories nested inside it. S3's
-policies select objects by key pattern, and a table's data files lie wherever lakeFS put them
-(`<namespace>/data/...`, beside every other table's), so the namespace is the narrowest set a
-policy of at most 2,048 characters (AWS's and MinIO's limit) can name: the credential reaches every
-object of the repository. The catalog vends one only when that is allowed (`iceberg.vended_credentials`)
-and the caller may read every table (README, "Read an export through the catalog").
+lakeFS wrote for the repository (`<namespace>/data/`, where lakeFS puts every object it is given) and
+on the table's own export or Iceberg location, minus the storage namespaces of other repositories
+nested inside them. Nothing else under the namespace: not lakeFS's own `_lakefs/` (metaranges, from
+which every commit's objects could be read; other exports). S3's policies select objects by key
+pattern, and a table's data files lie wherever lakeFS put them (`<namespace>/data/...`, beside every
+other table's), so the repository's data is the narrowest set a policy of at most 2,048 characters
+(AWS's and MinIO's limit) can name for a table: the credential reaches every object of the
+repository, and the catalog vends one only to whom may read them all (`iceberg.vended_credentials`,
+`iceberg.vended_credentials_readers`; README, "Read an export through the catalog"). Objects lakeFS
+keeps elsewhere (imported from other buckets) are not reached: their readers sign.
 https://docs.aws.amazon.com/STS/latest/APIReference/API_AssumeRole.html
 """
 
@@ -32,6 +36,7 @@ from exporter.storage.objectstore import split_uri
 MAX_POLICY_CHARACTERS = 2048  # a session policy's limit, AWS's and MinIO's (cmd/sts-handlers.go)
 MIN_SECONDS = 900  # the shortest session STS grants
 ROLE_SESSION = "lakefs-delta-reader"
+DATA_FOLDER = "data/"  # lakeFS's: where it writes every object of a repository, under its storage namespace
 
 
 @dataclass(frozen=True)
@@ -47,32 +52,38 @@ class VendedCredential:
                 "s3.session-token": self.session_token, "s3.session-token-expires-at-ms": str(self.expires_at_ms)}
 
 
-def read_policy(namespace: str, excluded: tuple[str, ...] = ()) -> str:
-    """The session policy: GET (and HEAD) of the objects under `namespace`, none under `excluded`
-    (folders inside it, each ending in `/`). No listing, no write."""
+def read_policy(readable: tuple[str, ...], excluded: tuple[str, ...] = ()) -> str:
+    """The session policy: GET (and HEAD) of the objects under the `readable` folders, none under
+    `excluded` (folders inside them); each ends in `/`. No listing, no write."""
     def objects(folder: str) -> str:
         bucket, key = split_uri(folder.rstrip("/") + "/")
         return f"arn:aws:s3:::{bucket}/{key}*"
 
-    statements = [{"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [objects(namespace)]}]
+    statements = [{"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [objects(f) for f in readable]}]
     if excluded:
         statements.append({"Effect": "Deny", "Action": ["s3:GetObject"], "Resource": [objects(f) for f in excluded]})
     policy = json.dumps({"Version": "2012-10-17", "Statement": statements}, separators=(",", ":"))
     if len(policy) > MAX_POLICY_CHARACTERS:
-        raise CredentialsNotVended(f"the read policy for {namespace} is {len(policy)} characters, more than the "
-                                   f"{MAX_POLICY_CHARACTERS} a session policy may have ({len(excluded)} nested namespaces)")
+        raise CredentialsNotVended(f"the read policy for {', '.join(readable)} is {len(policy)} characters, more than "
+                                   f"the {MAX_POLICY_CHARACTERS} a session policy may have ({len(excluded)} nested "
+                                   "namespaces)")
     return policy
 
 
-def vend(store: ObjectStoreConfig, namespace: str, excluded: tuple[str, ...], seconds: int,
+def repository_data(namespace: str) -> str:
+    """The folder of every object lakeFS writes for a repository: `<namespace>/data/`."""
+    return namespace.rstrip("/") + "/" + DATA_FOLDER
+
+
+def vend(store: ObjectStoreConfig, readable: tuple[str, ...], excluded: tuple[str, ...], seconds: int,
          role_arn: str = "") -> VendedCredential:
-    """A credential for reading under `namespace` (`read_policy`) for `seconds` (at least STS's 900),
-    from the STS of the store that holds it; CredentialsNotVended when the store has none or refuses."""
+    """A credential for reading under `readable` (`read_policy`) for `seconds` (at least STS's 900),
+    from the STS of the store that holds them; CredentialsNotVended when the store has none or refuses."""
     if seconds < MIN_SECONDS:
         raise CredentialsNotVended(f"a vended credential lives at least {MIN_SECONDS} s, longer than the "
                                    f"{seconds} s left to this session: sign in again")
     client = _sts_client(store.endpoint, store.region, store.access_key_id, store.secret_access_key.get_secret_value())
-    asked = {"RoleSessionName": ROLE_SESSION, "Policy": read_policy(namespace, excluded), "DurationSeconds": seconds,
+    asked = {"RoleSessionName": ROLE_SESSION, "Policy": read_policy(readable, excluded), "DurationSeconds": seconds,
              "RoleArn": role_arn or "arn:aws:iam::000000000000:role/lakefs-delta-reader"}  # MinIO ignores the role
     started = time.time()
     try:

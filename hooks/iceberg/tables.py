@@ -9,9 +9,10 @@ commit the table was loaded at in the signing properties (`remote-signing-config
 is not sent: Java 1.12 would take it over the specification's address.
 
 Vended credentials (`X-Iceberg-Access-Delegation: vended-credentials`) when `iceberg.vended_credentials`
-is on and the caller may read every table of the ref (the credential reaches the whole repository:
-exporter/storage/vended.py); otherwise the table is answered for remote signing, which PyIceberg,
-asking for vended credentials by default, uses as well.
+is on and the caller reads the whole repository: a service token naming it, or a lakeFS user or group
+`iceberg.vended_credentials_readers` names (the credential reaches every object lakeFS wrote for the
+repository: exporter/storage/vended.py); otherwise the table is answered for remote signing, which
+PyIceberg, asking for vended credentials by default, uses as well.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import hashlib
 import time
 from urllib.parse import quote
 
+import httpx
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
@@ -30,7 +32,8 @@ from exporter.catalog.iceberg import CatalogTable
 from exporter.errors import BadRequest, CredentialsNotVended, NoSuchIcebergTable
 from exporter.lakefs.client import COMMIT_ID
 from hooks.edge import CommitId
-from hooks.grant import Grant, grant_for
+from hooks.errors import Refusal
+from hooks.grant import grant_for
 from hooks.iceberg.deps import catalog, levels, page, readable_export, readable_namespace, readable_table, segment
 
 router = APIRouter()
@@ -142,16 +145,22 @@ async def _pinned(request: Request, parts: list[str], table: str, commit_id: str
 
 
 async def _vended(request: Request, found: CatalogTable) -> list[dict]:
-    """The table's `storage-credentials`, once vending is on and the caller may read every table the
-    ref holds (the credential reaches them all); its life ends with the caller's session."""
-    settings = request.app.state.services.config.iceberg
+    """The table's `storage-credentials`, once vending is on and the caller reads the whole
+    repository (the credential reaches every object lakeFS wrote for it: exporter/storage/vended.py):
+    a service token naming it, or a lakeFS identity `iceberg.vended_credentials_readers` names, asked
+    of lakeFS now. Its life ends with the caller's session."""
+    services = request.app.state.services
+    settings = services.config.iceberg
     if not settings.vended_credentials:
         raise CredentialsNotVended("this catalog vends no credentials (iceberg.vended_credentials is off): "
                                    "readers sign their requests through it")
-    grant = await grant_for(request, found.repository, [found.ref])  # the ref's head: what it holds now
-    if not await _reads_every_table(request, grant, grant.commit(found.ref)):
-        raise CredentialsNotVended(f"a vended credential reaches every table of {found.repository!r}, and this "
-                                   "identity may not read them all: sign requests through the catalog instead")
+    grant = await grant_for(request, found.repository)
+    if not grant.whole and not await _named_reader(services, grant.caller, settings.vended_credentials_readers):
+        raise CredentialsNotVended(
+            f"a vended credential reaches every object of {found.repository!r}, and it is vended only to whole-"
+            "repository readers (a service token naming the repository, or a lakeFS user or group "
+            "iceberg.vended_credentials_readers names), which this identity is not: sign requests through the "
+            "catalog instead")
     seconds = settings.vended_credentials_seconds
     ends = grant.caller.session_end() if grant.caller is not None else None
     if ends is not None:
@@ -159,13 +168,12 @@ async def _vended(request: Request, found: CatalogTable) -> list[dict]:
     return await run_in_threadpool(catalog(request).storage_credentials, found, seconds)
 
 
-async def _reads_every_table(request: Request, grant: Grant, commit_id: str) -> bool:
-    """Whether the caller may read every table the commit holds (not only the one loaded, which may
-    come from an older commit's export)."""
-    if grant.whole:
-        return True
-    tables = await run_in_threadpool(catalog(request).every_table_path, grant.repository, commit_id)
-    return await grant.may_read(commit_id, tables)
+async def _named_reader(services, caller, readers: tuple[str, ...]) -> bool:
+    try:
+        return await services.access.names_reader(caller, readers)
+    except (httpx.HTTPError, KeyError, ValueError):
+        raise Refusal(503, "lakeFS, which tells whether this identity is a whole-repository reader, cannot be "
+                           "reached") from None
 
 
 def _listed(request: Request, header: str) -> set[str]:

@@ -4,7 +4,7 @@ DuckDB 1.4.4 (`ATTACH` with vended credentials), PyIceberg (remote signing, and 
 Each reads exactly the rows Spark reads from the source through lakeFS, at the head and at an older
 snapshot. The table is Spark's: partitioned, column mapping `name`, deletion vectors, a checkpoint.
 
-The catalog is a real service with `iceberg.vended_credentials` on; a recording proxy in front of it
+The catalog is a real service with `iceberg.vended_credentials` on for the reader's lakeFS group; a recording proxy in front of it
 (`PrefixPolicies` with no policy: it forwards every request and keeps its method and path) shows
 which signer each client called. Credentials come from the real MinIO's STS (AssumeRole with a
 session policy), and are tried against it: a GET outside the repository, or any PUT, is refused.
@@ -23,6 +23,7 @@ from pathlib import Path
 import boto3
 import botocore.exceptions
 import httpx
+import lakefs_sdk
 import pyarrow.parquet as pq
 import pytest
 
@@ -32,7 +33,7 @@ from lakefs_delta.client import lakefs_token
 from tests.conftest import SERVICE_PORT
 from tests.integration.deltatables import add_descriptor, export_one, table_uri
 from tests.integration.lakefs_policy import PrefixPolicies
-from tests.integration.test_api_auth import new_user
+from tests.integration.test_api_auth import basic, new_user
 from tests.integration.test_iceberg_catalog import no_bucket_keys  # noqa: F401 (a fixture)
 from tests.integration.test_iceberg_exports import spark_rows, write_orders
 from tests.integration.test_one_grant import write_table
@@ -79,18 +80,29 @@ def lake(spark, lakefs, config, stack_env, tmp_path_factory) -> Lake:
 
 
 @pytest.fixture(scope="module")
-def catalog(processes, stack_env):
-    """The service with vended credentials on, behind a proxy that records each request; its URL."""
-    service = processes.serve("service-vending", VENDING_PORT,
-                              extra_env={"LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS": "true"})
+def reader(lakefs) -> tuple[str, str]:
+    """The keys of a user who reads every repository (through its group's ACL)."""
+    return new_user(lakefs, reads=True)
+
+
+@pytest.fixture(scope="module")
+def catalog(processes, stack_env, lakefs, reader):
+    """The service with vended credentials on for the reader's group (a whole-repository reader),
+    behind a proxy that records each request; its URL."""
+    user = httpx.get(f"{stack_env['LAKEFS_DELTA_LAKEFS_ENDPOINT']}/api/v1/user", headers=basic(*reader),
+                     timeout=30).json()["user"]["id"]
+    group = lakefs_sdk.AuthApi(lakefs.client).list_user_groups(user).results[0].id
+    service = processes.serve("service-vending", VENDING_PORT, extra_env={
+        "LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS": "true",
+        "LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS_READERS": f"group:{group}"})
     with PrefixPolicies(service, RECORDER_PORT) as recorder:
         yield recorder
 
 
 @pytest.fixture(scope="module")
-def token(lakefs, stack_env) -> str:
-    """A lakeFS token of a user who reads every repository (through its group's ACL)."""
-    return lakefs_token(stack_env["LAKEFS_DELTA_LAKEFS_ENDPOINT"], *new_user(lakefs, reads=True))
+def token(reader, stack_env) -> str:
+    """A lakeFS token of the reader."""
+    return lakefs_token(stack_env["LAKEFS_DELTA_LAKEFS_ENDPOINT"], *reader)
 
 
 def signs(catalog: PrefixPolicies, since: int) -> set[str]:

@@ -6,13 +6,15 @@ stack's lakeFS keeps users in its ACL server, which has no prefixes: the service
 lakeFS through `PrefixPolicies` (tests/integration/lakefs_policy.py), a stand-in that answers as lakeFS
 with such a policy answers (in lakeFS's order: what it refuses before authorizing, then the policy)
 and forwards everything else to the real lakeFS. `carol` reads every repository but is denied
-`restricted/` in this module's repository; `reader` reads everything; a service token bound to one
-repository reads that one only.
+`restricted/` in this module's repository; `dave` reads every table but is denied `private/` (an object
+that is no table's); `reader` reads everything and is named a whole-repository reader
+(`iceberg.vended_credentials_readers`); a service token bound to one repository reads that one only.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import quote
@@ -21,6 +23,7 @@ import boto3
 import botocore.exceptions
 import deltalake
 import httpx
+import lakefs_sdk
 import pyarrow as pa
 import pytest
 
@@ -36,6 +39,7 @@ from tests.fakes import lake_of
 pytestmark = pytest.mark.integration
 
 POLICY_PORT, GUARDED_PORT = SERVICE_PORT + 50, SERVICE_PORT + 51
+PRIVATE, SECRET_BYTES = "private/secret.csv", b"id,salary\n1,100\n"
 ODD_TAG = "rel%"  # lakeFS answers 400 for it at some routes before it authorizes (decoded twice)
 ROWS = [pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]}),
         pa.table({"id": pa.array([3], pa.int64()), "name": ["c"]})]
@@ -45,6 +49,11 @@ def write_table(lakefs, repository: str, branch: str, path: str, folder: Path, v
     """A delta-rs table of `versions` appends, uploaded under `path` on `branch` (not committed)."""
     for batch in ROWS[:versions]:
         deltalake.write_deltalake(str(folder), batch, mode="append")
+    upload_folder(lakefs, repository, branch, path, folder)
+
+
+def upload_folder(lakefs, repository: str, branch: str, path: str, folder: Path) -> None:
+    """Every file under `folder`, uploaded under `path` on `branch` (not committed)."""
     for file in sorted(folder.rglob("*")):
         if file.is_file():
             lakefs.upload_object(repository, branch, f"{path}/{file.relative_to(folder).as_posix()}", file.read_bytes())
@@ -70,6 +79,7 @@ class Lake:
         for name, path in (("orders", "public/orders"), ("secret", "restricted/secret"), ("hidden", "restricted/hidden")):
             write_table(lakefs, self.a, "main", path, tmp / name)
             add_descriptor(lakefs, self.a, name, path)
+        lakefs.upload_object(self.a, "main", PRIVATE, SECRET_BYTES)  # no table's: only lakeFS's policy guards it
         self.commit = lakefs.commit_branch(self.a, "main", "three tables")
         lakefs.create_tag(self.a, ODD_TAG, self.commit)
         self.exports = {}
@@ -103,23 +113,30 @@ def policies(stack_env):
 
 @pytest.fixture(scope="module")
 def people(lakefs, lake, policies, stack_env) -> dict[str, dict[str, str]]:
-    reader, carol = new_user(lakefs, reads=True), new_user(lakefs, reads=True)
-    carol_id = httpx.get(f"{stack_env['LAKEFS_DELTA_LAKEFS_ENDPOINT']}/api/v1/user", headers=basic(*carol),
-                         timeout=30).json()["user"]["id"]
-    policies.deny(carol_id, lake.a, ["restricted/"])
+    reader, carol, dave = (new_user(lakefs, reads=True) for _ in range(3))
+    ids = {name: user_id(stack_env, keys) for name, keys in (("reader", reader), ("carol", carol), ("dave", dave))}
+    policies.deny(ids["carol"], lake.a, ["restricted/"])
+    policies.deny(ids["dave"], lake.a, ["private/"])
     bound = uuid.uuid4().hex
-    return {"reader": basic(*reader), "carol": basic(*carol), "bound": {"Authorization": f"Bearer {bound}"},
-            "_bound": bound, "_carol": carol_id}
+    return {"reader": basic(*reader), "carol": basic(*carol), "dave": basic(*dave),
+            "bound": {"Authorization": f"Bearer {bound}"}, "_bound": bound, "_carol": ids["carol"],
+            "_reader": ids["reader"]}
+
+
+def user_id(stack_env, keys: tuple[str, str]) -> str:
+    return httpx.get(f"{stack_env['LAKEFS_DELTA_LAKEFS_ENDPOINT']}/api/v1/user", headers=basic(*keys),
+                     timeout=30).json()["user"]["id"]
 
 
 @pytest.fixture(scope="module")
 def guarded(service, processes, policies, people, lake, stack_env) -> str:
-    """The service asking lakeFS through the stand-in, vending credentials; a service token of its own
-    reads only repository a."""
+    """The service asking lakeFS through the stand-in, vending credentials to `reader` alone of the
+    lakeFS users; a service token of its own reads only repository a."""
     tokens = f"{stack_env['LAKEFS_DELTA_API_TOKENS']},{people['_bound']}={lake.a}"
     return processes.serve("service-grant", GUARDED_PORT, extra_env={
         "LAKEFS_DELTA_LAKEFS_ENDPOINT": policies.url, "LAKEFS_DELTA_API_TOKENS": tokens,
-        "LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS": "true"})
+        "LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS": "true",
+        "LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS_READERS": f"user:{people['_reader']}"})
 
 
 def get(url: str, headers: dict, **params) -> httpx.Response:
@@ -212,33 +229,48 @@ def test_the_specifications_signer_keeps_to_the_grant_at_the_commit_its_properti
     assert sign_table(people["bound"], "orders", orders_file, "not-a-commit").status_code == 400
 
 
-def test_vended_credentials_go_only_to_whom_may_read_every_table_and_reach_no_nested_repository(
-        guarded, lake, people, s3, stack_env):
-    """Issue 39: a vended credential reaches the repository's whole storage namespace, so carol, who
-    may read `orders` but not `secret`, gets none for `orders` (loadTable answers her for remote
-    signing, `/credentials` refuses with the reason); the reader's reads `orders`, and MinIO refuses
-    it the objects of repository `nested`, whose namespace lies inside a's."""
+def test_a_credential_is_vended_only_to_a_named_whole_repository_reader_and_reaches_no_lakefs_metadata(
+        guarded, lake, people, s3, stack_env, lakefs):
+    """Issue 49: dave may read every table of main but not `private/`, carol not `secret`; main's grant
+    vended dave a credential that read private/secret.csv and lakeFS's metaranges. Neither gets one
+    now (loadTable answers them for remote signing, `/credentials` refuses with the reason). The
+    reader, whom `iceberg.vended_credentials_readers` names, and the token bound to the repository get
+    one; MinIO serves it the table's own files and the repository's data, and refuses lakeFS's
+    `_lakefs/` (the commit's metarange), another table's export and a nested repository's objects."""
     table = f"{guarded}/iceberg/v1/namespaces/{ns(lake.a, 'main')}/tables/orders"
     vended = {"X-Iceberg-Access-Delegation": "vended-credentials"}
-    carols = get(table, {**people["carol"], **vended})
-    assert carols.status_code == 200 and "s3.session-token" not in carols.json()["config"], carols.text
-    assert carols.json()["config"]["s3.remote-signing-enabled"] == "true"
-    refused = get(table + "/credentials", people["carol"])
-    assert refused.status_code == 403 and "may not read them all" in refused.json()["error"]["message"], refused.text
+    for who in ("carol", "dave"):
+        answered = get(table, {**people[who], **vended})
+        assert answered.status_code == 200 and "s3.session-token" not in answered.json()["config"], answered.text
+        assert answered.json()["config"]["s3.remote-signing-enabled"] == "true"
+        refused = get(table + "/credentials", people[who])
+        assert refused.status_code == 403 and "whole-repository readers" in refused.json()["error"]["message"], \
+            (who, refused.text)
 
-    readers = get(table, {**people["reader"], **vended})
-    assert readers.status_code == 200 and "ETag" not in readers.headers, readers.text
-    issued = readers.json()["storage-credentials"][0]["config"]
-    assert readers.json()["config"]["s3.session-token"] == issued["s3.session-token"]
-    client = boto3.client("s3", endpoint_url=stack_env["LAKEFS_DELTA_OBJECT_STORE_ENDPOINT"], region_name="us-east-1",
-                          aws_access_key_id=issued["s3.access-key-id"],
-                          aws_secret_access_key=issued["s3.secret-access-key"],
-                          aws_session_token=issued["s3.session-token"])
-    bucket, _, own = lake.exports[("main", "orders")].iceberg["metadata_location"].removeprefix("s3://").partition("/")
-    assert client.get_object(Bucket=bucket, Key=own)["Body"].read()
-    nested = lake.nested_export.iceberg["metadata_location"].removeprefix("s3://").partition("/")[2]
-    with pytest.raises(botocore.exceptions.ClientError, match="AccessDenied"):
-        client.get_object(Bucket=bucket, Key=nested)
+    bucket = stack_env["LAKEFS_DELTA_STACK_BUCKET"]
+    metarange = f"{lake.a}/_lakefs/" + lakefs_sdk.CommitsApi(lakefs.client).get_commit(lake.a, lake.commit).meta_range_id
+    assert s3.head_object(Bucket=bucket, Key=metarange)  # the premise: lakeFS keeps it there
+    secret = lakefs.physical_address(lake.a, lake.commit, PRIVATE).removeprefix(f"s3://{bucket}/")
+    for who in ("reader", "bound"):
+        readers = get(table, {**people[who], **vended})
+        assert readers.status_code == 200 and "ETag" not in readers.headers, readers.text
+        issued = readers.json()["storage-credentials"][0]["config"]
+        assert readers.json()["config"]["s3.session-token"] == issued["s3.session-token"]
+        assert get(table + "/credentials", people[who]).status_code == 200
+        client = boto3.client("s3", endpoint_url=stack_env["LAKEFS_DELTA_OBJECT_STORE_ENDPOINT"],
+                              region_name="us-east-1", aws_access_key_id=issued["s3.access-key-id"],
+                              aws_secret_access_key=issued["s3.secret-access-key"],
+                              aws_session_token=issued["s3.session-token"])
+        own = lake.exports[("main", "orders")].iceberg["metadata_location"].removeprefix(f"s3://{bucket}/")
+        assert client.get_object(Bucket=bucket, Key=own)["Body"].read()
+        data = data_file(s3, lake.exports[("main", "orders")]).removeprefix(f"s3://{bucket}/")
+        assert client.get_object(Bucket=bucket, Key=data)["Body"].read()
+        assert client.get_object(Bucket=bucket, Key=secret)["Body"].read() == SECRET_BYTES  # they read the repository
+        other = lake.exports[("main", "secret")].iceberg["metadata_location"].removeprefix(f"s3://{bucket}/")
+        nested = lake.nested_export.iceberg["metadata_location"].removeprefix(f"s3://{bucket}/")
+        for key in (metarange, other, nested, data_file(s3, lake.nested_export).removeprefix(f"s3://{bucket}/")):
+            with pytest.raises(botocore.exceptions.ClientError, match="AccessDenied"):
+                client.get_object(Bucket=bucket, Key=key)
 
 
 def test_iceberg_listings_and_pages_name_only_what_the_caller_may_read(guarded, lake, people, policies):
@@ -349,3 +381,68 @@ def test_row_diff_cache_keys_do_not_collide_across_tables(guarded, lakefs, peopl
     colliding = get(rows, people["carol"], table_path="reports", key="secret:-")
     assert colliding.status_code != 200 or not colliding.json()["rows"], colliding.text
     assert '"c"' not in colliding.text and "secret" not in colliding.text.replace("secret:-", "")
+
+
+def test_a_folder_refused_inside_a_table_refuses_the_table_at_every_door(guarded, lakefs, people, policies, config,
+                                                                       repository, s3, stack_env, tmp_path):
+    """Issue 49: erin may read `tables/orders` but not its partition `region=eu/` (a policy per
+    partition). main's grant asked about the `_delta_log/` alone, and the catalog (remote signing)
+    handed her every row, those of `region=eu/` too. Now no door hands out the table: loadTable, the
+    signer (for either partition's file), the history and row diffs answer 403 naming the folder,
+    and datasets leaves it out; `reader`, denied nothing, reads it."""
+    erin_keys = new_user(lakefs, reads=True)
+    erin = basic(*erin_keys)
+    policies.deny(user_id(stack_env, erin_keys), repository, ["tables/orders/region=eu/"])
+    folder = tmp_path / "orders"
+    deltalake.write_deltalake(str(folder), pa.table({"id": pa.array([1, 2], pa.int64()), "region": ["eu", "us"]}),
+                              partition_by=["region"])
+    upload_folder(lakefs, repository, "main", "tables/orders", folder)
+    add_descriptor(lakefs, repository, "orders", "tables/orders")
+    first = lakefs.commit_branch(repository, "main", "orders in two regions")
+    deltalake.write_deltalake(str(folder), pa.table({"id": pa.array([3], pa.int64()), "region": ["us"]}), mode="append",
+                              partition_by=["region"])
+    upload_folder(lakefs, repository, "main", "tables/orders", folder)
+    head = lakefs.commit_branch(repository, "main", "one more order")
+    export = export_one(config.model_copy(update={"iceberg": IcebergConfig(enabled=True)}), lakefs, repository,
+                        "main", head, "orders")
+    assert export.ok and export.iceberg["state"] == "written", export.error
+    files = {region: next(entry["path"] for entry in lakefs.list_objects(repository, head, f"tables/orders/region={region}/"))
+             for region in ("eu", "us")}
+    stat = f"{policies.url}/api/v1/repositories/{repository}/refs/{head}/objects/stat"
+    assert get(stat, erin, path=files["eu"]).status_code == 401  # the premise: lakeFS refuses her the folder
+    assert get(stat, erin, path=files["us"]).status_code == 200
+    assert get(stat, erin, path="tables/orders/_delta_log/").status_code == 404  # and lets her read the log
+
+    endpoint = stack_env["LAKEFS_DELTA_OBJECT_STORE_ENDPOINT"].rstrip("/") + "/"
+    table = f"{guarded}/iceberg/v1/namespaces/{ns(repository, 'main')}/tables/orders"
+    loaded = get(table, erin)
+    assert loaded.status_code == 403 and "tables/orders/region=eu/" in loaded.json()["error"]["message"], loaded.text
+    for region in ("eu", "us"):
+        url = lakefs.physical_address(repository, head, files[region]).replace("s3://", endpoint)
+        assert sign(guarded, erin, repository, "main", "orders", head, url).status_code == 403, region
+        signed = sign(guarded, people["reader"], repository, "main", "orders", head, url)
+        assert signed.status_code == 200 and httpx.get(signed.json()["uri"], timeout=30).status_code == 200, signed.text
+    assert get(table, people["reader"]).status_code == 200
+
+    diff = f"{guarded}/repositories/{repository}/otf/refs/{first}/diff/{head}"
+    for door in (diff, diff + "/rows"):
+        refused = get(door, erin, table_path="tables/orders")
+        assert refused.status_code == 403 and "region=eu/" in refused.text, (door, refused.text)
+    rows = answered(lambda: get(diff + "/rows", people["reader"], table_path="tables/orders"))
+    assert len(rows.json()["rows"]) == 1, rows.text
+    datasets = f"{guarded}/repositories/{repository}/refs/main/datasets"
+    assert {d["path"] for d in answered(lambda: get(datasets, people["reader"])).json()["results"]} == {"tables/orders"}
+    assert answered(lambda: get(datasets, erin)).json()["results"] == []
+    resolve = get(datasets + "/resolve", erin, path=files["us"])
+    assert resolve.status_code == 404, resolve.text
+
+
+def answered(ask, seconds: float = 60) -> httpx.Response:
+    """The first answer that is not 202 (a worker still computing it)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        answer = ask()
+        if answer.status_code != 202 or time.monotonic() > deadline:
+            assert answer.status_code == 200, answer.text
+            return answer
+        time.sleep(0.5)

@@ -24,6 +24,13 @@ class SourceTable:
         deltalake.write_deltalake(str(self.folder), pa.table({"id": pa.array(ids, pa.int64())}), mode="append")
         return self
 
+    def partitioned(self, *parts: int) -> SourceTable:
+        """An append of one row per part, partitioned by `part`: its files live in `part=<n>/`."""
+        deltalake.write_deltalake(str(self.folder), pa.table({"id": pa.array(parts, pa.int64()),
+                                                               "part": pa.array(parts, pa.int64())}),
+                                  mode="append", partition_by=["part"])
+        return self
+
     def checkpoint(self) -> SourceTable:
         deltalake.DeltaTable(str(self.folder)).create_checkpoint()
         return self

@@ -203,7 +203,8 @@ def test_the_api_answers_403_for_a_table_the_caller_may_not_read_at_either_ref()
     commits = {"main": SimpleNamespace(id="a" * 64), "dev": SimpleNamespace(id="b" * 64)}
     app.state.services = SimpleNamespace(
         config=settings, access=RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs))),
-        lakefs=lambda: SimpleNamespace(commit=lambda repository, ref: commits[ref]))
+        lakefs=lambda: SimpleNamespace(commit=lambda repository, ref: commits[ref]),
+        folders=SimpleNamespace(of=lambda repository, commit_id, path: ()))
 
     async def get(path: str) -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:

@@ -1,7 +1,9 @@
-"""Property: over random grants (which table paths lakeFS lets a caller read, whether it may read the
-repository at all, or a service token) and random requests to the doors (export status, datasets,
-the Iceberg catalog's namespaces, tables, loadTable and signer, paged with random sizes), no answer
-names a table, path or row outside the grant, and no signature is given for an object outside it.
+"""Property: over random grants (which table paths, and which folders inside a table, lakeFS lets a
+caller read, whether it may read the repository at all, whether the operator names it a
+whole-repository reader, or a service token) and random requests to the doors (export status,
+datasets, the Iceberg catalog's namespaces, tables, loadTable, signer and vended credentials, paged
+with random sizes), no answer names a table, path or row outside the grant, no signature is given for
+an object outside it, and a credential is vended only to a whole-repository reader.
 
 The app is the service's own over the fake lakeFS and store; lakeFS's authorization answers come
 from a fake transport applying the grant (the integration tests ask the real lakeFS)."""
@@ -35,8 +37,12 @@ pytestmark = pytest.mark.unit
 STORE = {"endpoint": "http://minio.test:9000", "region": "us-east-1", "access_key_id": "AK", "secret_access_key": "SK"}
 # names no answer would hold by chance: each names one table, at its own path
 TABLES = {"alphatable": "zone0/alphatable", "bravotable": "zone1/bravotable", "charlietable": "zone1/deep/charlietable",
-          "deltatable": "zone2/deltatable"}
-PREFIXES = ["zone0/", "zone1/", "zone1/deep/", "zone2/"]
+          "deltatable": "zone2/deltatable", "echotable": "zone3/echotable"}
+PARTITIONED = "echotable"  # partitioned by `part`: its files live in part=1/ and part=2/
+FOLDERS = {name: [f"{path}/part=1/", f"{path}/part=2/"] if name == PARTITIONED else [] for name, path in TABLES.items()}
+# above tables, a folder inside one, and one no file lives in (it refuses nothing)
+PREFIXES = ["zone0/", "zone1/", "zone1/deep/", "zone2/", "zone3/echotable/part=1/", "zone3/echotable/part=9/"]
+READERS_GROUP = "analysts"  # iceberg.vended_credentials_readers names it
 CALLER = {"Authorization": "Basic " + base64.b64encode(b"AKIA1:secret").decode()}
 SERVICE = {"Authorization": "Bearer svc"}
 
@@ -45,13 +51,15 @@ class Lake:
     """Four tables of `repo`, exported at main with their Iceberg tables."""
 
     def __init__(self, lakefs, redis_url, tmp_path):
-        self.config = Config(iceberg={"enabled": True}, redis_url=redis_url, object_store=STORE,
+        self.config = Config(iceberg={"enabled": True, "vended_credentials": True,
+                                      "vended_credentials_readers": [f"group:{READERS_GROUP}"]},
+                             redis_url=redis_url, object_store=STORE,
                              api={"tokens": [{"token": "svc", "repositories": ["repo"]}]})
         sources = []
         for name, path in TABLES.items():
             source = SourceTable(lakefs, "repo", name, tmp_path / name)
             source.descriptor = TableDescriptor(name, path, f"_lakefs_tables/{name}.yaml")
-            sources.append(source.append(len(sources) + 1))
+            sources.append(source.append(len(sources) + 1) if name != PARTITIONED else source.partitioned(1, 2))
         for source in sources:
             self.commit = source.commit()
         self.store = lakefs.store.at("s3://lake/repo")
@@ -77,11 +85,15 @@ class Lake:
         manifest = json.loads(self.store.get(export_location(self.config, "main", self.commit, name) + "_lakefs_export.json"))
         return manifest["iceberg"]["metadata_location"].replace("s3://lake/", "http://minio.test:9000/lake/")
 
-    def grant(self, denied: frozenset[str], repository_readable: bool) -> None:
-        """lakeFS's answers for CALLER: the repository (or not), and no path under `denied`."""
+    def grant(self, denied: frozenset[str], repository_readable: bool, named: bool) -> None:
+        """lakeFS's answers for CALLER: the repository (or not), no path under `denied`, and its
+        groups (READERS_GROUP among them when `named`)."""
         def lakefs(request: httpx.Request) -> httpx.Response:
             if request.url.path.endswith("/user"):
-                return httpx.Response(200)
+                return httpx.Response(200, json={"user": {"id": "caller"}})
+            if request.url.path.endswith("/auth/users/caller/groups"):
+                groups = [{"id": "others"}] + ([{"id": READERS_GROUP}] if named else [])
+                return httpx.Response(200, json={"results": groups, "pagination": {"has_more": False}})
             if request.url.path.endswith("/repositories/repo"):
                 return httpx.Response(200 if repository_readable else 401)
             if request.url.path.endswith("/objects/stat"):
@@ -110,7 +122,10 @@ doors = st.one_of(
     st.tuples(st.just("status"), st.just(0)),
     st.tuples(st.just("datasets"), st.just(0)),
     st.tuples(st.just("resolve"), st.sampled_from(sorted(TABLES))),
+    st.tuples(st.just("credentials"), st.sampled_from(sorted(TABLES))),
 )
+NOT_A_READER = "whole-repository readers"  # the refusal of a credential to whom is not one
+NO_STS = "offers no STS"  # the store's answer once a credential may be vended: the unit tests' store has none
 
 
 def pages(lake: Lake, path: str, size: int, headers: dict, field: str) -> list[httpx.Response]:
@@ -125,14 +140,16 @@ def pages(lake: Lake, path: str, size: int, headers: dict, field: str) -> list[h
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], database=None)
 @given(denied=st.frozensets(st.sampled_from(PREFIXES)), repository_readable=st.booleans(), service=st.booleans(),
-       requests=st.lists(doors, min_size=1, max_size=6))
-def test_no_door_answers_outside_the_grant(lake, denied, repository_readable, service, requests):
-    lake.grant(denied, repository_readable)
+       named=st.booleans(), requests=st.lists(doors, min_size=1, max_size=6))
+def test_no_door_answers_outside_the_grant(lake, denied, repository_readable, service, named, requests):
+    lake.grant(denied, repository_readable, named)
     headers = SERVICE if service else CALLER
     if service:  # a service token reads its whole repository
-        denied, repository_readable = frozenset(), True
-    allowed = {name for name, path in TABLES.items()
-               if repository_readable and not any(path.startswith(prefix) for prefix in denied)}
+        denied, repository_readable, named = frozenset(), True, True
+    allowed = {name for name, path in TABLES.items()  # a prefix above the table, or a folder its files live in
+               if repository_readable and not any((path + "/").startswith(prefix)
+                                                  or any(folder.startswith(prefix) for folder in FOLDERS[name])
+                                                  for prefix in denied)}
     hidden = set(TABLES) - allowed
 
     for door, argument in requests:
@@ -158,6 +175,13 @@ def test_no_door_answers_outside_the_grant(lake, denied, repository_readable, se
             answers = [lake.request("GET", "/repositories/repo/refs/main/datasets", headers)]
             if answers[0].status_code == 200:
                 assert {d["name"] for d in answers[0].json()["results"]} == allowed
+        elif door == "credentials":
+            answers = [lake.request("GET", f"{NAMESPACE}/tables/{argument}/credentials", headers)]
+            assert answers[0].status_code == 403 and "storage-credentials" not in answers[0].json(), answers[0].text
+            if argument in allowed:  # refused as no whole-repository reader, or past that, by the store alone
+                assert (NO_STS if named else NOT_A_READER) in answers[0].text, (named, answers[0].text)
+            else:
+                assert NO_STS not in answers[0].text, answers[0].text
         else:
             answers = [lake.request("GET", "/repositories/repo/refs/main/datasets/resolve", headers,
                                     params={"path": TABLES[argument] + "/part-0.parquet"})]
@@ -165,6 +189,6 @@ def test_no_door_answers_outside_the_grant(lake, denied, repository_readable, se
         for answer in answers:
             assert answer.status_code < 500, answer.text
             leaked = [name for name in hidden if name in answer.text or quote(name) in answer.text]
-            if door in ("load", "resolve", "sign") and argument and answer.status_code != 200:
+            if door in ("load", "resolve", "sign", "credentials") and argument and answer.status_code != 200:
                 leaked = [name for name in leaked if name not in (argument if door != "sign" else argument[:2])]
             assert not leaked, (door, argument, answer.status_code, answer.text)

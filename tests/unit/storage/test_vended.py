@@ -10,7 +10,7 @@ import pytest
 
 from exporter.config import ObjectStoreConfig
 from exporter.errors import CredentialsNotVended
-from exporter.storage.vended import MAX_POLICY_CHARACTERS, read_policy, vend
+from exporter.storage.vended import MAX_POLICY_CHARACTERS, read_policy, repository_data, vend
 
 pytestmark = pytest.mark.unit
 
@@ -22,13 +22,22 @@ def allows(policy: str, action: str, key: str) -> bool:
     return "Allow" in matched and "Deny" not in matched
 
 
-def test_the_policy_reads_the_namespace_and_nothing_nested_listed_or_written():
-    policy = read_policy("s3://lake/repo", ("s3://lake/repo/nested-x/",))
+EXPORT = "s3://lake/repo/_lakefs/exported/main/c1/t/"
+
+
+def test_the_policy_reads_the_repositorys_data_and_the_tables_own_location_and_nothing_else():
+    policy = read_policy((repository_data("s3://lake/repo"), EXPORT), ("s3://lake/repo/data/nested-x/",))
     assert allows(policy, "s3:GetObject", "lake/repo/data/g1/abc")
-    assert allows(policy, "s3:GetObject", "lake/repo/_lakefs/exported/main/c/t/metadata/v1.metadata.json")
-    assert not allows(policy, "s3:GetObject", "lake/repo/nested-x/data/f")
-    assert not allows(policy, "s3:GetObject", "lake/repository-2/data/f")  # a sibling sharing the prefix
-    assert not allows(policy, "s3:GetObject", "other/repo/data/f")
+    assert allows(policy, "s3:GetObject", "lake/repo/_lakefs/exported/main/c1/t/metadata/v1.metadata.json")
+    assert allows(policy, "s3:GetObject", "lake/repo/_lakefs/exported/main/c1/t/_delta_log/00000000000000000000.json")
+    for elsewhere in ("lake/repo/_lakefs/" + "a" * 64,  # a metarange: every commit's objects
+                      "lake/repo/_lakefs/exported/main/c1/other/metadata/v1.metadata.json",  # another table's export
+                      "lake/repo/_lakefs/exported/main/c2/t/metadata/v1.metadata.json",  # another commit's
+                      "lake/repo/_lakefs/actions/log/run.log", "lake/repo/dummy",
+                      "lake/repo/data/nested-x/data/f",  # a repository nested inside
+                      "lake/repository-2/data/f",  # a sibling sharing the prefix
+                      "other/repo/data/f"):
+        assert not allows(policy, "s3:GetObject", elsewhere), elsewhere
     for action in ("s3:PutObject", "s3:ListBucket", "s3:DeleteObject"):
         assert not allows(policy, action, "lake/repo/data/f")
 
@@ -36,12 +45,12 @@ def test_the_policy_reads_the_namespace_and_nothing_nested_listed_or_written():
 def test_a_policy_past_the_session_policy_limit_and_a_session_too_short_are_refused_with_the_reason():
     nested = tuple(f"s3://lake/repo/nested-{i:04d}/" for i in range(60))
     with pytest.raises(CredentialsNotVended, match=f"more than the {MAX_POLICY_CHARACTERS}"):
-        read_policy("s3://lake/repo", nested)
+        read_policy((repository_data("s3://lake/repo"),), nested)
     with pytest.raises(CredentialsNotVended, match="sign in again"):
-        vend(ObjectStoreConfig(endpoint="http://127.0.0.1:9"), "s3://lake/repo", (), seconds=600)
+        vend(ObjectStoreConfig(endpoint="http://127.0.0.1:9"), ("s3://lake/repo/data/",), (), seconds=600)
 
 
 def test_a_store_without_sts_is_a_refusal_not_an_error():
     with pytest.raises(CredentialsNotVended, match="offers no STS"):
         vend(ObjectStoreConfig(endpoint="http://127.0.0.1:9", access_key_id="k", secret_access_key="s"),
-             "s3://lake/repo", (), seconds=900)
+             ("s3://lake/repo/data/",), (), seconds=900)
