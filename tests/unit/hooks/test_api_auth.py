@@ -187,6 +187,67 @@ def test_the_decision_cache_is_bounded(monkeypatch):
     assert len(access.decisions._values) <= auth.DECISIONS_KEPT
 
 
+def test_a_tables_folders_are_decided_once_per_commit_and_each_folder_once_for_the_next_commits():
+    """hooks/auth.py check_folders: every folder asked at the first commit, none again at it, only the
+    new folder at the next commit; the first refused folder is named, an outage is not kept."""
+    lakefs, asked = prefix_policy("tables/sales/")
+    settings = config(LAKEFS_DELTA_API_AUTH_CACHE_SECONDS="60", LAKEFS_DELTA_API_TOKENS="svc=repo")
+    access = RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs)))
+    bob = caller_of(basic("AKIA2", "b"), settings)
+    folders = [f"tables/sales/day={day:02d}/" for day in range(20)]
+    stats = lambda: len([path for path, _ in asked if path.endswith("/objects/stat")])  # noqa: E731
+
+    check = lambda commit, wanted: asyncio.run(access.check_folders(bob, "repo", commit, "tables/sales", wanted))  # noqa: E731
+    assert check(COMMIT, folders) == (ALLOWED, "") and stats() == 20
+    assert check(COMMIT, folders) == (ALLOWED, "") and stats() == 20
+    assert check("d" * 64, [*folders, "tables/sales/day=20/"]) == (ALLOWED, "") and stats() == 21
+    refused = ["tables/sales/day=21/", "tables/hr/", "tables/sales/day=22/"]
+    assert check("e" * 64, [*folders, *refused]) == (FORBIDDEN, "tables/hr/")
+    assert stats() == 24  # the three new ones, in one wave
+    assert check("f" * 64, ["tables/hr/"]) == (FORBIDDEN, "tables/hr/") and stats() == 24  # its refusal is kept
+    service = caller_of("Bearer svc", settings)
+    assert check("a" * 64, ["tables/hr/"]) == (FORBIDDEN, "tables/hr/")
+    assert asyncio.run(access.check_folders(service, "repo", "a" * 64, "t", ["tables/hr/"])) == (ALLOWED, "")
+
+    down = RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(
+        lambda request: httpx.Response(200) if request.url.path.endswith("/user") else httpx.Response(503))))
+    assert asyncio.run(down.check_folders(bob, "repo", COMMIT, "t", ["a/"])) == (LAKEFS_DOWN, "a/")
+    assert not down.folder_decisions.get((bob.key, "repo", "a/")) and not down.folder_sets.get((bob.key, "repo", COMMIT, "t"))
+
+
+def test_whole_repository_readers_are_named_by_user_or_group_and_asked_of_lakefs_each_time():
+    """hooks/auth.py names_reader: the caller's user by its own credentials, its groups by the
+    service's (paged); never cached, never a service token; a bad entry is a config error."""
+    asked = []
+
+    def lakefs(request: httpx.Request) -> httpx.Response:
+        asked.append((request.url.path, request.headers.get("authorization")))
+        if request.url.path.endswith("/user"):
+            known = request.headers["authorization"] == basic("AKIA2", "b")
+            return httpx.Response(200, json={"user": {"id": "bob"}}) if known else httpx.Response(401)
+        if request.url.path.endswith("/auth/users/bob/groups"):
+            after = request.url.params.get("after")
+            page = [{"id": "analysts"}] if after else [{"id": "everyone"}]
+            return httpx.Response(200, json={"results": page, "pagination": {"has_more": not after, "next_offset": "x"}})
+        return httpx.Response(500)
+
+    settings = config(LAKEFS_DELTA_LAKEFS_ACCESS_KEY_ID="service", LAKEFS_DELTA_LAKEFS_SECRET_ACCESS_KEY="s3cret",
+                      LAKEFS_DELTA_API_TOKENS="svc=repo")
+    access = RepositoryAccess(settings, httpx.AsyncClient(transport=httpx.MockTransport(lakefs)))
+    bob, stranger = caller_of(basic("AKIA2", "b"), settings), caller_of(basic("AKIA9", "x"), settings)
+    named = lambda caller, readers: asyncio.run(access.names_reader(caller, readers))  # noqa: E731
+    assert named(bob, ("user:bob",)) and named(bob, ("group:analysts",))  # the second page of its groups
+    assert [who for path, who in asked if path.endswith("/groups")] == [basic("service", "s3cret")] * 2
+    assert not named(bob, ("user:alice", "group:admins")) and not named(bob, ())
+    assert not named(stranger, ("user:bob",)) and not named(caller_of("Bearer svc", settings), ("user:bob",))
+    calls = len(asked)
+    assert named(bob, ("user:bob",)) and len(asked) == calls + 1  # asked again: never from a cache
+    with pytest.raises(ConfigError, match="user:ID or group:ID"):
+        config(LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS_READERS="bob")
+    assert config(LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS_READERS="user:bob,group:analysts").iceberg \
+        .vended_credentials_readers == ("user:bob", "group:analysts")
+
+
 def test_the_api_answers_403_for_a_table_the_caller_may_not_read_at_either_ref():
     from types import SimpleNamespace
 
