@@ -2,9 +2,11 @@
 
 
 class ExporterError(Exception):
-    """Base class. `permanent` errors are not worth retrying: the input itself is wrong."""
+    """Base class. `permanent` errors are not worth retrying: the input itself is wrong. An `outage`
+    is a service the work needs being down: retried for a time, not a count (`tasks.retry`)."""
 
     permanent = True
+    outage = False
 
 
 class DescriptorError(ExporterError):
@@ -62,6 +64,7 @@ class ServiceUnavailable(ExporterError):
     """lakeFS or the object store could not be reached or answered 5xx/429: worth a retry."""
 
     permanent = False
+    outage = True
 
 
 class LockLost(ExporterError):

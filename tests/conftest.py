@@ -217,6 +217,8 @@ SERVICE_PORT = int(os.environ.get("LAKEFS_DELTA_TEST_SERVICE_PORT", "18080"))
 SERVICE_ENV = {"LAKEFS_DELTA_TASKS_VISIBILITY_TIMEOUT_SECONDS": "15", "LAKEFS_DELTA_TASKS_LOCK_TTL_SECONDS": "6",
                "LAKEFS_DELTA_TASKS_RETRY_BACKOFF_SECONDS": "1", "LAKEFS_DELTA_TASKS_RETRY_BACKOFF_MAX_SECONDS": "4",
                "LAKEFS_DELTA_TASKS_RETRY_MAX_RETRIES": "8", "LAKEFS_DELTA_TASKS_TIME_LIMIT_SECONDS": "12",
+               # a lakeFS, MinIO or Redis restart in a test is retried through (about 32 retries here)
+               "LAKEFS_DELTA_TASKS_RETRY_OUTAGE_SECONDS": "60",
                "LAKEFS_DELTA_LAKEFS_TIMEOUT_SECONDS": "4",
                # a diff the API has not cached is computed by the worker: tests wait for it, not for a 202
                "LAKEFS_DELTA_API_DIFF_WAIT_SECONDS": "120",

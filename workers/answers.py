@@ -9,7 +9,7 @@ import time
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from exporter.config import Config
+from exporter.config import Config, soft_time_limit
 from exporter.diff.datasets import DatasetsCache
 from exporter.diff.datasets import list_datasets as find_datasets
 from exporter.diff.overview import OverviewCache
@@ -21,7 +21,7 @@ from exporter.diff.table import cached_diff
 from exporter.diff.table import compute_diff as diff_of
 from exporter.errors import ServiceUnavailable
 from exporter.state.results import ResultCache
-from workers.app import app, current_config, soft_time_limit
+from workers.app import app, current_config
 from workers.delivery import (TASK_ERRORS, RetriedTask, RunningElsewhere, _lake, _services, _transient_reason,
                               delivery, retry_if_transient)
 
@@ -48,7 +48,7 @@ def precompute_diff(self, repository: str, commit_id: str, table_path: str) -> b
                 except RowDiffTooLarge:
                     pass  # deletion vectors made it bigger than the objects that changed: computed when asked
     except TASK_ERRORS as exc:
-        retry_if_transient(exc, f"diff {repository}/{commit_id} {table_path}")
+        retry_if_transient(self, exc, f"diff {repository}/{commit_id} {table_path}")
         log.warning("diff %s/%s %s outcome=failed reason=%s", repository, commit_id, table_path, exc)
         return False
     status.observe("lakefs_delta_diff_precompute_seconds", time.monotonic() - started)
@@ -130,7 +130,7 @@ def _compute_for_api(task, cache: ResultCache, parts: tuple, compute) -> bool:
         log.info("%s %s outcome=running-elsewhere reason=%s", cache.kind, " ".join(map(str, parts)), exc)
         return False
     except TASK_ERRORS as exc:
-        retry_if_transient(exc, f"{cache.kind} {' '.join(map(str, parts))}", task.request.retries < task.max_retries)
+        retry_if_transient(task, exc, f"{cache.kind} {' '.join(map(str, parts))}", last_attempt_records=True)
         reason = _transient_reason(exc)
         cache.put_failure(exc if reason is None else ServiceUnavailable(reason), *parts)
         log.warning("%s %s outcome=failed reason=%s", cache.kind, " ".join(map(str, parts)), reason or exc)

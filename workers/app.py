@@ -11,17 +11,12 @@ from __future__ import annotations
 
 from celery import Celery
 
-from exporter.config import TASK_KINDS, Config
+from exporter.config import TASK_KINDS, Config, soft_time_limit
 
 app = Celery("lakefs_delta", include=["workers.tasks", "workers.answers"])
 _config: Config | None = None
 
 TASK_NAMES = tuple(f"lakefs_delta.{kind}" for kind in TASK_KINDS)
-
-
-def soft_time_limit(hard: int) -> int:
-    """The soft limit raises inside the task (which then retries with the reason) before the hard one kills it."""
-    return max(hard - max(hard // 10, 3), 1)
 
 
 def configure(config: Config) -> Celery:
@@ -52,10 +47,11 @@ def configure(config: Config) -> Celery:
         # the soft limit raises inside the task, which then retries with the reason
         task_annotations={name: {"soft_time_limit": soft_time_limit(config.tasks.time_limit(name)),
                                  "time_limit": config.tasks.time_limit(name),
-                                 # Celery's autoretry: exponential backoff with full jitter
+                                 # Celery's autoretry: exponential backoff with full jitter; the
+                                 # budget of each attempt is set as it fails (workers.delivery)
                                  "max_retries": config.tasks.retry.max_retries,
-                                 "retry_backoff": max(1, round(config.tasks.retry.backoff_seconds)),
-                                 "retry_backoff_max": max(1, round(config.tasks.retry.backoff_max_seconds))}
+                                 "retry_backoff": config.tasks.retry.backoff()[0],
+                                 "retry_backoff_max": config.tasks.retry.backoff()[1]}
                           for name in TASK_NAMES},
         beat_schedule={"catch-up": {"task": "lakefs_delta.catch_up",
                                     "schedule": float(config.catch_up.interval_seconds)},

@@ -41,7 +41,7 @@ def _lake(config: Config) -> Lake:
 
 class Transient(Exception):
     """A failure a retry may fix (its message is the reason): Celery retries it (`autoretry_for`)
-    with exponential backoff and full jitter, up to `retry.max_retries` (set by `configure`)."""
+    with exponential backoff and full jitter, up to the budget `retry_if_transient` set for it."""
 
 
 class RetriedTask(app.Task):
@@ -68,13 +68,39 @@ def _transient_reason(exc: BaseException) -> str | None:
     return None
 
 
-def retry_if_transient(exc: BaseException, line: str, retries_left: bool = True) -> None:
+def _is_outage(exc: BaseException) -> bool:
+    """A service the task needs is down (lakeFS, the object store, Redis): it may be back in minutes."""
+    return isinstance(exc, redis.RedisError) or getattr(exc, "outage", False)
+
+
+def retries_for(outage: bool) -> int:
+    """The retry budget of a transient error: an outage's lasts `tasks.retry.outage_seconds`, any
+    other's `tasks.retry.max_retries` retries."""
+    policy = current_config().tasks.retry
+    return policy.outage_retries() if outage else policy.max_retries
+
+
+def retry_if_transient(task, exc: BaseException, line: str, last_attempt_records: bool = False) -> None:
     """The one retry policy: a transient error raises `Transient` (Celery retries it with backoff)
-    while retries are left; a permanent one returns, for the task to record as it ends."""
+    within its budget (`retries_for`; a restart of lakeFS outlasts any count of quick retries); a
+    permanent one returns, for the task to record as it ends. With `last_attempt_records`, the
+    attempt whose budget is spent returns too (the task records the failure itself), else its
+    `Transient` ends the task and its `on_failure` records it."""
     reason = _transient_reason(exc)
-    if reason is not None and retries_left:
-        log.warning("%s outcome=retrying reason=%s", line, reason)
-        raise Transient(reason) from exc
+    if reason is None:
+        return
+    budget = retries_for(_is_outage(exc))
+    if last_attempt_records and task.request.retries >= budget:
+        return
+    log.warning("%s outcome=retrying reason=%s", line, reason)
+    raise retrying(task, reason, _is_outage(exc)) from exc
+
+
+def retrying(task, reason: str, outage: bool) -> Transient:
+    """The `Transient` that retries this attempt of `task`, its budget set for Celery's autoretry
+    (which reads `override_max_retries`)."""
+    task.override_max_retries = retries_for(outage)
+    return Transient(reason)
 
 
 class RunningElsewhere(Exception):

@@ -31,9 +31,10 @@ from exporter.upkeep.catch_up import CatchUpPlan, catch_up as find_missing_expor
 from exporter.upkeep.retention import prune as prune_exports
 from workers.answers import precompute_diff
 from workers.app import app, current_config
-from workers.delivery import (BACKGROUND, ICEBERG_STEP, TASK_ERRORS, RetriedTask, Transient, _checkpoint_files,
+from workers.delivery import (BACKGROUND, ICEBERG_STEP, TASK_ERRORS, RetriedTask, _checkpoint_files,
                               _delivered_from, _lake, _look_again_later, _record, _services, _transient_reason,
-                              delivery, export_queue, retry_if_transient, status_count)
+                              delivery, export_queue, retry_if_transient, retrying,
+                              status_count)
 
 log = logging.getLogger("lakefs_delta.worker")
 
@@ -109,7 +110,7 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
         if (reason := _transient_reason(exc)) is not None:
             _record(status, repository, ref, commit_id, COMMIT_RECORD, "retrying", reason=reason)
             status_count(status, "export_commit", "retried")
-        retry_if_transient(exc, f"commit {repository}/{commit_id} ({ref})")
+        retry_if_transient(self, exc, f"commit {repository}/{commit_id} ({ref})")
         log.error("commit %s/%s (%s): cannot list tables: %s", repository, commit_id, ref, exc)
         _record(status, repository, ref, commit_id, COMMIT_RECORD, "failed", reason=str(exc), permanent=True)
         status_count(status, "export_commit", "failed")
@@ -205,7 +206,7 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
         _record(status, repository, ref, commit_id, table_name, "retrying", reason=outcome.error)
         status_count(status, "export_table", "retried")
         log.warning("%s outcome=retrying reason=%s", line, outcome.error)
-        raise Transient(outcome.error)
+        raise retrying(self, outcome.error, outcome.outage)
     _record(status, repository, ref, commit_id, table_name, "failed", reason=outcome.error,
             permanent=outcome.permanent, **facts)
     status_count(status, "export_table", "failed")
@@ -252,7 +253,7 @@ def export_iceberg(self, repository: str, ref: str, commit_id: str, table_name: 
                 record = complete_iceberg(_lake(config), repository, ref, commit_id, table_name,
                                           still_held=held.still_held)
     except TASK_ERRORS as exc:
-        retry_if_transient(exc, line)
+        retry_if_transient(self, exc, line)
         record = {"state": IcebergState.FAILED.value, "reason": str(exc)}
     seconds = time.monotonic() - started
     if record is None:
@@ -326,7 +327,7 @@ def append_branch_table(self, repository: str, branch: str, commit_id: str, tabl
                 outcome = append_commit(_lake(config), repository, branch, commit_id, table_name,
                                         still_held=held.still_held)
     except TASK_ERRORS as exc:
-        retry_if_transient(exc, line)
+        retry_if_transient(self, exc, line)
         log.error("%s outcome=%s reason=%s", line, "refused" if isinstance(exc, BranchTableRefused) else "failed", exc)
         _note_branch_table(status, repository, branch, commit_id, table_name,
                            {"state": "refused" if isinstance(exc, BranchTableRefused) else "failed", "reason": str(exc),

@@ -28,10 +28,10 @@ from exporter.config.renamed import (ENV_PREFIX, RENAMED_KEYS, RenamedConfigKey,
 from exporter.config.sections import (SOLE_DELIVERY_KINDS, TASK_KINDS, ApiConfig, ApiToken, CatchUpConfig,
                                       IcebergConfig, LakeFSConfig, ObjectStoreConfig, RetentionConfig, RetryConfig,
                                       RowDiffConfig, RowDiffSparkConfig, ShareConfig, SharingConfig, TasksConfig,
-                                      WorkersConfig)
+                                      WorkersConfig, soft_time_limit)
 from exporter.errors import ConfigError
 
-__all__ = ["CONFIG_ENV", "ENV_PREFIX", "KNOWN_EVENTS", "RENAMED_KEYS", "RENAMED_VARIABLES", "SOLE_DELIVERY_KINDS",
+__all__ = ["soft_time_limit", "CONFIG_ENV", "ENV_PREFIX", "KNOWN_EVENTS", "RENAMED_KEYS", "RENAMED_VARIABLES", "SOLE_DELIVERY_KINDS",
            "TASK_KINDS", "ApiConfig", "ApiToken", "CatchUpConfig", "Config", "IcebergConfig", "LakeFSConfig",
            "ObjectStoreConfig", "RenamedConfigKey", "RetentionConfig", "RetryConfig", "RowDiffConfig", "RowDiffSparkConfig", "ShareConfig",
            "SharingConfig", "TasksConfig", "WorkersConfig", "load_config", "mask_url"]
@@ -69,6 +69,20 @@ class Config(BaseSettings):
     sharing: SharingConfig = SharingConfig()
     tasks: TasksConfig = TasksConfig()
     workers: WorkersConfig = WorkersConfig()
+
+    @model_validator(mode="after")
+    def _row_diff_job_fits_its_task(self) -> "Config":
+        """A row diff's Spark job, every attempt of it, ends within its task's soft time limit: a
+        task stopped first would be started again from nothing, the trap of a budget it cannot cover."""
+        spark = self.row_diff.spark
+        task = self.tasks.time_limit("compute_row_diff")
+        if spark.master and spark.attempts * spark.time_limit_seconds >= soft_time_limit(task):
+            raise ValueError(
+                f"row_diff.spark.time_limit_seconds ({spark.time_limit_seconds}) x row_diff.spark.attempts "
+                f"({spark.attempts}) must end before the compute_row_diff task's soft time limit "
+                f"({soft_time_limit(task)} s of tasks.time_limits.compute_row_diff: {task}): raise the task's "
+                "limit or lower the job's")
+        return self
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,

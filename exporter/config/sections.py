@@ -13,6 +13,9 @@ TASK_KINDS = ("export_commit", "export_table", "export_iceberg", "precompute_dif
 # message delivered again meanwhile ends without running it twice): their time limits may pass the
 # visibility timeout, for row diffs run as Spark jobs of an hour.
 SOLE_DELIVERY_KINDS = ("compute_diff", "compute_row_diff", "compare_refs", "list_datasets")
+# Task kinds whose time limit is not `tasks.time_limit_seconds` unless `tasks.time_limits` says so: a
+# row diff covers its Spark job's attempts (`row_diff.spark`: 2 of 900 s, within its soft limit).
+KIND_TIME_LIMITS = {"compute_row_diff": 2100}
 
 
 READER_KINDS = ("user", "group")  # the lakeFS identities `iceberg.vended_credentials_readers` names
@@ -47,9 +50,30 @@ class ObjectStoreConfig(_Section):
 
 
 class RetryConfig(_Section):
+    """How a task retries a transient error: after a backoff that doubles from `backoff_seconds` up
+    to `backoff_max_seconds`, each drawn at random below it (full jitter). An outage (lakeFS, the
+    object store or Redis unreachable, or answering 5xx/429: a restart, a deploy) is retried until the
+    backoffs are expected to cover `outage_seconds`, however long that takes in retries; any other
+    transient error (the task's soft time limit, a lost lock) `max_retries` times."""
+
     max_retries: int = Field(5, ge=0)
     backoff_seconds: float = Field(2.0, gt=0)
     backoff_max_seconds: float = Field(60.0, gt=0)
+    outage_seconds: float = Field(600.0, ge=0)
+
+    def backoff(self) -> tuple[int, int]:
+        """(factor, most) in whole seconds, as Celery's autoretry takes them."""
+        return max(1, round(self.backoff_seconds)), max(1, round(self.backoff_max_seconds))
+
+    def outage_retries(self) -> int:
+        """The retries whose expected backoffs (half of each cap, under full jitter) add up to
+        `outage_seconds`; never fewer than `max_retries`."""
+        factor, most = self.backoff()
+        retries, expected = 0, 0.0
+        while expected < self.outage_seconds:
+            expected += min(most, factor * 2 ** retries) / 2
+            retries += 1
+        return max(retries, self.max_retries)
 
 
 class RetentionConfig(_Section):
@@ -102,8 +126,16 @@ class RowDiffSparkConfig(_Section):
     ivy_dir: str = ""  # where Spark caches those packages (empty: Spark's default)
     # The job's own time budget: past it the job is stopped and the diff fails for good with the
     # reason (never started again from nothing). The `compute_row_diff` task's time limit
-    # (`tasks.time_limits`) must leave it room.
-    time_limit_seconds: int = Field(1800, ge=60)
+    # (`tasks.time_limits`) must cover `attempts` of it: a config where it cannot is refused.
+    time_limit_seconds: int = Field(900, ge=60)
+    # A job whose JVM died (killed, out of memory, a lost driver) is run this many times in all, each
+    # from nothing; then the diff fails for good with the reason, never looping.
+    attempts: int = Field(2, ge=1)
+    # The driver's heap (`spark.driver.memory`): a `local[...]` master runs the executors in it too.
+    driver_memory: str = "2g"
+    # Rows per partition the job aims at (Spark's advisory partition size): the driver streams the
+    # answer one partition at a time, so this bounds what it holds.
+    partition_bytes: str = "16m"
 
 
 class ShareConfig(_Section):
@@ -260,8 +292,15 @@ class TasksConfig(_Section):
         return self
 
     def time_limit(self, kind: str) -> int:
-        """The hard time limit of a task kind (`export_table`, or `lakefs_delta.export_table`)."""
-        return dict(self.time_limits).get(kind.removeprefix("lakefs_delta."), self.time_limit_seconds)
+        """The hard time limit of a task kind (`export_table`, or `lakefs_delta.export_table`): its
+        `time_limits` entry, else its default (KIND_TIME_LIMITS), else `time_limit_seconds`."""
+        kind = kind.removeprefix("lakefs_delta.")
+        return dict(self.time_limits).get(kind, KIND_TIME_LIMITS.get(kind, self.time_limit_seconds))
+
+
+def soft_time_limit(hard: int) -> int:
+    """The soft limit raises inside the task (which then retries with the reason) before the hard one kills it."""
+    return max(hard - max(hard // 10, 3), 1)
 
 
 class WorkersConfig(_Section):

@@ -147,7 +147,7 @@ def export_table(lake: Lake, at: ExportAt, table: TableDescriptor, copy_from: tu
             raise
         outcome.ok = True
     except ExporterError as exc:
-        outcome.error, outcome.permanent = str(exc), exc.permanent
+        outcome.error, outcome.permanent, outcome.outage = str(exc), exc.permanent, exc.outage
     finally:
         outcome.seconds = time.monotonic() - started
         outcome.lakefs_calls = lakefs.calls - calls_before

@@ -37,6 +37,7 @@ class ExportOutcome:
     seconds: float = 0.0
     error: str = ""
     permanent: bool = True  # for failures: False means a retry may succeed
+    outage: bool = False  # for failures: a service the export needs was down (retried for a time)
     incremental: bool = False  # copied the parent's export and added the new commits
     cold_reason: str = ""  # why the parent's export could not be reused
     iceberg: dict | None = None  # with iceberg.enabled: the Iceberg table's record (`PENDING` until written)

@@ -160,6 +160,62 @@ def test_branch_and_tag_exports_of_one_commit_keep_their_own_records_through_a_l
     assert all(f"/exported/rc1/{commit_id}/" in location for location in seen["rc1"]), seen
 
 
+# What the worker is asking lakeFS when a service restarts: its requests, seen by a proxy in front
+# of lakeFS that holds the first one matching, while the test restarts lakeFS (or MinIO).
+RESTARTS = {
+    "lakefs, listing the descriptors": ("lakefs", lambda method, path: "/objects/ls" in path and "_lakefs_tables" in path),
+    "lakefs, reading a descriptor": ("lakefs", lambda method, path: path.split("?")[0].endswith("/objects")
+                                     and "_lakefs_tables" in path),
+    "lakefs, listing the table": ("lakefs", lambda method, path: "/objects/ls" in path and "tables%2Fevents" in path),
+    "minio, as the export reads and writes": ("minio", lambda method, path: "/objects/ls" in path
+                                              and "tables%2Fevents" in path),
+}
+
+
+@pytest.mark.parametrize("moment", sorted(RESTARTS))
+def test_a_branch_and_a_tag_are_exported_whatever_moment_lakefs_or_minio_restarts(processes, lakefs, repository,
+                                                                                  stack_env, moment):
+    """Issue 50: a service restarts while the worker is at a chosen step (its request held until the
+    restart began); every answer it meets then (refused connections, a dropped request, 5xx) is
+    retried within `tasks.retry.outage_seconds`, and both refs' exports complete."""
+    from exporter.state.status import StatusStore
+    from tests.integration.lakefs_policy import PrefixPolicies
+
+    service, matches = RESTARTS[moment]
+    database = 13 + sorted(RESTARTS).index(moment)  # a queue no other worker reads
+    redis_url = stack_env["LAKEFS_DELTA_REDIS_URL"].rsplit("/", 1)[0] + f"/{database}"
+    commit_id = tables_repository(lakefs, repository, ["events"], url="http://127.0.0.1:1/nowhere")
+    lakefs.create_tag(repository, "rc1", commit_id)
+    status = StatusStore(redis_url)
+    with PrefixPolicies(stack_env["LAKEFS_DELTA_LAKEFS_ENDPOINT"], SERVICE_PORT + 63) as proxy:
+        proxy.hold(lambda method, path: repository in path and matches(method, path), seconds=3)
+        worker = processes.worker(f"restarts{database}", extra_env={"LAKEFS_DELTA_REDIS_URL": redis_url,
+                                                                    "LAKEFS_DELTA_LAKEFS_ENDPOINT": proxy.url})
+        try:
+            queue = configure(load_config(environ={**os.environ, "LAKEFS_DELTA_REDIS_URL": redis_url}))
+            queue.send_task("lakefs_delta.export_commit", (repository, "main", commit_id, False))
+            queue.send_task("lakefs_delta.export_commit", (repository, "rc1", commit_id, True))
+            deadline = time.monotonic() + 60
+            while not proxy.held and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert proxy.held, f"the worker never asked lakeFS what {moment!r} holds: {proxy.requests[-5:]}"
+            stack.stop_service(service)  # while the held request waits: it goes on to a service that is down
+            time.sleep(4)
+            stack.up()
+            processes.revive()
+            deadline, states = time.monotonic() + 120, {}
+            while time.monotonic() < deadline:
+                states = {ref: (status.record(repository, ref, commit_id, "events") or {}).get("state")
+                          for ref in ("main", "rc1")}
+                if states == {"main": "done", "rc1": "done"}:
+                    break
+                time.sleep(0.5)
+        finally:  # its proxy ends with the test
+            processes.kill_worker(next(node for node, process in processes.workers.items() if process is worker))
+    assert states == {"main": "done", "rc1": "done"}, (moment, states, [
+        status.record(repository, ref, commit_id, name) for ref in ("main", "rc1") for name in ("events", "_commit")])
+
+
 # ---------------------------------------------------------------- time limits
 
 
@@ -493,7 +549,9 @@ def test_a_row_diff_running_past_the_visibility_timeout_is_computed_once_and_ans
     with PrefixPolicies(stack_env["LAKEFS_DELTA_LAKEFS_ENDPOINT"], SERVICE_PORT + 62) as lakefs_proxy:
         lakefs_proxy.hold(lambda method, path: f"/refs/{right}/objects/ls" in path and "_delta_log" in path, 45)
         env = {"LAKEFS_DELTA_REDIS_URL": redis_url, "LAKEFS_DELTA_LAKEFS_ENDPOINT": lakefs_proxy.url,
-               "LAKEFS_DELTA_LAKEFS_TIMEOUT_SECONDS": "60", "LAKEFS_DELTA_TASKS_TIME_LIMITS": "compute_row_diff=90"}
+               "LAKEFS_DELTA_LAKEFS_TIMEOUT_SECONDS": "60", "LAKEFS_DELTA_TASKS_TIME_LIMITS": "compute_row_diff=90",
+               # a Spark job, were there one, must end within that limit: the worker refuses a config where it cannot
+               "LAKEFS_DELTA_ROW_DIFF_SPARK_TIME_LIMIT_SECONDS": "60", "LAKEFS_DELTA_ROW_DIFF_SPARK_ATTEMPTS": "1"}
         processes.worker("long12a", extra_env=env)
         Celery("test", broker=redis_url).send_task("lakefs_delta.compute_row_diff", parts)
         deadline = time.monotonic() + 30

@@ -29,9 +29,13 @@ from exporter.storage.objectstore import ObjectStore
 
 
 class SparkJobFailed(ExporterError):
-    """The Spark job exited with an error (its last lines are the message)."""
+    """The Spark job exited with an error (its last lines are the message): for good, once its JVM
+    died `row_diff.spark.attempts` times, or at once when it failed otherwise (it would again)."""
 
-    permanent = False
+
+# What a Python driver prints when its JVM died under it (killed, out of memory, a lost gateway)
+_JVM_DIED = ("Py4JNetworkError", "Answer from Java side is empty", "Connection refused",
+             "java.lang.OutOfMemoryError", "SparkContext was shut down", "Error while receiving")
 
 
 class SparkJobTimedOut(ExporterError):
@@ -41,47 +45,64 @@ class SparkJobTimedOut(ExporterError):
 def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str,
             progress: Callable[[dict], None] | None = None) -> dict:
     """Run the job on `plan`; upload its rows to `rows_location` (relative to the namespace) and
-    return its summary (counts, partitions, per-file rows)."""
+    return its summary (counts, partitions, per-file rows). A job whose JVM died is run again from
+    nothing, `row_diff.spark.attempts` times in all; then, or when it failed otherwise, SparkJobFailed."""
     spark = config.row_diff.spark
     environment = {**os.environ, "LAKEFS_DELTA_JOB_S3_ENDPOINT": config.object_store.endpoint,
                    "LAKEFS_DELTA_JOB_S3_REGION": config.object_store.region,
                    "LAKEFS_DELTA_JOB_S3_ACCESS_KEY_ID": config.object_store.access_key_id,
                    "LAKEFS_DELTA_JOB_S3_SECRET_ACCESS_KEY": config.object_store.secret_access_key.get_secret_value(),
                    "LAKEFS_DELTA_JOB_MASTER": spark.master, "LAKEFS_DELTA_JOB_PACKAGES": spark.packages,
-                   "LAKEFS_DELTA_JOB_IVY_DIR": spark.ivy_dir}
+                   "LAKEFS_DELTA_JOB_IVY_DIR": spark.ivy_dir, "LAKEFS_DELTA_JOB_DRIVER_MEMORY": spark.driver_memory,
+                   "LAKEFS_DELTA_JOB_PARTITION_BYTES": spark.partition_bytes}
     with tempfile.TemporaryDirectory(prefix="lakefs-delta-rowdiff-") as folder:
         plan_file, summary_file, rows_file = (Path(folder) / name for name in ("plan.json", "summary.json", "rows.parquet"))
         plan_file.write_text(json.dumps(plan))
-        job = subprocess.Popen([sys.executable, "-m", "exporter.diff.rows.spark", str(plan_file), str(summary_file),
-                                str(rows_file)], env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-        timed_out = threading.Event()
-        timer = threading.Timer(spark.time_limit_seconds, lambda: (timed_out.set(), job.kill()))  # its own budget
-        errors: list[str] = []
-        reader = threading.Thread(target=lambda: errors.extend(job.stderr), daemon=True)
-        try:
-            timer.start()
-            reader.start()
-            if progress is not None:
-                progress({"engine": "spark", "phase": "starting"})
-            for line in job.stdout:
-                if line.startswith("PROGRESS ") and progress is not None:
-                    progress(json.loads(line[len("PROGRESS "):]))
-            job.wait()
-        finally:  # whatever stops the caller (its time limit, a lost worker), no job is left running
-            timer.cancel()
-            if job.poll() is None:
-                job.kill()
-                job.wait()
-        reader.join(timeout=5)
-        if timed_out.is_set():
-            raise SparkJobTimedOut(f"the row diff's Spark job ran past its time budget ({spark.time_limit_seconds} s: "
-                                   "row_diff.spark.time_limit_seconds) and was stopped")
-        if job.returncode != 0:
-            tail = "".join(errors[-15:]).strip()
-            raise SparkJobFailed(f"the row diff's Spark job exited with {job.returncode}: {tail[-1500:]}")
+        for attempt in range(1, spark.attempts + 1):
+            returncode, tail = _run_once(spark.time_limit_seconds, environment, (plan_file, summary_file, rows_file),
+                                         progress, attempt)
+            if returncode == 0:
+                break
+            died = returncode < 0 or any(sign in tail for sign in _JVM_DIED)
+            if not died:
+                raise SparkJobFailed(f"the row diff's Spark job exited with {returncode}: {tail[-1500:]}")
+            if attempt == spark.attempts:
+                raise SparkJobFailed(f"the row diff's Spark job died {attempt} time(s) (row_diff.spark.attempts: "
+                                     f"{spark.attempts}), each run from nothing; the last exited with {returncode}: "
+                                     f"{tail[-1200:]}")
         upload_rows(store, rows_file, rows_location)
         return json.loads(summary_file.read_text())
+
+
+def _run_once(seconds: int, environment: dict, files: tuple[Path, Path, Path],
+              progress: Callable[[dict], None] | None, attempt: int) -> tuple[int, str]:
+    """One run of the job: its exit code (negative: killed by a signal) and its last lines; past
+    `seconds` it is stopped and SparkJobTimedOut raised (never run again)."""
+    job = subprocess.Popen([sys.executable, "-m", "exporter.diff.rows.spark", *map(str, files)], env=environment,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    timed_out = threading.Event()
+    timer = threading.Timer(seconds, lambda: (timed_out.set(), job.kill()))  # its own budget
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.extend(job.stderr), daemon=True)
+    try:
+        timer.start()
+        reader.start()
+        if progress is not None:
+            progress({"engine": "spark", "phase": "starting", **({"attempt": attempt} if attempt > 1 else {})})
+        for line in job.stdout:
+            if line.startswith("PROGRESS ") and progress is not None:
+                progress(json.loads(line[len("PROGRESS "):]))
+        job.wait()
+    finally:  # whatever stops the caller (its time limit, a lost worker), no job is left running
+        timer.cancel()
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    reader.join(timeout=5)
+    if timed_out.is_set():
+        raise SparkJobTimedOut(f"the row diff's Spark job ran past its time budget ({seconds} s: "
+                               "row_diff.spark.time_limit_seconds) and was stopped")
+    return job.returncode, "".join(errors[-15:]).strip()
 
 
 # ---------------------------------------------------------------- the job (its own process)
@@ -91,8 +112,14 @@ def _session():
     from pyspark.sql import SparkSession
 
     env = os.environ
+    # The answer streams to the driver a partition at a time (`toLocalIterator`): partitions are kept
+    # near `partition_bytes`, however many rows differ (adaptive execution coalesces small ones; 8
+    # fixed partitions held 750,000 rows each at 3M changed rows, and one collected to the driver
+    # ran its JVM out of memory). The driver's heap is set, not Java's default.
     builder = (SparkSession.builder.master(env["LAKEFS_DELTA_JOB_MASTER"]).appName("lakefs-delta-row-diff")
-               .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "8")
+               .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "400")
+               .config("spark.sql.adaptive.advisoryPartitionSizeInBytes", env["LAKEFS_DELTA_JOB_PARTITION_BYTES"])
+               .config("spark.driver.memory", env["LAKEFS_DELTA_JOB_DRIVER_MEMORY"])
                .config("spark.jars.packages", env["LAKEFS_DELTA_JOB_PACKAGES"]))
     if env.get("LAKEFS_DELTA_JOB_IVY_DIR"):
         builder = builder.config("spark.jars.ivy", env["LAKEFS_DELTA_JOB_IVY_DIR"])
@@ -161,13 +188,15 @@ def _file_rows(spark, entry: dict, side: dict):
 def _job(plan: dict, summary_path: str, rows_path: str) -> None:
     from functools import reduce
 
+    from pyspark import StorageLevel
+
     spark = _session()
     stop, phase = threading.Event(), ["reading"]
     threading.Thread(target=_report_progress, args=(spark, stop, phase), daemon=True).start()
     try:
         parts = [_file_rows(spark, entry, {**plan["sides"][entry["side"]], "common": plan["common"]})
                  for entry in plan["files"]]
-        rows = reduce(lambda a, b: a.unionByName(b), parts).cache()
+        rows = reduce(lambda a, b: a.unionByName(b), parts).persist(StorageLevel.DISK_ONLY)  # read twice, held on disk
         file_rows = {r["file"] + "|" + r["side"]: r["count"] for r in rows.groupBy("file", "side").count().collect()}
         result = _changes(rows, plan)
         phase.append("writing rows")

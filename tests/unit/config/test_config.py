@@ -104,7 +104,8 @@ def test_a_large_table_is_routed_to_its_own_queue():
 
 
 def test_time_limits_per_task_kind_reach_the_celery_annotations():
-    from workers.app import configure, soft_time_limit
+    from exporter.config import soft_time_limit
+    from workers.app import configure
 
     config = load_config(environ={"LAKEFS_DELTA_TASKS_TIME_LIMITS": "compute_row_diff=280, catch_up=60",
                                   "LAKEFS_DELTA_TASKS_TIME_LIMIT_SECONDS": "200"})
@@ -137,10 +138,10 @@ def test_settings_are_grouped_by_capability(tmp_path):
     path.write_text("""
 api: {auth: none, auth_cache_seconds: 5, sign_in_link_seconds: 60, diff_cache_ttl_seconds: 600, diff_wait_seconds: 1}
 catch_up: {repositories: [sales], branches: [main], interval_seconds: 60, depth: 10, max_per_run: 5}
-row_diff: {max_bytes: 1000, precompute_bytes: 100, spark: {master: "local[2]"}}
+row_diff: {max_bytes: 1000, precompute_bytes: 100, spark: {master: "local[2]", time_limit_seconds: 60, attempts: 2}}
 tasks:
   time_limit_seconds: 100
-  time_limits: {compute_row_diff: 150}
+  time_limits: {compute_row_diff: 150}  # 2 x 60 s within its soft limit (135 s)
   visibility_timeout_seconds: 200
   lock_ttl_seconds: 10
   max_deliveries: 2
@@ -200,6 +201,7 @@ OLD_VARIABLES = {
     "LAKEFS_DELTA_VISIBILITY_TIMEOUT_SECONDS": "400", "LAKEFS_DELTA_LOCK_TTL_SECONDS": "10",
     "LAKEFS_DELTA_MAX_DELIVERIES": "2", "LAKEFS_DELTA_RETRY_MAX_RETRIES": "1",
     "LAKEFS_DELTA_RETRY_BACKOFF_SECONDS": "1", "LAKEFS_DELTA_RETRY_BACKOFF_MAX_SECONDS": "30",
+    "LAKEFS_DELTA_RETRY_OUTAGE_SECONDS": "60",  # a key added since: the old section's name reaches it too
     "LAKEFS_DELTA_WORKER_CONCURRENCY": "4", "LAKEFS_DELTA_WORKER_MAX_MEMORY_PER_CHILD_MIB": "512",
     "LAKEFS_DELTA_LARGE_TABLE_FILES": "10", "LAKEFS_DELTA_LARGE_TABLE_QUEUE": "big",
 }

@@ -73,3 +73,26 @@ def test_progress_counts_every_spark_job_not_only_the_stages_running_now():
     assert progress_line(tracker, "reading", 12.4) == {
         "engine": "spark", "phase": "reading", "seconds": 12, "active_stages": 1, "stages": 3, "stages_done": 2,
         "tasks": 216, "tasks_done": 19}
+
+
+@pytest.mark.parametrize("exit_with, runs, reason", [
+    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 2, r"died 2 time\(s\) \(row_diff.spark.attempts: 2\)"),
+    ("import sys; sys.stderr.write('py4j.protocol.Py4JNetworkError: Answer from Java side is empty'); sys.exit(1)", 2,
+     r"died 2 time\(s\).*Py4JNetworkError"),
+    ("import sys; sys.stderr.write('AnalysisException: no column x'); sys.exit(1)", 1,
+     r"exited with 1: AnalysisException: no column x"),
+])
+def test_a_job_whose_jvm_died_runs_again_as_many_times_as_its_attempts_and_one_that_failed_does_not(
+        monkeypatch, exit_with, runs, reason):
+    """Issue 50: a job killed (a signal) or whose driver lost its JVM runs again from nothing, twice
+    in all by default; then the diff fails for good with the reason. Any other failure would recur:
+    it fails at once, never looping."""
+    popen, jobs = subprocess.Popen, []
+    monkeypatch.setattr(rows_spark.subprocess, "Popen",
+                        lambda args, **kwargs: jobs.append(popen([sys.executable, "-c", exit_with], **kwargs)) or jobs[-1])
+    seen = []
+    with pytest.raises(rows_spark.SparkJobFailed, match=reason) as caught:
+        run_job(Config(row_diff={"spark": {"master": "local[1]"}}), None, {}, "rows", progress=seen.append)
+    assert caught.value.permanent and len(jobs) == runs
+    assert [p for p in seen if p["phase"] == "starting"] == [{"engine": "spark", "phase": "starting"},
+                                                             {"engine": "spark", "phase": "starting", "attempt": 2}][:runs]

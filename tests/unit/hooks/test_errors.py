@@ -46,7 +46,7 @@ class RaisingApp:
     (BadRequest("invalid ref name"), 400, "invalid ref name"),
     (CorruptLog("version 3 is missing"), 422, "version 3 is missing"),
     (ServiceUnavailable("lakeFS answered 502"), 503, "lakeFS answered 502"),
-    (SparkJobFailed("executor lost"), 503, "executor lost"),  # transient: a retry may succeed
+    (SparkJobFailed("executor lost"), 422, "executor lost"),  # for good: its attempts were spent (row_diff.spark)
     (rebuilt("NotFound", "gone"), 404, "gone"),  # a worker's failure, read back from the result cache
     (redis.ConnectionError("refused"), 503, "Redis cannot be reached: ConnectionError"),
     (Refusal(413, "body larger than 1048576 bytes"), 413, "body larger than 1048576 bytes"),

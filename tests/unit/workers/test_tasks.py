@@ -50,13 +50,12 @@ def worker(monkeypatch, redis_url, fake_lakefs):
     """A worker process's world: its config, lakeFS, object store and Redis, and what it queued."""
     lakefs, store = fake_lakefs, fake_lakefs.store
     lakefs.create_repository("repo", "s3://lake/repo")
-    config = Config(redis_url=redis_url, tasks={"max_deliveries": 2, "lock_ttl_seconds": 6},
+    config = Config(redis_url=redis_url, tasks={"max_deliveries": 2, "lock_ttl_seconds": 6,  # an outage: as many retries
+                                                "retry": {"max_retries": MAX_RETRIES, "outage_seconds": 0}},
                     workers={"large_table_files": 3})
     monkeypatch.setattr(workers.app, "_config", config)
     monkeypatch.setattr(tasks, "_lake", lambda config: lake_of(config, lakefs))  # what a worker process builds once
     monkeypatch.setattr(answers, "_lake", lambda config: lake_of(config, lakefs))
-    for task in (tasks.export_commit, tasks.export_table, tasks.append_branch_table, answers.compute_diff):
-        monkeypatch.setattr(task, "max_retries", MAX_RETRIES)
     sent: list[Sent] = []
     monkeypatch.setattr(workers.app.app, "send_task",
                         lambda name, args=None, kwargs=None, **options: sent.append(Sent(name, tuple(args or ()),
@@ -77,16 +76,33 @@ def tasks_total(status: StatusStore, task: str, outcome: str) -> float:
     (redis.ConnectionError("connection refused"), "Redis error: connection refused"),
     (SoftTimeLimitExceeded(), "timed out: the task ran past its soft time limit"),
 ])
-def test_transient_errors_are_retried_with_their_reason(error, reason):
-    with pytest.raises(tasks.Transient, match=reason) as retried:
-        tasks.retry_if_transient(error, "export repo/main/c/events")
+def test_transient_errors_are_retried_with_their_reason(monkeypatch, error, reason):
+    config = Config(tasks={"retry": {"max_retries": 2, "outage_seconds": 60}})
+    monkeypatch.setattr(workers.app, "_config", config)
+    attempt = SimpleNamespace(request=SimpleNamespace(retries=0))
+    with pytest.raises(delivery.Transient, match=reason) as retried:
+        tasks.retry_if_transient(attempt, error, "export repo/main/c/events")
     assert retried.value.__cause__ is error
-    assert tasks.retry_if_transient(error, "line", retries_left=False) is None  # the last attempt records instead
+    outage = not isinstance(error, SoftTimeLimitExceeded)  # lakeFS, the store or Redis down
+    assert attempt.override_max_retries == (config.tasks.retry.outage_retries() if outage else 2) and \
+        config.tasks.retry.outage_retries() > 2
+    attempt.request.retries = attempt.override_max_retries
+    assert tasks.retry_if_transient(attempt, error, "line", last_attempt_records=True) is None  # it records instead
+
+
+def test_an_outage_is_retried_for_its_time_and_anything_else_for_its_count():
+    from exporter.config import RetryConfig
+
+    shipped = RetryConfig()  # backoffs of 2, 4, 8, 16, 32, then 60 s: half of each expected
+    assert shipped.outage_retries() == 24 and sum(min(60, 2 * 2 ** r) / 2 for r in range(24)) >= 600 > \
+        sum(min(60, 2 * 2 ** r) / 2 for r in range(23))
+    assert RetryConfig(outage_seconds=0, max_retries=5).outage_retries() == 5  # never fewer than max_retries
+    assert RetryConfig(backoff_seconds=1, backoff_max_seconds=4, outage_seconds=60).outage_retries() == 32  # 0.5 + 1 + 30 x 2
 
 
 @pytest.mark.parametrize("error", [TableNotFound("no table"), NotFound("no commit"), ExporterError("refused")])
-def test_permanent_errors_are_not_retried(error):
-    assert tasks.retry_if_transient(error, "line") is None
+def test_permanent_errors_are_not_retried(worker, error):
+    assert tasks.retry_if_transient(SimpleNamespace(request=SimpleNamespace(retries=0)), error, "line") is None
 
 
 def test_tables_with_many_checkpoint_files_go_to_their_own_queue(worker):
@@ -341,7 +357,7 @@ def test_giving_up_leaves_an_export_alone_while_another_delivery_writes_it(worke
     worker.status.set_table("repo", "main", "c" * 64, "events", "running", worker="other")
     holder = StatusStore(worker.config.redis)
     with holder.lock(StatusStore.export_lock("repo", "main", "c" * 64, "events"), 60):
-        tasks.export_table.on_failure(tasks.Transient("timed out"), "task-id", ARGS, {}, None)
+        tasks.export_table.on_failure(delivery.Transient("timed out"), "task-id", ARGS, {}, None)
 
     assert worker.namespace.list_keys(partial) == [partial + "_delta_log/00000000000000000000.json"]
     assert worker.status.record("repo", "main", "c" * 64, "events")["state"] == "running"
@@ -373,7 +389,7 @@ def test_a_complete_export_is_kept_when_a_late_delivery_gives_up(worker):
     worker.namespace.put(complete + MANIFEST, b"{}")
     worker.status.set_table("repo", "main", "c" * 64, "events", "done")
 
-    tasks.export_table.on_failure(tasks.Transient("timed out"), "task-id", ARGS, {}, None)
+    tasks.export_table.on_failure(delivery.Transient("timed out"), "task-id", ARGS, {}, None)
 
     assert len(worker.namespace.list_keys(complete)) == 2
     assert worker.status.record("repo", "main", "c" * 64, "events")["state"] == "done"  # done is final
@@ -589,11 +605,11 @@ def test_every_task_kind_catch_up_sends_ends_failed_for_good_after_max_rounds(wo
     assert any(q.commit_id == unlisted for q in first.queued)  # its export_commit never listed its tables
 
     for round_ in range(3):
-        tasks.export_iceberg.on_failure(tasks.Transient("timed out"), f"iceberg-{round_}",
+        tasks.export_iceberg.on_failure(delivery.Transient("timed out"), f"iceberg-{round_}",
                                         ("repo", "main", exported, "events"), {}, None)
-        tasks.export_commit.on_failure(tasks.Transient("lakeFS answered 503"), f"commit-{round_}",
+        tasks.export_commit.on_failure(delivery.Transient("lakeFS answered 503"), f"commit-{round_}",
                                        ("repo", "main", unlisted, False), {}, None)
-        tasks.append_branch_table.on_failure(tasks.Transient("timed out"), f"append-{round_}",
+        tasks.append_branch_table.on_failure(delivery.Transient("timed out"), f"append-{round_}",
                                              ("repo", "main", exported, "events"), {}, None)
     iceberg = worker.status.record("repo", "main", exported, "events")["iceberg"]
     commit_record = worker.status.record("repo", "main", unlisted, COMMIT_RECORD)
