@@ -3,7 +3,7 @@
 - the folders of the table at a commit, read from its log (`exporter.lakefs.table_folders`): cold, and
   kept;
 - lakeFS asked, with a caller's own credentials, about every folder (`RepositoryAccess.check_folders`):
-  cold (F stats, 32 at a time), and the set's kept decision; beside the one stat of the table's
+  cold (F stats, 8 at a time), and the set's kept decision; beside the one stat of the table's
   `_delta_log/`, all the grant asked before;
 - the signer on the table's Iceberg export (`IcebergCatalog.signed_url`): its first signature (it
   reads every manifest of the table once), then the next ones, p50 and p99.
@@ -61,7 +61,7 @@ async def _lakefs_decisions(config, state, repository: str, head: str, path: str
     """lakeFS's decisions for a caller (the stack's user, by its own keys): the log alone, as before;
     every folder, cold; the kept decision."""
     from exporter.delta.log import log_folder
-    from hooks.auth import ALLOWED, Caller, RepositoryAccess
+    from hooks.auth import ALLOWED, FOLDERS_AT_ONCE, Caller, RepositoryAccess
 
     keys = base64.b64encode(f"{state.lakefs_access_key_id}:{state.lakefs_secret_access_key}".encode()).decode()
     caller = Caller(key="bench-caller", authorization=f"Basic {keys}")
@@ -78,7 +78,7 @@ async def _lakefs_decisions(config, state, repository: str, head: str, path: str
     decision = await access.check_folders(caller, repository, head, path, found)
     seconds = time.perf_counter() - started
     assert decision == (ALLOWED, ""), decision
-    rows.append({"benchmark": f"grant: lakeFS asked about each of {len(found):,} folders (32 at a time), cold",
+    rows.append({"benchmark": f"grant: lakeFS asked about each of {len(found):,} folders ({FOLDERS_AT_ONCE} at a time), cold",
                  "seconds": seconds, "files_per_s": files / seconds, "lakefs_calls": len(found),
                  "peak_rss_mib": peak_rss_mib()})
     samples = []

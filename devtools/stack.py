@@ -402,6 +402,47 @@ def up(stack_dir: Path = STACK_DIR) -> StackState:
     return state
 
 
+SPARK_MASTER_PORT, SPARK_MASTER_UI_PORT, SPARK_WORKER_UI_PORT = (_port(name, default) for name, default in (
+    ("SPARK_MASTER", 17077), ("SPARK_MASTER_UI", 18090), ("SPARK_WORKER_UI", 18091)))
+
+
+def spark_cluster(stack_dir: Path = STACK_DIR, cores: int = 1, memory: str = "2g") -> str:
+    """Spark's own standalone cluster on 127.0.0.1, from the PySpark installed (`spark-class`): a
+    master and one worker of `cores` and `memory`, its executors' logs under `spark-work/`. Started
+    when not running (`down` stops it with the rest); the master's URL, once the worker registered."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    spark_class = str(home / "bin" / "spark-class")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LAKEFS_"))}, "SPARK_HOME": str(home),
+           "SPARK_LOCAL_IP": HOST, "SPARK_NO_DAEMONIZE": "1"}
+    master = f"spark://{HOST}:{SPARK_MASTER_PORT}"
+    if _running_pid(stack_dir, "spark-master") is None:
+        _say(f"starting Spark's standalone master on {master}")
+        _start(stack_dir, "spark-master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", HOST,
+                                           "--port", str(SPARK_MASTER_PORT), "--webui-port", str(SPARK_MASTER_UI_PORT)],
+               env, [SPARK_MASTER_PORT, SPARK_MASTER_UI_PORT])
+    _wait_healthy(stack_dir, "spark-master", lambda: _http_ok(f"http://{HOST}:{SPARK_MASTER_UI_PORT}/json/"))
+    if _running_pid(stack_dir, "spark-worker") is None:
+        _say(f"starting a Spark worker ({cores} core(s), {memory}) for {master}")
+        (stack_dir / "spark-work").mkdir(exist_ok=True)
+        _start(stack_dir, "spark-worker", [spark_class, "org.apache.spark.deploy.worker.Worker", master, "--host", HOST,
+                                           "--cores", str(cores), "--memory", memory, "--webui-port",
+                                           str(SPARK_WORKER_UI_PORT), "--work-dir", str(stack_dir / "spark-work")],
+               env, [SPARK_WORKER_UI_PORT])
+    _wait_healthy(stack_dir, "spark-worker", lambda: spark_workers_alive() > 0)
+    return master
+
+
+def spark_workers_alive() -> int:
+    """How many workers the standalone master counts alive (0 when it cannot be asked)."""
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{SPARK_MASTER_UI_PORT}/json/", timeout=2) as response:
+            return int(json.loads(response.read()).get("aliveworkers", 0))
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0
+
+
 def down(stack_dir: Path = STACK_DIR) -> None:
     """Stops every process `up` (or the demo) recorded, the service and worker first."""
     recorded = sorted(p.stem for p in stack_dir.glob("*.pid"))
@@ -439,9 +480,9 @@ def status(stack_dir: Path = STACK_DIR) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m devtools.stack up|down|status|env|build`."""
+    """`python -m devtools.stack up|down|status|env|build|spark-cluster`."""
     parser = argparse.ArgumentParser(prog="python -m devtools.stack", description=__doc__)
-    parser.add_argument("action", choices=["up", "down", "status", "env", "build"])
+    parser.add_argument("action", choices=["up", "down", "status", "env", "build", "spark-cluster"])
     args = parser.parse_args(argv)
     try:
         if args.action == "up":
@@ -452,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
             print("Run `eval \"$(.venv/bin/python -m devtools.stack env)\"` to point this shell at the stack.")
         elif args.action == "down":
             down()
+        elif args.action == "spark-cluster":  # row_diff.spark.master for a real cluster of one worker
+            print(spark_cluster())
         elif args.action == "status":
             report = status()
             for service, facts in report.items():

@@ -4,6 +4,8 @@ differing files only, checked against hand-computed rows and against Spark's ful
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -408,3 +410,83 @@ def test_the_page_shows_changed_rows_as_a_grid_with_each_updated_cell_before_and
     marked = {(seen.rows[i][2], column, before, after) for i, column, before, after in seen.changed}
     assert marked == {("1", "amount", "1.5", "101.5"), ("2", "amount", "2.5", "102.5"), ("3", "name", "n3", "null")}
     assert by_id["1"][0][3] == "n1"  # an unchanged cell of an updated row: its value alone
+
+
+def test_a_row_diff_on_a_standalone_cluster_runs_on_its_worker_with_the_rows_of_except_all(spark, lakefs, config,
+                                                                                        repository):
+    """Issue 50: `row_diff.spark.master=spark://...` (Spark's own standalone master and one worker,
+    devtools.stack.spark_cluster): the job's executors run on the worker (their logs are under its
+    work folder, one application more), and the rows equal Spark's `exceptAll` both ways."""
+    from devtools import stack
+
+    master = stack.spark_cluster()
+    uri = table_uri(repository, "main", "tables/wide")
+    spark.range(0, 200_000, numPartitions=4).selectExpr("id", "concat('v', id) AS v").write.format("delta").save(uri)
+    first = lakefs.commit_branch(repository, "main", "200,000 rows")
+    spark.range(100_000, 300_000, numPartitions=4).selectExpr("id", "concat('w', id) AS v") \
+        .write.format("delta").mode("overwrite").save(uri)
+    second = lakefs.commit_branch(repository, "main", "every row changed or replaced")
+    on_cluster = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={
+        "max_bytes": 0, "spark": config.row_diff.spark.model_copy(update={"master": master})})})
+    work = stack.STACK_DIR / "spark-work"
+    before = set(work.glob("app-*"))
+
+    diff = row_diff(on_cluster, lakefs, repository, first, second, "tables/wide", ("id",))
+
+    assert diff["engine"] == "spark" and diff["counts"] == {"added": 100_000, "removed": 100_000, "updated": 100_000}
+    applications = set(work.glob("app-*")) - before
+    assert len(applications) == 1, applications  # the job's, its executors on the worker
+    assert any(executor.joinpath("stderr").exists() for executor in next(iter(applications)).iterdir())
+    assert removed_and_added(diff["rows"], ["id", "v"]) == full_scan(spark, repository, first, second, "tables/wide",
+                                                                     ["id", "v"])
+
+
+def test_a_row_diff_whose_jvm_is_killed_at_each_run_fails_for_good_after_its_attempts(spark, lakefs, config,
+                                                                                    repository):
+    """Issue 50: the job's JVM killed as each run starts reading (what the OOM killer or a lost node
+    does): it runs again from nothing `row_diff.spark.attempts` (2) times in all, then the diff fails
+    for good with the reason (the API's 422), never looping."""
+    uri = table_uri(repository, "main", "tables/killed")
+    spark.range(0, 1000, numPartitions=2).write.format("delta").save(uri)
+    first = lakefs.commit_branch(repository, "main", "1,000 rows")
+    spark.range(500, 1500, numPartitions=2).write.format("delta").mode("overwrite").save(uri)
+    second = lakefs.commit_branch(repository, "main", "rewritten")
+    as_job = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"max_bytes": 0})})
+    killed: list[int] = []
+
+    def kill_the_jvm(seen: dict) -> None:
+        if seen.get("phase") == "reading":
+            for pid in job_jvms():
+                if pid not in killed:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+
+    with pytest.raises(ExporterError, match=r"died 2 time\(s\) \(row_diff.spark.attempts: 2\), each run from nothing") \
+            as failed:
+        compute_row_diff(lake_of(as_job, lakefs), RowDiffQuery(repository, first, second, "tables/killed"),
+                         progress=kill_the_jvm)
+    assert failed.value.permanent and len(killed) == 2, killed
+
+
+def job_jvms() -> list[int]:
+    """The JVMs of running row-diff jobs: java processes below a `python -m exporter.diff.rows.spark`."""
+    from pathlib import Path
+
+    parents, commands = {}, {}
+    for folder in Path("/proc").iterdir():
+        try:
+            if folder.name.isdigit():
+                parents[int(folder.name)] = int((folder / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                commands[int(folder.name)] = (folder / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # ended meanwhile
+    jobs = {pid for pid, command in commands.items() if b"exporter.diff.rows.spark" in command}
+
+    def below_a_job(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid in jobs:
+                return True
+        return False
+
+    return [pid for pid, command in commands.items() if command and command[0].endswith(b"java") and below_a_job(pid)]

@@ -112,10 +112,11 @@ def _session():
     from pyspark.sql import SparkSession
 
     env = os.environ
-    # The answer streams to the driver a partition at a time (`toLocalIterator`): partitions are kept
-    # near `partition_bytes`, however many rows differ (adaptive execution coalesces small ones; 8
-    # fixed partitions held 750,000 rows each at 3M changed rows, and one collected to the driver
-    # ran its JVM out of memory). The driver's heap is set, not Java's default.
+    # The answer streams to the driver a partition at a time (`toLocalIterator`), each partition
+    # serialized whole as its task's result: partitions are kept near `partition_bytes` however many
+    # rows differ (adaptive execution coalesces small ones), and the driver's heap is set. With 8
+    # partitions and Java's default heap, 3M changed rows ran it out of memory (OutOfMemoryError in
+    # Executor.TaskRunner serializing a result, then Spark's uncaught-exception handler ended the JVM).
     builder = (SparkSession.builder.master(env["LAKEFS_DELTA_JOB_MASTER"]).appName("lakefs-delta-row-diff")
                .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "400")
                .config("spark.sql.adaptive.advisoryPartitionSizeInBytes", env["LAKEFS_DELTA_JOB_PARTITION_BYTES"])
