@@ -67,26 +67,30 @@ class Grant:
 
     async def refused(self, commit_id: str, table_paths: Iterable[str]) -> str | None:
         """None when the caller may read each table path at the commit; else why not: "" when
-        lakeFS refuses a table's log, else the folder inside a table it refuses (or why its folders
-        cannot be told). 401 or 503 raised."""
+        lakeFS refuses a table's log, else the folder inside a table it refuses. 401 or 503 raised;
+        a log the caller may read but that cannot be read for its folders raises its error (the
+        door answers it as reading the table would: 422 with the reason)."""
         if self.whole:
             return None
         paths = list(dict.fromkeys(table_paths))
         if not await self._may_read_objects(commit_id, [log_folder(path) for path in paths]):
             return ""
+        unreadable: ExporterError | None = None  # raised once every other path's folders were asked about
         for path in paths:
             try:
                 folders = await run_in_threadpool(self.folders.of, self.repository, commit_id, path)
             except ExporterError as failed:
                 if not failed.permanent:
-                    raise Refusal(503, f"the log of {path!r} cannot be read now to tell which folders its files "
-                                       "live in") from None
-                return f"its log cannot be read to tell which folders its files live in ({failed})"
+                    raise
+                unreadable = failed
+                continue
             decision, folder = await self.access.check_folders(self.caller, self.repository, commit_id, path, folders)
             if decision not in (ALLOWED, FORBIDDEN):
                 _refuse_unless_allowed(decision, f"repository {self.repository!r}")
             if decision == FORBIDDEN:
                 return f"lakeFS refuses it the folder {folder!r}"
+        if unreadable is not None:
+            raise unreadable
         return None
 
     async def may_read_object(self, commit_id: str, path: str) -> bool:
@@ -101,10 +105,17 @@ class Grant:
         return [item for item, may in zip(items, allowed) if may]
 
     async def _all(self, commit_ids: Iterable[str], table_paths: Iterable[str]) -> bool:
+        """Whether every path is readable at every commit. A table whose log the caller may read but
+        that cannot be read for its folders (a corrupt log) is listed: a listing hands out no file or
+        row of it, and each door that would answers why it cannot."""
         paths = list(table_paths)
         for commit_id in commit_ids:
-            if not await self.may_read(commit_id, paths):
-                return False
+            try:
+                if not await self.may_read(commit_id, paths):
+                    return False
+            except ExporterError as failed:
+                if not failed.permanent:
+                    raise
         return True
 
     async def _may_read_objects(self, commit_id: str, paths: list[str]) -> bool:
