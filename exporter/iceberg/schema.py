@@ -127,19 +127,25 @@ def name_mapping_json(schema: TableSchema, previous: str | None = None) -> str:
 
 
 def _merged(current: list[dict], previous: list[dict]) -> list[dict]:
-    by_id = {entry["field-id"]: entry for entry in current}
+    by_id = {_mapped(entry): entry for entry in current}
     names = {name for entry in current for name in entry["names"]}
     merged = []
     for entry in current:
-        earlier = next((e for e in previous if e.get("field-id") == entry["field-id"]), None)
+        earlier = next((e for e in previous if _mapped(e) == _mapped(entry)), None)
         if earlier is not None and (entry.get("fields") or earlier.get("fields")):
             entry = {**entry, "fields": _merged(entry.get("fields") or [], earlier.get("fields") or [])}
         merged.append(entry)
     for entry in previous:
         kept = [name for name in entry.get("names", []) if name not in names]
-        if entry.get("field-id") not in by_id and kept:
+        if _mapped(entry) not in by_id and kept:
             merged.append({**entry, "names": kept})
     return merged
+
+
+def _mapped(entry: dict) -> int | tuple[str, ...]:
+    """What names a mapping entry across versions: its field id, or, for a map's repeated group
+    (which has none: `_type`), its names."""
+    return entry["field-id"] if "field-id" in entry else tuple(entry.get("names", ()))
 
 
 def field_ids_of(fields: list[dict], mapped: bool) -> dict[FieldKey, int]:

@@ -87,3 +87,35 @@ def test_the_name_mapping_keeps_every_field_older_snapshots_files_use():
     assert by_name["extra"]["field-id"] == before.column("extra").field_id
     assert {f["names"][0] for f in by_name["s"]["fields"]} == {"a", "gone"}
     assert json.loads(name_mapping_json(after)) == after.name_mapping  # a table's first schema: its own
+
+
+def test_a_widening_inside_a_struct_a_map_and_an_array_is_written_and_its_mapping_merges_with_the_previous():
+    """Issue 50: delta-io's golden table `type-widening-nested` (its schemas: integer widened to long
+    in a struct field, a map's key and value, an array's element) crashed the Iceberg step with
+    KeyError 'field-id': a map's mapping holds its repeated group, which has no id. Each widening is
+    one Iceberg promotes (int to long): written, the ids kept; the mappings merge."""
+    from exporter.iceberg.schema import name_mapping_json
+
+    def widened(to: str, changes: bool) -> list[dict]:
+        def typed(path: str | None) -> dict:
+            change = {"toType": "long", "fromType": "integer", "tableVersion": 2, **({"fieldPath": path} if path else {})}
+            return {"delta.typeChanges": [change]} if changes else {}
+        return [column("struct", {"type": "struct", "fields": [column("a", to, metadata=typed(None))]}),
+                column("map", {"type": "map", "keyType": to, "valueType": to, "valueContainsNull": True},
+                       metadata={"delta.typeChanges": typed("key")["delta.typeChanges"] +
+                                 typed("value")["delta.typeChanges"]} if changes else None),
+                column("array", {"type": "array", "elementType": to, "containsNull": True}, metadata=typed("element"))]
+
+    before = schema_of(*widened("integer", False))
+    after = iceberg_schema({"schemaString": json.dumps({"type": "struct", "fields": widened("long", True)})},
+                           before.field_ids, before.last_column_id)
+    assert after.field_ids == before.field_ids
+    assert [f["type"] for f in after.fields] == [
+        {"type": "struct", "fields": [{"id": 2, "name": "a", "required": False, "type": "long"}]},
+        {"type": "map", "key-id": 4, "key": "long", "value-id": 5, "value": "long", "value-required": False},
+        {"type": "list", "element-id": 7, "element": "long", "element-required": False}]
+    mapping = json.loads(name_mapping_json(after, name_mapping_json(before)))
+    assert mapping[1]["fields"] == after.name_mapping[1]["fields"]  # the map's key, value and repeated group, once
+    with pytest.raises(IcebergUnsupported, match="widened from integer to double"):  # one Iceberg cannot promote
+        schema_of(column("map", {"type": "map", "keyType": "string", "valueType": "double"}, metadata={
+            "delta.typeChanges": [{"toType": "double", "fromType": "integer", "fieldPath": "value"}]}))
