@@ -468,6 +468,9 @@ def bench_diffs(versions_list: list[int]) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
+    def seconds(value: float) -> str:
+        return f"{value:.3f}" if value != value or value >= 0.01 else f"{value:.6f}"  # NaN: it failed
+
     def rss(r: dict) -> str:
         if r["peak_rss_mib"] is None:
             return "–"
@@ -486,7 +489,7 @@ def markdown(rows: list[dict]) -> str:
 
     lines = ["| benchmark | seconds | files/s | lakeFS calls | peak RSS MiB | Lua's time / this | target |",
              "|---|---:|---:|---:|---:|---:|---|"]
-    lines += [f"| {r['benchmark']} | {r['seconds']:.3f} | "
+    lines += [f"| {r['benchmark']} | {seconds(r['seconds'])} | "
               + (f"{r['files_per_s']:,.0f}" if r.get("files_per_s") is not None else "–")
               + f" | {r.get('lakefs_calls', '–')} | {rss(r)} | {ratio(r)} | {target(r)} |" for r in rows]
     notes = [lua_note(r) for r in rows if "lua" in r]
@@ -551,6 +554,9 @@ def main() -> None:
     parser.add_argument("--grant-files", type=int, default=1_000_000,
                         help="files of the table whose folders the grant checks, and whose export the signer signs for (0: skip)")
     parser.add_argument("--grant-folders", type=int, default=10_000, help="folders those files are spread over")
+    parser.add_argument("--row-diff-scale", type=int, nargs="*", default=[1_000_000, 3_000_000, 10_000_000],
+                        help="rows changed in the tables row-diffed four ways: in the worker, Spark local, "
+                             "Spark standalone, exceptAll")
     parser.add_argument("--no-lua", action="store_true", help="skip lakeFS's Lua Delta exporter")
     parser.add_argument("--out", help="results file (default: bench/results/<date>.md, plot beside it)")
     parser.add_argument("--lua-timeout", type=float, default=600.0, help="seconds to wait for one Lua hook run")
@@ -568,7 +574,9 @@ def main() -> None:
         out.write_text(f"# Benchmarks {date.today().isoformat()}\n\nMachine: {os.cpu_count()} cores.\n\n{table}\n")
         print(f"written to {out}")
     plotted = [plot_exports(rows, out.with_name(out.stem + "-export-time.png")),
-               plot_storm(rows, out.with_name(out.stem + "-storm.png"))]
+               plot_storm(rows, out.with_name(out.stem + "-storm.png")),
+               plot_row_diff_scale(rows, out.with_name(out.stem + "-row-diff-scale.png")),
+               plot_grant(rows, out.with_name(out.stem + "-grant.png"))]
     for path in filter(None, plotted):
         print(f"plot: {path}")
 
@@ -592,6 +600,10 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
         repository, head = built[size]
         assert measure("append", repository, "main", head, f"t{size}")["appended"]  # its branch table
         rows += bench_sharing([size], repository, args.sharing_queries)
+    if args.row_diff_scale:
+        from bench.row_diff_scale import bench_row_diff_scale
+
+        rows += bench_row_diff_scale(args.row_diff_scale)
     if args.grant_files:
         from bench.grant import bench_grant
 
@@ -669,3 +681,49 @@ def plot_exports(rows: list[dict], path: Path) -> Path | None:
 
 if __name__ == "__main__":
     main()
+
+
+def plot_row_diff_scale(rows: list[dict], path: Path) -> Path | None:
+    """Row-diff time against rows changed, each way side by side."""
+    import re
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        if "row_diff_rows" in row and row["seconds"] == row["seconds"]:
+            way = re.sub(r" \(.*", "", row["benchmark"].split(": ", 1)[1]).split(" spark://")[0]
+            series.setdefault(way, []).append((row["row_diff_rows"], row["seconds"]))
+    if not series:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for label, points in series.items():
+        axes.plot(*zip(*sorted(points)), marker="o", label=label)
+    axes.set(xscale="log", yscale="log", xlabel="rows changed", ylabel="seconds", title="Row diff time vs rows changed")
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def plot_grant(rows: list[dict], path: Path) -> Path | None:
+    """The grant's and the signer's costs on the big table, cold and kept, beside the log-only check."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [(row["benchmark"].split(": ", 1)[1][:70], max(row["seconds"], 1e-6)) for row in rows
+                if row["benchmark"].startswith(("grant", "signer"))]
+    if not measured:
+        return None
+    figure, axes = plt.subplots(figsize=(8, 4))
+    axes.barh([label for label, _ in measured][::-1], [seconds for _, seconds in measured][::-1])
+    axes.set(xscale="log", xlabel="seconds (log)", title="The grant and the signer on a 1M-file table")
+    axes.tick_params(axis="y", labelsize=6)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    return path

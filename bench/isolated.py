@@ -6,7 +6,7 @@ report the largest so far).
     python -m bench.isolated rewrite CHECKPOINT_FILE ADDRESSES_FILE splice|whole
     python -m bench.isolated stream ADDRESSES_PARQUET CHECKPOINT_PART...
     python -m bench.isolated diff REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH
-    python -m bench.isolated rowdiff REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH
+    python -m bench.isolated rowdiff REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH [KEY]
     python -m bench.isolated exceptall REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH
     python -m bench.isolated append REPOSITORY BRANCH COMMIT TABLE
     python -m bench.isolated republish REPOSITORY BRANCH COMMIT TABLE
@@ -173,8 +173,11 @@ def _diff(repository: str, left: str, right: str, table_path: str) -> dict:
             "rows": diff["row_count"]["right"], "peak_rss_mib": peak_rss_mib()}
 
 
-def _rowdiff(repository: str, left: str, right: str, table_path: str) -> dict:
-    """The row diff, cold: both snapshots compared, the differing files read."""
+def _rowdiff(repository: str, left: str, right: str, table_path: str, key: str = "") -> dict:
+    """The row diff, cold: both snapshots compared, the differing files read (with `key`, the
+    comma-separated key columns). A Spark job's driver peak (its JVM's VmHWM) is sampled while it runs."""
+    import threading
+
     from exporter.config import load_config
     from exporter.diff.rows.compute import RowDiffQuery, compute_row_diff
     from exporter.lakefs.client import LakeFS
@@ -182,11 +185,42 @@ def _rowdiff(repository: str, left: str, right: str, table_path: str) -> dict:
 
     config = load_config()
     lakefs = LakeFS(config.lakefs)
+    driver_peaks: list[float] = []
+    done = threading.Event()
+    threading.Thread(target=_sample_jvms, args=(done, driver_peaks), daemon=True).start()
     started = time.perf_counter()
     diff = compute_row_diff(Lake(config, lakefs, ObjectStores(config)),
-                            RowDiffQuery(repository, left, right, table_path))
-    return {"seconds": time.perf_counter() - started, "lakefs_calls": lakefs.calls, "counts": diff["counts"],
-            "bytes_read": diff["bytes_read"], "peak_rss_mib": peak_rss_mib()}
+                            RowDiffQuery(repository, left, right, table_path, tuple(filter(None, key.split(",")))))
+    seconds = time.perf_counter() - started
+    done.set()
+    return {"seconds": seconds, "lakefs_calls": lakefs.calls, "counts": diff["counts"], "engine": diff["engine"],
+            "bytes_read": diff.get("bytes_read"), "peak_rss_mib": peak_rss_mib(),
+            "driver_peak_mib": max(driver_peaks, default=None)}
+
+
+def _sample_jvms(done, peaks: list[float]) -> None:
+    """The largest VmHWM of this process's descendant JVMs, every half second until `done`."""
+    me = os.getpid()
+    while not done.wait(0.5):
+        parents = {}
+        for folder in Path("/proc").iterdir():
+            if folder.name.isdigit():
+                try:
+                    parents[int(folder.name)] = int((folder / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except OSError:
+                    continue
+        for pid in parents:
+            ancestor = pid
+            while ancestor > 1 and ancestor != me:
+                ancestor = parents.get(ancestor, 0)
+            if ancestor != me or pid == me:
+                continue
+            try:
+                status, command = Path(f"/proc/{pid}/status").read_text(), Path(f"/proc/{pid}/comm").read_text()
+            except OSError:
+                continue
+            if "java" in command:
+                peaks += [int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")]
 
 
 def _exceptall(repository: str, left: str, right: str, table_path: str) -> dict:

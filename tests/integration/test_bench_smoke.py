@@ -1,5 +1,6 @@
 """The benchmark runs as shipped: `python -m bench` with tiny sizes, every part of it (lakeFS's Lua
-exporter beside this project's, branch tables, presigning, Delta Sharing, a commit storm) on the
+exporter beside this project's, branch tables, presigning, Delta Sharing, a commit storm, the grant
+and the signer, the row diff four ways) on the
 real stack, writing its table and plot. It asserts that each part ran, never a time."""
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ pytestmark = pytest.mark.integration
 
 SMOKE = ["--actions", "1000", "--stream-actions", "1000", "--sizes", "100", "--diff-versions", "20",
          "--row-diff-rows", "0", "--branch-table-sizes", "100", "--storm", "2", "--presign-urls", "100",
-         "--sharing-sizes", "100", "--sharing-queries", "3", "--lua-timeout", "120", "--storm-iceberg"]
+         "--sharing-sizes", "100", "--sharing-queries", "3", "--lua-timeout", "120", "--storm-iceberg",
+         "--grant-files", "1000", "--grant-folders", "20", "--row-diff-scale", "1000"]
 
 
 def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
@@ -33,8 +35,13 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "table exports per minute (6 exports, 0 commits lost, iceberg.enabled off)",
                  "table exports per minute (6 exports, 0 commits lost, iceberg.enabled)",
                  "commit to its Iceberg tables, p50 / p99 / max ", "s (0 commits without)",
-                 "commit to complete export, distribution: p10 / p25 / p50 / p75 / p90 / max"):
+                 "commit to complete export, distribution: p10 / p25 / p50 / p75 / p90 / max",
+                 "grant: lakeFS asked about each of 20 folders", "signer: the first signature on a 1,000-file table",
+                 "row diff, 1,000 rows changed: in the worker", "row diff, 1,000 rows changed: Spark job, local[2]",
+                 "row diff, 1,000 rows changed: Spark job, standalone cluster",
+                 "row diff, 1,000 rows changed: alternative, Spark reads both versions whole"):
         assert part in table, part
     assert "same add paths: True" in table  # the Lua export read back beside this project's
     assert (tmp_path / "smoke-export-time.png").stat().st_size > 0
     assert (tmp_path / "smoke-storm.png").stat().st_size > 0
+    assert (tmp_path / "smoke-row-diff-scale.png").stat().st_size > 0 and (tmp_path / "smoke-grant.png").stat().st_size > 0
