@@ -554,6 +554,8 @@ def main() -> None:
     parser.add_argument("--grant-files", type=int, default=1_000_000,
                         help="files of the table whose folders the grant checks, and whose export the signer signs for (0: skip)")
     parser.add_argument("--grant-folders", type=int, default=10_000, help="folders those files are spread over")
+    parser.add_argument("--grant-repository", help="reuse this repository's table of --grant-files files (an earlier "
+                                                   "run's) instead of building one")
     parser.add_argument("--row-diff-scale", type=int, nargs="*", default=[1_000_000, 3_000_000, 10_000_000],
                         help="rows changed in the tables row-diffed four ways: in the worker, Spark local, "
                              "Spark standalone, exceptAll")
@@ -607,7 +609,7 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
     if args.grant_files:
         from bench.grant import bench_grant
 
-        rows += bench_grant(args.grant_files, args.grant_folders)
+        rows += bench_grant(args.grant_files, args.grant_folders, args.grant_repository)
     if args.storm:
         from bench.webhooks import bench_commit_storm, bench_idle_latency
 

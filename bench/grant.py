@@ -8,7 +8,8 @@
 - the signer on the table's Iceberg export (`IcebergCatalog.signed_url`): its first signature (it
   reads every manifest of the table once), then the next ones, p50 and p99.
 
-    python -m bench --grant-files 1000000 --grant-folders 10000   (with the other parts set to 0)
+    python -m bench --grant-files 1000000 --grant-folders 10000   (with the other parts set to 0;
+                                                                    --grant-repository R reuses R's table)
 """
 
 from __future__ import annotations
@@ -26,14 +27,18 @@ SIGNATURES = 1000  # signatures after the first, for p50/p99
 KEPT_ASKS = 200  # asks of a kept answer, for p50/p99
 
 
-def bench_grant(files: int, folders: int) -> list[dict]:
+def bench_grant(files: int, folders: int, repository: str | None = None) -> list[dict]:
+    """With `repository`, its `t<files>` on main (an earlier run's) is measured, not built again."""
     from exporter.lakefs.lake import Lake, ObjectStores
     from exporter.lakefs.table_folders import TableFolders, table_folders
 
     state, config, lakefs = running_stack()
-    repository = new_repository(lakefs, f"bench-grant-{files}")
-    print(f"building a table of {files:,} files in {folders:,} folders in {repository} ...", flush=True)
-    head = build_table(lakefs, gateway_client(state), repository, files, partitions=folders)
+    if repository is None:
+        repository = new_repository(lakefs, f"bench-grant-{files}")
+        print(f"building a table of {files:,} files in {folders:,} folders in {repository} ...", flush=True)
+        head = build_table(lakefs, gateway_client(state), repository, files, partitions=folders)
+    else:
+        head = lakefs.commit(repository, "main").id
     name, path = f"t{files}", f"tables/t{files}"
     lake = Lake(config, lakefs, ObjectStores(config))
     rows = []
