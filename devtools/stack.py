@@ -403,7 +403,7 @@ def up(stack_dir: Path = STACK_DIR) -> StackState:
 
 
 SPARK_MASTER_PORT, SPARK_MASTER_UI_PORT, SPARK_WORKER_UI_PORT = (_port(name, default) for name, default in (
-    ("SPARK_MASTER", 17077), ("SPARK_MASTER_UI", 18090), ("SPARK_WORKER_UI", 18091)))
+    ("SPARK_MASTER", 17077), ("SPARK_MASTER_UI", 17080), ("SPARK_WORKER_UI", 17081)))
 
 
 def spark_cluster(stack_dir: Path = STACK_DIR, cores: int = 1, memory: str = "2g") -> str:

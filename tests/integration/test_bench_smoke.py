@@ -21,7 +21,7 @@ SMOKE = ["--actions", "1000", "--stream-actions", "1000", "--sizes", "100", "--d
 def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
     out = tmp_path / "smoke.md"
     done = subprocess.run([sys.executable, "-m", "bench", *SMOKE, "--out", str(out)], capture_output=True, text=True,
-                          timeout=600)  # the environment points at the stack (`stack_env`)
+                          timeout=900)  # the environment points at the stack (`stack_env`)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     table = out.read_text()
     for part in ("checkpoint file rewrite, 1,000 adds", "export 100-file table + 50 commits (cold, the Delta log alone",

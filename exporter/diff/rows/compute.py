@@ -117,7 +117,8 @@ def compute_row_diff(lake: Lake, query: RowDiffQuery, max_bytes: int | None = No
     to_read = plan.to_read()
     size = sum(int(add.get("size") or 0) for add in to_read)
     reader = Reader(store, lakefs, repository, prefix, lake.read_scope(repository))
-    too_large = _too_large(config, max_bytes, len(to_read), size, _rows_to_read(reader, plan))
+    rows = _rows_to_read(reader, plan)
+    too_large = _too_large(config, max_bytes, len(to_read), size, rows)
     if too_large and not use_spark:
         raise RowDiffTooLarge(too_large)
     answer = None
@@ -128,7 +129,7 @@ def compute_row_diff(lake: Lake, query: RowDiffQuery, max_bytes: int | None = No
             if not use_spark:
                 raise RowDiffTooLarge(str(exceeded)) from None
     if answer is None:
-        answer = _with_spark(config, store, reader, plan, progress)
+        answer = _with_spark(config, store, reader, plan, progress, rows)
     return {"table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
             "columns": {"left": left.columns, "right": right.columns, "matched_on": common, "renamed": renamed},
             **answer, "bytes_read": size, "computed_seconds": round(time.monotonic() - started, 4)}
@@ -221,8 +222,9 @@ def _too_large(config: Config, max_bytes: int, files: int, size: int, rows: int 
 
 
 def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: _Plan,
-                progress: Callable[[dict], None] | None) -> dict:
-    """The plan (which rows of which files, by physical address) run as the Spark job."""
+                progress: Callable[[dict], None] | None, rows: int | None) -> dict:
+    """The plan (which rows of which files, by physical address) run as the Spark job; `rows`: how
+    many it reads, when counted (the job sizes its partitions by it)."""
     from exporter.diff.rows.spark import run_job  # PySpark stays out of processes that never need it
 
     left, right, left_paths, right_paths = plan.left, plan.right, plan.left_paths, plan.right_paths
@@ -242,7 +244,7 @@ def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: _Plan,
         files += [entry(right, "added", right_paths[path], "only", before - after)] if before - after else []
     sides = {name: {"columns": side.columns, "physical": side.physical, "partition_columns": side.partition_columns}
              for name, side in (("removed", left), ("added", right))}
-    plan = {"sides": sides, "files": files, "common": common, "key": [k for k in key if k in common]}
+    plan = {"sides": sides, "files": files, "common": common, "key": [k for k in key if k in common], "rows": rows}
     location = row_diff_location(config, left.commit_id, right.commit_id, reader.prefix, key_part(key))
     summary = run_job(config, store, plan, location, progress) if files else \
         {"counts": {"added": 0, "removed": 0, "updated": 0}, "partitions": {}, "file_rows": {}}

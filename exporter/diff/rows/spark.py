@@ -114,11 +114,12 @@ def _session():
     env = os.environ
     # The answer streams to the driver a partition at a time (`toLocalIterator`), each partition
     # serialized whole as its task's result: partitions are kept near `partition_bytes` however many
-    # rows differ (adaptive execution coalesces small ones), and the driver's heap is set. With 8
-    # partitions and Java's default heap, 3M changed rows ran it out of memory (OutOfMemoryError in
-    # Executor.TaskRunner serializing a result, then Spark's uncaught-exception handler ended the JVM).
+    # rows differ (`shuffle_partitions`; adaptive execution coalesces small ones), and the driver's
+    # heap is set. With 8 partitions and Java's default heap, 3M changed rows ran it out of memory
+    # (OutOfMemoryError in Executor.TaskRunner serializing a result, then Spark's uncaught-exception
+    # handler ended the JVM).
     builder = (SparkSession.builder.master(env["LAKEFS_DELTA_JOB_MASTER"]).appName("lakefs-delta-row-diff")
-               .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "400")
+               .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "8")
                .config("spark.sql.adaptive.advisoryPartitionSizeInBytes", env["LAKEFS_DELTA_JOB_PARTITION_BYTES"])
                .config("spark.driver.memory", env["LAKEFS_DELTA_JOB_DRIVER_MEMORY"])
                .config("spark.jars.packages", env["LAKEFS_DELTA_JOB_PACKAGES"]))
@@ -186,12 +187,22 @@ def _file_rows(spark, entry: dict, side: dict):
                         F.lit(entry["side"]).alias("side"), F.lit(entry["address"]).alias("file"))
 
 
+ROWS_PER_PARTITION = 50_000  # about 10 MiB of a narrow table's rows as JSON: what the driver holds at once
+
+
+def shuffle_partitions(rows: int | None) -> int:
+    """Partitions for a job reading `rows` (None: not counted): 8 for small diffs, where each task
+    more is overhead, one per ROWS_PER_PARTITION above, at most 2,000."""
+    return 200 if rows is None else max(8, min(2000, -(-rows // ROWS_PER_PARTITION)))
+
+
 def _job(plan: dict, summary_path: str, rows_path: str) -> None:
     from functools import reduce
 
     from pyspark import StorageLevel
 
     spark = _session()
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(plan.get("rows"))))
     stop, phase = threading.Event(), ["reading"]
     threading.Thread(target=_report_progress, args=(spark, stop, phase), daemon=True).start()
     try:
