@@ -133,8 +133,8 @@ class RowDiffSparkConfig(_Section):
     attempts: int = Field(2, ge=1)
     # The driver's heap (`spark.driver.memory`): a `local[...]` master runs the executors in it too.
     driver_memory: str = "2g"
-    # Rows per partition the job aims at (Spark's advisory partition size): the driver streams the
-    # answer one partition at a time, so this bounds what it holds.
+    # Adaptive execution's advisory partition size; the partitions themselves follow the rows read
+    # (exporter.diff.rows.spark.shuffle_partitions): the driver holds one partition at a time.
     partition_bytes: str = "16m"
 
 
