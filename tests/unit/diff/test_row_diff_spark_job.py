@@ -96,3 +96,10 @@ def test_a_job_whose_jvm_died_runs_again_as_many_times_as_its_attempts_and_one_t
     assert caught.value.permanent and len(jobs) == runs
     assert [p for p in seen if p["phase"] == "starting"] == [{"engine": "spark", "phase": "starting"},
                                                              {"engine": "spark", "phase": "starting", "attempt": 2}][:runs]
+
+
+def test_the_jobs_partitions_follow_the_rows_it_reads():
+    """8 for a small diff (each task more is overhead), one per 50,000 rows above (the driver holds one
+    partition of the answer at a time: 6M rows read, 120), at most 2,000; 200 when not counted."""
+    assert [rows_spark.shuffle_partitions(rows) for rows in (1000, 400_000, 6_000_000, 10**9, None)] == \
+        [8, 8, 120, 2000, 200]
