@@ -681,10 +681,6 @@ def plot_exports(rows: list[dict], path: Path) -> Path | None:
     return path
 
 
-if __name__ == "__main__":
-    main()
-
-
 def plot_row_diff_scale(rows: list[dict], path: Path) -> Path | None:
     """Row-diff time against rows changed, each way side by side."""
     import re
@@ -729,3 +725,7 @@ def plot_grant(rows: list[dict], path: Path) -> Path | None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     return path
+
+
+if __name__ == "__main__":
+    main()

@@ -4,7 +4,11 @@ the protocol's answers for one shared table, streamed.
 A share (config `sharing.shares`) is a set of repositories; a schema is a ref of one of them (a
 branch, read through its branch table; a tag, through its export); a table is a table name. With
 one repository the schema is the ref's name, with several `<repository>__<ref>` (repository names
-hold no `_`). A ref or table whose name a client cannot address (`.`, `/`, `#`, ...) is not offered.
+hold no `_`). A ref whose name a client cannot address (`.`, `/`, `#`, ...) is not offered. A table
+whose name a client cannot address (`delta-0.8.0`) is offered under a stable name it can
+(`shared_name`: `delta-0_8_0_` and 8 hex digits of the name's SHA-256), the original in the listing
+(`lakefsName`) and, when the table's metaData names none, as its metaData `name`. Share patterns
+(`tables`) match the original name.
 
 Versions are the shared location's own: a branch table's (`branch_table`), or a tag export's
 (the source's, from its checkpoint on). A version's timestamp is the one its readers take: the
@@ -16,8 +20,11 @@ passes through the service.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import logging
 import re
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from exporter.config import ShareConfig
 from exporter.errors import NotFound, NotShared, ShareNotFound
@@ -32,6 +39,22 @@ from exporter.storage.objectstore import ObjectStore
 
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")  # a name every client can put in `profile#share.schema.table`
 _SEPARATOR = "__"
+_DERIVED = re.compile(r".*_[0-9a-f]{8}")  # the shape of every name `shared_name` derives
+log = logging.getLogger(__name__)
+
+
+class TableName(NamedTuple):
+    shared: str    # the name the share offers it under
+    original: str  # its name in lakeFS (the export's folder)
+
+
+def shared_name(name: str) -> str:
+    """The name a share offers table `name` under: itself when every client can address it, else
+    its unaddressable characters as `_`, then `_` and the first 8 hex digits of its SHA-256."""
+    if NAME.fullmatch(name):
+        return name
+    return re.sub(r"[^A-Za-z0-9_-]", "_", re.sub(r"^-", "_", name)) + "_" + \
+        hashlib.sha256(name.encode()).hexdigest()[:8]
 
 
 # ------------------------------------------------------------------ what a share offers
@@ -80,21 +103,36 @@ class Catalog:
                 return Schema(name, repository, ref, "tag", commit_id)
         raise ShareNotFound(f"no schema {name!r} in share {share.name!r}: {repository!r} has no branch or tag {ref!r}")
 
-    def tables(self, share: ShareConfig, schema: Schema) -> list[str]:
+    def tables(self, share: ShareConfig, schema: Schema) -> list[TableName]:
         store = self._store(schema.repository)
         root = branch_tables_root(self.config, schema.ref) if schema.kind == "branch" else \
             commit_root(self.config, schema.ref, schema.commit_id)
-        names = (segment_name(folder) for folder in store.list_folders(root))
-        return sorted(name for name in names if NAME.fullmatch(name) and _offered(name, share.tables))
+        names = [segment_name(folder) for folder in store.list_folders(root)]
+        by_shared: dict[str, list[str]] = {}
+        for name in names:
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in share.tables):
+                by_shared.setdefault(shared_name(name), []).append(name)
+        for shared, originals in by_shared.items():
+            if len(originals) > 1:  # two names one shared name: neither is offered, rather than the wrong one
+                log.warning("tables %s of %s@%s share the name %r: none is offered", sorted(originals),
+                            schema.repository, schema.ref, shared)
+        return sorted(TableName(shared, originals[0]) for shared, originals in by_shared.items() if len(originals) == 1)
 
     def table(self, share_name: str, schema_name: str, table: str) -> "SharedTable":
         share = self.share(share_name)
         schema = self.schema(share, schema_name)
-        if not _offered(table, share.tables):  # before any read: whether it exists is not the recipient's to learn
+        original = table
+        if not NAME.fullmatch(table):
             raise NotShared(f"table {table!r} is not in share {share.name!r}")
+        if _DERIVED.fullmatch(table):  # a derived name is one the listing gives: its original is found there
+            original = next((name.original for name in self.tables(share, schema) if name.shared == table), table)
+        if not any(fnmatch.fnmatchcase(original, p) for p in share.tables):
+            raise NotShared(f"table {table!r} is not in share {share.name!r}")  # whether it exists is not theirs to learn
         read = branch_table if schema.kind == "branch" else tag_export
         store = self._store(schema.repository)
-        return read(self.config, store, schema, table, self.lake.read_scope(schema.repository))
+        shared = read(self.config, store, schema, original, self.lake.read_scope(schema.repository))
+        shared.shared_as = table
+        return shared
 
     def _store(self, repository: str) -> ObjectStore:
         try:

@@ -201,7 +201,7 @@ def changes_lines(table: SharedTable, snapshot: Snapshot, end: int, fmt: str, pr
             if "metaData" in action and version > start:
                 _require_change_data_feed(table, action["metaData"], version, change_files)
                 if historical_metadata:
-                    yield _metadata_line(action["metaData"], fmt, version)
+                    yield _metadata_line(table.named(action["metaData"]), fmt, version)
         has_cdc = change_files and any("cdc" in action for action in actions)
         for action in actions:
             for kind in ("add", "remove", "cdc"):

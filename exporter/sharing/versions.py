@@ -55,10 +55,18 @@ class SharedTable:
     head_version: int
     source_timestamps: dict[int, int] = field(default_factory=dict)  # a tag export's, from its manifest
     scope: ReadScope | None = None  # the objects its log may make the server presign; None: the storage namespace's
+    shared_as: str = ""  # the name a share offers it under, when not `name` (`catalog.shared_name`)
     _timestamps: dict[int, int] = field(default_factory=dict)
     _seen: dict[str, tuple[int, float]] = field(default_factory=dict)  # log files listed so far
     _written_ms: dict[int, int] = field(default_factory=dict)  # commit write times of `_seen`, increasing
     _written_from: int = -1  # the size of `_seen` they were computed from
+
+    def named(self, metadata: dict) -> dict:
+        """A metaData action as shared: a table offered under another name carries its own as the
+        metaData's `name` when the writer gave none."""
+        if self.shared_as and self.shared_as != self.name and not metadata.get("name"):
+            return {**metadata, "name": self.name}
+        return metadata
 
     def _window(self, first: int, last: int) -> dict[str, tuple[int, float]]:
         """Name under _delta_log/ -> (size, modification time) of the files of versions first..last:
@@ -347,7 +355,7 @@ class Snapshot:
     def metadata(self) -> dict:
         if self.live.metadata is None:
             raise UnshareableTable(f"table {self.table.name!r} has no metaData at version {self.version}")
-        return self.live.metadata
+        return self.table.named(self.live.metadata)
 
 
 @dataclass(frozen=True)

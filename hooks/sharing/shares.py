@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from starlette.requests import Request
 
 from exporter.errors import InvalidParameter
+from exporter.sharing.catalog import TableName
 from hooks.sharing.deps import catalog_of, in_thread
 
 MAX_RESULTS = 500
@@ -44,7 +45,7 @@ async def list_tables(request: Request, share: str, schema: str, maxResults: int
 
     def tables() -> list[dict]:
         found = catalog.schema(offered, schema)
-        return [{"name": name, "schema": found.name, "share": offered.name} for name in catalog.tables(offered, found)]
+        return [_table_item(name, found.name, offered.name) for name in catalog.tables(offered, found)]
     return page(await in_thread(request, tables), maxResults, pageToken)
 
 
@@ -55,9 +56,18 @@ async def list_all_tables(request: Request, share: str, maxResults: int = Query(
     offered = catalog.share(share)
 
     def tables() -> list[dict]:
-        return [{"name": name, "schema": schema.name, "share": offered.name}
+        return [_table_item(name, schema.name, offered.name)
                 for schema in catalog.schemas(offered) for name in catalog.tables(offered, schema)]
     return page(await in_thread(request, tables), maxResults, pageToken)
+
+
+def _table_item(name: TableName, schema: str, share: str) -> dict:
+    """The protocol's table object; a table offered under another name than its own carries that
+    one as `lakefsName` (clients ignore fields they do not know)."""
+    item = {"name": name.shared, "schema": schema, "share": share}
+    if name.original != name.shared:
+        item["lakefsName"] = name.original
+    return item
 
 
 def page(items: list[dict], max_results: int, page_token: str | None) -> dict:

@@ -10,11 +10,12 @@ the registries, checked against a pinned SHA-256, cached under `~/.cache/`, and 
 from __future__ import annotations
 
 import hashlib
+import html
 import io
 import os
-import subprocess
-import sys
+import re
 import tarfile
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,27 +28,39 @@ class Package:
     name: str                # the archive's file name
     sha256: str
     tables_under: str        # the folder of test tables inside the archive, after its top folder
-    crate_url: str | None = None    # a crate comes from crates.io; otherwise `pip download` of `requirement`
-    requirement: str | None = None
+    crate_url: str | None = None    # a crate comes from crates.io; otherwise from PyPI's simple index
+    project: str | None = None      # the PyPI project whose simple index lists `name`
 
 
 KERNEL = Package("delta_kernel-0.13.0.crate", "f06f3676832e713e44f65804cebf82f46962d3e126f64f3251eb5fbeb0ad94e4",
                  "tests/data", crate_url="https://static.crates.io/crates/delta_kernel/delta_kernel-0.13.0.crate")
 DELTA_RS = Package("deltalake-0.18.2.tar.gz", "c6f9ad68736413a6d7c1526d60905cdf4aaeb59b8c95cc782661250917719aef",
-                   "crates/test/tests/data", requirement="deltalake==0.18.2")
+                   "crates/test/tests/data", project="deltalake")
+SIMPLE_INDEX = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+
+
+def _url(package: Package) -> str:
+    """Where the archive is fetched from. A source distribution is fetched as the file it is: `pip
+    download` of one prepares its metadata, which for a Rust package builds maturin from source
+    (more than five minutes on two cores)."""
+    if package.crate_url:
+        return package.crate_url
+    with urllib.request.urlopen(f"{SIMPLE_INDEX}/{package.project}/", timeout=60) as response:
+        index = response.read().decode()
+    found = re.search(rf'href="([^"#]*/{re.escape(package.name)})[#"]', index)
+    if found is None:
+        raise RuntimeError(f"{package.name} is not in {SIMPLE_INDEX}/{package.project}/")
+    return urllib.parse.urljoin(f"{SIMPLE_INDEX}/{package.project}/", html.unescape(found.group(1)))
 
 
 def _archive(package: Package) -> Path:
     path = CACHE / package.name
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        if package.crate_url:
-            with urllib.request.urlopen(package.crate_url, timeout=120) as response:
-                path.with_suffix(".part").write_bytes(response.read())
-            path.with_suffix(".part").rename(path)
-        else:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                            package.requirement, "--dest", str(CACHE)], check=True, timeout=300)
+        part = path.with_name(path.name + ".part")
+        with urllib.request.urlopen(_url(package), timeout=120) as response:
+            part.write_bytes(response.read())
+        part.rename(path)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != package.sha256:
         path.unlink()

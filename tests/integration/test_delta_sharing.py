@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from datetime import timezone
+from hashlib import sha256
 from pathlib import Path
 
 import httpx
@@ -34,6 +35,7 @@ def config(config):
 SHARING_PORT = SERVICE_PORT + 40  # a port no other test serves on
 CONNECTOR = ["delta-sharing==1.4.2"]
 SHARE = "partner"
+DOTTED = "dotted"  # a share of tables whose names hold a `.`, in a repository of its own
 TABLES = ("orders", "events", "archive_*")  # "secret" is on the branch too, but not in the share
 
 # Runs in the connector's virtualenv with an empty environment: no AWS_*, no LAKEFS_*; only the
@@ -81,8 +83,16 @@ def sharing_repository(lakefs, stack_env) -> str:
 
 
 @pytest.fixture(scope="module")
-def sharing_env(sharing_repository) -> dict[str, str]:
-    return {"LAKEFS_DELTA_SHARING_SHARES": f"{SHARE}={sharing_repository}:main+v*:{'+'.join(TABLES)}",
+def dots_repository(lakefs, stack_env) -> str:
+    name = f"t-sharing-dots-{uuid.uuid4().hex[:6]}"
+    lakefs.create_repository(name, f"s3://{stack_env['LAKEFS_DELTA_STACK_BUCKET']}/{name}")
+    return name
+
+
+@pytest.fixture(scope="module")
+def sharing_env(sharing_repository, dots_repository) -> dict[str, str]:
+    return {"LAKEFS_DELTA_SHARING_SHARES": f"{SHARE}={sharing_repository}:main+v*:{'+'.join(TABLES)},"
+                                           f"{DOTTED}={dots_repository}:v*:archive*",
             "LAKEFS_DELTA_SHARING_ENDPOINT": f"http://127.0.0.1:{SHARING_PORT}/delta-sharing",
             "LAKEFS_DELTA_SHARING_URL_LIFETIME_SECONDS": "900"}
 
@@ -97,10 +107,10 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
                           text=True, env={**os.environ, **env}, timeout=60)
 
 
-def make_profile(sharing_env: dict[str, str], tmp_path: Path, name: str, *extra: str) -> Path:
+def make_profile(sharing_env: dict[str, str], tmp_path: Path, name: str, *extra: str, share: str = SHARE) -> Path:
     """A new recipient `name` (made unique: recipients outlive a test run in the stack's Redis)."""
     path = tmp_path / f"{name}.share"
-    done = cli(sharing_env, "sharing", "recipient", "create", unique(name), "--share", SHARE, "--output", str(path),
+    done = cli(sharing_env, "sharing", "recipient", "create", unique(name), "--share", share, "--output", str(path),
                *extra)
     assert done.returncode == 0, done.stderr
     return path
@@ -232,6 +242,41 @@ def test_a_partner_reads_a_branch_table_with_the_delta_sharing_connector(
     assert {row["_change_type"] for row in got["changes"]} == {"insert", "update_preimage", "update_postimage",
                                                               "delete"}
     assert shared(got["changes_delta"], change_columns) == spark_changes(2, 4)
+
+
+def test_tables_whose_names_hold_a_dot_are_shared_under_names_every_client_can_address(
+        spark, config, lakefs, dots_repository, sharing_service, sharing_env, connector_python, tmp_path):
+    repository = dots_repository
+    names = {"archive": "archive", "archive.2024-q1": f"archive_2024-q1_{sha256(b'archive.2024-q1').hexdigest()[:8]}",
+             "archive-v0.8.0": f"archive-v0_8_0_{sha256(b'archive-v0.8.0').hexdigest()[:8]}"}
+    for number, name in enumerate(names):
+        spark.range(number * 10, number * 10 + 3).selectExpr("id", f"'{name}' AS source") \
+            .write.format("delta").save(table_uri(repository, "main", f"tables/{name}"))
+        add_descriptor(lakefs, repository, name, f"tables/{name}")
+    commit_id = lakefs.commit_branch(repository, "main", "three archives")
+    lakefs.create_tag(repository, "v1", commit_id)
+    for name in names:
+        assert export_one(config, lakefs, repository, "v1", commit_id, name).ok
+
+    profile = make_profile(sharing_env, tmp_path, "dots-reader", share=DOTTED)
+    got = consume(connector_python, profile, {"tables": ["list", "", {}],
+                                              **{name: ["load", f"{DOTTED}.v1.{shared}", {}]
+                                                 for name, shared in names.items()}})
+    assert got["tables"] == sorted(f"{DOTTED}.v1.{shared}" for shared in names.values())
+    for number, name in enumerate(names):
+        assert shared(got[name], ["id", "source"]) == [(number * 10 + i, name) for i in range(3)], name
+
+    headers = {"Authorization": f"Bearer {json.loads(profile.read_text())['bearerToken']}"}
+    listing = httpx.get(f"{sharing_service}/shares/{DOTTED}/schemas/v1/tables", headers=headers, timeout=30).json()
+    assert {item["name"]: item.get("lakefsName") for item in listing["items"]} == \
+        {shared: (name if shared != name else None) for name, shared in names.items()}, "the original name, listed"
+    for name, shared_as in names.items():
+        lines = httpx.get(f"{sharing_service}/shares/{DOTTED}/schemas/v1/tables/{shared_as}/metadata", headers=headers,
+                          timeout=30).text.splitlines()
+        assert json.loads(lines[1])["metaData"].get("name") == (name if shared_as != name else None)
+    refused = httpx.get(f"{sharing_service}/shares/{DOTTED}/schemas/v1/tables/archive.2024-q1/metadata",
+                        headers=headers, timeout=30)
+    assert refused.status_code == 403, "the original name is no address: a client could not write it"
 
 
 def test_a_deletion_vector_table_is_read_with_the_delta_response_format(

@@ -4,6 +4,7 @@ the answers' lines, the signing scope)."""
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 from unittest import mock
 
@@ -15,7 +16,9 @@ from exporter.errors import (InvalidParameter, NotShared, PathOutsideRepository,
                              VersionOutOfRange)
 from exporter.export.commit import export_table
 from exporter.export.job import ExportAt
-from exporter.sharing.catalog import Catalog, _schema_name, _split_schema
+from exporter.sharing.catalog import NAME, Catalog, TableName, _schema_name, _split_schema, shared_name
+from exporter.sharing.versions import Schema
+from exporter.storage.layout import commit_root, export_location
 from exporter.sharing.lines import _file_line, encode_lines, query_lines, range_protocol, response_format
 from exporter.sharing.versions import SharedTable, shared_protocol
 from exporter.storage.presign import Presigner
@@ -172,6 +175,29 @@ def test_shares_are_listed_by_name_so_pages_miss_none():
     with pytest.raises(NotShared) as refused:
         Catalog(lake_of(config, None), shares=["alpha"]).share("zeta")
     assert answer_of(refused.value)[:2] == (403, "PERMISSION_DENIED")
+
+
+def test_a_table_name_no_client_can_address_is_offered_under_a_stable_one_and_a_collision_under_none(caplog):
+    derived = shared_name("delta-0.8.0")
+    assert shared_name("orders") == "orders" and shared_name("orders") == shared_name("orders")
+    assert derived == "delta-0_8_0_" + hashlib.sha256(b"delta-0.8.0").hexdigest()[:8]
+    assert all(NAME.fullmatch(shared_name(name)) for name in ("-lead", "a b/c#d", "é.t", "x.y"))
+    assert shared_name("x.y") != shared_name("x#y"), "the digest tells apart names that map to the same characters"
+
+    config = load_config(environ={"LAKEFS_DELTA_SHARING_SHARES": "s=repo:v*:*.*+orders+delta*+x_*"})
+    store = MemoryStore()
+    for name in ("orders", "delta-0.8.0", "secret", "x.y", "x_y_" + hashlib.sha256(b"x.y").hexdigest()[:8]):
+        store.put(export_location(config, "v1", "c1", name) + "_delta_log/00000000000000000000.json", b"{}")
+    catalog = Catalog(lake_of(config, None), shares=["s"])
+    catalog._store = lambda repository: store
+    schema = Schema("v1", "repo", "v1", "tag", "c1")
+    share = catalog.share("s")
+    with caplog.at_level("WARNING"):
+        listed = catalog.tables(share, schema)
+    assert listed == [TableName(derived, "delta-0.8.0"), TableName("orders", "orders")], \
+        "secret is not in the share; x.y's name is another table's: neither is offered, rather than the wrong one"
+    assert "share the name" in caplog.text
+    assert store.list_folders(commit_root(config, "v1", "c1"))
 
 
 def logged(entries: dict[str, tuple[int, float]], head: int, ict: dict[int, int] | None = None) -> SharedTable:
