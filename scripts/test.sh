@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite: unit, then integration against a real stack (started here if not running).
+# The whole test suite: unit, then integration against real stacks (started here if not running).
 # Fails on an import against the layering contracts, or when the integration suite collected
 # nothing or skipped anything.
+#
+# The integration tests run in LAKEFS_DELTA_TEST_PROCESSES processes (default 2; pytest-xdist, a
+# module at a time, the next module to whichever process is free), each against a stack of its own
+# (`devtools/parallel.py`): process 0 the usual one, process N one on ports 10,000 x N higher,
+# started here and stopped at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,7 +14,19 @@ bash scripts/setup.sh
 mkdir -p tests/artifacts
 .venv/bin/pytest -m unit -q --junitxml=tests/artifacts/unit.xml "$@"  # no stack: they need none
 
+processes=${LAKEFS_DELTA_TEST_PROCESSES:-2}
+stacks_down() {
+  for ((n = 1; n < processes; n++)); do
+    (eval "$(.venv/bin/python -m devtools.parallel "$n")" && .venv/bin/python -m devtools.stack down >/dev/null 2>&1) || true
+  done
+}
+trap stacks_down EXIT
 .venv/bin/python -m devtools.stack up >/dev/null
+for ((n = 1; n < processes; n++)); do
+  (eval "$(.venv/bin/python -m devtools.parallel "$n")" && .venv/bin/python -m devtools.stack up >/dev/null)
+done
 eval "$(.venv/bin/python -m devtools.stack env)"
-.venv/bin/pytest -m integration -v --durations=30 --junitxml=tests/artifacts/integration.xml "$@"
+parallel=()
+((processes > 1)) && parallel=(-n "$processes" --dist loadfile)
+.venv/bin/pytest -m integration -v "${parallel[@]}" --durations=30 --junitxml=tests/artifacts/integration.xml "$@"
 .venv/bin/python scripts/check_junit.py tests/artifacts/unit.xml tests/artifacts/integration.xml

@@ -17,7 +17,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "tests" / "artifacts"
+# `scripts/test.sh` runs the integration tests in several processes (pytest-xdist), each against a
+# stack of its own (`devtools.parallel`): process gw<N>'s
+_PROCESS = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+if _PROCESS:  # before anything reads them: `devtools.stack` reads its directory and ports on import
+    from devtools.parallel import stack_of_process
+
+    os.environ.update(stack_of_process(_PROCESS, dict(os.environ)))
+    from devtools import stack as _stack
+
+    os.environ.update(_stack.load_state().environment())  # not the first process's, inherited
+ARTIFACTS = ROOT / "tests" / "artifacts" / (f"process-{_PROCESS}" if _PROCESS else "")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -104,7 +114,7 @@ class Processes:
     def start(self, name: str, args: list[str], extra_env: dict[str, str] | None = None,
               kept: bool = False) -> subprocess.Popen:
         """`lakefs-delta <args>`; `kept`: the session's own, stopped only at the end of the session."""
-        ARTIFACTS.mkdir(exist_ok=True)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
         log = open(ARTIFACTS / f"{name}.log", "ab")
         env = {**os.environ, **self.env, **(extra_env or {})}  # a None value removes the variable
         process = subprocess.Popen([sys.executable, "-m", "lakefs_delta.cli", *args], cwd=ROOT,

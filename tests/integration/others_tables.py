@@ -57,7 +57,7 @@ def _archive(package: Package) -> Path:
     path = CACHE / package.name
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        part = path.with_name(path.name + ".part")
+        part = path.with_name(f"{path.name}.{os.getpid()}.part")  # two test processes may fetch it at once
         with urllib.request.urlopen(_url(package), timeout=120) as response:
             part.write_bytes(response.read())
         part.rename(path)

@@ -10,6 +10,7 @@ import os
 import httpx
 import pytest
 
+from devtools.procs import memory_mib
 from tests.conftest import SERVICE_PORT
 
 pytestmark = pytest.mark.integration
@@ -28,13 +29,6 @@ def edge(processes) -> tuple[str, int]:
     return url, processes.started[-1].pid
 
 
-def peak_mib(pid: int) -> float:
-    """The process's peak resident memory so far (VmHWM), in MiB."""
-    with open(f"/proc/{pid}/status") as status:
-        fields = dict(line.split(":", 1) for line in status)
-    return int(fields["VmHWM"].split()[0]) / 1024
-
-
 def body(mib: int):
     """`mib` MiB of JSON-ish bytes, streamed: one 1 MiB chunk, sent again and again."""
     chunk = b" " * MiB
@@ -51,7 +45,7 @@ def test_a_300_mb_body_to_the_sign_in_routes_or_the_signer_is_refused_without_th
     targets = ["/session", "/session/code", SIGN.format(commit="c" * 64)]
     for path in targets:  # each route answered once: what a first request loads is not counted
         httpx.post(url + path, json={}, timeout=30)
-    before = peak_mib(pid)
+    before = memory_mib(pid)["VmHWM"]
 
     answers = [(path, declared, httpx.post(url + path, content=body(BODY_MIB), timeout=300, headers={
         "Content-Type": "application/json",
@@ -62,7 +56,7 @@ def test_a_300_mb_body_to_the_sign_in_routes_or_the_signer_is_refused_without_th
         assert answer.status_code == 413, (path, declared, answer.text)
     assert answers[0][2].json() == {"error": "request body larger than 65536 bytes"}
     assert answers[-1][2].json()["error"]["type"]  # the Iceberg spec's error model
-    grown = peak_mib(pid) - before
+    grown = memory_mib(pid)["VmHWM"] - before
     assert grown < GROWTH_MIB, f"the service's peak memory grew by {grown:.0f} MiB over {len(answers)} bodies"
 
 

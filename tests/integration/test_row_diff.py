@@ -14,6 +14,7 @@ from datetime import date
 import httpx
 import pytest
 
+from devtools.procs import jvms_below
 from examples.bank_pipeline import ingest, retention_and_column_remover
 from exporter.config import RowDiffConfig
 from exporter.errors import ExporterError
@@ -470,23 +471,4 @@ def test_a_row_diff_whose_jvm_is_killed_at_each_run_fails_for_good_after_its_att
 
 def job_jvms() -> list[int]:
     """The JVMs of running row-diff jobs: java processes below a `python -m exporter.diff.rows.spark`."""
-    from pathlib import Path
-
-    parents, commands = {}, {}
-    for folder in Path("/proc").iterdir():
-        try:
-            if folder.name.isdigit():
-                parents[int(folder.name)] = int((folder / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                commands[int(folder.name)] = (folder / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue  # ended meanwhile
-    jobs = {pid for pid, command in commands.items() if b"exporter.diff.rows.spark" in command}
-
-    def below_a_job(pid: int) -> bool:
-        while pid > 1:
-            pid = parents.get(pid, 0)
-            if pid in jobs:
-                return True
-        return False
-
-    return [pid for pid, command in commands.items() if command and command[0].endswith(b"java") and below_a_job(pid)]
+    return jvms_below(lambda pid, command: b"exporter.diff.rows.spark" in command)
