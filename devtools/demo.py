@@ -17,8 +17,8 @@ from pathlib import Path
 
 from devtools import stack
 
-SERVICE_PORT = 18080
-CATALOG_PORT = 18081  # the demo's Iceberg catalog: the service again, with vended credentials on
+SERVICE_PORT = int(os.environ.get("LAKEFS_DELTA_DEMO_PORT", "18080"))
+CATALOG_PORT = SERVICE_PORT + 1  # the demo's Iceberg catalog: the service again, with vended credentials on
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 
 # Every port a stack and the tests' services listen on, with its default (`devtools.stack`,
-# `tests.conftest.SERVICE_PORT`: the tests' services take ports above that one)
+# `tests.conftest.SERVICE_PORT`: the tests' services take ports above that one; `devtools.demo`)
 PORTS = {"LAKEFS_DELTA_STACK_LAKEFS_PORT": 18000, "LAKEFS_DELTA_STACK_ACL_PORT": 18001,
          "LAKEFS_DELTA_STACK_MINIO_PORT": 19000, "LAKEFS_DELTA_STACK_MINIO_CONSOLE_PORT": 19001,
          "LAKEFS_DELTA_STACK_REDIS_PORT": 16379, "LAKEFS_DELTA_STACK_SPARK_MASTER_PORT": 17077,
          "LAKEFS_DELTA_STACK_SPARK_MASTER_UI_PORT": 17080, "LAKEFS_DELTA_STACK_SPARK_WORKER_UI_PORT": 17081,
-         "LAKEFS_DELTA_TEST_SERVICE_PORT": 18080}
+         "LAKEFS_DELTA_TEST_SERVICE_PORT": 18080, "LAKEFS_DELTA_DEMO_PORT": 18080}
 SHIFT = 10_000
 
 

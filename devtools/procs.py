@@ -35,17 +35,20 @@ def _table() -> dict[int, tuple[int, list[bytes]]]:
     return found
 
 
-def jvms_below(is_root: Callable[[int, list[bytes]], bool]) -> list[int]:
-    """The java processes descending from a process `is_root(pid, command line)` holds for."""
+def jvms_below(is_root: Callable[[int, list[bytes]], bool], within: int | None = None) -> list[int]:
+    """The java processes descending from a process `is_root(pid, command line)` holds for; with
+    `within`, only such processes that descend from process `within` (another test process's are not
+    this one's to see)."""
     processes = _table()
-    roots = {pid for pid, (_, command) in processes.items() if is_root(pid, command)}
 
-    def below_a_root(pid: int) -> bool:
+    def below(pid: int, ancestors: set[int]) -> bool:
         while pid > 1:
             pid = processes.get(pid, (0, []))[0]
-            if pid in roots:
+            if pid in ancestors:
                 return True
         return False
 
+    roots = {pid for pid, (_, command) in processes.items() if is_root(pid, command)
+             and (within is None or below(pid, {within}))}
     return [pid for pid, (_, command) in processes.items()
-            if command and command[0].endswith(b"java") and below_a_root(pid)]
+            if command and command[0].endswith(b"java") and below(pid, roots)]

@@ -149,15 +149,22 @@ class RepositoryAccess:
         """ALLOWED when lakeFS lets the caller read `path` at `commit_id` (lakeFS can restrict a
         repository's objects by prefix); FORBIDDEN, UNAUTHENTICATED or LAKEFS_DOWN otherwise. A
         service token reads whole repositories."""
+        first = await self._before_asking(caller, repository, commit_id)
+        if first is not None:
+            return first
+        return await self._decided(caller, (repository, commit_id, path),
+                                   lambda: self._ask_lakefs_path(caller, repository, commit_id, path))
+
+    async def _before_asking(self, caller: Caller, repository: str, commit_id: str) -> int | None:
+        """The answer for a path at a commit that needs no question about the path: a service token's
+        (whole repositories), or the caller's own when lakeFS does not know it (UNAUTHENTICATED,
+        LAKEFS_DOWN); None when lakeFS is to be asked."""
         if caller.service_token is not None:
             return ALLOWED if caller.service_token.allows(repository) else FORBIDDEN
         if not COMMIT_ID.fullmatch(commit_id):
             raise ValueError(f"paths are authorized at commit ids, not at {commit_id!r}")
         known = await self.verify(caller)
-        if known != ALLOWED:
-            return known
-        return await self._decided(caller, (repository, commit_id, path),
-                                   lambda: self._ask_lakefs_path(caller, repository, commit_id, path))
+        return None if known == ALLOWED else known
 
     async def check_folders(self, caller: Caller, repository: str, commit_id: str, table_path: str,
                             folders: Sequence[str]) -> tuple[int, str]:
@@ -167,17 +174,13 @@ class RepositoryAccess:
         answer is kept too, for the table's next commits, which mostly hold the same folders: lakeFS's
         policies name object paths, never refs (`arn:lakefs:fs:::repository/<repo>/object/<path>`).
         The folders not known are asked FOLDERS_AT_ONCE at a time, the first refusal ending it."""
-        if caller.service_token is not None:
-            return (ALLOWED, "") if caller.service_token.allows(repository) else (FORBIDDEN, "")
-        if not COMMIT_ID.fullmatch(commit_id):
-            raise ValueError(f"paths are authorized at commit ids, not at {commit_id!r}")
+        first = await self._before_asking(caller, repository, commit_id)
+        if first is not None:
+            return first, ""
         key = (caller.key, repository, commit_id, table_path)
         cached = self.folder_sets.get(key)
         if cached is not None:
             return cached
-        known = await self.verify(caller)
-        if known != ALLOWED:
-            return known, ""
         decided, asked = (ALLOWED, ""), []
         for folder in folders:
             answer = self.folder_decisions.get((caller.key, repository, folder))

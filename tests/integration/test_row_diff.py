@@ -470,5 +470,6 @@ def test_a_row_diff_whose_jvm_is_killed_at_each_run_fails_for_good_after_its_att
 
 
 def job_jvms() -> list[int]:
-    """The JVMs of running row-diff jobs: java processes below a `python -m exporter.diff.rows.spark`."""
-    return jvms_below(lambda pid, command: b"exporter.diff.rows.spark" in command)
+    """The JVMs of this test process's running row-diff jobs: java processes below a `python -m
+    exporter.diff.rows.spark` it started (another test process's jobs are not this test's to kill)."""
+    return jvms_below(lambda pid, command: b"exporter.diff.rows.spark" in command, within=os.getpid())
