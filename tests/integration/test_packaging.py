@@ -34,7 +34,8 @@ def installed_wheel(tmp_path_factory) -> Path:
     assert built.returncode == 0, built.stderr[-3000:]
     [wheel] = (work / "dist").glob("lakefs_delta_exporter-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True)
-    installed = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--prefix", str(work / "venv"),
+    # --ignore-installed: else pip uninstalls the test environment's editable install of this repository first
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", "--prefix", str(work / "venv"),
                                 str(wheel)], capture_output=True, text=True, timeout=300)
     assert installed.returncode == 0, installed.stderr[-3000:]
     site = work / "venv" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
