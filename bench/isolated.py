@@ -200,27 +200,14 @@ def _rowdiff(repository: str, left: str, right: str, table_path: str, key: str =
 
 def _sample_jvms(done, peaks: list[float]) -> None:
     """The largest VmHWM of this process's descendant JVMs, every half second until `done`."""
+    from devtools.procs import jvms_below, memory_mib
+
     me = os.getpid()
     while not done.wait(0.5):
-        parents = {}
-        for folder in Path("/proc").iterdir():
-            if folder.name.isdigit():
-                try:
-                    parents[int(folder.name)] = int((folder / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                except OSError:
-                    continue
-        for pid in parents:
-            ancestor = pid
-            while ancestor > 1 and ancestor != me:
-                ancestor = parents.get(ancestor, 0)
-            if ancestor != me or pid == me:
-                continue
-            try:
-                status, command = Path(f"/proc/{pid}/status").read_text(), Path(f"/proc/{pid}/comm").read_text()
-            except OSError:
-                continue
-            if "java" in command:
-                peaks += [int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")]
+        for pid in jvms_below(lambda pid, command: pid == me):
+            peak = memory_mib(pid).get("VmHWM")
+            if peak is not None:
+                peaks.append(peak)
 
 
 def _exceptall(repository: str, left: str, right: str, table_path: str) -> dict:

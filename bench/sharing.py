@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from bench.measure import own_redis_database
+from devtools.procs import memory_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 LOG = ROOT / "bench" / "results" / "bench-sharing.log"
@@ -65,16 +66,6 @@ def stop_server(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-
-
-def memory_mib(pid: int) -> dict[str, float]:
-    """A process's resident memory now (`VmRSS`) and its peak so far (`VmHWM`), MiB."""
-    found = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name in ("VmRSS", "VmHWM"):
-            found[name] = int(value.split()[0]) / 1024
-    return found
 
 
 def cpu_seconds(pid: int) -> float:

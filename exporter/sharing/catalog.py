@@ -110,7 +110,7 @@ class Catalog:
         names = [segment_name(folder) for folder in store.list_folders(root)]
         by_shared: dict[str, list[str]] = {}
         for name in names:
-            if any(fnmatch.fnmatchcase(name, pattern) for pattern in share.tables):
+            if _matches(name, share.tables):
                 by_shared.setdefault(shared_name(name), []).append(name)
         for shared, originals in by_shared.items():
             if len(originals) > 1:  # two names one shared name: neither is offered, rather than the wrong one
@@ -126,7 +126,7 @@ class Catalog:
             raise NotShared(f"table {table!r} is not in share {share.name!r}")
         if _DERIVED.fullmatch(table):  # a derived name is one the listing gives: its original is found there
             original = next((name.original for name in self.tables(share, schema) if name.shared == table), table)
-        if not any(fnmatch.fnmatchcase(original, p) for p in share.tables):
+        if not _matches(original, share.tables):
             raise NotShared(f"table {table!r} is not in share {share.name!r}")  # whether it exists is not theirs to learn
         read = branch_table if schema.kind == "branch" else tag_export
         store = self._store(schema.repository)
@@ -142,7 +142,11 @@ class Catalog:
 
 
 def _offered(name: str, patterns: Iterable[str]) -> bool:
-    return bool(NAME.fullmatch(name)) and any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    return bool(NAME.fullmatch(name)) and _matches(name, patterns)
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
 def _schema_name(share: ShareConfig, repository: str, ref: str) -> str:
