@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 from exporter.export.log_writer import ExportOutcome
 from exporter.export.commit import export_commit
@@ -18,6 +19,19 @@ def table_uri(repository: str, ref: str, path: str) -> str:
 def add_descriptor(lakefs, repository: str, name: str, path: str, branch: str = "main") -> None:
     lakefs.upload_object(repository, branch, f"_lakefs_tables/{name}.yaml",
                          f"name: {name}\ntype: delta\npath: {path}\n".encode())
+
+
+@contextmanager
+def spark_settings(spark, settings: dict[str, str]):
+    """Spark settings for a block, each put back as it was after it (the session is shared by a process's tests)."""
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield spark
+    finally:
+        for key, value in previous.items():
+            spark.conf.set(key, value) if value is not None else spark.conf.unset(key)
 
 
 def rows(frame) -> list[tuple]:

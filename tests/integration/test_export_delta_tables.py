@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from tests.integration.deltatables import (add_descriptor, assert_export_reads_like_source, delta_rs_rows, export_one,
-                                           manifest_exists, read_version, rows, table_uri)
+                                           manifest_exists, read_version, rows, spark_settings, table_uri)
 
 pytestmark = pytest.mark.integration
 
@@ -73,13 +73,10 @@ def test_checkpoint_after_log_cleanup_keeps_original_version_numbers(spark, lake
 
 def test_multipart_checkpoint(spark, lakefs, config, repository):
     uri = table_uri(repository, "main", "tables/multipart")
-    spark.conf.set("spark.databricks.delta.checkpoint.partSize", "2")
-    try:
+    with spark_settings(spark, {"spark.databricks.delta.checkpoint.partSize": "2"}):
         create(spark, uri, "id INT, item STRING", {"delta.checkpointInterval": "4"})
         for i in range(1, 7):
             sql(spark, f"INSERT INTO delta.`{uri}` VALUES ({i}, 'item {i}')")
-    finally:
-        spark.conf.unset("spark.databricks.delta.checkpoint.partSize")
     assert any(".checkpoint.0000000001." in n for n in log_names(lakefs, repository, "main", "tables/multipart"))
     add_descriptor(lakefs, repository, "multipart", "tables/multipart")
     commit_id = lakefs.commit_branch(repository, "main", "multipart table")
@@ -93,13 +90,10 @@ def test_multipart_checkpoint(spark, lakefs, config, repository):
 
 def test_v2_checkpoint_with_sidecars(spark, lakefs, config, repository):
     uri = table_uri(repository, "main", "tables/v2")
-    spark.conf.set("spark.databricks.delta.checkpoint.partSize", "2")  # v2 checkpoints split into sidecars
-    try:
+    with spark_settings(spark, {"spark.databricks.delta.checkpoint.partSize": "2"}):  # v2 checkpoints split into sidecars
         create(spark, uri, "id INT, item STRING", {"delta.checkpointPolicy": "v2", "delta.checkpointInterval": "4"})
         for i in range(1, 7):
             sql(spark, f"INSERT INTO delta.`{uri}` VALUES ({i}, 'item {i}')")
-    finally:
-        spark.conf.unset("spark.databricks.delta.checkpoint.partSize")
     names = log_names(lakefs, repository, "main", "tables/v2")
     assert any(n.startswith("_sidecars/") for n in names), names
     add_descriptor(lakefs, repository, "v2", "tables/v2")

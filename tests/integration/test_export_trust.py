@@ -22,7 +22,7 @@ from exporter.export.manifest import PENDING
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.layout import MANIFEST
 from tests.integration.deltatables import (add_descriptor, assert_export_reads_like_source, delta_rs_rows, export_one,
-                                           read_version, rows, table_uri)
+                                           read_version, rows, spark_settings, table_uri)
 from tests.fakes import lake_of
 
 pytestmark = pytest.mark.integration
@@ -46,15 +46,12 @@ def location_keys(s3, location: str) -> list[str]:
 
 def test_int96_checkpoint_with_parsed_stats_reads_back_with_a_timestamp_filter(spark, lakefs, config, repository):
     uri = table_uri(repository, "main", "tables/int96")
-    spark.conf.set("spark.sql.parquet.outputTimestampType", "INT96")
-    try:
+    with spark_settings(spark, {"spark.sql.parquet.outputTimestampType": "INT96"}):
         create(spark, uri, "id INT, at TIMESTAMP, local_at TIMESTAMP_NTZ, amount DECIMAL(12,2), big DECIMAL(30,4), day DATE",
                {"delta.checkpoint.writeStatsAsStruct": "true", "delta.checkpointInterval": "3"})
         for i in range(1, 6):
             spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({i}, TIMESTAMP'2024-0{i}-01 10:00:00', "
                       f"TIMESTAMP_NTZ'2024-0{i}-01 10:00:00', {i}.25, 123456789012345678901234.{i}, DATE'2024-0{i}-02')")
-    finally:
-        spark.conf.unset("spark.sql.parquet.outputTimestampType")
     add_descriptor(lakefs, repository, "int96", "tables/int96")
     commit_id = lakefs.commit_branch(repository, "main", "int96 table")
 
@@ -76,13 +73,10 @@ def test_int96_checkpoint_with_parsed_stats_reads_back_with_a_timestamp_filter(s
 
 def test_multipart_checkpoint_keeps_the_sources_last_checkpoint_fields(spark, lakefs, config, repository, s3):
     uri = table_uri(repository, "main", "tables/parts")
-    spark.conf.set("spark.databricks.delta.checkpoint.partSize", "1")
-    try:
+    with spark_settings(spark, {"spark.databricks.delta.checkpoint.partSize": "1"}):
         create(spark, uri, "id INT, item STRING", {"delta.checkpointInterval": "4"})
         for i in range(1, 6):
             spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({i}, 'item {i}')")
-    finally:
-        spark.conf.unset("spark.databricks.delta.checkpoint.partSize")
     add_descriptor(lakefs, repository, "parts", "tables/parts")
     commit_id = lakefs.commit_branch(repository, "main", "multi-part checkpoint")
     source_last = json.loads(lakefs.get_object(repository, commit_id, "tables/parts/_delta_log/_last_checkpoint"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one
+from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one, spark_settings
 from tests.integration.writers import (DELTALAKE_WRITERS, WriterEnvironmentError, assert_checkpoint_schema_kept,
                                        assert_commits_differ_only_in_paths, assert_export_reads_like_local,
                                        local_delta_rs_rows, local_uri, spark_rows, upload_directory,
@@ -141,16 +141,13 @@ def test_spark_int96_timestamps_with_struct_stats(spark, lakefs, config, reposit
     """
     local_dir = tmp_path / "int96"
     uri = local_uri(local_dir)
-    spark.conf.set("spark.sql.parquet.outputTimestampType", "INT96")
-    try:
+    with spark_settings(spark, {"spark.sql.parquet.outputTimestampType": "INT96"}):
         spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, at TIMESTAMP, at_ntz TIMESTAMP_NTZ) USING delta TBLPROPERTIES "
                   "('delta.checkpoint.writeStatsAsStruct' = 'true', 'delta.checkpoint.writeStatsAsJson' = 'false', "
                   "'delta.checkpointInterval' = '3')")
         for day in range(1, 6):
             spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({day}, TIMESTAMP'2024-01-0{day} 10:00:00.123456', "
                       f"TIMESTAMP_NTZ'2024-01-0{day} 10:00:00')")
-    finally:
-        spark.conf.unset("spark.sql.parquet.outputTimestampType")
 
     outcome = upload_and_export(lakefs, config, gateway, repository, local_dir, "int96")
 

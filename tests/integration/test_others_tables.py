@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 
 from exporter.config import IcebergConfig
-from tests.integration.deltatables import read_version
+from tests.integration.deltatables import read_version, spark_settings
 from tests.integration.others_tables import DELTA_RS, KERNEL, Package, table
 from tests.integration.test_foreign_writers import gateway, upload_and_export  # noqa: F401 (a fixture)
 from tests.integration.test_iceberg_exports import readers  # noqa: F401 (a fixture)
@@ -86,12 +86,8 @@ def without(rows: list[tuple], column: str | None) -> list[tuple]:
 
 @pytest.fixture
 def spark_for_old_tables(spark):
-    previous = {key: spark.conf.get(key, None) for key in SPARK_CONF}
-    for key, value in SPARK_CONF.items():
-        spark.conf.set(key, value)
-    yield spark
-    for key, value in previous.items():
-        spark.conf.set(key, value) if value is not None else spark.conf.unset(key)
+    with spark_settings(spark, SPARK_CONF):
+        yield spark
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -24,7 +24,7 @@ from exporter.lakefs.descriptors import TableDescriptor
 from exporter.storage.layout import MANIFEST, export_location
 from exporter.storage.objectstore import ObjectStore
 from tests.conftest import ROOT
-from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one
+from tests.integration.deltatables import add_descriptor, delta_rs_rows, export_one, spark_settings
 from tests.integration.test_iceberg_exports import assert_iceberg_reads, readers  # noqa: F401 (a fixture)
 from tests.integration.test_iceberg_exports import spark_rows as iceberg_spark_rows
 from tests.fakes import lake_of
@@ -165,16 +165,12 @@ def test_a_classic_named_v2_checkpoint_is_shared_like_any_other(spark, lakefs, c
 
     local = tmp_path / "classic_v2"
     uri = local_uri(local)
-    spark.conf.set("spark.databricks.delta.checkpoint.partSize", "2")  # the checkpoint's adds go to sidecars
-    spark.conf.set("spark.databricks.delta.checkpointV2.topLevelFileFormat", "parquet")
-    try:
+    with spark_settings(spark, {"spark.databricks.delta.checkpoint.partSize": "2",  # the checkpoint's adds go to sidecars
+                                "spark.databricks.delta.checkpointV2.topLevelFileFormat": "parquet"}):
         spark.sql(f"CREATE TABLE delta.`{uri}` (id BIGINT) USING delta TBLPROPERTIES "
                   "('delta.checkpointPolicy' = 'v2', 'delta.checkpointInterval' = '2')")
         for i in range(3):  # version 2: the checkpoint
             spark.sql(f"INSERT INTO delta.`{uri}` VALUES ({i}), ({i + 10})")
-    finally:
-        spark.conf.unset("spark.databricks.delta.checkpoint.partSize")
-        spark.conf.unset("spark.databricks.delta.checkpointV2.topLevelFileFormat")
     expected = spark_rows(spark, uri)
     log = local / "_delta_log"
     [top] = [p for p in log.glob(f"{2:020d}.checkpoint.*.parquet")]
@@ -221,19 +217,13 @@ def test_a_vacuumed_table_gets_an_iceberg_table_from_its_first_whole_version(spa
     uri = f"s3a://{repository}/main/tables/vac"
     spark.sql(f"CREATE TABLE delta.`{uri}` (id INT, note STRING) USING delta "
               "TBLPROPERTIES ('delta.enableDeletionVectors' = 'false')")                    # 0
-    spark.conf.set("spark.databricks.delta.stats.collect", "false")  # as old writers: no numRecords, a footer says
-    try:
+    with spark_settings(spark, {"spark.databricks.delta.stats.collect": "false"}):  # as old writers: no numRecords, a footer says
         spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1, 'a'), (2, 'b')")                      # 1
         spark.sql(f"INSERT INTO delta.`{uri}` VALUES (3, 'c')")                                # 2
-    finally:
-        spark.conf.unset("spark.databricks.delta.stats.collect")
     spark.sql(f"INSERT OVERWRITE delta.`{uri}` VALUES (10, 'x'), (11, 'y')")                   # 3
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (12, 'z')")                                   # 4
-    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    try:
+    with spark_settings(spark, {"spark.databricks.delta.retentionDurationCheck.enabled": "false"}):
         spark.sql(f"VACUUM delta.`{uri}` RETAIN 0 HOURS")  # versions 1 and 2's files are gone
-    finally:
-        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
     add_descriptor(lakefs, repository, "vac", "tables/vac")
     commit_id = lakefs.commit_branch(repository, "main", "vacuumed")
     head = int(max(e["path"].rsplit("/", 1)[1].split(".")[0]
