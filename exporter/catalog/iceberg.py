@@ -29,12 +29,12 @@ import numpy as np
 from exporter.errors import NoSuchIcebergTable, NoSuchNamespace, NotFound, SignatureRefused
 from exporter.branch_tables.state import read_state
 from exporter.export.manifest import ICEBERG, ExportManifest, IcebergState, iceberg_state
-from exporter.iceberg.manifests import DATA, DELETED, read_manifest, read_manifest_list
+from exporter.iceberg.manifests import DELETED, read_manifest, read_manifest_list
 from exporter.kept import Kept
 from exporter.lakefs.descriptors import discover_tables
 from exporter.lakefs.lake import Lake
 from exporter.storage.layout import (branch_table_location, branch_tables_root, export_location,
-                                     exports_root, location_segment, segment_name)
+                                     exports_root, iceberg_table_files, location_segment, segment_name)
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.presign import Presigner
 from exporter.storage.scope import folders, plain_address, within
@@ -183,17 +183,19 @@ class IcebergCatalog:
 
     def storage_credentials(self, table: CatalogTable, seconds: int) -> list[dict]:
         """The spec's `storage-credentials` for a reader of `table`: one read-only credential for the
-        objects lakeFS wrote for its repository and the table's own location (`exporter.storage.vended`:
+        objects lakeFS wrote for its repository, the table's own location and its table's Iceberg
+        files (`layout.iceberg_table_files`; `exporter.storage.vended`:
         no nested repository's, nothing else of `_lakefs/`), listed for the namespace and for the
         table's own location, since DuckDB 1.4.4 scopes a lone credential to the metadata file itself
         (duckdb-iceberg src/storage/iceberg_table_information.cpp)."""
-        namespace = self._storage_namespace(table.repository)
-        readable = folders([repository_data(namespace), self._store(table.repository).uri(table.location)])
+        namespace, store = self._storage_namespace(table.repository), self._store(table.repository)
+        own = folders(dict.fromkeys([store.uri(table.location), store.uri(iceberg_table_files(table.location))]))
+        readable = folders([repository_data(namespace), *own])
         credential = vend(self.config.object_store_for(namespace), readable, self._nested(table.repository),
                           seconds, self.config.iceberg.vended_credentials_role_arn)
         properties = {**self.storage_properties(table.repository), "s3.path-style-access": "true",
                       **credential.s3_properties()}
-        prefixes = (*folders([namespace]), *folders([self._store(table.repository).uri(table.location)]))
+        prefixes = (*folders([namespace]), *own)
         return [{"prefix": prefix, "config": properties} for prefix in prefixes]
 
     def signed_url(self, table: CatalogTable, method: str, url: str) -> str:
@@ -211,21 +213,23 @@ class IcebergCatalog:
         return presigner.presign(address, method.upper()).url
 
     def readers_objects(self, table: CatalogTable) -> "ReadersObjects":
-        """What readers of the table read: the files of its own location, and the data files its
-        snapshots' manifests name (read once per metadata file, each manifest once)."""
+        """What readers of the table read: the files of its own location, the manifest lists,
+        manifests and delete files its snapshots name (its Iceberg files may be another export's),
+        and the data files they name (read once per metadata file, each manifest once)."""
         return self._objects.keep((table.repository, table.metadata_location), lambda: self._readers_objects(table))
 
     def _readers_objects(self, table: CatalogTable) -> "ReadersObjects":
         store = self._store(table.repository)
         metadata = self.metadata(table)
-        manifests = list(dict.fromkeys(
-            record["manifest_path"] for snapshot in metadata.get("snapshots") or []
-            for record in read_manifest_list(store.get_uri(snapshot["manifest-list"])) if record.get("content", DATA) == DATA))
+        lists = list(dict.fromkeys(snapshot["manifest-list"] for snapshot in metadata.get("snapshots") or []))
+        manifests = list(dict.fromkeys(record["manifest_path"] for uri in lists
+                                       for record in read_manifest_list(store.get_uri(uri))))
         with ThreadPoolExecutor(8) as pool:
-            hashes = list(pool.map(lambda path: self._manifest_files.keep(path, lambda: _data_files(store, path)),
+            hashes = list(pool.map(lambda path: self._manifest_files.keep(path, lambda: _named_files(store, path)),
                                    manifests))
-        data_files = np.unique(np.concatenate(hashes)) if hashes else np.array([], np.int64)
-        return ReadersObjects(folders([store.uri(table.location)]), data_files, self._nested(table.repository))
+        named = np.array([_address_hash(plain_address(uri) or "") for uri in [*lists, *manifests]], np.int64)
+        files = np.unique(np.concatenate([named, *hashes]))
+        return ReadersObjects(folders([store.uri(table.location)]), files, self._nested(table.repository))
 
     def _nested(self, repository: str) -> tuple[str, ...]:
         """The storage namespaces of other repositories that lie inside this one's (lakeFS accepts them)."""
@@ -258,12 +262,12 @@ class IcebergCatalog:
 
 @dataclass(frozen=True)
 class ReadersObjects:
-    """The objects readers of one Iceberg table read: under its own location (`folders`), or a data
-    file its snapshots name (`data_files`: hashes of plain addresses, sorted); never one of another
-    repository nested inside (`excluded`)."""
+    """The objects readers of one Iceberg table read: under its own location (`folders`), or a file
+    its snapshots name (`files`: hashes of plain addresses, sorted: manifest lists, manifests, delete
+    and data files); never one of another repository nested inside (`excluded`)."""
 
     location: tuple[str, ...]
-    data_files: np.ndarray
+    files: np.ndarray
     excluded: tuple[str, ...]
 
     def holds(self, address: str) -> bool:
@@ -273,12 +277,12 @@ class ReadersObjects:
         if within(plain, self.location):
             return True
         wanted = _address_hash(plain)
-        at = int(np.searchsorted(self.data_files, wanted))
-        return at < len(self.data_files) and self.data_files[at] == wanted
+        at = int(np.searchsorted(self.files, wanted))
+        return at < len(self.files) and self.files[at] == wanted
 
 
-def _data_files(store: ObjectStore, manifest_path: str) -> np.ndarray:
-    """The hashes of the data files a data manifest's live entries name."""
+def _named_files(store: ObjectStore, manifest_path: str) -> np.ndarray:
+    """The hashes of the files a manifest's live entries name: data files, or delete files."""
     return np.array([_address_hash(plain_address(entry["data_file"]["file_path"]) or "")
                      for entry in read_manifest(store.get_uri(manifest_path)) if entry["status"] != DELETED], np.int64)
 

@@ -3,11 +3,15 @@ exported `_delta_log` read back from the object store (absolute paths), written 
 location (`layout.iceberg_location`) once the export is complete (`complete_iceberg_metadata`): the
 export's manifest records it `pending` until then, so the Delta export is never kept waiting for it.
 
-An export derived from another (incremental, a tag's copy) derives its table from that export's
-(`exporter.iceberg.table.copy_table`): the other's manifests and delete files are copied
-server-side and re-pointed, never named where they are (prune removes the older export first), and
-only the new versions are added. Written fresh (`write_table`) when the other export has no Iceberg
-table of this exporter version, or the derivation fails.
+A per-commit export's manifests, manifest lists and delete files go to a folder of its own among
+the table's Iceberg files (`layout.iceberg_files_location`), its metadata.json to the export's
+location. An export derived from another (incremental, a tag's copy) derives its table from that
+export's (`exporter.iceberg.table.derive_table`): the other's files are named where they are, and
+only the new versions' files are written: a commit's Iceberg step reads the other's metadata.json
+and current manifest list and writes a manifest, a manifest list and a metadata.json. Prune's
+collection (`exporter.upkeep.iceberg_files`) keeps a file while an export's table names it.
+Written fresh (`write_table`) when the other export has no Iceberg table of this exporter
+version, or the derivation fails.
 A table Iceberg cannot represent leaves the Delta export as it is: the record says why, and the
 files written before the refusal are removed (never a wrong Iceberg table).
 
@@ -18,6 +22,7 @@ never pruned, so each append adds the snapshots of the new versions to the table
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,11 +32,10 @@ from exporter.delta.log import select_segment
 from exporter.export.manifest import ICEBERG, ExportManifest, IcebergState, iceberg_state
 from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.iceberg import names
-from exporter.iceberg.table import IcebergTable, ReadRange, append_table, copy_table, write_table
-from exporter.storage.layout import iceberg_location
+from exporter.iceberg.table import IcebergTable, ReadRange, append_table, derive_table, write_table
+from exporter.storage.layout import iceberg_files_location, iceberg_location
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.scope import ReadScope
-from exporter.threads import IO_THREADS, io_pool
 
 # What the Iceberg writer raises on values it did not foresee (a bug to fix, not an outage): the
 # Delta export is kept and the record says `failed`. Other errors (a time limit, the store) propagate.
@@ -42,8 +46,8 @@ log = logging.getLogger("lakefs_delta.exporter")
 
 @dataclass
 class _ExportFiles:
-    """`exporter.iceberg.table.IcebergFiles` at an export's location; the writer's lock is checked
-    before the metadata.json, the Iceberg table's commit point."""
+    """`exporter.iceberg.table.IcebergFiles` at a folder of the storage namespace; the writer's lock
+    is checked before the metadata.json, the Iceberg table's commit point."""
 
     store: ObjectStore
     root: str  # relative to the storage namespace, ending with `/`
@@ -58,8 +62,8 @@ class _ExportFiles:
             self.still_held()
         self.store.put(self.root + key, body)
 
-    def get(self, key: str) -> bytes:
-        return self.store.get(self.root + key)
+    def read(self, uri: str) -> bytes:
+        return self.store.get_uri(uri)
 
 
 def complete_iceberg_metadata(store: ObjectStore, location: str, still_held: Callable[[], None] | None = None,
@@ -106,11 +110,12 @@ def write_iceberg_metadata(store: ObjectStore, location: str, source_timestamps:
     log = read_exported_log(store, location)
     read_range = confined_reads(store, scope)
 
-    def write(files: _ExportFiles) -> tuple[IcebergTable, str | None]:
+    def write(table: _ExportFiles) -> tuple[IcebergTable, str | None]:
         if log is None:
             raise CorruptLog(f"no _delta_log at {store.uri(location)}")
-        table = _derived_table(store, location, log, files, derived_from, source_timestamps, read_range)
-        return table or write_table(log, files, read_range, source_timestamps), None
+        files = _ExportFiles(store, iceberg_files_location(location))
+        derived = _derived_table(store, location, log, files, table, derived_from, source_timestamps, read_range)
+        return derived or write_table(log, files, read_range, source_timestamps, table=table), None
 
     return _recorded(store, location, write, still_held)
 
@@ -184,27 +189,24 @@ def _recorded(store: ObjectStore, location: str, write: Callable[[_ExportFiles],
             **({"rewritten": rewritten} if rewritten else {})}
 
 
-def _derived_table(store: ObjectStore, location: str, log: ExportedLog, files: _ExportFiles, derived_from: tuple[str, ExportManifest] | None,
-                   source_timestamps: Mapping[int, int], read_range: ReadRange) -> IcebergTable | None:
-    """The table of the export `derived_from` names, copied to `files` and appended to; None (and
-    nothing left) when that export has no Iceberg table of this exporter version, or the copy fails
-    for good (it was pruned meanwhile, ...): the table is then written fresh."""
+def _derived_table(store: ObjectStore, location: str, log: ExportedLog, files: _ExportFiles, table: _ExportFiles,
+                   derived_from: tuple[str, ExportManifest] | None, source_timestamps: Mapping[int, int],
+                   read_range: ReadRange) -> IcebergTable | None:
+    """The table of the export `derived_from` names, continued at `table` (`derive_table`); None
+    (and nothing left) when that export has no Iceberg table of this exporter version, or reading
+    it fails for good (it was pruned meanwhile, ...): the table is then written fresh."""
     if derived_from is None:
         return None
     source_location, manifest = derived_from
     record = manifest.iceberg or {}
-    source = _ExportFiles(store, iceberg_location(source_location))
-    metadata_key = (record.get("metadata_location") or "").removeprefix(source.location)
+    source = store.uri(iceberg_location(source_location))
+    metadata_location = record.get("metadata_location") or ""
     if iceberg_state(record) is not IcebergState.WRITTEN or not manifest.of_this_release or \
-            not names.is_metadata_file(metadata_key):
+            not names.is_metadata_file(metadata_location, source):
         return None
-
-    def copy(keys: list[str]) -> None:
-        with io_pool(IO_THREADS) as pool:
-            list(pool.map(lambda key: store.copy(source.root + key, files.root + key), keys))
-
     try:
-        return copy_table(metadata_key, source, copy, log, files, read_range, source_timestamps)
+        return derive_table(json.loads(store.get_uri(metadata_location)), log, files, table, read_range,
+                            source_timestamps)
     except ExporterError as error:
         if not error.permanent:
             raise
@@ -214,9 +216,9 @@ def _derived_table(store: ObjectStore, location: str, log: ExportedLog, files: _
 
 def discard_iceberg_metadata(store: ObjectStore, location: str) -> int:
     """Remove the Iceberg table of the export at `location`, its metadata.json first (until then it
-    reads whole); the number of objects removed."""
-    root = iceberg_location(location)
-    keys = [key for folder in names.FOLDERS for key in store.list_keys(root + folder)]
+    reads whole), then the files it wrote; the number of objects removed."""
+    root, own = iceberg_location(location), iceberg_files_location(location)
+    keys = list(dict.fromkeys(key for folder in names.FOLDERS for at in (root, own) for key in store.list_keys(at + folder)))
     store.delete([key for key in keys if names.is_metadata_file(key, root)])
     store.delete([key for key in keys if not names.is_metadata_file(key, root)])
     return len(keys)

@@ -36,7 +36,7 @@ ReadRange = Callable[[str, int, int], bytes]  # (a log's absolute URI, start, en
 
 @dataclass
 class Manifest:
-    key: str
+    uri: str  # where it is: this table's new files' location, or an older table's
     record: dict  # its manifest list record
     hashes: pa.Array | None  # the data paths of its live entries, hashed (`path_hashes`); None: not read yet
 
@@ -122,12 +122,11 @@ class ManifestSet:
         self.manifests: list[Manifest] = []
         self.path_hashes = False  # whether a resumed table's manifests have their `path_hashes_key` objects
 
-    def resume(self, manifest_list_key: str, path_hashes: bool) -> None:
-        """The manifests of a table's current snapshot (its manifest list at `manifest_list_key`)."""
+    def resume(self, manifest_list: str, path_hashes: bool) -> None:
+        """The manifests of a table's current snapshot (its manifest list's URI `manifest_list`)."""
         self.path_hashes = path_hashes  # else its manifests are read to find a path
-        prefix = self.location + "/"
-        for record in read_manifest_list(self.files.get(manifest_list_key)):
-            self.manifests.append(Manifest(record["manifest_path"][len(prefix):], record, None))
+        for record in read_manifest_list(self.files.read(manifest_list)):
+            self.manifests.append(Manifest(record["manifest_path"], record, None))
 
     def write(self, snapshot: NextSnapshot, adds: Iterable[dict], retired: set[str],
               batches: Iterable[pa.StructArray] = ()) -> list[dict]:
@@ -226,14 +225,14 @@ class ManifestSet:
         wanted = path_hashes(paths)
         unread = [m for m in self.manifests if m.hashes is None] if self.path_hashes else []
         with io_pool(IO_THREADS) as pool:  # the path hashes not read yet, at once
-            for manifest, raw in zip(unread, pool.map(lambda m: self.files.get(names.path_hashes_key(m.key)), unread)):
+            for manifest, raw in zip(unread, pool.map(lambda m: self.files.read(names.path_hashes_key(m.uri)), unread)):
                 manifest.hashes = pa.array(np.frombuffer(raw, "<i8"))
         for index, manifest in enumerate(self.manifests):
             if manifest.hashes is not None and not pc.any(pc.is_in(wanted, value_set=manifest.hashes)).as_py():
                 continue
             content = manifest.record["content"]
             entries, live, hit = [], [], False
-            for entry in read_manifest(self.files.get(manifest.key)):
+            for entry in read_manifest(self.files.read(manifest.uri)):
                 if entry["status"] == DELETED:
                     continue  # deleted by the snapshot that wrote this manifest
                 target = _data_path(entry, content)
@@ -266,7 +265,7 @@ class ManifestSet:
         self.files.put(key, body)
         record.update(manifest_path=self._uri(key), manifest_length=len(body), sequence_number=snapshot.sequence_number,
                       added_snapshot_id=snapshot.snapshot_id)
-        manifest = Manifest(key, record, hashes)
+        manifest = Manifest(self._uri(key), record, hashes)
         self.files.put(names.path_hashes_key(key), hashes.to_numpy().astype("<i8").tobytes())
         if add:
             self.manifests.append(manifest)

@@ -47,9 +47,10 @@ def manifest(snapshot_id: int, number: int) -> str:
     return f"metadata/{snapshot_id}-m{number}.avro"
 
 
-def path_hashes_key(manifest_key: str) -> str:
-    """Where the hashes of a manifest's data paths are kept, beside it (`manifests.PATH_HASHES`)."""
-    return manifest_key.removesuffix(".avro") + ".paths"
+def path_hashes_key(manifest: str) -> str:
+    """Where the hashes of a manifest's data paths are kept, beside it (`manifests.PATH_HASHES`): a
+    key from a key, a URI from a URI."""
+    return manifest.removesuffix(".avro") + ".paths"
 
 
 def delete_file_key(data_path: str, descriptor: Mapping[str, Any]) -> str:

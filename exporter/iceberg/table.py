@@ -1,6 +1,10 @@
 """An exported Delta log (absolute paths) as an Iceberg table over the same data files: one snapshot
 per Delta version, from the log's first version (its checkpoint, or 0) to its head.
 
+Two places: `table` (the table's location: its metadata files) and `files` (where its new
+manifests, manifest lists and delete files go; the same place, or one of its own). A table derived
+from another (`derive_table`) names the other's files where they are and writes only its new ones.
+
 The checkpoint's files are streamed into manifests of at most `manifest_entries` files, written
 once; each later version adds a manifest for its adds and rewrites only the manifests holding a
 file it removes (found by a hash of each manifest's paths, 8 bytes a file). Deletion vectors become
@@ -32,10 +36,9 @@ from exporter.iceberg.evolution import Evolution
 from exporter.iceberg.files import IcebergFiles
 from exporter.iceberg.manifest_set import ManifestSet, NextSnapshot, ReadRange, Totals
 from exporter.iceberg.manifests import FORMAT_VERSION, PATH_HASHES, read_manifest_list, write_manifest_list
-from exporter.iceberg.relocate import CopyKeys, relocate_table
 from exporter.iceberg.versions import GoneFile, LogUpTo, first_whole_version
 
-__all__ = ["DELTA_VERSION", "IcebergTable", "ReadRange", "append_table", "copy_table", "write_table"]
+__all__ = ["DELTA_VERSION", "IcebergTable", "ReadRange", "append_table", "derive_table", "write_table"]
 
 DELTA_VERSION = "delta.version"  # in each snapshot's summary: the Delta version it is
 MANIFEST_ENTRIES = 50_000  # files per manifest written from a checkpoint (or a big commit)
@@ -43,17 +46,17 @@ MANIFEST_ENTRIES = 50_000  # files per manifest written from a checkpoint (or a 
 
 @dataclass(frozen=True)
 class IcebergTable:
-    metadata_key: str  # the metadata file written last, relative to the location
+    metadata_key: str  # the metadata file written last, relative to the table's location
     metadata_location: str  # its absolute URI: what a reader is given
     snapshot_ids: dict[int, int]  # Delta version -> Iceberg snapshot id, every version the table has
     # files of the table no snapshot it keeps names any more (`append_table`'s `oldest_version`), relative
-    # to the location: the caller deletes them once the metadata file is written
+    # to `files.location`: the caller deletes them once the metadata file is written
     unreferenced: tuple[str, ...] = ()
 
 
 def write_table(log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
                 source_timestamps: Mapping[int, int] | None = None,
-                manifest_entries: int = MANIFEST_ENTRIES) -> IcebergTable:
+                manifest_entries: int = MANIFEST_ENTRIES, table: IcebergFiles | None = None) -> IcebergTable:
     """The Iceberg table of an exported Delta log: a snapshot per version from its checkpoint (or
     0) to its head. `read_range` reads stored deletion vectors (and a data file's footer where the
     stats do not count its rows); `source_timestamps` (the export manifest's) are commit times where
@@ -62,16 +65,17 @@ def write_table(log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
     A version that names a file lakeFS has no object for (vacuumed: the export keeps its path
     relative) gets no snapshot: the table starts at the first version from which every live file
     exists (`first_whole_version`). Its files are written again from there; those written before
-    are named by no metadata file."""
+    are named by no metadata file. `table`: where its metadata files go (None: `files`)."""
     try:
-        return _write(log, None, files, read_range, source_timestamps, manifest_entries)
+        return _write(log, None, files, read_range, source_timestamps, manifest_entries, table)
     except GoneFile:
-        return _write(log, first_whole_version(log), files, read_range, source_timestamps, manifest_entries)
+        return _write(log, first_whole_version(log), files, read_range, source_timestamps, manifest_entries, table)
 
 
 def _write(log: SnapshotLog, start: int | None, files: IcebergFiles, read_range: ReadRange,
-           source_timestamps: Mapping[int, int] | None, manifest_entries: int) -> IcebergTable:
-    builder = _Builder(files, read_range, manifest_entries, source_timestamps or {})
+           source_timestamps: Mapping[int, int] | None, manifest_entries: int,
+           table: IcebergFiles | None) -> IcebergTable:
+    builder = _Builder(files, read_range, manifest_entries, source_timestamps or {}, table)
     segment = log.segment
     if start is None and segment.checkpoint is not None:
         start = segment.checkpoint.version
@@ -93,17 +97,27 @@ def append_table(metadata_key: str, log: SnapshotLog, files: IcebergFiles, read_
     `oldest_version`: the snapshots of Delta versions below it are expired (never the current one),
     as Delta's log retention removed those versions from the Delta log; the files only they named
     are in the table's `unreferenced`."""
-    return _append(_Builder(files, read_range, manifest_entries, source_timestamps or {}),
-                   json.loads(files.get(metadata_key)), metadata_key, log, oldest_version)
+    builder = _Builder(files, read_range, manifest_entries, source_timestamps or {})
+    return _append(builder, json.loads(files.read(names.uri(builder.location, metadata_key))), metadata_key, log,
+                   oldest_version)
 
 
-def copy_table(metadata_key: str, source: IcebergFiles, copy: CopyKeys, log: SnapshotLog, files: IcebergFiles,
-               read_range: ReadRange, source_timestamps: Mapping[int, int] | None = None) -> IcebergTable:
-    """The Iceberg table at `source`'s `metadata_key` made at `files.location` (`relocate_table`:
-    what it names is copied there, not read) with a snapshot for each version of `log` after the
-    last one it has, as `append_table` adds them; every snapshot it had stays readable."""
-    previous = relocate_table(metadata_key, source, files, copy)
-    return _append(_Builder(files, read_range, MANIFEST_ENTRIES, source_timestamps or {}), previous, None, log)
+def derive_table(source: dict, log: SnapshotLog, files: IcebergFiles, table: IcebergFiles, read_range: ReadRange,
+                 source_timestamps: Mapping[int, int] | None = None) -> IcebergTable:
+    """Another table (`source`: its metadata, read) continued as a table of its own at
+    `table.location`: a snapshot for each version of `log` after the last one it has, as
+    `append_table` adds them, its new files in `files`; the files `source` names are named where
+    they are, never read but for its current manifest list (and the manifests a removed file is in).
+    Its snapshots before `log`'s first version are expired: the table has the versions its Delta
+    log has. Its metadata log starts anew (`source`'s metadata files are not its own)."""
+    if source.get("format-version") != FORMAT_VERSION:
+        raise CorruptLog(f"the table to derive from has format version {source.get('format-version')}, "
+                         f"not {FORMAT_VERSION}")
+    builder = _Builder(files, read_range, MANIFEST_ENTRIES, source_timestamps or {}, table)
+    own = {**source, "location": builder.location, "table-uuid": builder.table_uuid, "metadata-log": []}
+    segment = log.segment
+    oldest = segment.checkpoint.version if segment.checkpoint else min((v for v, _ in segment.commits), default=0)
+    return _append(builder, own, None, log, oldest)
 
 
 def _append(builder: _Builder, previous: dict, metadata_key: str | None, log: SnapshotLog,
@@ -129,9 +143,10 @@ class _Builder:
     """The table's snapshots, written one Delta version at a time; its metadata file by `finish`."""
 
     def __init__(self, files: IcebergFiles, read_range: ReadRange, manifest_entries: int,
-                 source_timestamps: Mapping[int, int]):
-        self.files, self.source_timestamps = files, source_timestamps
-        self.location = files.location.rstrip("/")
+                 source_timestamps: Mapping[int, int], table: IcebergFiles | None = None):
+        self.files, self.table, self.source_timestamps = files, table or files, source_timestamps
+        self.location = self.table.location.rstrip("/")  # the table's
+        self.files_location = files.location.rstrip("/")  # its new files
         self.table_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, self.location))
         self.evolution = Evolution()
         self.manifests = ManifestSet(files, read_range, manifest_entries)
@@ -180,6 +195,7 @@ class _Builder:
         records = self.manifests.write(next_snapshot, adds, retired, batches)
         list_key = names.manifest_list(snapshot_id)
         self.files.put(list_key, write_manifest_list(records, snapshot_id, parent, self.sequence_number))
+        list_uri = names.uri(self.files_location, list_key)
         change = next_snapshot.change
         self.totals.apply(change)
         # increasing, as Delta's readers make them, and as Iceberg readers require (a snapshot log going
@@ -187,7 +203,7 @@ class _Builder:
         timestamp = after(self.snapshot_log[-1]["timestamp-ms"] if self.snapshot_log else None,
                           commit_timestamp(actions, self.source_timestamps.get(version, _writer_timestamp(actions))))
         snapshot = {"snapshot-id": snapshot_id, "sequence-number": self.sequence_number, "timestamp-ms": timestamp,
-                    "manifest-list": self._uri(list_key), "schema-id": self.evolution.schema_id,
+                    "manifest-list": list_uri, "schema-id": self.evolution.schema_id,
                     "summary": {"operation": change.operation(data_change), DELTA_VERSION: str(version),
                                 **change.summary(), **self.totals.summary()}}
         if parent is not None:
@@ -216,7 +232,7 @@ class _Builder:
         self.snapshot_ids = {int(s["summary"][DELTA_VERSION]): s["snapshot-id"] for s in self.snapshots}
         head = next(s for s in self.snapshots if s["snapshot-id"] == metadata["current-snapshot-id"])
         self.totals.resume(head["summary"])
-        self.manifests.resume(self._key(head["manifest-list"]), self.evolution.properties.get(PATH_HASHES) == "true")
+        self.manifests.resume(head["manifest-list"], self.evolution.properties.get(PATH_HASHES) == "true")
         return int(head["summary"][DELTA_VERSION])
 
     def expire_before(self, version: int) -> list[str]:
@@ -233,30 +249,28 @@ class _Builder:
         self.snapshots = [s for s in self.snapshots if s["snapshot-id"] not in gone]
         self.snapshot_log = [e for e in self.snapshot_log if e["snapshot-id"] not in gone]
         self.snapshot_ids = {v: i for v, i in self.snapshot_ids.items() if i not in gone}
+        if not any(self._own(s["manifest-list"]) for s in expired):
+            return []  # none of its own: a manifest it wrote is listed by a snapshot it wrote
 
         def listed(snapshot: dict) -> set[str]:
-            listed_key = self._key(snapshot["manifest-list"])
-            return {r["manifest_path"] for r in read_manifest_list(self.files.get(listed_key))}
+            return {r["manifest_path"] for r in read_manifest_list(self.files.read(snapshot["manifest-list"]))}
 
         kept = listed(self.snapshots[0])
         manifests = sorted(set().union(*map(listed, expired)) - kept)
-        old_metadata = [e for e in self.metadata_log if self._own(e["metadata-file"]) and
+        old_metadata = [e for e in self.metadata_log if self._own(e["metadata-file"], self.location) and
                         (head := names.metadata_file_version(e["metadata-file"])) is not None and head < version]
         self.metadata_log = [e for e in self.metadata_log if e not in old_metadata]
 
-        def keys(uris: Iterable[str]) -> list[str]:  # this table's own files, relative to its location
-            return [self._key(uri) for uri in uris if self._own(uri)]
+        def keys(uris: Iterable[str]) -> list[str]:  # this table's own files, relative to `files.location`
+            return [uri[len(self.files_location) + 1:] for uri in uris if self._own(uri)]
 
         manifest_keys = keys(manifests)  # with their path hashes (an older table's have none: deleting is a no-op)
         return [*keys(s["manifest-list"] for s in expired), *manifest_keys, *map(names.path_hashes_key, manifest_keys),
                 *keys(e["metadata-file"] for e in old_metadata)]
 
-    def _own(self, uri: str) -> bool:
-        return uri.startswith(self.location + "/")
-
-    def _key(self, uri: str) -> str:
-        """The key of one of this table's own files, from its URI."""
-        return uri[len(self.location) + 1:]
+    def _own(self, uri: str, location: str | None = None) -> bool:
+        """Whether `uri` is one of the files this table wrote (under `files.location`, or `location`)."""
+        return uri.startswith((location or self.files_location) + "/")
 
     def finish(self) -> IcebergTable:
         """Write the metadata file, last: the table as of the head."""
@@ -274,7 +288,7 @@ class _Builder:
             "statistics": [], "partition-statistics": [],
         }
         key = names.metadata_file(version)
-        self.files.put(key, json.dumps(metadata, indent=1).encode())
+        self.table.put(key, json.dumps(metadata, indent=1).encode())
         return IcebergTable(key, self._uri(key), dict(self.snapshot_ids))
 
 

@@ -10,6 +10,10 @@
                                                         `_lakefs_branch_table.json` is written last
     <parent of export_prefix>/rowdiff/<left>/<right>/<table>/<key>.parquet
                                                         the rows of a row diff the Spark job wrote
+    <parent of export_prefix>/iceberg-files/<table>/<ref>/<commit id>/metadata/ data/
+                                                        the manifests, manifest lists and delete files
+                                                        a per-commit export's Iceberg table wrote;
+                                                        later exports' tables name them where they are
 
 `export_prefix` is `_lakefs/exported` unless configured. Refs and table names become path segments
 through `location_segment`, which `segment_name` undoes. Every location is relative to the storage
@@ -24,6 +28,7 @@ from exporter.storage.scope import LAKEFS_FOLDER
 
 MANIFEST = "_lakefs_export.json"  # an export is complete once this exists
 STATE = "_lakefs_branch_table.json"  # a branch table's head, offset and followed commits
+ICEBERG_FILES = "iceberg-files"  # beside the exports root: the Iceberg files per-commit exports share
 LATEST = "latest"  # the commit folder of branch tables: never a commit id (those are 64 hex digits)
 _SEGMENT_SAFE = re.compile(r"[A-Za-z0-9._-]")
 
@@ -65,6 +70,31 @@ def iceberg_location(location: str) -> str:
     return location
 
 
+def iceberg_files_location(location: str) -> str:
+    """Where the Iceberg table over the export at `location` writes its manifests, manifest lists and
+    delete files. A per-commit export's go to its own folder of the table's Iceberg files (an
+    export derived from another names the other's files where they are, and prune's collection
+    keeps them while an export names them); a branch table's beside its metadata, at its location."""
+    root, ref, commit, table = location.rstrip("/").rsplit("/", 3)
+    if commit == LATEST:
+        return location
+    return f"{iceberg_table_files(location)}{ref}/{commit}/"
+
+
+def iceberg_table_files(location: str) -> str:
+    """The folder of the Iceberg files of every per-commit export of the table the export at
+    `location` is of (the files its Iceberg table may name); a branch table's location."""
+    root, _, commit, table = location.rstrip("/").rsplit("/", 3)
+    if commit == LATEST:
+        return location
+    return f"{iceberg_files_root(root + '/')}{table}/"
+
+
+def iceberg_files_root(exports: str) -> str:
+    """The folder of every table's Iceberg files (a folder per table), beside the exports root `exports`."""
+    return f"{posixpath.dirname(exports.strip('/'))}/{ICEBERG_FILES}/".lstrip("/")
+
+
 def branch_tables_root(config: Config, branch: str) -> str:
     """The folder of a branch's branch tables (one subfolder per table)."""
     return commit_root(config, branch, LATEST)
@@ -79,7 +109,8 @@ def private_folders(config: Config) -> tuple[str, ...]:
     """The folders of a storage namespace whose objects no Delta log may name (`exporter.storage.scope`):
     lakeFS's `_lakefs/`, and where this product writes (every ref's exports and branch tables, the
     row diffs), under `_lakefs/` too unless `export_prefix` moves them."""
-    return tuple(dict.fromkeys([LAKEFS_FOLDER, exports_root(config), row_diffs_root(config)]))
+    return tuple(dict.fromkeys([LAKEFS_FOLDER, exports_root(config), row_diffs_root(config),
+                                iceberg_files_root(exports_root(config))]))
 
 
 def row_diffs_root(config: Config) -> str:

@@ -6,6 +6,7 @@ tag's export stay), never a branch table. Catch-up asks `within_policy` before r
 commit, so it never brings back what prune removed. A row diff's rows file belongs to what it
 describes: it goes with the last export of its right-hand commit (unless that commit is a branch's
 head, or the file is younger than `keep_hours`); `verify` names the rows files no export accounts for.
+The Iceberg files exports share go once no export's Iceberg table names them (`iceberg_files`).
 
 An export references data files by physical address; lakeFS garbage collection deletes an object
 once no retained commit references it. `verify` HEADs every live data file and deletion vector of
@@ -42,6 +43,7 @@ from exporter.storage.layout import (
 from exporter.progress import Progress, Step, counted, each, quiet
 from exporter.storage.objectstore import ObjectStore, split_uri
 from exporter.threads import IO_THREADS, io_pool
+from exporter.upkeep.iceberg_files import collect_iceberg_files
 
 HOUR = 3600
 
@@ -54,12 +56,17 @@ class PrunePlan:
     kept: dict[str, str] = field(default_factory=dict)  # export location -> why it stays
     objects_deleted: int = 0
     row_diffs_deleted: list[str] = field(default_factory=list)  # rows files removed (dry run: to remove)
+    iceberg_files_deleted: int = 0  # Iceberg files no export's table names (dry run: to remove)
+    iceberg_files_unnamed: int = 0  # named by none, deleted by a later prune if still so
 
     def summary(self) -> str:
         verb = "would delete" if self.dry_run else "deleted"
         return (f"{self.repository}: {verb} {len(self.deleted)} export(s)"
                 + ("" if self.dry_run else f" ({self.objects_deleted} objects)") + f", kept {len(self.kept)}"
-                + f", {verb} {len(self.row_diffs_deleted)} row diff rows file(s)")
+                + f", {verb} {len(self.row_diffs_deleted)} row diff rows file(s)"
+                + f", {verb} {self.iceberg_files_deleted} Iceberg file(s) no export names"
+                + (f" ({self.iceberg_files_unnamed} more unnamed: a later prune deletes them)"
+                   if self.iceberg_files_unnamed else ""))
 
 
 def within_policy(commit_position: int, commit_age_seconds: float, policy: RetentionConfig) -> bool:
@@ -122,7 +129,19 @@ def prune(lake: Lake, repository: str, policy: RetentionConfig | None = None, dr
         store.delete([name for name, _ in orphans])
         plan.objects_deleted += len(orphans)
     progress(Step("prune", repository, "orphan row diffs", len(orphans), len(orphans), "files"))
+    collection = collect_iceberg_files(store, config, now, iceberg_grace_seconds(config), dry_run)
+    plan.iceberg_files_deleted, plan.iceberg_files_unnamed = len(collection.deleted), collection.candidates
+    plan.objects_deleted += 0 if dry_run else len(collection.deleted)
+    progress(Step("prune", repository, "Iceberg files no export names", len(collection.deleted),
+                  len(collection.deleted), "files"))
     return plan
+
+
+def iceberg_grace_seconds(config: Config) -> float:
+    """How long an Iceberg file no table names is kept: longer than an export deriving its table
+    from another's takes to name it (a task's time limit is below the visibility timeout; a task
+    redelivered once is two)."""
+    return 2.0 * config.tasks.visibility_timeout_seconds
 
 
 def orphan_row_diffs(lake: Lake, repository: str) -> list[str]:

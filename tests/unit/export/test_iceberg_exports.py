@@ -21,7 +21,7 @@ from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.upkeep.retention import prune
 from exporter.iceberg.manifests import read_manifest, read_manifest_list
 from exporter.iceberg.table import DELTA_VERSION
-from exporter.storage.layout import MANIFEST, commit_root, export_location
+from exporter.storage.layout import MANIFEST, commit_root, export_location, iceberg_files_location
 from tests.fakes import FakeLakeFS, MemoryStore
 from tests.unit.source_tables import SourceTable
 from tests.fakes import lake_of
@@ -51,7 +51,10 @@ def manifest(lakefs: FakeLakeFS, location: str) -> dict:
 
 
 def iceberg_files(store: MemoryStore, location: str) -> list[str]:
-    return [key for key in store.list_keys(location) if key.startswith((location + "metadata/", location + "data/"))]
+    """The Iceberg table's files: its metadata files at the export's location, the rest in its own folder
+    of the table's Iceberg files."""
+    return [key for at in (location, iceberg_files_location(location)) for key in store.list_keys(at)
+            if key.startswith((at + "metadata/", at + "data/"))]
 
 
 def test_with_the_switch_off_an_export_is_delta_only_and_its_manifest_as_before(lakefs, events):
@@ -106,7 +109,7 @@ def test_an_export_is_complete_before_its_iceberg_table_which_is_written_after_a
     assert exports_in_store(lake_of(ON, lakefs), "repo", commit)["main"]["events"]["iceberg"] == record
 
 
-def test_incremental_and_copied_exports_write_their_own_iceberg_table_naming_no_other_exports_file(lakefs, events):
+def test_incremental_and_copied_exports_write_their_own_metadata_file_and_only_the_new_versions_files(lakefs, events):
     first = events.append(1).commit()
     export(lakefs, "main", first, events)
     second = events.append(2).commit()
@@ -116,15 +119,22 @@ def test_incremental_and_copied_exports_write_their_own_iceberg_table_naming_no_
 
     store = namespace(lakefs)
     assert incremental.incremental and copied.incremental
+    written_by = {0: export_location(ON, "main", first, "events"), 1: export_location(ON, "main", second, "events")}
     for ref, outcome in (("main", incremental), ("v1", copied)):
         location = export_location(ON, ref, second, "events")
         assert outcome.iceberg == manifest(lakefs, location)["iceberg"]
         assert outcome.iceberg["metadata_location"] == store.uri(location + "metadata/v1.metadata.json")
         assert sorted(outcome.iceberg["snapshot_ids"]) == ["0", "1"]
         metadata = json.loads(store.get(location + "metadata/v1.metadata.json"))
-        lists = [s["manifest-list"] for s in metadata["snapshots"]]
-        manifests = [m["manifest_path"] for uri in lists for m in read_manifest_list(store.get_uri(uri))]
-        assert all(uri.startswith(store.uri(location + "metadata/")) for uri in lists + manifests), (ref, lists, manifests)
+        assert metadata["location"] == store.uri(location).rstrip("/")
+        for snapshot in metadata["snapshots"]:  # each version's files where the export that wrote it put them
+            own = store.uri(iceberg_files_location(written_by[int(snapshot["summary"][DELTA_VERSION])]))
+            named = [snapshot["manifest-list"], *(m["manifest_path"] for m in read_manifest_list(
+                store.get_uri(snapshot["manifest-list"])) if m["added_snapshot_id"] == snapshot["snapshot-id"])]
+            assert all(uri.startswith(own) for uri in named), (ref, named)
+    # the tag's copy wrote its metadata file and nothing else
+    assert iceberg_files(store, export_location(ON, "v1", second, "events")) == \
+        [export_location(ON, "v1", second, "events") + "metadata/v1.metadata.json"]
     # the same Delta versions are the same snapshots in every export of the table
     assert incremental.iceberg["snapshot_ids"] == copied.iceberg["snapshot_ids"]
 
@@ -237,17 +247,17 @@ def live_data_files(store: MemoryStore, metadata: dict, snapshot_id: int) -> lis
                   for entry in read_manifest(store.get_uri(listed["manifest_path"])) if entry["status"] != 2)
 
 
-def test_an_incremental_exports_table_is_its_parents_copied_and_reads_every_version_once_the_parent_is_gone(
+def test_an_incremental_exports_table_names_its_parents_files_and_reads_every_version_once_the_parent_is_pruned(
         lakefs, events):
     first = events.append(1).append(2).commit()
     export(lakefs, "main", first, events)
     store = namespace(lakefs)
     parent = export_location(ON, "main", first, "events")
-    parent_files = {key[len(parent):]: store.get(key) for key in iceberg_files(store, parent)}
+    parent_files = {key: store.get(key) for key in iceberg_files(store, parent) if not key.endswith(".metadata.json")}
     second = events.append(3).commit()
 
     outcome = export(lakefs, "main", second, events)
-    discard_export(store, parent)  # prune removes the parent, older, first
+    discard_export(store, parent)  # prune removes the parent's export; its Iceberg files stay while named
 
     location = export_location(ON, "main", second, "events")
     assert outcome.incremental and sorted(outcome.iceberg["snapshot_ids"]) == ["0", "1", "2"]
@@ -256,9 +266,10 @@ def test_an_incremental_exports_table_is_its_parents_copied_and_reads_every_vers
     for version, count in (("0", 1), ("1", 2), ("2", 3)):  # time travel: each version's files
         live = live_data_files(store, metadata, outcome.iceberg["snapshot_ids"][version])
         assert len(live) == count and set(live) <= set(files), version
-    # the parent's data manifests were copied (the same bytes), not written again
-    manifests = [key for key in parent_files if key.startswith("metadata/") and "-m" in key]
-    assert manifests and all(store.get(location + key) == parent_files[key] for key in manifests)
+    # the parent's files are named where they are, as they were, not written again
+    named = {s["manifest-list"] for s in metadata["snapshots"]}
+    assert {store.uri(key) for key in parent_files if "/snap-" in key} <= named
+    assert all(store.get(key) == body for key, body in parent_files.items())
     assert metadata["metadata-log"] == [] and store.uri(parent) not in json.dumps(metadata)
 
 
@@ -277,13 +288,14 @@ def test_an_incremental_export_whose_parent_has_no_iceberg_table_writes_its_own_
 
 
 def test_an_incremental_export_whose_parents_table_cannot_be_copied_writes_its_own_fresh(lakefs, events):
-    """A file of the parent's table gone (pruned while the child was exported): the copy stops, what
-    it wrote is removed, and the table is written from the log."""
+    """The parent's table unreadable (its current manifest list gone): the derivation stops, what it
+    wrote is removed, and the table is written from the log."""
     first = events.append(1).append(2).commit()
-    export(lakefs, "main", first, events)
+    parent_record = export(lakefs, "main", first, events).iceberg
     store = namespace(lakefs)
     parent = export_location(ON, "main", first, "events")
-    store.delete([key for key in iceberg_files(store, parent) if "/snap-" in key][:1])
+    head = parent_record["snapshot_ids"]["1"]
+    store.delete([key for key in iceberg_files(store, parent) if key.endswith(f"/snap-{head}.avro")])
     second = events.append(3).commit()
 
     outcome = export(lakefs, "main", second, events)

@@ -64,7 +64,7 @@ class LocalFiles:
         self.root = root
         self.location = physical_uri(f"file://{root}") + "/"
         self.written: list[str] = []
-        self.read: list[str] = []
+        self.reads: list[str] = []  # URIs
 
     def put(self, key: str, body: bytes) -> None:
         path = self.root / key
@@ -72,9 +72,9 @@ class LocalFiles:
         path.write_bytes(body)
         self.written.append(key)
 
-    def get(self, key: str) -> bytes:
-        self.read.append(key)
-        return (self.root / key).read_bytes()
+    def read(self, uri: str) -> bytes:
+        self.reads.append(uri)
+        return Path(unquote(urlsplit(uri).path)).read_bytes()
 
 
 def read_range(uri: str, start: int, end: int) -> bytes:

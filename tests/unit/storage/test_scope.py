@@ -72,12 +72,13 @@ def test_a_namespace_holding_this_one_is_no_exclusion_and_only_the_nested_ones_c
 
 def test_the_private_folders_follow_the_export_prefix():
     moved = Config(export_prefix="exports/out")
-    assert private_folders(moved) == ("_lakefs/", "exports/out/", "exports/rowdiff/")
+    assert private_folders(moved) == ("_lakefs/", "exports/out/", "exports/rowdiff/", "exports/iceberg-files/")
     scope = ReadScope(NAMESPACE, private=private_folders(moved))
     assert "s3://lake/ns/exports/out/main/latest/t/_delta_log/0.json" not in scope
     assert "s3://lake/ns/exports/rowdiff/a/b/t/k.parquet" not in scope
     assert "s3://lake/ns/exports/other/c1" in scope and "s3://lake/ns/_lakefs/x" not in scope
-    assert private_folders(Config()) == ("_lakefs/", "_lakefs/exported/", "_lakefs/rowdiff/")
+    assert "s3://lake/ns/exports/iceberg-files/t/main/c1/metadata/snap-1.avro" not in scope
+    assert private_folders(Config()) == ("_lakefs/", "_lakefs/exported/", "_lakefs/rowdiff/", "_lakefs/iceberg-files/")
 
 
 def test_a_column_is_checked_as_each_of_its_paths():
