@@ -161,12 +161,21 @@ def restart_lakefs(wait: float = 180.0) -> None:
             time.sleep(1)
 
 
+S3_VERBS = {"GetObject": "GET", "PutObject": "PUT", "CopyObject": "COPY", "HeadObject": "HEAD",
+            "ListObjectsV2": "LIST", "DeleteObjects": "DELETE"}
+
+
 def split(measured: dict) -> str:
     """An export with its Iceberg table: the two steps' seconds (the export is complete after the first);
     a median of cold exports: each one's seconds."""
     if measured.get("samples"):
         return f"; median of {measured['samples']} s"
-    return f": {measured['seconds']:.2f} s + {measured['iceberg_seconds']:.2f} s" if measured["iceberg_seconds"] else ""
+    if not measured["iceberg_seconds"]:
+        return ""
+    requests = measured.get("iceberg_requests") or {}
+    counted = ", ".join(f"{count} {S3_VERBS.get(operation, operation)}" for operation, count in sorted(requests.items()))
+    return f": {measured['seconds']:.2f} s + {measured['iceberg_seconds']:.2f} s" + \
+        (f"; the Iceberg step's requests: {counted}" if counted else "")
 
 
 COLD_SAMPLES = 3  # the Delta-only cold export, set beside Lua's: the median of this many, each under a ref of its own

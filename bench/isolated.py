@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.measure import peak_rss_mib
@@ -60,14 +61,35 @@ def _export(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
     table = find_table(lakefs, repository, commit_id, table_name)
     ObjectStore(config, lakefs.storage_namespace(repository))  # a worker makes its client once, not per export
     outcome = export_table(Lake.connect(config), ExportAt(repository, ref, commit_id), table)
-    iceberg_seconds, iceberg = 0.0, outcome.iceberg
+    iceberg_seconds, iceberg, requests = 0.0, outcome.iceberg, {}
     if outcome.ok and not outcome.skipped and outcome.iceberg == PENDING:
-        started = time.monotonic()
-        iceberg = export_iceberg(Lake(config, lakefs, ObjectStores(config)), repository, ref, commit_id, table_name)
-        iceberg_seconds = time.monotonic() - started
+        with _object_store_requests() as requests:
+            started = time.monotonic()
+            iceberg = export_iceberg(Lake(config, lakefs, ObjectStores(config)), repository, ref, commit_id, table_name)
+            iceberg_seconds = time.monotonic() - started
     return {"ok": outcome.ok, "error": outcome.error, "seconds": outcome.seconds, "lakefs_calls": outcome.lakefs_calls,
             "incremental": outcome.incremental, "skipped": outcome.skipped, "location": outcome.location,
-            "iceberg_seconds": iceberg_seconds, "iceberg": iceberg, "peak_rss_mib": peak_rss_mib()}
+            "iceberg_seconds": iceberg_seconds, "iceberg": iceberg, "iceberg_requests": requests,
+            "peak_rss_mib": peak_rss_mib()}
+
+
+@contextmanager
+def _object_store_requests():
+    """The S3 requests this process makes meanwhile, by operation (GetObject, PutObject, ...)."""
+    from botocore.client import BaseClient
+
+    counted: dict[str, int] = {}
+    original = BaseClient._make_api_call
+
+    def counting(client, operation_name, api_params):
+        counted[operation_name] = counted.get(operation_name, 0) + 1
+        return original(client, operation_name, api_params)
+
+    BaseClient._make_api_call = counting
+    try:
+        yield counted
+    finally:
+        BaseClient._make_api_call = original
 
 
 def _iceberg(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
@@ -341,6 +363,9 @@ class _LocalStore:
         except FileNotFoundError:
             raise NotFound(relative) from None
 
+    def get_uri(self, uri: str) -> bytes:
+        return self.get(uri.removeprefix(self.namespace + "/"))
+
     def get_range(self, uri: str, start: int, end: int) -> bytes:
         with open(self.folder / uri.removeprefix(self.namespace + "/"), "rb") as file:
             file.seek(start)
@@ -373,6 +398,7 @@ class _LocalStore:
 
 
 _LINES_NAMESPACE = "s3://lakefs-data/bench"
+_PARENT, _CHILD = "_lakefs/exported/main/parent/t/", "_lakefs/exported/main/child/t/"  # export locations: ref, commit, table
 
 
 def _sharing_table(count: str, folder: str) -> dict:
@@ -437,15 +463,15 @@ _ICEBERG_NEW_FILES = 10  # the incremental case: one commit of this many files o
 
 
 def _iceberg_table(count: str, folder: str) -> dict:
-    """Two exports of a table in `folder` (the storage namespace `_LINES_NAMESPACE`): `parent/`, a
+    """Two exports of a table in `folder` (the storage namespace `_LINES_NAMESPACE`): `_PARENT`, a
     checkpoint (version 1) of `count` adds as `build_table` makes them (absolute paths, stats of one
-    long column), and `child/`, the same log (hard links) and a commit of 10 new files (version 2).
+    long column), and `_CHILD`, the same log (hard links) and a commit of 10 new files (version 2).
     Made in its own process, so the dicts `synthetic_checkpoint` takes never count in the measured one."""
     import pyarrow.parquet as pq
 
     from bench.synthetic import METADATA, PROTOCOL, synthetic_checkpoint
 
-    parent, child = Path(folder) / "parent" / "_delta_log", Path(folder) / "child" / "_delta_log"
+    parent, child = Path(folder) / _PARENT / "_delta_log", Path(folder) / _CHILD / "_delta_log"
     parent.mkdir(parents=True, exist_ok=True)
     child.mkdir(parents=True, exist_ok=True)
     names = [f"s3://lakefs-data/bulk-import/{uuid.UUID(int=i // 50_000).hex}/p={i % 100:04d}/"
@@ -474,16 +500,18 @@ def _iceberg_metadata(count: str, mode: str, profile: str = "") -> dict:
     import tempfile
 
     from exporter.export.iceberg_metadata import write_iceberg_metadata
+    from exporter.storage.layout import iceberg_files_location
 
     folder = Path(tempfile.gettempdir()) / f"bench-iceberg-{count}"
-    if not (folder / "child" / "_delta_log" / f"{2:020d}.json").exists():
+    if not (folder / _CHILD / "_delta_log" / f"{2:020d}.json").exists():
         measure("iceberg-table", count, str(folder))
-    location = "parent/" if mode == "fresh" else "child/"
+    location = _PARENT if mode == "fresh" else _CHILD
     for name in ("metadata", "data"):
         shutil.rmtree(folder / location / name, ignore_errors=True)
+        shutil.rmtree(folder / iceberg_files_location(location) / name, ignore_errors=True)
     parent = None
     if mode == "incremental":
-        parent = ("parent/", measure("iceberg-metadata", count, "fresh")["record"])
+        parent = (_PARENT, measure("iceberg-metadata", count, "fresh")["record"])
     store = _LocalStore(folder, _LINES_NAMESPACE)
     profiler = _profiler(profile)
     before = peak_rss_mib()

@@ -13,14 +13,16 @@ a branch table after appends (a checkpoint past the Iceberg table's head) and af
 from __future__ import annotations
 
 import json
+import time
 
 import pyarrow as pa
 import pytest
 
-from exporter.config import IcebergConfig
+from exporter.config import IcebergConfig, RetentionConfig
 from exporter.branch_tables.table import append_commit, branch_table_versions
 from exporter.export.commit import export_commit
 from exporter.export.job import ExportAt
+from exporter.upkeep.retention import iceberg_grace_seconds, prune
 from tests.integration.deltatables import add_descriptor, export_one, read_version, table_uri
 from tests.integration.test_branch_tables import commit_and_append
 from tests.integration.test_foreign_writers import gateway, upload_and_export  # noqa: F401 (a fixture)
@@ -106,6 +108,17 @@ def test_pyiceberg_and_duckdb_read_an_export_as_spark_reads_the_source(spark, la
         assert manifest["iceberg"] == record
         assert_iceberg_reads(record, {v: spark_rows(spark, repository, commit_id, v) for v in (older, head)}, readers)
     assert len(spark_rows(spark, repository, second, 5)) == 41 - 8 + 1 - 1
+
+    # prune removes the cold export; the incremental export's table names the cold one's Iceberg files
+    # where they are, and prune's collection keeps them while it does (two runs past the grace)
+    expected = {v: spark_rows(spark, repository, second, v) for v in (3, 4, 5)}
+    policy = RetentionConfig(keep_last=1, keep_hours=0)
+    now = time.time() + 2 * iceberg_grace_seconds(config) + 60
+    plans = [prune(lake_of(config, lakefs), repository, policy, now=now + i * iceberg_grace_seconds(config) * 2)
+             for i in range(2)]
+    assert plans[0].deleted == [cold.location.rsplit("/", 2)[0] + "/"], plans[0]
+    assert plans[0].iceberg_files_deleted == plans[1].iceberg_files_deleted == 0, plans
+    assert_iceberg_reads(incremental.iceberg, expected, readers)
 
 
 def test_pyiceberg_and_duckdb_read_column_mapping_id_and_change_data_feed_exports_as_spark(spark, lakefs, config,
