@@ -551,6 +551,9 @@ def main() -> None:
     parser.add_argument("--storm", type=int, default=200, help="commits arriving at once (0: skip)")
     parser.add_argument("--storm-iceberg", action="store_true",
                         help="the storm again with iceberg.enabled (each export writes its Iceberg metadata too)")
+    parser.add_argument("--storm-workers", type=int, nargs="*", default=[],
+                        help="the storm with iceberg.enabled again with this many worker groups (one more worker "
+                             "host: its own --name, the same Redis)")
     parser.add_argument("--presign-urls", type=int, default=100_000,
                         help="URLs presigned by exporter.storage.presign and by boto3 (0: skip)")
     parser.add_argument("--sharing-sizes", type=int, nargs="*", default=[1_000_000],
@@ -625,6 +628,8 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
         rows += bench_idle_latency()
         rows += bench_commit_storm(args.storm)
         rows += bench_commit_storm(args.storm, iceberg=True) if args.storm_iceberg else []
+        for workers in args.storm_workers:
+            rows += bench_commit_storm(args.storm, workers=workers, iceberg=True)
 
 
 def plot_storm(rows: list[dict], path: Path) -> Path | None:

@@ -33,7 +33,7 @@ from exporter.export.manifest import ICEBERG, ExportManifest, IcebergState, iceb
 from exporter.export.readback import ExportedLog, read_exported_log
 from exporter.iceberg import names
 from exporter.iceberg.table import IcebergTable, ReadRange, append_table, derive_table, write_table
-from exporter.storage.layout import iceberg_files_location, iceberg_location
+from exporter.storage.layout import iceberg_files_location, iceberg_location, iceberg_table_files
 from exporter.storage.objectstore import ObjectStore
 from exporter.storage.scope import ReadScope
 
@@ -114,8 +114,9 @@ def write_iceberg_metadata(store: ObjectStore, location: str, source_timestamps:
         if log is None:
             raise CorruptLog(f"no _delta_log at {store.uri(location)}")
         files = _ExportFiles(store, iceberg_files_location(location))
-        derived = _derived_table(store, location, log, files, table, derived_from, source_timestamps, read_range)
-        return derived or write_table(log, files, read_range, source_timestamps, table=table), None
+        base = store.uri(iceberg_table_files(location))  # the folder of every file it names but its metadata file
+        derived = _derived_table(store, location, log, files, table, base, derived_from, source_timestamps, read_range)
+        return derived or write_table(log, files, read_range, source_timestamps, table=table, base=base), None
 
     return _recorded(store, location, write, still_held)
 
@@ -190,7 +191,7 @@ def _recorded(store: ObjectStore, location: str, write: Callable[[_ExportFiles],
 
 
 def _derived_table(store: ObjectStore, location: str, log: ExportedLog, files: _ExportFiles, table: _ExportFiles,
-                   derived_from: tuple[str, ExportManifest] | None, source_timestamps: Mapping[int, int],
+                   base: str, derived_from: tuple[str, ExportManifest] | None, source_timestamps: Mapping[int, int],
                    read_range: ReadRange) -> IcebergTable | None:
     """The table of the export `derived_from` names, continued at `table` (`derive_table`); None
     (and nothing left) when that export has no Iceberg table of this exporter version, or reading
@@ -206,7 +207,7 @@ def _derived_table(store: ObjectStore, location: str, log: ExportedLog, files: _
         return None
     try:
         return derive_table(json.loads(store.get_uri(metadata_location)), log, files, table, read_range,
-                            source_timestamps)
+                            source_timestamps, base)
     except ExporterError as error:
         if not error.permanent:
             raise

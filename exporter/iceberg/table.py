@@ -1,9 +1,11 @@
 """An exported Delta log (absolute paths) as an Iceberg table over the same data files: one snapshot
 per Delta version, from the log's first version (its checkpoint, or 0) to its head.
 
-Two places: `table` (the table's location: its metadata files) and `files` (where its new
-manifests, manifest lists and delete files go; the same place, or one of its own). A table derived
-from another (`derive_table`) names the other's files where they are and writes only its new ones.
+Two places: `table` (where its metadata files go) and `files` (where its new manifests, manifest
+lists and delete files go; the same place, or one of its own), and the table's `location` (`base`:
+the folder its files other than metadata files are in, which readers such as DuckDB scope the
+catalog's storage settings to; by default `table`'s). A table derived from another
+(`derive_table`) names the other's files where they are and writes only its new ones.
 
 The checkpoint's files are streamed into manifests of at most `manifest_entries` files, written
 once; each later version adds a manifest for its adds and rewrites only the manifests holding a
@@ -33,10 +35,11 @@ from exporter.delta.paths import physical_address
 from exporter.errors import CorruptLog, VersionOutOfRange
 from exporter.iceberg import names
 from exporter.iceberg.evolution import Evolution
-from exporter.iceberg.files import IcebergFiles
+from exporter.iceberg.files import IcebergFiles, WrittenBehind
 from exporter.iceberg.manifest_set import ManifestSet, NextSnapshot, ReadRange, Totals
 from exporter.iceberg.manifests import FORMAT_VERSION, PATH_HASHES, read_manifest_list, write_manifest_list
 from exporter.iceberg.versions import GoneFile, LogUpTo, first_whole_version
+from exporter.threads import IO_THREADS, prefetched
 
 __all__ = ["DELTA_VERSION", "IcebergTable", "ReadRange", "append_table", "derive_table", "write_table"]
 
@@ -56,7 +59,8 @@ class IcebergTable:
 
 def write_table(log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
                 source_timestamps: Mapping[int, int] | None = None,
-                manifest_entries: int = MANIFEST_ENTRIES, table: IcebergFiles | None = None) -> IcebergTable:
+                manifest_entries: int = MANIFEST_ENTRIES, table: IcebergFiles | None = None,
+                base: str | None = None) -> IcebergTable:
     """The Iceberg table of an exported Delta log: a snapshot per version from its checkpoint (or
     0) to its head. `read_range` reads stored deletion vectors (and a data file's footer where the
     stats do not count its rows); `source_timestamps` (the export manifest's) are commit times where
@@ -65,26 +69,33 @@ def write_table(log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
     A version that names a file lakeFS has no object for (vacuumed: the export keeps its path
     relative) gets no snapshot: the table starts at the first version from which every live file
     exists (`first_whole_version`). Its files are written again from there; those written before
-    are named by no metadata file. `table`: where its metadata files go (None: `files`)."""
+    are named by no metadata file. `table`: where its metadata files go (None: `files`); `base`: its
+    `location` (None: `table`'s)."""
     try:
-        return _write(log, None, files, read_range, source_timestamps, manifest_entries, table)
+        return _write(log, None, files, read_range, source_timestamps, manifest_entries, table, base)
     except GoneFile:
-        return _write(log, first_whole_version(log), files, read_range, source_timestamps, manifest_entries, table)
+        return _write(log, first_whole_version(log), files, read_range, source_timestamps, manifest_entries, table,
+                      base)
 
 
 def _write(log: SnapshotLog, start: int | None, files: IcebergFiles, read_range: ReadRange,
            source_timestamps: Mapping[int, int] | None, manifest_entries: int,
-           table: IcebergFiles | None) -> IcebergTable:
-    builder = _Builder(files, read_range, manifest_entries, source_timestamps or {}, table)
-    segment = log.segment
-    if start is None and segment.checkpoint is not None:
-        start = segment.checkpoint.version
-    if start is not None:
-        builder.first_snapshot(log, start)
-    for version, name in segment.commits:
-        if start is None or version > start:
-            builder.commit_snapshot(version, parse_actions(name, log.raw(name)))
-    return builder.finish()
+           table: IcebergFiles | None, base: str | None) -> IcebergTable:
+    with _Builder(files, read_range, manifest_entries, source_timestamps or {}, table, base) as builder:
+        segment = log.segment
+        if start is None and segment.checkpoint is not None:
+            start = segment.checkpoint.version
+        if start is not None:
+            builder.first_snapshot(log, start)
+        _commit_snapshots(builder, log, [(v, name) for v, name in segment.commits if start is None or v > start])
+        return builder.finish()
+
+
+def _commit_snapshots(builder: _Builder, log: SnapshotLog, commits: list[tuple[int, str]]) -> None:
+    """A snapshot for each commit, in order; the commits read ahead, several at once."""
+    raws = prefetched(lambda commit: log.raw(commit[1]), commits)
+    for (version, name), raw in zip(commits, raws):
+        builder.commit_snapshot(version, parse_actions(name, raw))
 
 
 def append_table(metadata_key: str, log: SnapshotLog, files: IcebergFiles, read_range: ReadRange,
@@ -97,27 +108,28 @@ def append_table(metadata_key: str, log: SnapshotLog, files: IcebergFiles, read_
     `oldest_version`: the snapshots of Delta versions below it are expired (never the current one),
     as Delta's log retention removed those versions from the Delta log; the files only they named
     are in the table's `unreferenced`."""
-    builder = _Builder(files, read_range, manifest_entries, source_timestamps or {})
-    return _append(builder, json.loads(files.read(names.uri(builder.location, metadata_key))), metadata_key, log,
-                   oldest_version)
+    with _Builder(files, read_range, manifest_entries, source_timestamps or {}) as builder:
+        return _append(builder, json.loads(files.read(names.uri(builder.location, metadata_key))), metadata_key, log,
+                       oldest_version)
 
 
 def derive_table(source: dict, log: SnapshotLog, files: IcebergFiles, table: IcebergFiles, read_range: ReadRange,
-                 source_timestamps: Mapping[int, int] | None = None) -> IcebergTable:
+                 source_timestamps: Mapping[int, int] | None = None, base: str | None = None) -> IcebergTable:
     """Another table (`source`: its metadata, read) continued as a table of its own at
     `table.location`: a snapshot for each version of `log` after the last one it has, as
     `append_table` adds them, its new files in `files`; the files `source` names are named where
     they are, never read but for its current manifest list (and the manifests a removed file is in).
     Its snapshots before `log`'s first version are expired: the table has the versions its Delta
-    log has. Its metadata log starts anew (`source`'s metadata files are not its own)."""
+    log has. Its metadata log starts anew (`source`'s metadata files are not its own). `base`: its
+    `location`, as `write_table`'s."""
     if source.get("format-version") != FORMAT_VERSION:
         raise CorruptLog(f"the table to derive from has format version {source.get('format-version')}, "
                          f"not {FORMAT_VERSION}")
-    builder = _Builder(files, read_range, MANIFEST_ENTRIES, source_timestamps or {}, table)
-    own = {**source, "location": builder.location, "table-uuid": builder.table_uuid, "metadata-log": []}
     segment = log.segment
     oldest = segment.checkpoint.version if segment.checkpoint else min((v for v, _ in segment.commits), default=0)
-    return _append(builder, own, None, log, oldest)
+    with _Builder(files, read_range, MANIFEST_ENTRIES, source_timestamps or {}, table, base) as builder:
+        own = {**source, "location": builder.base, "table-uuid": builder.table_uuid, "metadata-log": []}
+        return _append(builder, own, None, log, oldest)
 
 
 def _append(builder: _Builder, previous: dict, metadata_key: str | None, log: SnapshotLog,
@@ -132,30 +144,38 @@ def _append(builder: _Builder, previous: dict, metadata_key: str | None, log: Sn
         raise VersionOutOfRange(f"the Iceberg table ends at Delta version {head} but the log's commits start at "
                                 f"{first}: versions {head + 1}-{first - 1} are not in it; write the table anew")
     builder.evolution.use(builder.evolution.kept_metadata() or LiveFiles(LogUpTo(log, head)).metadata, None)
-    for version, name in commits:
-        builder.commit_snapshot(version, parse_actions(name, log.raw(name)))
+    _commit_snapshots(builder, log, commits)
     unreferenced = builder.expire_before(oldest_version) if oldest_version is not None else []
     return dataclasses.replace(builder.finish(), unreferenced=tuple(unreferenced))
 
 
 
 class _Builder:
-    """The table's snapshots, written one Delta version at a time; its metadata file by `finish`."""
+    """The table's snapshots, written one Delta version at a time; its metadata file by `finish`, once
+    every file it names is written (the others are written behind, several at once)."""
 
     def __init__(self, files: IcebergFiles, read_range: ReadRange, manifest_entries: int,
-                 source_timestamps: Mapping[int, int], table: IcebergFiles | None = None):
-        self.files, self.table, self.source_timestamps = files, table or files, source_timestamps
-        self.location = self.table.location.rstrip("/")  # the table's
+                 source_timestamps: Mapping[int, int], table: IcebergFiles | None = None, base: str | None = None):
+        self.table, self.source_timestamps = table or files, source_timestamps
+        self.files = WrittenBehind(files, IO_THREADS)
+        self.location = self.table.location.rstrip("/")  # where its metadata files are
+        self.base = (base or self.location).rstrip("/")  # its `location`
         self.files_location = files.location.rstrip("/")  # its new files
         self.table_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, self.location))
         self.evolution = Evolution()
-        self.manifests = ManifestSet(files, read_range, manifest_entries)
+        self.manifests = ManifestSet(self.files, read_range, manifest_entries)
         self.snapshots: list[dict] = []
         self.snapshot_log: list[dict] = []
         self.metadata_log: list[dict] = []
         self.snapshot_ids: dict[int, int] = {}
         self.sequence_number = 0
         self.totals = Totals()
+
+    def __enter__(self) -> "_Builder":
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        self.files.__exit__(kind, error, trace)
 
     def first_snapshot(self, log: SnapshotLog, version: int) -> None:
         """The first version's snapshot: every file live at it, the checkpoint's streamed a slice at a time."""
@@ -277,7 +297,7 @@ class _Builder:
         head = self.snapshots[-1]
         version = int(head["summary"][DELTA_VERSION])
         metadata = {
-            "format-version": FORMAT_VERSION, "table-uuid": self.table_uuid, "location": self.location,
+            "format-version": FORMAT_VERSION, "table-uuid": self.table_uuid, "location": self.base,
             "last-sequence-number": self.sequence_number,
             "last-updated-ms": max(s["timestamp-ms"] for s in self.snapshots),
             **self.evolution.document(),
@@ -288,6 +308,7 @@ class _Builder:
             "statistics": [], "partition-statistics": [],
         }
         key = names.metadata_file(version)
+        self.files.flush()
         self.table.put(key, json.dumps(metadata, indent=1).encode())
         return IcebergTable(key, self._uri(key), dict(self.snapshot_ids))
 

@@ -159,8 +159,9 @@ def test_a_vended_credential_reads_its_repository_only_and_writes_nothing(lake, 
                        headers={"Authorization": f"Bearer {token}"}, timeout=60)
     assert answer.status_code == 200, answer.text
     credentials = answer.json()["storage-credentials"]
+    files = f"s3://{stack_env['LAKEFS_DELTA_STACK_BUCKET']}/{lake.a}/_lakefs/iceberg-files/orders/"
     assert [c["prefix"] for c in credentials] == [f"s3://{stack_env['LAKEFS_DELTA_STACK_BUCKET']}/{lake.a}/",
-                                                  lake.orders.location]
+                                                  lake.orders.location, files]  # its table's Iceberg files
     issued = credentials[0]["config"]
     session_ends = json.loads(__import__("base64").urlsafe_b64decode(token.split(".")[1] + "=="))["exp"]
     assert int(issued["s3.session-token-expires-at-ms"]) <= session_ends * 1000
@@ -169,7 +170,10 @@ def test_a_vended_credential_reads_its_repository_only_and_writes_nothing(lake, 
                           aws_secret_access_key=issued["s3.secret-access-key"],
                           aws_session_token=issued["s3.session-token"])
     bucket, own = split(lake.orders.iceberg["metadata_location"])
-    assert vended.get_object(Bucket=bucket, Key=own)["Body"].read()
+    metadata = json.loads(vended.get_object(Bucket=bucket, Key=own)["Body"].read())
+    manifest_lists = [snapshot["manifest-list"] for snapshot in metadata["snapshots"]]
+    assert manifest_lists and all(uri.startswith(files) for uri in manifest_lists), manifest_lists
+    assert all(vended.get_object(Bucket=bucket, Key=split(uri)[1])["Body"].read() for uri in manifest_lists)
     _, other = split(lake.other.iceberg["metadata_location"])
     refused = [lambda: vended.get_object(Bucket=bucket, Key=other),
                lambda: vended.put_object(Bucket=bucket, Key=f"{lake.a}/written-by-a-reader", Body=b"x"),

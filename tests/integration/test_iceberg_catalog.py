@@ -104,7 +104,7 @@ def test_pyiceberg_reads_an_export_through_the_catalog_without_bucket_keys(servi
     # DuckDB 1.4.4 attaches the catalog, but signs no request through it (it takes vended credentials
     # or its own S3 secret): without keys its reads are refused by the store; with a secret, exact
     token = lakefs_token(endpoint, *reader)
-    keyless, keyed = duckdb_attached(service, token), duckdb_attached(service, token, stack_env)
+    keyless, keyed = duckdb_attached(service, token, stack_env, keys=False), duckdb_attached(service, token, stack_env)
     with pytest.raises(duckdb.HTTPException, match=r"HTTP 403"):
         keyless.execute(f'SELECT * FROM lake."{repository}.main".orders').fetchall()
     assert rows_of([keyed.execute(f'SELECT * FROM lake."{repository}.main".orders').fetch_arrow_table()]) == \
@@ -112,20 +112,21 @@ def test_pyiceberg_reads_an_export_through_the_catalog_without_bucket_keys(servi
     print(f"\ncatalog test body: {time.monotonic() - started:.1f}s")
 
 
-def duckdb_attached(service: str, token: str, stack_env: dict[str, str] | None = None):
-    """DuckDB with the catalog attached as `lake`; with `stack_env`, an S3 secret for MinIO (and no
-    access delegation asked of the catalog). A namespace is `"repository.ref"`, which DuckDB splits
-    at each `.`: refs with a `.` (the tag) cannot be named."""
+def duckdb_attached(service: str, token: str, stack_env: dict[str, str], keys: bool = True):
+    """DuckDB with the catalog attached as `lake` (no access delegation asked of it) and an S3 secret
+    for MinIO, with its keys or (`keys` false) without: every request goes to MinIO, none leaves the
+    machine. A namespace is `"repository.ref"`, which DuckDB splits at each `.`: refs with a `.` (the
+    tag) cannot be named."""
     connection = duckdb_connection()
     connection.execute("LOAD httpfs")
     connection.execute(f"CREATE SECRET catalog (TYPE iceberg, TOKEN '{token}')")
-    delegation = ""
-    if stack_env is not None:
-        key, secret = (stack_env["LAKEFS_DELTA_OBJECT_STORE_ACCESS_KEY_ID"],
-                       stack_env["LAKEFS_DELTA_OBJECT_STORE_SECRET_ACCESS_KEY"])
-        connection.execute(f"CREATE SECRET minio (TYPE s3, KEY_ID '{key}', SECRET '{secret}', REGION 'us-east-1', "
-                           f"ENDPOINT '{stack_env['LAKEFS_DELTA_OBJECT_STORE_ENDPOINT'].split('://', 1)[1]}', "
-                           "URL_STYLE 'path', USE_SSL false)")
-        delegation = ", ACCESS_DELEGATION_MODE 'none'"
+    credentials = ""
+    if keys:
+        credentials = (f"KEY_ID '{stack_env['LAKEFS_DELTA_OBJECT_STORE_ACCESS_KEY_ID']}', "
+                       f"SECRET '{stack_env['LAKEFS_DELTA_OBJECT_STORE_SECRET_ACCESS_KEY']}', ")
+    connection.execute(f"CREATE SECRET minio (TYPE s3, {credentials}REGION 'us-east-1', "
+                       f"ENDPOINT '{stack_env['LAKEFS_DELTA_OBJECT_STORE_ENDPOINT'].split('://', 1)[1]}', "
+                       "URL_STYLE 'path', USE_SSL false)")
+    delegation = ", ACCESS_DELEGATION_MODE 'none'"
     connection.execute(f"ATTACH 'lake' AS lake (TYPE iceberg, SECRET catalog, ENDPOINT '{service}/iceberg'{delegation})")
     return connection

@@ -21,7 +21,8 @@ from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.upkeep.retention import prune
 from exporter.iceberg.manifests import read_manifest, read_manifest_list
 from exporter.iceberg.table import DELTA_VERSION
-from exporter.storage.layout import MANIFEST, commit_root, export_location, iceberg_files_location
+from exporter.storage.layout import MANIFEST, commit_root, export_location, iceberg_files_location, \
+    iceberg_table_files
 from tests.fakes import FakeLakeFS, MemoryStore
 from tests.unit.source_tables import SourceTable
 from tests.fakes import lake_of
@@ -126,7 +127,7 @@ def test_incremental_and_copied_exports_write_their_own_metadata_file_and_only_t
         assert outcome.iceberg["metadata_location"] == store.uri(location + "metadata/v1.metadata.json")
         assert sorted(outcome.iceberg["snapshot_ids"]) == ["0", "1"]
         metadata = json.loads(store.get(location + "metadata/v1.metadata.json"))
-        assert metadata["location"] == store.uri(location).rstrip("/")
+        assert metadata["location"] == store.uri(iceberg_table_files(location)).rstrip("/")  # all it names but itself
         for snapshot in metadata["snapshots"]:  # each version's files where the export that wrote it put them
             own = store.uri(iceberg_files_location(written_by[int(snapshot["summary"][DELTA_VERSION])]))
             named = [snapshot["manifest-list"], *(m["manifest_path"] for m in read_manifest_list(
