@@ -355,6 +355,8 @@ class _LocalStore:
     def uri(self, relative: str) -> str:
         return f"{self.namespace}/{relative}"
 
+    address = uri  # the namespace's addresses are its URIs (no percent-encoding in these keys)
+
     def get(self, relative: str) -> bytes:
         from exporter.errors import NotFound
 
@@ -529,9 +531,10 @@ def _iceberg_metadata(count: str, mode: str, profile: str = "") -> dict:
 
 def _write_iceberg(write, store, location: str, parent: tuple[str, dict] | None) -> dict:
     import exporter
-    from exporter.export.manifest import ICEBERG
+    from exporter.export.manifest import ICEBERG, ExportManifest
 
-    derived_from = None if parent is None else (parent[0], {ICEBERG: parent[1], "exporter_version": exporter.__version__})
+    derived_from = None if parent is None else \
+        (parent[0], ExportManifest({ICEBERG: parent[1], "exporter_version": exporter.__version__}))
     return write(store, location, {}, derived_from=derived_from)
 
 
