@@ -21,14 +21,20 @@ def files_of(store, location: str) -> list[str]:
     return store.list_keys(iceberg_files_location(location))
 
 
-def test_an_exports_iceberg_files_outlive_it_while_a_later_export_names_them_and_go_after(lakefs, events, redis_url):
-    config = Config(iceberg={"enabled": True}, redis_url=redis_url)
+def parent_and_child(lakefs, events, config: Config):
+    """Two commits exported with their Iceberg tables, the second's derived from the first's: the
+    store, both export locations and the second's outcome."""
     first = events.append(1).commit()
     export(lakefs, "main", first, events)
     second = events.append(2).commit()
     derived = export(lakefs, "main", second, events)
-    store = namespace(lakefs)
-    parent, child = export_location(config, "main", first, "events"), export_location(config, "main", second, "events")
+    return (namespace(lakefs), export_location(config, "main", first, "events"),
+            export_location(config, "main", second, "events"), derived)
+
+
+def test_an_exports_iceberg_files_outlive_it_while_a_later_export_names_them_and_go_after(lakefs, events, redis_url):
+    config = Config(iceberg={"enabled": True}, redis_url=redis_url)
+    store, parent, child, derived = parent_and_child(lakefs, events, config)
     parents_files = files_of(store, parent)
     stray = iceberg_files_location(child) + "metadata/123-m9.avro"  # a write killed before it cleaned up
     store.put(stray, b"Obj")
@@ -38,7 +44,7 @@ def test_an_exports_iceberg_files_outlive_it_while_a_later_export_names_them_and
 
     plan = prune(lake_of(config, lakefs), "repo", policy, now=written + grace + 1)
 
-    assert plan.deleted == [store.uri(export_location(config, "main", first, "").rsplit("/", 2)[0] + "/")]
+    assert plan.deleted == [store.uri(parent.rstrip("/").rsplit("/", 1)[0] + "/")]  # its commit folder
     assert not store.exists(parent + MANIFEST) and files_of(store, parent) == parents_files  # named by the child
     assert (plan.iceberg_files_deleted, plan.iceberg_files_unnamed) == (0, 1) and store.exists(stray)
 
@@ -65,12 +71,7 @@ def test_a_file_an_export_names_after_a_collection_found_it_unnamed_stays(lakefs
     while the deriving export's table is not written yet (its record hidden here, as in flight): the
     parent's files are unnamed. Once the table is written, the second collection finds them named."""
     config = Config(iceberg={"enabled": True}, redis_url=redis_url)
-    first = events.append(1).commit()
-    export(lakefs, "main", first, events)
-    second = events.append(2).commit()
-    derived = export(lakefs, "main", second, events)
-    store = namespace(lakefs)
-    parent, child = export_location(config, "main", first, "events"), export_location(config, "main", second, "events")
+    store, parent, child, derived = parent_and_child(lakefs, events, config)
     parents_files = files_of(store, parent)
     written = max(modified for _, _, modified in store.list_objects(""))
     grace = iceberg_grace_seconds(config)
