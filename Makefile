@@ -9,11 +9,11 @@ demo: setup
 test:
 	bash scripts/test.sh
 
-# the unit tests alone: no stack, no Spark (sets up the virtualenv first only when it is missing)
+# the unit tests alone, in two processes: no stack, no Spark (sets up the virtualenv first only when it is missing)
 unit:
 	@test -x .venv/bin/pytest || bash scripts/setup.sh
 	.venv/bin/lint-imports --no-logo
-	.venv/bin/pytest -m unit -q
+	.venv/bin/pytest -m unit -q -n 2
 
 bench: setup
 	.venv/bin/python -m bench

@@ -20,6 +20,8 @@ import argparse
 import os
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 
@@ -596,40 +598,72 @@ def main() -> None:
 
 
 def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
-    """Every part `main`'s arguments ask for, in order, each part's rows added to `rows` as it ends."""
-    rows += bench_checkpoint_rewrite(args.actions) if args.actions else []
+    """Every part `main`'s arguments ask for, in order, each part's rows added to `rows` as it ends;
+    each part's wall time printed as it ends (where a run's time goes)."""
+    if args.actions:
+        with part("checkpoint rewrite"):
+            rows += bench_checkpoint_rewrite(args.actions)
     if args.stream_actions:
-        rows += bench_streaming_checkpoint(args.stream_actions)
-        rows += bench_streaming_checkpoint(args.stream_actions, path_order=False)
+        with part("streaming checkpoint rewrite"):
+            rows += bench_streaming_checkpoint(args.stream_actions)
+            rows += bench_streaming_checkpoint(args.stream_actions, path_order=False)
     built: dict[int, tuple[str, str]] = {}
-    bench_exports(args.sizes, not args.no_lua, args.lua_timeout, built, rows) if args.sizes else None
-    rows += bench_diffs(args.diff_versions) if args.diff_versions else []
-    rows += bench_branch_tables(args.branch_table_sizes) if args.branch_table_sizes else []
-    rows += bench_row_diff(args.row_diff_rows) if args.row_diff_rows else []
-    rows += bench_presign(args.presign_urls) if args.presign_urls else []
+    if args.sizes:
+        with part("exports"):
+            bench_exports(args.sizes, not args.no_lua, args.lua_timeout, built, rows)
+    if args.diff_versions:
+        with part("history diffs"):
+            rows += bench_diffs(args.diff_versions)
+    if args.branch_table_sizes:
+        with part("branch tables"):
+            rows += bench_branch_tables(args.branch_table_sizes)
+    if args.row_diff_rows:
+        with part("row diff"):
+            rows += bench_row_diff(args.row_diff_rows)
+    if args.presign_urls:
+        with part("presign"):
+            rows += bench_presign(args.presign_urls)
     for size in args.sharing_sizes:  # a table the exports above built is queried, not built again
-        if args.sharing_repository or size not in built:
-            rows += bench_sharing([size], args.sharing_repository, args.sharing_queries)
-            continue
-        repository, head = built[size]
-        assert measure("append", repository, "main", head, f"t{size}")["appended"]  # its branch table
-        rows += bench_sharing([size], repository, args.sharing_queries)
+        with part(f"Delta Sharing, {size:,} files"):
+            if args.sharing_repository or size not in built:
+                rows += bench_sharing([size], args.sharing_repository, args.sharing_queries)
+                continue
+            repository, head = built[size]
+            assert measure("append", repository, "main", head, f"t{size}")["appended"]  # its branch table
+            rows += bench_sharing([size], repository, args.sharing_queries)
     if args.row_diff_scale:
         from bench.row_diff_scale import bench_row_diff_scale
 
-        rows += bench_row_diff_scale(args.row_diff_scale)
+        with part("row diff at scale"):
+            rows += bench_row_diff_scale(args.row_diff_scale)
     if args.grant_files:
         from bench.grant import bench_grant
 
-        rows += bench_grant(args.grant_files, args.grant_folders, args.grant_repository)
+        with part("grant and signer"):
+            rows += bench_grant(args.grant_files, args.grant_folders, args.grant_repository)
     if args.storm:
         from bench.webhooks import bench_commit_storm, bench_idle_latency
 
-        rows += bench_idle_latency()
-        rows += bench_commit_storm(args.storm)
-        rows += bench_commit_storm(args.storm, iceberg=True) if args.storm_iceberg else []
+        with part("idle latency"):
+            rows += bench_idle_latency()
+        with part("storm"):
+            rows += bench_commit_storm(args.storm)
+        if args.storm_iceberg:
+            with part("storm, iceberg.enabled"):
+                rows += bench_commit_storm(args.storm, iceberg=True)
         for workers in args.storm_workers:
-            rows += bench_commit_storm(args.storm, workers=workers, iceberg=True)
+            with part(f"storm, {workers} worker groups"):
+                rows += bench_commit_storm(args.storm, workers=workers, iceberg=True)
+
+
+@contextmanager
+def part(name: str) -> Iterator[None]:
+    """A part of the run, its wall time printed when it ends (however it ends)."""
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        print(f"[bench] {name}: {time.monotonic() - start:.1f} s", flush=True)
 
 
 def plot_storm(rows: list[dict], path: Path) -> Path | None:

@@ -34,9 +34,15 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [[ ! -e $stamp ]]; then
-  say "installing Python dependencies (pip cache: ~/.cache/pip)"
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[spark,test,bench]"
+  say "installing Python dependencies (pip cache: ~/.cache/pip; pip's output: .venv/pip.log)"
+  # pip's build warnings (setuptools' notes on editable installs) go to the log, not the screen; on a
+  # failure its end is shown
+  if ! { .venv/bin/pip install -q --upgrade pip && .venv/bin/pip install -q -e ".[spark,test,bench]"; } \
+      >.venv/pip.log 2>&1; then
+    tail -n 40 .venv/pip.log >&2
+    say "ERROR: installing the Python dependencies failed (the whole output: .venv/pip.log)"
+    exit 1
+  fi
   touch "$stamp"
 fi
 done_with "Python dependencies"

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/lint-imports --no-logo  # the layering check (contracts in pyproject.toml): a wrong-way import fails the run
 mkdir -p tests/artifacts
-.venv/bin/pytest -m unit -q --junitxml=tests/artifacts/unit.xml "$@"  # no stack: they need none
+.venv/bin/pytest -m unit -q -n 2 --junitxml=tests/artifacts/unit.xml "$@"  # no stack: they need none; two processes
 
 processes=${LAKEFS_DELTA_TEST_PROCESSES:-2}
 stacks_down() {

@@ -14,6 +14,8 @@ import base64
 import json
 from urllib.parse import quote
 
+import boto3
+import botocore.config
 import httpx
 import hypothesis.strategies as st
 import pytest
@@ -24,6 +26,7 @@ from exporter.diff.datasets import list_datasets
 from exporter.export.commit import export_iceberg, export_table
 from exporter.export.job import ExportAt
 from exporter.lakefs.descriptors import TableDescriptor
+from exporter.storage import vended
 from exporter.storage.layout import export_location
 from hooks.app import create_app
 from hooks.auth import RepositoryAccess
@@ -34,7 +37,9 @@ from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
-STORE = {"endpoint": "http://minio.test:9000", "region": "us-east-1", "access_key_id": "AK", "secret_access_key": "SK"}
+# the store's endpoint: a loopback port nothing listens on, so its STS is refused at once, no name looked up
+ENDPOINT = "http://127.0.0.1:9"
+STORE = {"endpoint": ENDPOINT, "region": "us-east-1", "access_key_id": "AK", "secret_access_key": "SK"}
 # names no answer would hold by chance: each names one table, at its own path
 TABLES = {"alphatable": "zone0/alphatable", "bravotable": "zone1/bravotable", "charlietable": "zone1/deep/charlietable",
           "deltatable": "zone2/deltatable", "echotable": "zone3/echotable"}
@@ -78,12 +83,12 @@ class Lake:
         for key in sorted(self.store.list_keys(log)):
             for line in self.store.get(key).splitlines() if key.endswith(".json") else []:
                 if b'"add"' in line:
-                    return json.loads(line)["add"]["path"].replace("s3://lake/", "http://minio.test:9000/lake/")
+                    return json.loads(line)["add"]["path"].replace("s3://lake/", ENDPOINT + "/lake/")
         raise AssertionError(name)
 
     def metadata_url(self, name: str) -> str:
         manifest = json.loads(self.store.get(export_location(self.config, "main", self.commit, name) + "_lakefs_export.json"))
-        return manifest["iceberg"]["metadata_location"].replace("s3://lake/", "http://minio.test:9000/lake/")
+        return manifest["iceberg"]["metadata_location"].replace("s3://lake/", ENDPOINT + "/lake/")
 
     def grant(self, denied: frozenset[str], repository_readable: bool, named: bool) -> None:
         """lakeFS's answers for CALLER: the repository (or not), no path under `denied`, and its
@@ -105,6 +110,15 @@ class Lake:
 
     def request(self, method: str, path: str, headers: dict, **kwargs) -> httpx.Response:
         return call(self.app, method, path, headers=headers, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def sts_tried_once(monkeypatch):
+    """The store's STS asked once per vend: a refused connection retried with backoff took 1-3 s a
+    request, 40 s of some runs (the retries are the service's to keep, not this property's to wait on)."""
+    client = boto3.client("sts", endpoint_url=ENDPOINT, region_name="us-east-1", aws_access_key_id="AK",
+                          aws_secret_access_key="SK", config=botocore.config.Config(retries={"max_attempts": 1}))
+    monkeypatch.setattr(vended, "_sts_client", lambda *store: client)
 
 
 @pytest.fixture
