@@ -27,6 +27,6 @@ for ((n = 1; n < processes; n++)); do
 done
 eval "$(.venv/bin/python -m devtools.stack env)"
 parallel=()
-((processes > 1)) && parallel=(-n "$processes" --dist loadfile)
+((processes > 1)) && parallel=(-n "$processes" --dist loadfile --no-loadscope-reorder)  # modules in collection order: the slowest first (tests/conftest.py)
 .venv/bin/pytest -m integration -v "${parallel[@]}" --durations=30 --junitxml=tests/artifacts/integration.xml "$@"
 .venv/bin/python scripts/check_junit.py tests/artifacts/unit.xml tests/artifacts/integration.xml

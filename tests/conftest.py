@@ -43,10 +43,14 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: ranks.get(item.path.stem, len(ranks)))  # stable: each module's own order kept
 
 
-# The slowest integration modules, slowest first (their tests' seconds in a whole run of 2026-11-28:
-# 789, 388, 295, 294, 263), collected first: with several test processes (`scripts/test.sh`) each
-# module goes to whichever process is free, and one of these started last would run alone at the end.
-SLOWEST_MODULES = ("test_row_diff", "test_bench_smoke", "test_export_trust", "test_events", "test_branch_tables")
+# The slowest integration modules, slowest first, collected first: with several test processes
+# (`scripts/test.sh`, which turns off xdist's own reordering by test count: it had put the 819 s
+# benchmark smoke test, one test, last, alone at the end) each module goes to whichever process is
+# free, and one of these started last would run alone at the end. The order follows the modules'
+# seconds in a CI run (`tests/artifacts/integration.xml`).
+SLOWEST_MODULES = ("test_row_diff", "test_bench_smoke", "test_export_trust", "test_events", "test_export_scale",
+                   "test_delta_sharing", "test_branch_tables", "test_branch_table_seams", "test_where_work_meets",
+                   "test_demo")
 
 
 @pytest.fixture(scope="session")
