@@ -17,6 +17,7 @@ from exporter.lakefs.lake import Lake
 from exporter.lakefs.table_log import LoadedLog, load_log
 from exporter.state.results import ResultCache
 from exporter.storage.objectstore import ObjectStore
+from exporter.threads import io_pool
 
 
 def load_table(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: str, table_path: str) -> LoadedLog | None:
@@ -96,8 +97,14 @@ class DiffCache(ResultCache):
 
 
 def diff_commits(lakefs: LakeFS, repository: str, left_ref: str | None, right_ref: str) -> tuple[str | None, str]:
-    """The commit ids a diff between two refs is keyed by."""
-    return (commit_id_of(lakefs, repository, left_ref) if left_ref else None), commit_id_of(lakefs, repository, right_ref)
+    """The commit ids a diff between two refs is keyed by: both refs asked of lakeFS at once (a cached
+    diff's answer is these two requests and one Redis read)."""
+    if not left_ref:
+        return None, commit_id_of(lakefs, repository, right_ref)
+    with io_pool(1) as pool:
+        left = pool.submit(commit_id_of, lakefs, repository, left_ref)
+        right = commit_id_of(lakefs, repository, right_ref)
+        return left.result(), right
 
 
 def cached_diff(lake: Lake, cache: DiffCache, repository: str, left_ref: str | None, right_ref: str,

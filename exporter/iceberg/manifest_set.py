@@ -3,7 +3,8 @@
 Added files go into new manifests of at most `manifest_entries` files (a checkpoint's streamed a
 slice at a time, column by column); a retired path marks its entry deleted in the one manifest that
 holds it, found by 8-byte hashes of each manifest's live paths kept beside it, so no other manifest
-is read or rewritten. Deletion vectors become position delete files, the only data objects written.
+is read or rewritten. Small manifests (one commit's adds) are merged once there are `MERGE_AT` of
+them, so the manifests a table has stay bounded however many commits it has. Deletion vectors become position delete files, the only data objects written.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from exporter.parquet.splice import open_parquet
 from exporter.threads import IO_THREADS, io_pool
 
 ReadRange = Callable[[str, int, int], bytes]  # (a log's absolute URI, start, end) -> those bytes
+MERGE_AT = 8  # small manifests of one content and spec merged into one (`ManifestSet._merge_small`)
 
 
 @dataclass
@@ -135,6 +137,7 @@ class ManifestSet:
         if retired and self.manifests:
             self._retire(retired, snapshot)
         self._add(itertools.chain(adds, self._add_columns(batches, snapshot)), snapshot)
+        self._merge_small(snapshot)
         self.manifests = [m for m in self.manifests if m.live or m.record["added_snapshot_id"] == snapshot.snapshot_id]
         records = [m.record for m in sorted(self.manifests, key=lambda m: m.record["content"])]
         self.manifests = [m for m in self.manifests if m.live]
@@ -248,6 +251,29 @@ class ManifestSet:
                 self.manifests[index] = self._write_manifest(entries, content, manifest.record["partition_spec_id"],
                                                              snapshot, add=False)
             self.manifests[index].hashes = path_hashes(live)
+
+    def _merge_small(self, snapshot: NextSnapshot) -> None:
+        """Once `MERGE_AT` small manifests (each under a tenth of `manifest_entries` live files) of one
+        content and spec are the table's, their live entries go into one manifest (as `existing`,
+        with the snapshot and sequence numbers that added them), as Iceberg's own merging appends do:
+        a commit adds a manifest, so without this a table of N commits has N manifests that every
+        reader opens and every later commit looks a removed path up in. Manifests this snapshot wrote
+        are left as they are (their entries are its own adds and deletes)."""
+        groups: dict[tuple[int, int], list[Manifest]] = {}
+        for manifest in self.manifests:
+            record = manifest.record
+            if record["added_snapshot_id"] != snapshot.snapshot_id and manifest.live * 10 < self.manifest_entries:
+                groups.setdefault((record["content"], record["partition_spec_id"]), []).append(manifest)
+        for (content, spec_id), small in groups.items():
+            if len(small) < MERGE_AT:
+                continue
+            with io_pool(IO_THREADS) as pool:
+                bodies = list(pool.map(lambda m: self.files.read(m.uri), small))
+            entries = [{**entry, "status": EXISTING} for body in bodies for entry in read_manifest(body)
+                       if entry["status"] != DELETED]
+            merged = set(map(id, small))
+            self.manifests = [m for m in self.manifests if id(m) not in merged]
+            self._write_manifest(entries, content, spec_id, snapshot)
 
     def _write_manifest(self, entries: list[dict], content: int, spec_id: int, snapshot: NextSnapshot,
                         add: bool = True) -> Manifest:

@@ -18,6 +18,7 @@ from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
 
 from exporter.errors import CorruptLog, IcebergUnsupported
+from exporter.iceberg.manifest_set import MERGE_AT
 from exporter.iceberg.manifests import read_manifest_list
 from exporter.iceberg.table import DELTA_VERSION, append_table, write_table
 from tests.unit.iceberg.local_export import LocalFiles, export_locally, read_range
@@ -136,6 +137,31 @@ def test_small_manifests_read_the_same_and_removes_rewrite_only_their_manifests(
     # version 6 only adds: its snapshot writes one manifest and rewrites none
     written_by_6 = [k for k in files.written if k.startswith(f"metadata/{result.snapshot_ids[6]}-m") and k.endswith(".avro")]
     assert len(written_by_6) == 1
+
+
+def test_one_file_commits_merge_into_few_manifests_that_read_the_same(tmp_path):
+    """Twenty one-file commits and a delete: the head names a bounded number of manifests (small ones
+    merged, `MERGE_AT` at a time, their entries kept as `existing`), every version reads as delta-rs
+    reads it, and an append after them keeps the bound."""
+    source = tmp_path / "source"
+    for i in range(20):
+        write(source, batch([i], "eu", dt.date(2024, 1, 1 + i % 3), 1))
+        if i == 12:
+            deltalake.DeltaTable(str(source)).delete("id = 3 OR id = 11")
+    files = LocalFiles(tmp_path / "iceberg")
+    first = write_table(export_locally(source, tmp_path / "export"), files, read_range, manifest_entries=100)
+    write(source, batch([20, 21], "us", dt.date(2024, 1, 9), 2))
+    second = append_table(first.metadata_key, export_locally(source, tmp_path / "export"), files, read_range,
+                          manifest_entries=100)
+
+    for result in (first, second):
+        head = json.loads((tmp_path / "iceberg" / result.metadata_key).read_text())
+        listed = read_manifest_list(Path(urlsplit(head["snapshots"][-1]["manifest-list"]).path).read_bytes())
+        assert len(listed) <= MERGE_AT + 1, [m["manifest_path"] for m in listed]  # 22 commits: 22 manifests unmerged
+        assert max(m["existing_files_count"] for m in listed) >= MERGE_AT - 2  # a merged one, its deletes left out
+    for version, snapshot_id in second.snapshot_ids.items():
+        assert pyiceberg_rows(second.metadata_location, snapshot_id) == delta_rows(source, version), version
+    assert duckdb_rows(second.metadata_location, second.snapshot_ids[max(second.snapshot_ids)]) == delta_rows(source, 21)
 
 
 def append_history(table: Path) -> None:
