@@ -32,6 +32,22 @@ redis.call('hset', KEYS[1], ARGV[1], cjson.encode(record))
 redis.call('expire', KEYS[1], ARGV[4])
 return 1
 """
+EXACT_IN_LUA = 2**53  # the Lua script's cjson holds numbers as doubles: exact up to here
+
+
+def _exact(value):
+    """`value` with every integer past `EXACT_IN_LUA` (an Iceberg snapshot id) as its decimal string,
+    which the script keeps as it is: as a number it came back rounded to a double (another id). The
+    API's models read such a string back as the integer."""
+    if isinstance(value, dict):
+        return {key: _exact(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_exact(item) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > EXACT_IN_LUA:
+        return str(value)
+    return value
+
+
 # release or renew only our own lock, atomically
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end return 0"
@@ -84,13 +100,13 @@ class StatusStore:
         assert state in STATES, state
         record = {**facts, "ref": ref, "table": table, "updated_at": round(time.time(), 3)}
         return bool(self.redis.eval(_SET_STATE, 1, self._key(repository, commit_id), f"{ref}/{table}", state,
-                                    json.dumps(record), RECORD_TTL_SECONDS))
+                                    json.dumps(_exact(record)), RECORD_TTL_SECONDS))
 
     def add_facts(self, repository: str, ref: str, commit_id: str, table: str, **facts) -> bool:
         """Facts added to a table's existing record, its state and `updated_at` (when the state was
         set) kept; False when there is no record."""
         return bool(self.redis.eval(_SET_STATE, 1, self._key(repository, commit_id), f"{ref}/{table}", "",
-                                    json.dumps(facts), RECORD_TTL_SECONDS))
+                                    json.dumps(_exact(facts)), RECORD_TTL_SECONDS))
 
     def tables(self, repository: str, commit_id: str, ref: str | None = None) -> dict[str, dict[str, dict]]:
         """{ref: {table: record}} for one commit; `_commit` is the commit-level record of a ref."""

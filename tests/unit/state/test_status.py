@@ -59,6 +59,21 @@ def test_facts_join_an_existing_record_only_and_keep_its_state_and_time(status):
     assert record["updated_at"] == done_at  # when it was done, not when a fact joined it
 
 
+def test_an_iceberg_snapshot_id_is_kept_exact_and_the_api_reads_it_as_the_integer(status):
+    """Snapshot ids are 63-bit: Lua's cjson, which merges the record, held them as doubles (an id
+    came back as another id). They are kept as decimal strings, which the API's model reads back."""
+    from hooks.models import IcebergOutcome
+
+    ids = {"0": 2**63 - 1, "1": 6502209332405683862, "2": 7}
+    status.set_table("repo", "main", COMMIT, "events", "done", iceberg={"state": "written", "snapshot_ids": ids})
+    status.add_facts("repo", "main", COMMIT, "events", branch_table={"iceberg": {"state": "written", "snapshot_ids": ids}})
+
+    record = status.record("repo", "main", COMMIT, "events")
+    assert IcebergOutcome(**record["iceberg"]).snapshot_ids == ids
+    assert IcebergOutcome(**record["branch_table"]["iceberg"]).snapshot_ids == ids
+    assert record["iceberg"]["snapshot_ids"]["2"] == 7 and record["retries"] == 0  # small numbers stay numbers
+
+
 def test_records_are_per_ref_and_expire(status):
     status.set_table("repo", "main", COMMIT, "events", "done")
     status.set_table("repo", "v1", COMMIT, "events", "queued")
