@@ -320,8 +320,12 @@ class _RangeSource:
 def path_hashes(paths: Iterable[str]) -> pa.Array:
     """8 bytes of each path's hash: what a manifest's paths are looked up by (a collision only costs
     reading the manifest)."""
-    return pa.array([int.from_bytes(hashlib.blake2b(p.encode(), digest_size=8).digest(), "little", signed=True)
-                     for p in paths], pa.int64())
+    return pa.array([path_hash(p) for p in paths], pa.int64())
+
+
+def path_hash(path: str) -> int:
+    """A data path's hash (a manifest's `file_path`, as written): the path hashes' rule."""
+    return int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "little", signed=True)
 
 
 def _data_path(entry: dict, content: int) -> str:

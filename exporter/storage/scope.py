@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from exporter.errors import PathOutsideRepository
 
 _HADOOP_S3 = ("s3a", "s3n")  # Hadoop's file systems over S3: the same bucket and key as `s3://`
+S3_SCHEMES = ("s3", *_HADOOP_S3)
 LAKEFS_FOLDER = "_lakefs/"  # lakeFS's own objects under a storage namespace
 
 

@@ -10,8 +10,11 @@ import json
 from urllib.parse import quote
 
 import httpx
+import numpy as np
 import pytest
 
+import exporter.catalog.iceberg as catalog_module
+from exporter.catalog.iceberg import IcebergCatalog
 from exporter.config import Config
 from exporter.export.commit import export_iceberg, export_table
 from exporter.export.job import ExportAt
@@ -186,6 +189,25 @@ def test_readers_requests_are_signed_only_for_the_objects_the_table_reads(catalo
     assert error(catalog.request("POST", f"/namespaces/{ns('repo', TAG)}/tables/events/commits/{'0' * 64}/sign",
                                  json={"method": "GET", "uri": data})) == (404, "NoSuchTableException")
 
+
+
+def test_the_files_a_signature_may_name_come_from_the_path_hashes_as_from_reading_every_manifest(catalog, monkeypatch):
+    """A data manifest's path hashes (8 bytes a file) stand for reading its Avro: the files a signer
+    holds are the same either way, and a manifest without them is read."""
+    lake = lake_of(catalog.config, catalog.lakefs)
+    table = IcebergCatalog(lake).table("repo", TAG, catalog.commit, "events")
+    decoded: list[int] = []
+    read = catalog_module.read_manifest
+    monkeypatch.setattr(catalog_module, "read_manifest", lambda raw: decoded.append(1) or read(raw))
+
+    from_hashes = IcebergCatalog(lake).readers_objects(table).files
+    assert decoded == []  # no manifest read: the table's only manifests hold data files
+    hashes = [key for key in catalog.store.list_keys("_lakefs/") if key.endswith(".paths")]
+    catalog.store.delete(hashes)
+    from_manifests = IcebergCatalog(lake).readers_objects(table).files
+
+    assert hashes and decoded  # read, now that their path hashes are gone
+    assert len(from_hashes) > len(hashes) and np.array_equal(from_hashes, from_manifests)
 
 
 def test_the_specifications_signer_signs_at_the_commit_its_properties_name_else_at_the_refs(catalog):
