@@ -16,6 +16,8 @@ import pytest
 import exporter.catalog.iceberg as catalog_module
 from exporter.catalog.iceberg import IcebergCatalog
 from exporter.config import Config
+from exporter.iceberg.manifest_set import path_hash
+from exporter.storage.scope import folders
 from exporter.export.commit import export_iceberg, export_table
 from exporter.export.job import ExportAt
 from exporter.storage.layout import MANIFEST, export_location
@@ -208,6 +210,21 @@ def test_the_files_a_signature_may_name_come_from_the_path_hashes_as_from_readin
 
     assert hashes and decoded  # read, now that their path hashes are gone
     assert len(from_hashes) > len(hashes) and np.array_equal(from_hashes, from_manifests)
+
+
+def test_a_file_is_held_by_its_name_as_its_manifest_writes_it_whatever_it_holds():
+    """A manifest names a file decoded once (`s3://lake/repo/data/day=1%3A00`, a key with a `%`); a
+    request for it comes as its URL encodes it. Held: that object, under any S3 scheme; not held:
+    the object the name decoded twice would be (`day=1:00`), nor a name that is no object's."""
+    named = "s3://lake/repo/data/day=1%3A00/part-0.parquet"
+    objects = catalog_module.ReadersObjects(folders(["s3://lake/repo/_lakefs/iceberg-files/t/"]),
+                                            np.array([path_hash(named)], np.int64), ())
+    assert objects.holds("s3://lake/repo/data/day=1%253A00/part-0.parquet")  # the request's address
+    assert objects.holds("s3a://lake/repo/data/day=1%253A00/part-0.parquet")
+    assert not objects.holds("s3://lake/repo/data/day=1%3A00/part-0.parquet")  # that is `day=1:00`
+    assert not objects.holds("s3://lake/repo/data/day=1:00/part-0.parquet")
+    assert not objects.holds("s3://lake/repo/data/x/../day=1%253A00/part-0.parquet")
+    assert objects.holds("s3://lake/repo/_lakefs/iceberg-files/t/metadata/snap-1.avro")  # its own folder
 
 
 def test_the_specifications_signer_signs_at_the_commit_its_properties_name_else_at_the_refs(catalog):
