@@ -16,7 +16,8 @@ mkdir -p tests/artifacts
 
 # The tests' JVMs (Spark sessions, row diff jobs, the standalone cluster) are short-lived: compiled
 # by the client compiler alone, with the serial collector, a small Spark job took 55 s of CPU where
-# it took 85 s (the suite is CPU-bound on two cores). Only the tests run so: a deployment's row diff jobs keep the JVM's defaults.
+# it took 85 s (the suite is CPU-bound on two cores). Only the tests run so: a deployment's row
+# diff jobs keep the JVM's defaults.
 export JAVA_TOOL_OPTIONS="${JAVA_TOOL_OPTIONS:+$JAVA_TOOL_OPTIONS }-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 processes=${LAKEFS_DELTA_TEST_PROCESSES:-2}
 stacks_down() {

@@ -4,7 +4,8 @@ Added files go into new manifests of at most `manifest_entries` files (a checkpo
 slice at a time, column by column); a retired path marks its entry deleted in the one manifest that
 holds it, found by 8-byte hashes of each manifest's live paths kept beside it, so no other manifest
 is read or rewritten. Small manifests (one commit's adds) are merged once there are `MERGE_AT` of
-them, so the manifests a table has stay bounded however many commits it has. Deletion vectors become position delete files, the only data objects written.
+them, so the manifests a table has stay bounded however many commits it has. Deletion vectors
+become position delete files, the only data objects written.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Manifest:
     uri: str  # where it is: this table's new files' location, or an older table's
     record: dict  # its manifest list record
     hashes: pa.Array | None  # the data paths of its live entries, hashed (`path_hashes`); None: not read yet
+    body: bytes | None = None  # its bytes, kept while it is small and this writer wrote it (`_merge_small` reads them)
 
     @property
     def live(self) -> int:
@@ -262,18 +264,22 @@ class ManifestSet:
         groups: dict[tuple[int, int], list[Manifest]] = {}
         for manifest in self.manifests:
             record = manifest.record
-            if record["added_snapshot_id"] != snapshot.snapshot_id and manifest.live * 10 < self.manifest_entries:
+            if record["added_snapshot_id"] != snapshot.snapshot_id and self._small(manifest):
                 groups.setdefault((record["content"], record["partition_spec_id"]), []).append(manifest)
         for (content, spec_id), small in groups.items():
             if len(small) < MERGE_AT:
                 continue
             with io_pool(IO_THREADS) as pool:
-                bodies = list(pool.map(lambda m: self.files.read(m.uri), small))
+                bodies = list(pool.map(lambda m: m.body if m.body is not None else self.files.read(m.uri), small))
             entries = [{**entry, "status": EXISTING} for body in bodies for entry in read_manifest(body)
                        if entry["status"] != DELETED]
             merged = set(map(id, small))
             self.manifests = [m for m in self.manifests if id(m) not in merged]
             self._write_manifest(entries, content, spec_id, snapshot)
+
+    def _small(self, manifest: Manifest) -> bool:
+        """Whether `_merge_small` merges it: under a tenth of `manifest_entries` live files."""
+        return manifest.live * 10 < self.manifest_entries
 
     def _write_manifest(self, entries: list[dict], content: int, spec_id: int, snapshot: NextSnapshot,
                         add: bool = True) -> Manifest:
@@ -292,6 +298,7 @@ class ManifestSet:
         record.update(manifest_path=self._uri(key), manifest_length=len(body), sequence_number=snapshot.sequence_number,
                       added_snapshot_id=snapshot.snapshot_id)
         manifest = Manifest(self._uri(key), record, hashes)
+        manifest.body = body if self._small(manifest) else None  # a merge would read it back
         self.files.put(names.path_hashes_key(key), hashes.to_numpy().astype("<i8").tobytes())
         if add:
             self.manifests.append(manifest)
