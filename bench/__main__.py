@@ -6,12 +6,15 @@ and writes it to bench/results/<date>.md.
    it), cold (first export) and warm (the manifest exists: a no-op), with lakeFS calls and peak memory,
    beside lakeFS's own Lua Delta exporter run as a post-commit hook on the same table (bench/lua_exporter.py);
 3. history diff of a table with N versions (checkpoint every 10): cold, and cached p50/p99;
-4. a commit storm (bench/webhooks.py): 200 commits at once, 3 tables each, 2 workers;
+4. a commit storm (bench/webhooks.py): 200 commits at once, 3 tables each, 2 workers, with where its
+   CPU went (each part of the stack, a table export's share, the same commits with no actions beside);
 5. Delta Sharing: presigning URLs (exporter.storage.presign beside boto3's `generate_presigned_url`), and a
    snapshot query of an N-file branch table through the real server (bench/sharing.py), in both
    response formats: time to first byte and to the last, lines and bytes, the server's peak RSS;
 6. the grant at scale (bench/grant.py): a table's folders and lakeFS's decision about each, and the
-   Iceberg signer's first and later signatures, on a table of 1M files in 10,000 folders.
+   Iceberg signer's first and later signatures, on a table of 1M files in 10,000 folders;
+7. single-object requests to MinIO (PUT, GET, copy, HEAD): CPU and wall a request, signed in-process
+   (exporter.storage.requests) beside boto3's client.
 """
 
 from __future__ import annotations
@@ -383,6 +386,42 @@ def bench_presign(urls: int) -> list[dict]:
     return rows
 
 
+def bench_object_requests(requests: int) -> list[dict]:
+    """`requests` of each single-object request the exports make (PUT, GET, server-side copy, HEAD) to
+    MinIO: as the exporter sends them (`exporter.storage.requests`, signed in-process, on urllib3)
+    beside boto3's client as it was used before; CPU and wall time a request."""
+    from devtools import stack
+    from exporter.config import load_config
+    from exporter.storage.objectstore import ObjectStore
+
+    running_stack()
+    store = ObjectStore(load_config(), f"s3://{stack.BUCKET}/bench-requests/{uuid.uuid4().hex}")
+    body = b"{}" * 500  # a commit file's size
+    ways = {
+        "exporter.storage.requests.SignedRequests": {
+            "PUT": lambda i: store.put(f"a/{i}.json", body), "GET": lambda i: store.get(f"a/{i}.json"),
+            "copy": lambda i: store.copy(f"a/{i}.json", f"b/{i}.json"), "HEAD": lambda i: store.exists(f"b/{i}.json")},
+        "alternative: boto3's client": {
+            "PUT": lambda i: store.client.put_object(Bucket=store.bucket, Key=store.key(f"c/{i}.json"), Body=body),
+            "GET": lambda i: store.client.get_object(Bucket=store.bucket, Key=store.key(f"c/{i}.json"))["Body"].read(),
+            "copy": lambda i: store.client.copy_object(Bucket=store.bucket, Key=store.key(f"d/{i}.json"), CopySource={
+                "Bucket": store.bucket, "Key": store.key(f"c/{i}.json")}),
+            "HEAD": lambda i: store.client.head_object(Bucket=store.bucket, Key=store.key(f"d/{i}.json"))}}
+    rows = []
+    for operation in ("PUT", "GET", "copy", "HEAD"):
+        for way, calls in ways.items():
+            cpu, wall = time.process_time(), time.monotonic()
+            for i in range(requests):
+                calls[operation](i)
+            cpu, wall = (time.process_time() - cpu) / requests, (time.monotonic() - wall) / requests
+            rows.append({"benchmark": f"object request, {operation} ({requests:,}, 1 KB): {way}: {1000 * cpu:.2f} ms CPU, "
+                                      f"{1000 * wall:.2f} ms wall a request", "seconds": wall * requests,
+                         "files_per_s": 1 / wall, "lakefs_calls": 0, "peak_rss_mib": peak_rss_mib()})
+            print(rows[-1], flush=True)
+    store.delete(store.list_keys(""))
+    return rows
+
+
 def bench_sharing(sizes: list[int], repository: str | None = None, queries: int = 60) -> list[dict]:
     """A Delta Sharing snapshot query (`POST .../query`, body `{}`) of the branch table of an N-file
     table (`synthetic_table`, exported, then its branch table created; or `repository`'s, reused),
@@ -558,6 +597,8 @@ def main() -> None:
                              "host: its own --name, the same Redis)")
     parser.add_argument("--presign-urls", type=int, default=100_000,
                         help="URLs presigned by exporter.storage.presign and by boto3 (0: skip)")
+    parser.add_argument("--object-requests", type=int, default=300,
+                        help="single-object requests to MinIO of each kind, signed in-process and by boto3 (0: skip)")
     parser.add_argument("--sharing-sizes", type=int, nargs="*", default=[1_000_000],
                         help="tables whose branch table is queried through the Delta Sharing server")
     parser.add_argument("--sharing-repository",
@@ -592,7 +633,8 @@ def main() -> None:
     plotted = [plot_exports(rows, out.with_name(out.stem + "-export-time.png")),
                plot_storm(rows, out.with_name(out.stem + "-storm.png")),
                plot_row_diff_scale(rows, out.with_name(out.stem + "-row-diff-scale.png")),
-               plot_grant(rows, out.with_name(out.stem + "-grant.png"))]
+               plot_grant(rows, out.with_name(out.stem + "-grant.png")),
+               plot_object_requests(rows, out.with_name(out.stem + "-object-requests.png"))]
     for path in filter(None, plotted):
         print(f"plot: {path}")
 
@@ -623,6 +665,9 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
     if args.presign_urls:
         with part("presign"):
             rows += bench_presign(args.presign_urls)
+    if args.object_requests:
+        with part("object requests"):
+            rows += bench_object_requests(args.object_requests)
     for size in args.sharing_sizes:  # a table the exports above built is queried, not built again
         with part(f"Delta Sharing, {size:,} files"):
             if args.sharing_repository or size not in built:
@@ -770,6 +815,34 @@ def plot_grant(rows: list[dict], path: Path) -> Path | None:
     axes.barh([label for label, _ in measured][::-1], [seconds for _, seconds in measured][::-1])
     axes.set(xscale="log", xlabel="seconds (log)", title="The grant and the signer on a 1M-file table")
     axes.tick_params(axis="y", labelsize=6)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def plot_object_requests(rows: list[dict], path: Path) -> Path | None:
+    """CPU a single-object request, the exporter's own signing beside boto3's client, per request kind."""
+    import re
+
+    measured: dict[str, dict[str, float]] = {}
+    for row in rows:
+        found = re.match(r"object request, (\w+) .*?: (.*?): ([\d.]+) ms CPU", row["benchmark"])
+        if found:
+            measured.setdefault(found.group(2), {})[found.group(1)] = float(found.group(3))
+    if not measured:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    operations = list(next(iter(measured.values())))
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for i, (way, cpu) in enumerate(measured.items()):
+        axes.bar([x + 0.4 * i for x in range(len(operations))], [cpu.get(o, 0) for o in operations], 0.4, label=way)
+    axes.set_xticks([x + 0.2 for x in range(len(operations))], operations)
+    axes.set(ylabel="ms of CPU a request", title="Single-object requests to MinIO")
+    axes.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     return path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 
 
@@ -32,3 +33,48 @@ def own_redis_database(redis_url: str, database: int) -> str:
     url = f"{redis_url.rsplit('/', 1)[0]}/{database}"
     redis.Redis.from_url(url).flushdb()
     return url
+
+
+def _program(pid: int, argv: list[str]) -> str:
+    """The part of the stack a process is, by its command line."""
+    name = argv[0].rsplit("/", 1)[-1] if argv else ""
+    if pid == os.getpid():
+        return "bench client"
+    if name.startswith(("lakefs-", "acl-")) or name in ("lakefs", "acl"):
+        return "lakeFS"
+    if name.startswith("minio"):
+        return "MinIO"
+    if name.startswith("redis-server"):
+        return "Redis"
+    if "lakefs_delta.cli" in argv:
+        return {"serve": "webhook service", "worker": "workers"}.get(next((a for a in argv if a in ("serve", "worker")), ""),
+                                                                    "other")
+    return "other"
+
+
+def cpu_seconds() -> dict[int, tuple[str, float]]:
+    """Every process's CPU time so far (user + system, seconds), by pid, with the part of the stack it is."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seen = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace").split("\0")
+            fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:  # ended while listed
+            continue
+        seen[int(entry)] = (_program(int(entry), argv), (int(fields[11]) + int(fields[12])) / tick, int(fields[1]))
+    # a pool's children (Celery's, uvicorn's) are the part their parent is, whatever they call themselves
+    return {pid: (seen[parent][0] if program == "other" and parent in seen else program, seconds)
+            for pid, (program, seconds, parent) in seen.items()}
+
+
+def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds each part of the stack used between two `cpu_seconds()`: a process started in
+    between counts whole; one that ended in between is lost (the stack's processes, the service and
+    the workers' children live through a run)."""
+    used: dict[str, float] = {}
+    for pid, (program, seconds) in after.items():
+        used[program] = used.get(program, 0.0) + seconds - before.get(pid, (program, 0.0))[1]
+    return used

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from exporter.config import Config, ObjectStoreConfig
 from exporter.errors import ConfigError
 from exporter.storage.objectstore import split_uri
+from exporter.storage.requests import signing_key, store_endpoint
 
 _ALGORITHM = "AWS4-HMAC-SHA256"
 _UNRESERVED = "-_.~"  # with letters and digits, never encoded (RFC 3986); S3 keeps `/` in the path
@@ -145,7 +146,7 @@ class Presigner:
 
 
 def _endpoint(store: ObjectStoreConfig) -> str:
-    return store.endpoint or f"https://s3.{store.region}.amazonaws.com"
+    return store_endpoint(store.endpoint, store.region)
 
 
 class _Signer:
@@ -157,11 +158,7 @@ class _Signer:
             raise ConfigError(f"object_store: endpoint {endpoint!r} is not a URL of printable ASCII characters")
         scope = f"{batch.day}/{store.region}/s3/aws4_request"
         self.scope = scope
-        secret = store.secret_access_key.get_secret_value()
-        key = hmac.new(f"AWS4{secret}".encode(), batch.day.encode(), hashlib.sha256).digest()
-        for part in (store.region, "s3", "aws4_request"):
-            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-        self.signing_key = key
+        self.signing_key = key = signing_key(store.secret_access_key.get_secret_value(), batch.day, store.region)
         # HMAC-SHA256 (RFC 2104) as two SHA-256s over the padded key, their states past the constant
         # prefixes kept: `urls` copies them per row
         padded = key.ljust(_BLOCK, b"\0")

@@ -13,7 +13,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 SMOKE = ["--actions", "1000", "--stream-actions", "1000", "--sizes", "100", "--diff-versions", "20",
-         "--row-diff-rows", "0", "--branch-table-sizes", "100", "--storm", "2", "--presign-urls", "100",
+         "--row-diff-rows", "0", "--branch-table-sizes", "100", "--storm", "2", "--presign-urls", "100", "--object-requests", "20",
          "--sharing-sizes", "100", "--sharing-queries", "3", "--lua-timeout", "120", "--storm-iceberg",
          "--grant-files", "1000", "--grant-folders", "20", "--row-diff-scale", "1000"]
 
@@ -28,7 +28,8 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "export 100-file table + 50 commits (cold, with iceberg.enabled", "| ≤ 6 s: ",
                  "lakeFS Lua exporter, 100-file table + 50 commits", "history diff of the 10-file commit",
                  "cold diff, 20 versions", "branch table of a 100-file table: append a 10-file commit",
-                 "presign 100 GET URLs", "Delta Sharing query, 160-file branch table, parquet",
+                 "presign 100 GET URLs", "object request, copy (20, 1 KB): exporter.storage.requests",
+                 "object request, HEAD (20, 1 KB): alternative: boto3's client", "Delta Sharing query, 160-file branch table, parquet",
                  "webhook answers while 3 Delta Sharing queries of the 160-file branch table stream",
                  "Iceberg metadata of the cold export above (100-file table",
                  "webhook answer p50 (2 hook runs)",
@@ -45,3 +46,4 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
     assert (tmp_path / "smoke-export-time.png").stat().st_size > 0
     assert (tmp_path / "smoke-storm.png").stat().st_size > 0
     assert (tmp_path / "smoke-row-diff-scale.png").stat().st_size > 0 and (tmp_path / "smoke-grant.png").stat().st_size > 0
+    assert (tmp_path / "smoke-object-requests.png").stat().st_size > 0

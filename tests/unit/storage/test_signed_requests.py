@@ -1,0 +1,144 @@
+"""The object store's own request signing (`exporter.storage.requests`) against botocore's SigV4
+signer, and how its answers and failures come back."""
+
+from __future__ import annotations
+
+import datetime
+import http.server
+import signal
+import socket
+import threading
+import time
+
+import botocore.auth
+import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from exporter.errors import ExporterError, NotFound, ServiceUnavailable
+from exporter.storage.requests import RequestFailed, SignedRequests, quoted_path
+
+pytestmark = pytest.mark.unit
+
+KEYS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "a-session-token")
+
+
+@pytest.mark.parametrize("method,key,headers,body", [
+    ("GET", "tables/t/_delta_log/00000000000000000001.json", {}, b""),
+    ("GET", "day=1%3A00/part 0+x#y?z.parquet", {"range": "bytes=0-99"}, b""),
+    ("PUT", "exports/main/ü/_delta_log/_last_checkpoint", {"content-type": "application/json"}, b'{"version":1}'),
+    ("PUT", "a/b", {"x-amz-copy-source": quoted_path("bucket", "src key%/ä")}, b""),
+    ("HEAD", "a/~b_c-d.e", {}, b""),
+])
+def test_a_request_is_signed_as_botocore_signs_it(monkeypatch, method, key, headers, body):
+    requests = SignedRequests("http://127.0.0.1:9000", "eu-west-1", KEYS)
+    monkeypatch.setattr(time, "gmtime", lambda *_: time.struct_time((2026, 11, 29, 8, 30, 0, 6, 333, 0)))
+    ours = requests._signed(method, quoted_path("bucket", key), headers, body)
+
+    theirs = AWSRequest(method=method, url="http://127.0.0.1:9000" + quoted_path("bucket", key), data=body,
+                        headers={**headers, "x-amz-content-sha256": ours["x-amz-content-sha256"]})
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: datetime.datetime(2026, 11, 29, 8, 30, 0))
+    S3SigV4Auth(KEYS, "s3", "eu-west-1").add_auth(theirs)
+    assert ours["authorization"] == theirs.headers["Authorization"]
+
+
+class _Store(http.server.BaseHTTPRequestHandler):
+    """Answers each request with the next of `answers` (status, body); records what it was asked."""
+
+    answers: list[tuple[int, bytes]] = []
+    asked: list[str] = []
+
+    def _answer(self):
+        self.asked.append(f"{self.command} {self.path}")
+        length = int(self.headers.get("content-length") or 0)
+        self.rfile.read(length)
+        status, body = self.answers.pop(0)
+        self.send_response(status)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_PUT = do_HEAD = _answer
+
+    def log_message(self, *_):
+        pass
+
+
+@pytest.fixture
+def store():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Store)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Store.answers, _Store.asked = [], []
+    yield SignedRequests(f"http://127.0.0.1:{server.server_address[1]}", "us-east-1", KEYS), _Store
+    server.shutdown()
+
+
+def test_a_busy_store_is_asked_again_and_a_missing_key_is_not(store, monkeypatch):
+    requests, answers = store
+    monkeypatch.setattr(time, "sleep", lambda _: None)
+    answers.answers = [(503, b"<Error><Code>SlowDown</Code><Message>later</Message></Error>"), (200, b"body")]
+    assert requests.get("bucket", "k") == b"body" and len(answers.asked) == 2
+    answers.answers = [(404, b"<Error><Code>NoSuchKey</Code></Error>")]
+    with pytest.raises(RequestFailed) as missing:
+        requests.get("bucket", "k")
+    assert missing.value.code == "NoSuchKey" and len(answers.asked) == 3
+    answers.answers = [(500, b"")] * 3
+    with pytest.raises(RequestFailed) as failed:
+        requests.head("bucket", "k")
+    assert failed.value.status == 500 and len(answers.asked) == 6
+
+
+def test_a_copy_failing_inside_its_200_answer_fails(store):
+    requests, answers = store
+    answers.answers = [(200, b'<?xml version="1.0"?><Error><Code>InternalError</Code><Message>copy</Message></Error>')] * 3
+    with pytest.raises(RequestFailed) as failed:
+        requests.copy("bucket", "a", "bucket", "b")
+    assert failed.value.code == "InternalError"
+
+
+def test_the_store_maps_answers_to_the_projects_errors(store, monkeypatch):
+    from exporter.storage.objectstore import ObjectStore
+
+    requests, answers = store
+    monkeypatch.setattr(time, "sleep", lambda _: None)
+    objects = ObjectStore.__new__(ObjectStore)
+    objects.bucket, objects.root, objects.requests = "bucket", "ns", requests
+    answers.answers = [(404, b"")]
+    assert objects.exists("x") is False
+    answers.answers = [(403, b"<Error><Code>AccessDenied</Code></Error>")]
+    with pytest.raises(ExporterError, match="refused get s3://bucket/ns/x: AccessDenied"):
+        objects.get("x")
+    answers.answers = [(503, b"")] * 3
+    with pytest.raises(ServiceUnavailable):
+        objects.put("x", b"1")
+    answers.answers = [(404, b"<Error><Code>NoSuchKey</Code></Error>")]
+    with pytest.raises(NotFound):
+        objects.get("x")
+
+
+class SoftTimeLimit(Exception):
+    pass
+
+
+def test_a_time_limit_raised_into_a_request_goes_up_at_once():
+    black_hole = socket.socket()  # accepts connections, never answers
+    black_hole.bind(("127.0.0.1", 0))
+    black_hole.listen(8)
+
+    def time_limit(*_):
+        raise SoftTimeLimit()
+
+    requests = SignedRequests(f"http://127.0.0.1:{black_hole.getsockname()[1]}", "us-east-1", KEYS)
+    previous = signal.signal(signal.SIGALRM, time_limit)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(SoftTimeLimit):
+            requests.get("bucket", "key")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        black_hole.close()
+    assert time.monotonic() - started < 5  # not three attempts of 30 s each
