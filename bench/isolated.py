@@ -78,18 +78,28 @@ def _object_store_requests():
     """The S3 requests this process makes meanwhile, by operation (GetObject, PutObject, ...)."""
     from botocore.client import BaseClient
 
+    from exporter.storage.requests import SignedRequests
+
     counted: dict[str, int] = {}
-    original = BaseClient._make_api_call
+    original, signed = BaseClient._make_api_call, SignedRequests.request
+
+    def count(operation_name: str) -> None:
+        counted[operation_name] = counted.get(operation_name, 0) + 1
 
     def counting(client, operation_name, api_params):
-        counted[operation_name] = counted.get(operation_name, 0) + 1
+        count(operation_name)
         return original(client, operation_name, api_params)
 
-    BaseClient._make_api_call = counting
+    def counting_signed(requests, method, bucket, key, headers, body=b""):
+        count({"GET": "GetObject", "HEAD": "HeadObject"}.get(method)
+              or ("CopyObject" if "x-amz-copy-source" in headers else "PutObject"))
+        return signed(requests, method, bucket, key, headers, body)
+
+    BaseClient._make_api_call, SignedRequests.request = counting, counting_signed
     try:
         yield counted
     finally:
-        BaseClient._make_api_call = original
+        BaseClient._make_api_call, SignedRequests.request = original, signed
 
 
 def _iceberg(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
