@@ -24,7 +24,7 @@ from hooks import errors
 from hooks.deps import AUTH_NONE_WARNING, Services
 from hooks.edge import Edge
 from hooks.iceberg import create_iceberg_app
-from hooks.routes import datasets, diff, exports, ops, pages, session, webhook
+from hooks.routes import checks, datasets, diff, exports, ops, pages, session, webhook
 from hooks.sharing import create_sharing_app
 
 log = logging.getLogger("lakefs_delta.hooks")
@@ -51,7 +51,7 @@ def create_app(config: Config, lake: Lake | None = None) -> FastAPI:
     app.mount("/delta-sharing", sharing)  # recipients' bearer tokens, not lakeFS identities
     app.mount("/iceberg", iceberg)  # the API's callers, the spec's errors
     errors.install(app)
-    for routes in (webhook, exports, diff, datasets, session, pages, ops):
+    for routes in (webhook, checks, exports, diff, datasets, session, pages, ops):
         app.include_router(routes.router)
     return app
 

@@ -21,7 +21,7 @@ from exporter.lakefs.client import COMMIT_ID
 KiB, MiB = 1024, 1024 * 1024
 BODY_LIMIT = 64 * KiB  # every route but those below: sign-in, the Iceberg signer and catalog, the API
 LARGER_BODIES = (  # (path, limit): routes whose bodies are larger by nature
-    (re.compile(r"/webhooks/lakefs"), 1 * MiB),  # lakeFS's event: a commit's message and metadata
+    (re.compile(r"/webhooks/lakefs(/checks)?"), 1 * MiB),  # lakeFS's event: a commit's message and metadata
     (re.compile(r"/delta-sharing/shares/[^/]+/schemas/.+/tables/[^/]+/query"), 1 * MiB),  # predicate hints
 )
 JSON_DEPTH = 64  # arrays and objects inside each other; Python's parser recurses on each

@@ -192,10 +192,23 @@ def _install_actions(args: argparse.Namespace) -> int:
     if not url:
         raise ConfigError("install-actions: give --url, the webhook URL lakeFS calls, or set public_url")
     tables = dict(item.split("=", 1) for item in args.table or [])
-    files = action_files(url, args.branches or [args.branch], tables, args.branch_tables or [])
+    files = action_files(url, args.branches or [args.branch], tables, args.branch_tables or [], args.checks or [])
     commit_id = install_actions(LakeFS(config.lakefs), args.repo, args.branch, files, force=args.force)
     print(f"committed {commit_id}" if commit_id else "already installed; nothing to commit")
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    """The merge gate's report on the change from --from into --into, as lakeFS's hook would see it:
+    exit 0 when every rule passes, 1 when one fails."""
+    from exporter.checks.gate import check_change
+    from exporter.config import load_config
+    from exporter.lakefs.lake import Lake
+
+    config = load_config(args.config)
+    report = check_change(Lake.connect(config), args.repo, args.source, args.into)
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.text(config.public_url), end="")
+    return 0 if report.passed else 1
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -414,11 +427,22 @@ def _add_repository_commands(commands) -> None:
     install_cmd.add_argument("--force", action="store_true", help="replace different existing files")
     install_cmd.add_argument("--branch-tables", nargs="*", metavar="PATTERN",
                              help="branch globs that keep a branch table per table (<ref>/latest/<table>/)")
+    install_cmd.add_argument("--checks", nargs="*", metavar="BRANCH",
+                             help="branch globs whose merges and commits are checked against each changed table's "
+                                  "declared rules (a second action, calling <url>/checks)")
     install_cmd.set_defaults(run=_install_actions)
 
 
 def _add_diff_command(commands) -> None:
-    """The subcommands for the diff."""
+    """The subcommands for the diff and the merge gates' check."""
+    check_cmd = commands.add_parser("check", help="check a change against each changed table's declared rules "
+                                                  "(the merge gate); exit 1 when a rule fails")
+    check_cmd.add_argument("--repo", required=True)
+    check_cmd.add_argument("--from", dest="source", required=True, help="the ref whose changes are checked")
+    check_cmd.add_argument("--into", required=True, help="the ref they would be merged into")
+    check_cmd.add_argument("--json", action="store_true")
+    check_cmd.set_defaults(run=_check)
+
     diff_cmd = commands.add_parser("diff", help="how a Delta table changed between two refs")
     diff_cmd.add_argument("--repo", required=True)
     diff_cmd.add_argument("refs", help="LEFT..RIGHT, e.g. main..exp1")

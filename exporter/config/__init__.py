@@ -25,14 +25,14 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from exporter.config.renamed import (ENV_PREFIX, RENAMED_KEYS, RenamedConfigKey, renamed_variables, upgrade_document,
                                      upgrade_environment)
-from exporter.config.sections import (SOLE_DELIVERY_KINDS, TASK_KINDS, ApiConfig, ApiToken, CatchUpConfig,
+from exporter.config.sections import (SOLE_DELIVERY_KINDS, TASK_KINDS, ApiConfig, ApiToken, CatchUpConfig, ChecksConfig,
                                       IcebergConfig, LakeFSConfig, ObjectStoreConfig, RetentionConfig, RetryConfig,
                                       RowDiffConfig, RowDiffSparkConfig, ShareConfig, SharingConfig, TasksConfig,
                                       WorkersConfig, soft_time_limit)
 from exporter.errors import ConfigError
 
 __all__ = ["soft_time_limit", "CONFIG_ENV", "ENV_PREFIX", "KNOWN_EVENTS", "RENAMED_KEYS", "RENAMED_VARIABLES", "SOLE_DELIVERY_KINDS",
-           "TASK_KINDS", "ApiConfig", "ApiToken", "CatchUpConfig", "Config", "IcebergConfig", "LakeFSConfig",
+           "TASK_KINDS", "ApiConfig", "ApiToken", "CatchUpConfig", "ChecksConfig", "Config", "IcebergConfig", "LakeFSConfig",
            "ObjectStoreConfig", "RenamedConfigKey", "RetentionConfig", "RetryConfig", "RowDiffConfig", "RowDiffSparkConfig", "ShareConfig",
            "SharingConfig", "TasksConfig", "WorkersConfig", "load_config", "mask_url"]
 
@@ -63,6 +63,7 @@ class Config(BaseSettings):
     events: tuple[str, ...] = KNOWN_EVENTS
     api: ApiConfig = ApiConfig()
     catch_up: CatchUpConfig = CatchUpConfig()
+    checks: ChecksConfig = ChecksConfig()
     iceberg: IcebergConfig = IcebergConfig()
     row_diff: RowDiffConfig = RowDiffConfig()
     retention: RetentionConfig = RetentionConfig()

@@ -231,6 +231,15 @@ class RowDiffConfig(_Section):
     spark: RowDiffSparkConfig = RowDiffSparkConfig()
 
 
+class ChecksConfig(_Section):
+    """The merge gates (`/webhooks/lakefs/checks`): a check answers within `timeout_seconds` (below
+    the hook's own timeout in the action, 1 minute by default); one that cannot finish (too slow,
+    lakeFS or the store unreachable) blocks, unless `pass_when_unfinished`."""
+
+    timeout_seconds: float = Field(50.0, gt=0)
+    pass_when_unfinished: bool = False
+
+
 class CatchUpConfig(_Section):
     """Catch-up (lakeFS never retries a post-hook): on by default, in every worker started with beat."""
 

@@ -140,6 +140,19 @@ class LakeFS:
                 return
             after = page["pagination"]["next_offset"]
 
+    def uncommitted(self, repository: str, branch: str, prefix: str = "", amount: int = PAGE_SIZE) -> Iterator[dict]:
+        """A branch's uncommitted (staged) changes; `amount` below 1000 asks for one short page."""
+        after = ""
+        while True:
+            response = self._call(f"diff {repository}/{branch} uncommitted", self.branches.diff_branch_with_http_info,
+                                  repository, branch, prefix=prefix, after=after, amount=amount,
+                                  _preload_content=False)
+            page = json.loads(response.raw_data)
+            yield from page["results"]
+            if not page["pagination"]["has_more"] or amount < PAGE_SIZE:
+                return
+            after = page["pagination"]["next_offset"]
+
     def merge_base(self, repository: str, source: str, destination: str) -> str:
         return self._call(f"merge base {repository} {source}/{destination}", self.refs.find_merge_base,
                           repository, source, destination).base_commit_id
@@ -206,6 +219,17 @@ class LakeFS:
         response = self._call(f"action runs {repository}@{commit_id}", self.actions.list_repository_runs_with_http_info,
                               repository, commit=commit_id, _preload_content=False)
         return json.loads(response.raw_data)["results"]
+
+    def branch_runs(self, repository: str, branch: str) -> list[dict]:
+        """The action runs of a branch, newest first (a blocked merge's or commit's has no commit)."""
+        response = self._call(f"action runs {repository}/{branch}", self.actions.list_repository_runs_with_http_info,
+                              repository, branch=branch, _preload_content=False)
+        return json.loads(response.raw_data)["results"]
+
+    def hook_output(self, repository: str, run_id: str, hook_run_id: str) -> str:
+        """What a hook run recorded: for a webhook, its request and the answer's status and body."""
+        return bytes(self._call(f"hook output {repository}/{run_id}/{hook_run_id}", self.actions.get_run_hook_output,
+                                repository, run_id, hook_run_id)).decode(errors="replace")
 
     def hook_runs(self, repository: str, run_id: str) -> list[dict]:
         response = self._call(f"hook runs {repository}/{run_id}", self.actions.list_run_hooks_with_http_info,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import posixpath
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 
@@ -24,6 +25,9 @@ class TableDescriptor:
     name: str
     path: str  # from the repository root, no leading or trailing slash
     descriptor: str  # the descriptor's own path, e.g. `_lakefs_tables/events.yaml`
+    # its `checks:` section as written, read by the merge gates (`exporter.checks.rules`) alone: a
+    # rule with a typo blocks a merge, never an export
+    checks: Any = field(default=None, compare=False)
 
     @property
     def prefix(self) -> str:
@@ -60,7 +64,8 @@ def parse_descriptor(descriptor: str, raw: bytes) -> TableDescriptor | None:
         raise DescriptorError(descriptor, f"`path` {path!r} must be relative to the repository root")
     if ".." in path.split("/"):
         raise DescriptorError(descriptor, f"`path` {path!r} escapes the repository")
-    return TableDescriptor(name=name, path=posixpath.normpath(path).strip("/"), descriptor=descriptor)
+    return TableDescriptor(name=name, path=posixpath.normpath(path).strip("/"), descriptor=descriptor,
+                           checks=document.get("checks"))
 
 
 def discover_tables(lakefs: LakeFS, repository: str, ref: str) -> Discovery:

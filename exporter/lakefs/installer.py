@@ -14,11 +14,12 @@ from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, parse_descriptor
 
 ACTION_PATH = "_lakefs_actions/delta-export.yaml"
+CHECKS_ACTION_PATH = "_lakefs_actions/delta-checks.yaml"
 TEMPLATES = resources.files("actions")  # the top-level actions/ folder, package data in the wheel too
 
 
-def render_action(url: str, branches: list[str], branch_tables: list[str] = ()) -> bytes:
-    template = (TEMPLATES / ACTION_PATH).read_text()
+def render_action(url: str, branches: list[str], branch_tables: list[str] = (), path: str = ACTION_PATH) -> bytes:
+    template = (TEMPLATES / path).read_text()
     if any("," in pattern or '"' in pattern for pattern in branch_tables):
         raise ExporterError(f"branch table patterns cannot hold ',' or '\"': {branch_tables}")
     return (template.replace("{{URL}}", url).replace("{{BRANCHES}}", json.dumps(branches))
@@ -94,11 +95,14 @@ def render_descriptor(name: str, path: str) -> bytes:
 
 
 def action_files(url: str, branches: list[str], tables: dict[str, str],
-                 branch_tables: list[str] = ()) -> dict[str, bytes]:
+                 branch_tables: list[str] = (), checks: list[str] = ()) -> dict[str, bytes]:
     """The files `install_actions` puts in a repository: the action calling `url` on commits, merges
-    and tags of `branches` (keeping branch tables on `branch_tables`), and a descriptor per table
-    (name -> path)."""
+    and tags of `branches` (keeping branch tables on `branch_tables`), the merge gates' action
+    calling `<url>/checks` before merges into and commits on `checks` when any, and a descriptor per
+    table (name -> path)."""
     files = {ACTION_PATH: render_action(url, branches, branch_tables)}
+    if checks:
+        files[CHECKS_ACTION_PATH] = render_action(url.rstrip("/") + "/checks", list(checks), path=CHECKS_ACTION_PATH)
     files.update({f"{DESCRIPTORS_PREFIX}{name}.yaml": render_descriptor(name, path) for name, path in tables.items()})
     return files
 

@@ -1,0 +1,154 @@
+"""Merge gates: what a change does to each table, against the rules the table declares.
+
+The destination's head is compared with the source's commit (a merge), or a branch's head with its
+staged state (a commit), through the history diff (`exporter.diff.table`): schema, protocol and
+row counts come from the logs and their statistics, no data file is read.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+from exporter.checks.readers import unreadable
+from exporter.checks.rules import TableChecks, parse_checks
+from exporter.diff.table import compute_diff
+from exporter.errors import DescriptorError
+from exporter.lakefs.client import PAGE_SIZE, commit_id_of
+from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, discover_tables
+from exporter.lakefs.lake import Lake
+
+# widening a reader of the old type reads the new one as (Delta's type widening, PROTOCOL.md#type-widening)
+WIDENINGS = {("byte", "short"), ("byte", "integer"), ("byte", "long"), ("short", "integer"), ("short", "long"),
+             ("integer", "long"), ("float", "double"), ("byte", "double"), ("short", "double"), ("integer", "double"),
+             ("date", "timestamp_ntz")}
+
+
+@dataclass(frozen=True)
+class Finding:
+    table: str
+    rule: str  # "rules", "schema", "rows", "readers"
+    found: str  # what was found, in words
+
+
+@dataclass
+class Report:
+    repository: str
+    source: str  # the ref whose changes are checked
+    destination: str
+    source_commit: str
+    destination_commit: str
+    tables: list[str] = field(default_factory=list)  # those checked
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.findings
+
+    def text(self, public_url: str = "") -> str:
+        """What lakeFS shows the user who merged: one line per finding, and where to see the diff."""
+        head = (f"lakefs-delta checks: {self.source} into {self.destination} ({self.repository}): "
+                + ("passed" if self.passed else f"blocked, {len(self.findings)} finding(s)")
+                + f", {len(self.tables)} table(s) checked")
+        lines = [head, *(f"- {f.table}: {f.rule}: {f.found}" for f in self.findings)]
+        if public_url and self.findings:
+            query = urlencode({"repository": self.repository, "left": self.destination_commit,
+                               "right": self.source_commit})
+            lines.append(f"diff: {public_url.rstrip('/')}/diff?{query}")
+        return "\n".join(lines) + "\n"
+
+    def as_dict(self) -> dict:
+        return {"repository": self.repository, "source": self.source, "destination": self.destination,
+                "source_commit": self.source_commit, "destination_commit": self.destination_commit,
+                "passed": self.passed, "tables": self.tables,
+                "findings": [{"table": f.table, "rule": f.rule, "found": f.found} for f in self.findings]}
+
+
+def check_change(lake: Lake, repository: str, source: str, destination: str, staged: bool = False) -> Report:
+    """Every table the source declares checks for and whose files differ from the destination's,
+    against its rules. A merge: `source` and `destination` are refs, each pinned to its commit. A
+    commit (`staged`): `source` is the branch as staged (read as it is, uncommitted objects too) and
+    `destination` the branch, pinned to its head."""
+    lakefs = lake.lakefs
+    destination_commit = commit_id_of(lakefs, repository, destination)
+    source_commit = source if staged else commit_id_of(lakefs, repository, source)
+    report = Report(repository, source, destination, source_commit, destination_commit)
+
+    def changes(prefix: str, amount: int | None = None) -> list[str]:
+        page = amount or PAGE_SIZE
+        found = lakefs.uncommitted(repository, source, prefix, amount=page) if staged else \
+            lakefs.diff(repository, destination_commit, source_commit, prefix=prefix, amount=page)
+        return [c["path"] for c in itertools.islice(found, amount)]
+
+    changed = changes(DESCRIPTORS_PREFIX)
+    discovery = discover_tables(lakefs, repository, source_commit)
+    for error in discovery.errors:
+        if error.descriptor in changed:  # a descriptor this change breaks: its table would stop exporting
+            report.findings.append(Finding(error.descriptor, "rules", str(error)))
+    for table in discovery.tables:
+        try:
+            checks = parse_checks(table.descriptor, table.checks)
+        except DescriptorError as exc:
+            report.findings.append(Finding(table.name, "rules", str(exc)))
+            continue
+        if checks is None or (table.descriptor not in changed and not changes(table.prefix, 1)):
+            continue
+        report.tables.append(table.name)
+        diff = compute_diff(lake, repository, destination_commit, source_commit, table.path)
+        report.findings += table_findings(table.name, checks, diff)
+    return report
+
+
+def table_findings(name: str, checks: TableChecks, diff: dict) -> list[Finding]:
+    """The table's rules against its history diff (`exporter.diff.history.diff_history`)."""
+    findings = []
+    if checks.schema:
+        findings += [Finding(name, "schema", found) for found in _schema(diff["schema_changes"], checks.schema_allowed)]
+    rows = diff["row_count"]
+    for amount, sign, words in ((checks.removed_at_most, -1, "removed"), (checks.added_at_most, 1, "added")):
+        if amount is None:
+            continue
+        if rows["left"] is None or rows["right"] is None:
+            findings.append(Finding(name, "rows", f"the row count is unknown (a file without numRecords statistics): "
+                                                  f"cannot hold rows {words} to at most {amount}"))
+            continue
+        changed = sign * (rows["right"] - rows["left"])
+        if changed > amount.limit(rows["left"]):
+            share = f" ({100 * changed / rows['left']:.1f}% of {rows['left']:,})" if rows["left"] else ""
+            findings.append(Finding(name, "rows", f"{changed:,} rows {words}{share}: more than {amount}"))
+    protocol = diff["protocol_changed"]
+    if checks.readers and protocol is not None:
+        for consumer, features in unreadable(protocol.get("left") or {}, protocol.get("right") or {}, checks.readers):
+            findings.append(Finding(name, "readers", f"{consumer} cannot read {', '.join(features)}, "
+                                                     f"which this change brings"))
+    return findings
+
+
+def _schema(changes: list[dict], allowed: frozenset[str]) -> list[str]:
+    found = []
+    for change in changes:
+        column, kind = change["column"], change["change"]
+        if kind == "removed" and "removed" not in allowed:
+            found.append(f"column `{column}` removed ({change['left']})")
+        elif kind == "renamed" and "renamed" not in allowed:
+            found.append(f"column `{change['left']}` renamed to `{change['right']}`")
+        elif kind == "type_changed" and "retyped" not in allowed and (change["left"], change["right"]) not in WIDENINGS \
+                and not _decimal_widened(change["left"], change["right"]):
+            found.append(f"column `{column}` re-typed from {change['left']} to {change['right']} (not a widening)")
+        elif kind == "nullability_changed" and change["left"] is not False and change["right"] is False \
+                and "nullability_tightened" not in allowed:
+            found.append(f"column `{column}` made non-nullable")
+    return found
+
+
+def _decimal_widened(left: str, right: str) -> bool:
+    """decimal(p, s) to decimal(p + k1, s + k2) with k1 >= k2 >= 0: every old value fits."""
+    def parts(name: str) -> tuple[int, int] | None:
+        if not name.startswith("decimal(") or not name.endswith(")"):
+            return None
+        precision, _, scale = name[8:-1].partition(",")
+        return int(precision), int(scale)
+
+    old, new = parts(left), parts(right)
+    return bool(old and new) and new[1] >= old[1] and new[0] - old[0] >= new[1] - old[1]

@@ -1,0 +1,111 @@
+"""The merge gates' rules (`exporter.checks`): read from a descriptor's `checks:` section, and held
+against a change's history diff."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from exporter.checks.gate import Report, table_findings
+from exporter.checks.readers import unreadable
+from exporter.checks.rules import Amount, TableChecks, parse_checks
+from exporter.errors import DescriptorError
+from exporter.lakefs.descriptors import parse_descriptor
+
+pytestmark = pytest.mark.unit
+
+DESCRIPTOR = "_lakefs_tables/events.yaml"
+
+
+def checks_of(text: str) -> TableChecks | None:
+    table = parse_descriptor(DESCRIPTOR, f"name: events\ntype: delta\npath: tables/events\n{text}".encode())
+    return parse_checks(table.descriptor, table.checks)
+
+
+def test_the_rules_are_read_from_the_descriptor():
+    checks = checks_of("checks:\n  schema:\n    allow: [renamed]\n  rows:\n    removed_at_most: 5%\n"
+                       "    added_at_most: 1000\n  readers: [delta-sharing, duckdb]\n")
+    assert checks == TableChecks(schema=True, schema_allowed=frozenset({"renamed"}), removed_at_most=Amount(percent=5),
+                                 added_at_most=Amount(count=1000), readers=("delta-sharing", "duckdb"))
+    assert checks_of("") is None
+    assert checks_of("checks:\n  schema: true\n").schema
+
+
+@pytest.mark.parametrize("section,says", [
+    ("checks:\n  schmea: true\n", "`checks.schmea` is not a rule (did you mean 'schema'?)"),
+    ("checks:\n  readers: [delta_rs]\n", "'delta_rs' is not one of spark-3.5, delta-rs, duckdb, delta-sharing, "
+                                         "iceberg (did you mean 'delta-rs'?)"),
+    ("checks:\n  rows:\n    removed_at_most: five percent\n", "`checks.rows.removed_at_most` must be a row count"),
+    ("checks:\n  rows:\n    removed_at_most: 150%\n", "must be a row count (1000) or a percentage (5%)"),
+    ("checks:\n  rows:\n    remove_at_most: 5%\n", "(did you mean 'removed_at_most'?)"),
+    ("checks:\n  schema:\n    allow: [dropped]\n", "'dropped' is not one of removed, renamed, retyped"),
+    ("checks: [schema]\n", "`checks` must be a mapping"),
+])
+def test_a_rule_file_with_a_typo_is_an_error_naming_it(section, says):
+    with pytest.raises(DescriptorError) as error:
+        checks_of(section)
+    assert says in str(error.value) and str(error.value).startswith(DESCRIPTOR)
+
+
+def diff(schema_changes=(), rows=(100, 100), before=None, after=None) -> dict:
+    protocol = None if before == after else {"left": before, "right": after}
+    return {"schema_changes": list(schema_changes), "row_count": {"left": rows[0], "right": rows[1]},
+            "protocol_changed": protocol}
+
+
+def change(kind: str, column: str, left, right) -> dict:
+    return {"change": kind, "column": column, "left": left, "right": right}
+
+
+def test_schema_changes_that_break_readers_are_found_and_widenings_pass():
+    checks = TableChecks(schema=True)
+    found = table_findings("events", checks, diff([
+        change("removed", "amount", "double", None), change("renamed", "ts", "time", "ts"),
+        change("type_changed", "id", "integer", "long"), change("type_changed", "price", "decimal(10,2)", "decimal(12,2)"),
+        change("type_changed", "code", "integer", "string"), change("nullability_changed", "user", True, False),
+        change("nullability_changed", "note", False, True), change("added", "extra", None, "string")]))
+    assert [f.found for f in found] == [
+        "column `amount` removed (double)", "column `time` renamed to `ts`",
+        "column `code` re-typed from integer to string (not a widening)", "column `user` made non-nullable"]
+    allowed = TableChecks(schema=True, schema_allowed=frozenset({"removed", "renamed"}))
+    assert [f.found for f in table_findings("events", allowed, diff([change("removed", "amount", "double", None)]))] == []
+
+
+def test_rows_removed_or_added_past_their_bound_are_found():
+    checks = TableChecks(removed_at_most=Amount(percent=5), added_at_most=Amount(count=10))
+    assert [f.found for f in table_findings("t", checks, diff(rows=(1000, 700)))] == [
+        "300 rows removed (30.0% of 1,000): more than 5% of the rows"]
+    assert table_findings("t", checks, diff(rows=(1000, 960))) == []
+    assert [f.found for f in table_findings("t", checks, diff(rows=(1000, 1011)))] == [
+        "11 rows added (1.1% of 1,000): more than 10 rows"]
+    unknown = table_findings("t", checks, diff(rows=(None, 5)))
+    assert len(unknown) == 2 and "the row count is unknown" in unknown[0].found
+
+
+def test_a_feature_a_declared_reader_cannot_read_is_found_naming_both():
+    before = {"minReaderVersion": 1, "minWriterVersion": 2}
+    with_dv = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"],
+               "writerFeatures": ["deletionVectors"]}
+    checks = TableChecks(readers=("delta-sharing", "spark-3.5"))
+    assert [f.found for f in table_findings("t", checks, diff(before=before, after=with_dv))] == [
+        "delta-sharing cannot read deletionVectors, which this change brings"]
+    variant = {**with_dv, "readerFeatures": ["deletionVectors", "variantType"]}
+    assert unreadable(with_dv, variant, ("spark-3.5", "iceberg", "duckdb")) == [
+        ("spark-3.5", ["variantType"]), ("iceberg", ["variantType"]), ("duckdb", ["variantType"])]
+    assert unreadable(with_dv, with_dv, ("delta-sharing",)) == []  # what the table had already is not this change's
+    assert unreadable(before, {"minReaderVersion": 2, "minWriterVersion": 5}, ("delta-sharing",)) == [
+        ("delta-sharing", ["columnMapping"])]
+    assert unreadable(before, with_dv, ("delta-rs", "duckdb")) == [("delta-rs", ["deletionVectors"])]
+
+
+def test_the_report_says_what_blocked_and_links_the_diff():
+    from exporter.checks.gate import Finding
+
+    report = Report("repo", "feature", "main", "b" * 64, "a" * 64, ["events"],
+                    [Finding("events", "schema", "column `amount` removed (double)")])
+    text = report.text("https://delta.example.com/")
+    assert text.splitlines() == [
+        "lakefs-delta checks: feature into main (repo): blocked, 1 finding(s), 1 table(s) checked",
+        "- events: schema: column `amount` removed (double)",
+        f"diff: https://delta.example.com/diff?repository=repo&left={'a' * 64}&right={'b' * 64}"]
+    assert Report("repo", "feature", "main", "b", "a", ["events"]).passed
