@@ -24,11 +24,18 @@ CHECKED_EVENTS = ("pre-merge", "pre-commit")
 router = APIRouter()
 
 
-@router.post("/webhooks/lakefs/checks", response_class=PlainTextResponse,
+REPORT = {"text/plain": {"schema": {"type": "string"}}}
+
+
+@router.post("/webhooks/lakefs/checks",
              summary="Check a merge or commit against each changed table's declared rules",
-             responses={200: {"description": "every rule of every changed table passed (or the event is not checked)"},
-                        412: {"description": "a rule failed: the body is the report lakeFS shows with the hook run"},
-                        **problems(400, 401, 415, 422, 503)})
+             responses={**problems(400, 401, 413, 415, 422),
+                        200: {"description": "every rule of every changed table passed (or the event is not checked)",
+                              "content": REPORT},
+                        412: {"description": "a rule failed: the body is the report lakeFS keeps with the hook run",
+                              "content": REPORT},
+                        503: {"description": "the check could not finish (lakeFS or the store unreachable, too slow): "
+                                             "blocked, the reason in the body", "content": REPORT}})
 async def check_event(request: Request, services: ServicesDep, x_webhook_token: str | None = Header(None),
                       token: str | None = Query(None, description="the webhook token, when no header carries it")):
     config = services.config
