@@ -368,3 +368,25 @@ def validation_message(errors: list[dict]) -> str:
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
     where = ".".join(str(part) for part in first["loc"] if part not in ("query", "path", "body", "header"))
     return f"{where}: {first['msg']}" if where else first["msg"]
+
+
+class CheckFinding(BaseModel):
+    table: str = Field(description="the table's name (its descriptor's path when the descriptor itself is wrong)")
+    path: str
+    rule: Literal["rules", "schema", "rows", "readers"]
+    found: str
+
+
+class CheckReport(BaseModel):
+    """The merge gate's answer for merging `source` into `destination` (README, "Merge gates"):
+    `passed` is what lakeFS's pre-merge hook is answered; `findings` and `tables` hold only the tables
+    the caller may read."""
+
+    repository: str
+    source: str
+    destination: str
+    source_commit: str
+    destination_commit: str
+    passed: bool
+    tables: list[str]
+    findings: list[CheckFinding]

@@ -8,7 +8,7 @@ row counts come from the logs and their statistics, no data file is read.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlencode
 
 from exporter.checks.readers import unreadable
@@ -30,6 +30,7 @@ class Finding:
     table: str
     rule: str  # "rules", "schema", "rows", "readers"
     found: str  # what was found, in words
+    path: str = ""  # the table's path, or the descriptor's when the finding is the descriptor's own
 
 
 @dataclass
@@ -39,7 +40,8 @@ class Report:
     destination: str
     source_commit: str
     destination_commit: str
-    tables: list[str] = field(default_factory=list)  # those checked
+    tables: list[str] = field(default_factory=list)  # those checked, by name
+    table_paths: dict[str, str] = field(default_factory=dict)  # name -> path of those checked
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -62,7 +64,7 @@ class Report:
         return {"repository": self.repository, "source": self.source, "destination": self.destination,
                 "source_commit": self.source_commit, "destination_commit": self.destination_commit,
                 "passed": self.passed, "tables": self.tables,
-                "findings": [{"table": f.table, "rule": f.rule, "found": f.found} for f in self.findings]}
+                "findings": [{"table": f.table, "path": f.path, "rule": f.rule, "found": f.found} for f in self.findings]}
 
 
 def check_change(lake: Lake, repository: str, source: str, destination: str, staged: bool = False) -> Report:
@@ -85,18 +87,19 @@ def check_change(lake: Lake, repository: str, source: str, destination: str, sta
     discovery = discover_tables(lakefs, repository, source_commit)
     for error in discovery.errors:
         if error.descriptor in changed:  # a descriptor this change breaks: its table would stop exporting
-            report.findings.append(Finding(error.descriptor, "rules", str(error)))
+            report.findings.append(Finding(error.descriptor, "rules", str(error), error.descriptor))
     for table in discovery.tables:
         try:
             checks = parse_checks(table.descriptor, table.checks)
         except DescriptorError as exc:
-            report.findings.append(Finding(table.name, "rules", str(exc)))
+            report.findings.append(Finding(table.name, "rules", str(exc), table.path))
             continue
         if checks is None or (table.descriptor not in changed and not changes(table.prefix, 1)):
             continue
         report.tables.append(table.name)
+        report.table_paths[table.name] = table.path
         diff = compute_diff(lake, repository, destination_commit, source_commit, table.path)
-        report.findings += table_findings(table.name, checks, diff)
+        report.findings += [replace(f, path=table.path) for f in table_findings(table.name, checks, diff)]
     return report
 
 

@@ -17,6 +17,8 @@ from exporter.errors import ExporterError
 from hooks.auth import matching_token
 from hooks.deps import ServicesDep
 from hooks.errors import Refusal, problems
+from hooks.grant import grant_for
+from hooks.models import CheckReport
 from hooks.routes.webhook import parse_event
 
 log = logging.getLogger("lakefs_delta.hooks")
@@ -75,3 +77,26 @@ def _unfinished(services, event_type: str, repository: str, source: str, branch:
     outcome = "passed anyway (checks.pass_when_unfinished)" if passes else "blocked"
     return PlainTextResponse(f"lakefs-delta checks: {source} into {branch} ({repository}): {outcome}: {reason}\n",
                              status_code=200 if passes else 503)
+
+
+@router.get("/repositories/{repository}/otf/refs/{destination}/checks/{source}", response_model=CheckReport,
+            summary="The merge gate's report for merging source into destination, as the pre-merge hook would answer",
+            responses=problems(400, 401, 403, 404, 422, 503))
+async def check_report(request: Request, services: ServicesDep, repository: str, destination: str, source: str):
+    """Computed now from the two refs' logs (what `lakefs-delta check` prints); the findings about
+    tables the caller may not read are left out, the gate's answer (`passed`) is the whole one."""
+    grant = await grant_for(request, repository, [destination, source])
+    seconds = services.config.checks.timeout_seconds
+    try:
+        with anyio.fail_after(seconds):
+            report = await anyio.to_thread.run_sync(check_change, services.lake, repository, grant.commit(source),
+                                                    grant.commit(destination), abandon_on_cancel=True)
+    except TimeoutError:
+        raise Refusal(503, f"the check did not finish within checks.timeout_seconds ({seconds:g} s)") from None
+    commits = (report.source_commit, report.destination_commit)
+    own = [f for f in report.findings if f.path == f.table]  # a broken descriptor's, about that object
+    visible = await grant.readable([f for f in report.findings if f not in own], lambda _: commits, lambda f: [f.path])
+    visible += [f for f in own if await grant.may_read_object(report.source_commit, f.path)]
+    tables = await grant.readable(report.tables, lambda _: commits, lambda name: [report.table_paths[name]])
+    return {**report.as_dict(), "source": source, "destination": destination, "tables": tables,
+            "findings": [{"table": f.table, "path": f.path, "rule": f.rule, "found": f.found} for f in visible]}

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 import time
 
+import httpx
 import pytest
 
 from exporter.errors import ExporterError
 from exporter.lakefs.installer import action_files, install_actions
 from tests.conftest import SERVICE_PORT
+from tests.integration.test_webhooks import api
 
 pytestmark = pytest.mark.integration
 
@@ -75,12 +79,15 @@ def branch_with(lakefs, repository: str, name: str, operation: str, *actions: di
     return name
 
 
-def test_a_merge_breaking_a_rule_is_refused_with_the_report_and_a_compliant_one_passes(lakefs, gated):
+def test_a_merge_breaking_a_rule_is_refused_with_the_report_and_a_compliant_one_passes(lakefs, gated, service):
     repository = gated
     dropped = branch_with(lakefs, repository, "drop-amount", "DROP COLUMNS", metadata(
         {**SCHEMA, "fields": [f for f in SCHEMA["fields"] if f["name"] != "amount"]}))
     report = blocked(lakefs, repository, lambda: lakefs.merge(repository, dropped, "main"))
     assert "- events: schema: column `amount` removed (double)" in report, report
+    cli = subprocess.run([sys.executable, "-m", "lakefs_delta.cli", "check", "--repo", repository, "--from", dropped,
+                          "--into", "main"], capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 1 and "- events: schema: column `amount` removed (double)" in cli.stdout, cli
 
     deletion_vectors = branch_with(lakefs, repository, "enable-dv", "SET TBLPROPERTIES", {"protocol": {
         "minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"],
@@ -93,7 +100,15 @@ def test_a_merge_breaking_a_rule_is_refused_with_the_report_and_a_compliant_one_
     report = blocked(lakefs, repository, lambda: lakefs.merge(repository, deleted, "main"))
     assert "- events: rows: 300 rows removed (30.0% of 1,000): more than 5% of the rows" in report, report
 
+    answer = api(service, f"/repositories/{repository}/otf/refs/main/checks/{deleted}")
+    assert answer.status_code == 200 and answer.json()["passed"] is False, answer.text
+    assert answer.json()["findings"] == [{"table": "events", "path": "tables/events", "rule": "rows",
+                                          "found": "300 rows removed (30.0% of 1,000): more than 5% of the rows"}]
+    assert httpx.get(f"{service}/repositories/{repository}/otf/refs/main/checks/{deleted}").status_code == 401
+
     appended = branch_with(lakefs, repository, "append", "WRITE", add("part-10.parquet"))
+    answer = api(service, f"/repositories/{repository}/otf/refs/main/checks/{appended}").json()
+    assert answer["passed"] is True and answer["tables"] == ["events"] and answer["findings"] == [], answer
     merged = lakefs.merge(repository, appended, "main")
     assert lakefs.commit(repository, "main").id == merged
 

@@ -446,3 +446,30 @@ def answered(ask, seconds: float = 60) -> httpx.Response:
             assert answer.status_code == 200, answer.text
             return answer
         time.sleep(0.5)
+
+
+def test_the_merge_gates_report_names_only_the_tables_the_caller_may_read(guarded, lake, lakefs, people):
+    """The gate's report over a change to a table under restricted/: its finding is the reader's to
+    see; carol, refused that folder, learns the gate's answer (she would meet it merging) and not
+    which table or what was found."""
+    branch = f"gate-{uuid.uuid4().hex[:6]}"
+    lakefs.create_branch(lake.a, branch, lake.commit)
+    schema = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
+    actions = [{"commitInfo": {"operation": "CREATE TABLE"}}, {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+               {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
+                             "schemaString": json.dumps(schema), "partitionColumns": [], "configuration": {}}},
+               {"add": {"path": "part-0.parquet", "partitionValues": {}, "size": 1, "modificationTime": 0,
+                        "dataChange": True, "stats": json.dumps({"numRecords": 5})}}]
+    lakefs.upload_object(lake.a, branch, f"restricted/gated/_delta_log/{0:020d}.json",
+                         "".join(json.dumps(a) + "\n" for a in actions).encode())
+    lakefs.upload_object(lake.a, branch, "_lakefs_tables/gated.yaml",
+                         b"name: gated\ntype: delta\npath: restricted/gated\nchecks:\n  rows:\n    added_at_most: 0\n")
+    commit = lakefs.commit_branch(lake.a, branch, "a gated table under restricted/")
+    report = f"{guarded}/repositories/{lake.a}/otf/refs/{lake.commit}/checks/{commit}"
+
+    readers, carols = get(report, people["reader"]), get(report, people["carol"])
+
+    assert readers.status_code == 200 and readers.json()["passed"] is False, readers.text
+    assert [(f["table"], f["rule"]) for f in readers.json()["findings"]] == [("gated", "rows")], readers.text
+    assert carols.status_code == 200 and carols.json()["passed"] is False, carols.text
+    assert carols.json()["findings"] == [] and carols.json()["tables"] == [], carols.text

@@ -101,11 +101,11 @@ def test_a_feature_a_declared_reader_cannot_read_is_found_naming_both():
 def test_the_report_says_what_blocked_and_links_the_diff():
     from exporter.checks.gate import Finding
 
-    report = Report("repo", "feature", "main", "b" * 64, "a" * 64, ["events"],
-                    [Finding("events", "schema", "column `amount` removed (double)")])
+    report = Report("repo", "feature", "main", "b" * 64, "a" * 64, tables=["events"],
+                    findings=[Finding("events", "schema", "column `amount` removed (double)")])
     text = report.text("https://delta.example.com/")
     assert text.splitlines() == [
         "lakefs-delta checks: feature into main (repo): blocked, 1 finding(s), 1 table(s) checked",
         "- events: schema: column `amount` removed (double)",
         f"diff: https://delta.example.com/diff?repository=repo&left={'a' * 64}&right={'b' * 64}"]
-    assert Report("repo", "feature", "main", "b", "a", ["events"]).passed
+    assert Report("repo", "feature", "main", "b", "a", tables=["events"]).passed
