@@ -11,12 +11,14 @@ https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html
 from __future__ import annotations
 
 import hashlib
+import os
 import hmac
 import random
 import re
 import time
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
+from urllib.request import getproxies, proxy_bypass
 
 import urllib3
 
@@ -73,8 +75,12 @@ class SignedRequests:
         parts = urlsplit(endpoint)
         self.origin, self.host, self.region, self.credentials = f"{parts.scheme}://{parts.netloc}", parts.netloc, region, \
             credentials
-        self.pool = urllib3.PoolManager(maxsize=32, retries=False,
-                                        timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout))
+        options = {"maxsize": 32, "retries": False, "timeout": urllib3.Timeout(connect=connect_timeout, read=read_timeout)}
+        if os.environ.get("AWS_CA_BUNDLE"):  # as boto3 takes a store's own CA
+            options["ca_certs"] = os.environ["AWS_CA_BUNDLE"]
+        # the environment's proxy for the store, as boto3 honours HTTP(S)_PROXY and NO_PROXY
+        proxy = None if proxy_bypass(parts.hostname or "") else getproxies().get(parts.scheme)
+        self.pool = urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
         self._key: tuple[str, str, bytes] | None = None  # (day, secret, key)
 
     def get(self, bucket: str, key: str, byte_range: str | None = None) -> bytes:

@@ -142,3 +142,12 @@ def test_a_time_limit_raised_into_a_request_goes_up_at_once():
         signal.signal(signal.SIGALRM, previous)
         black_hole.close()
     assert time.monotonic() - started < 5  # not three attempts of 30 s each
+
+
+def test_the_environments_proxy_is_used_for_the_store_as_boto3_uses_it(monkeypatch):
+    import urllib3
+
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "minio.internal")
+    assert isinstance(SignedRequests("http://s3.example:9000", "us-east-1", KEYS).pool, urllib3.ProxyManager)
+    assert not isinstance(SignedRequests("http://minio.internal:9000", "us-east-1", KEYS).pool, urllib3.ProxyManager)
