@@ -48,9 +48,9 @@ def pytest_collection_modifyitems(items):
 # benchmark smoke test, one test, last, alone at the end) each module goes to whichever process is
 # free, and one of these started last would run alone at the end. The order follows the modules'
 # seconds in a CI run (`tests/artifacts/integration.xml`).
-SLOWEST_MODULES = ("test_row_diff", "test_bench_smoke", "test_export_trust", "test_events", "test_export_scale",
-                   "test_delta_sharing", "test_branch_tables", "test_branch_table_seams", "test_where_work_meets",
-                   "test_demo")
+SLOWEST_MODULES = ("test_branch_tables", "test_row_diff", "test_export_trust", "test_bench_smoke",
+                   "test_export_delta_tables", "test_events", "test_export_scale", "test_delta_sharing",
+                   "test_branch_table_seams", "test_where_work_meets", "test_demo")
 
 
 @pytest.fixture(scope="session")

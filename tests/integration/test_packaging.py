@@ -59,7 +59,8 @@ def test_the_wheel_holds_the_product_and_the_actions_folder_and_no_development_t
     venv = str(installed_wheel.parent.parent)
     assert location.startswith(venv) and devtools == "None"
     assert templates.startswith(venv) and templates.endswith("/site-packages/actions")  # the wheel's, not the checkout's
-    assert shipped == str(["_lakefs_actions/delta-export.yaml", "_lakefs_tables/table.example.yaml"])
+    assert shipped == str(["_lakefs_actions/delta-checks.yaml", "_lakefs_actions/delta-export.yaml",
+                           "_lakefs_tables/table.example.yaml"])
     assert not (Path(location).parent / "templates").exists()  # the templates' old place in exporter/ is gone
     assert run(installed_wheel, "-m", "lakefs_delta.cli", "serve", "--help").returncode == 0
 
