@@ -67,6 +67,14 @@ class ServiceUnavailable(ExporterError):
     outage = True
 
 
+class CredentialsRefused(ExporterError):
+    """lakeFS answered 401 to the service's own credentials. It answers so to wrong keys, and also
+    while it cannot authenticate anyone (seen right after lakeFS resumed from a freeze: "error
+    authenticating request"): retried `tasks.retry.max_retries` times, then failed with the reason."""
+
+    permanent = False
+
+
 class LockLost(ExporterError):
     """The worker's lock on an export stopped being its own (it could not renew it, or it expired and
     another delivery took it): it stopped before its commit point, leaving the export to the holder."""

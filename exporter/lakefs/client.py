@@ -17,7 +17,7 @@ import urllib3
 from lakefs_sdk.exceptions import ApiException
 
 from exporter.config import LakeFSConfig
-from exporter.errors import BadRequest, ExporterError, NotFound, ServiceUnavailable
+from exporter.errors import BadRequest, CredentialsRefused, ExporterError, NotFound, ServiceUnavailable
 from exporter.kept import Kept
 
 PAGE_SIZE = 1000  # lakeFS caps `amount` at 1000
@@ -74,6 +74,8 @@ class LakeFS:
             # lakeFS answers 500 to some refs it cannot parse (`main~x`): that is bad input, not an outage
             if exc.status == 400 or (exc.status == 500 and message.endswith("validation error")):
                 raise BadRequest(f"lakeFS answered {exc.status} to {what}: {message}") from None
+            if exc.status == 401:
+                raise CredentialsRefused(f"lakeFS answered 401 to {what}: {message}") from None
             if exc.status in (429,) or (exc.status or 0) >= 500:
                 raise ServiceUnavailable(f"lakeFS answered {exc.status} to {what}: {message}") from None
             raise ExporterError(f"lakeFS answered {exc.status} to {what}: {message}") from None
