@@ -15,7 +15,7 @@ import urllib3.exceptions
 from exporter.config import Config
 from exporter.delta.paths import physical_uri
 from exporter.errors import ExporterError, NotFound, ServiceUnavailable
-from exporter.storage.requests import RequestFailed, SignedRequests, store_endpoint
+from exporter.storage.requests import RequestFailed, SignedRequests, store_endpoint, transient
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -207,7 +207,7 @@ class ObjectStore:
                 status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             if code in ("NoSuchKey", "404", "NotFound"):
                 raise NotFound(f"object store: {location} does not exist") from None
-            if status >= 500 or status == 429 or code in ("SlowDown", "RequestTimeout"):
+            if transient(status, code):
                 raise ServiceUnavailable(f"object store answered {status} {code} to {what} {location}") from None
             raise ExporterError(f"object store refused {what} {location}: {code} {exc}") from None
         except (botocore.exceptions.BotoCoreError, urllib3.exceptions.HTTPError, OSError) as exc:

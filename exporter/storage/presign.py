@@ -27,21 +27,11 @@ import pyarrow.compute as pc
 from exporter.config import Config, ObjectStoreConfig
 from exporter.errors import ConfigError
 from exporter.storage.objectstore import split_uri
-from exporter.storage.requests import signing_key, store_endpoint
+from exporter.storage.requests import ALGORITHM, UNRESERVED, quoted_key, signing_key, store_endpoint
 
-_ALGORITHM = "AWS4-HMAC-SHA256"
-_UNRESERVED = "-_.~"  # with letters and digits, never encoded (RFC 3986); S3 keeps `/` in the path
-# `quote(key, safe=_UNRESERVED + "/")` for an ASCII key: only the characters that need it replaced
-_TO_QUOTE = re.compile(r"[^A-Za-z0-9\-_.~/]")
 _KEPT = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~/"  # bytes `quote` keeps
 _QUOTE_PASSES = 8  # distinct bytes to quote in a batch replaced column-wide; more (non-ASCII text): `quote` per key
 _BLOCK = 64  # SHA-256's block size, for HMAC's padded keys (RFC 2104)
-
-
-def _quoted_path(key: str) -> str:
-    if not key.isascii():
-        return quote(key, safe=_UNRESERVED + "/")
-    return _TO_QUOTE.sub(lambda found: f"%{ord(found.group()):02X}", key)
 
 
 @dataclass(frozen=True)
@@ -92,7 +82,7 @@ class Presigner:
         if parts.query or parts.fragment:
             return None
         for store in self.stores:
-            origin = urlsplit(_endpoint(store))
+            origin = urlsplit(store_endpoint(store.endpoint, store.region))
             if parts.scheme != origin.scheme:
                 continue
             if parts.netloc == origin.netloc:
@@ -145,13 +135,9 @@ class Presigner:
         return signer
 
 
-def _endpoint(store: ObjectStoreConfig) -> str:
-    return store_endpoint(store.endpoint, store.region)
-
-
 class _Signer:
     def __init__(self, store: ObjectStoreConfig, batch: Presigner):
-        endpoint = _endpoint(store)
+        endpoint = store_endpoint(store.endpoint, store.region)
         parts = urlsplit(endpoint)
         self.origin, self.host = f"{parts.scheme}://{parts.netloc}", parts.netloc
         if not _JSON_PLAIN.fullmatch(self.origin):  # so that every URL is a JSON string as it is
@@ -166,13 +152,13 @@ class _Signer:
         inner_pad = bytes(b ^ 0x36 for b in padded)
         # sorted by name, as the canonical query string must be
         self.query = "&".join([
-            f"X-Amz-Algorithm={_ALGORITHM}",
-            f"X-Amz-Credential={quote(f'{store.access_key_id}/{scope}', safe=_UNRESERVED)}",
+            f"X-Amz-Algorithm={ALGORITHM}",
+            f"X-Amz-Credential={quote(f'{store.access_key_id}/{scope}', safe=UNRESERVED)}",
             f"X-Amz-Date={batch.amz_date}",
             f"X-Amz-Expires={batch.lifetime}",
             "X-Amz-SignedHeaders=host",
         ])
-        self.to_sign_head = f"{_ALGORITHM}\n{batch.amz_date}\n{scope}\n"
+        self.to_sign_head = f"{ALGORITHM}\n{batch.amz_date}\n{scope}\n"
         self.inner = hashlib.sha256(inner_pad + self.to_sign_head.encode())  # the string to sign but its last line
         self.canonical_tail = f"\n{self.query}\nhost:{self.host}\n\nhost\nUNSIGNED-PAYLOAD"
         self.roots: dict[str, str] = {}  # bucket -> its quoted path
@@ -180,11 +166,11 @@ class _Signer:
     def root(self, bucket: str) -> str:
         root = self.roots.get(bucket)
         if root is None:
-            root = self.roots[bucket] = "/" + quote(bucket, safe=_UNRESERVED) + "/"
+            root = self.roots[bucket] = "/" + quote(bucket, safe=UNRESERVED) + "/"
         return root
 
     def url(self, bucket: str, key: str, method: str = "GET") -> str:
-        path = self.root(bucket) + _quoted_path(key)
+        path = self.root(bucket) + quoted_key(key)
         canonical = f"{method}\n{path}{self.canonical_tail}"
         to_sign = self.to_sign_head + hashlib.sha256(canonical.encode()).hexdigest()
         signature = hmac.digest(self.signing_key, to_sign.encode(), "sha256").hex()
@@ -233,13 +219,13 @@ def string_bytes(column: pa.Array) -> bytes:
 
 
 def _quoted_paths(keys: pa.Array) -> pa.Array:
-    """`_quoted_path` of each key of a column: each byte `quote` would encode replaced column-wide
+    """`quoted_key` of each key of a column: each byte `quote` would encode replaced column-wide
     (a key's UTF-8 bytes are what `quote` encodes), or, with many distinct ones, `quote` per key."""
     distinct = sorted(set(string_bytes(keys).translate(None, _KEPT)))
     if not distinct:
         return keys
     if len(distinct) > _QUOTE_PASSES:
-        return pa.array([_quoted_path(key) for key in keys.to_pylist()], pa.string())
+        return pa.array([quoted_key(key) for key in keys.to_pylist()], pa.string())
     quoted = keys.cast(pa.binary())
     for byte in distinct:  # no key holds `%` here (decoded keys with one are signed one by one)
         quoted = pc.replace_substring(quoted, bytes([byte]), f"%{byte:02X}".encode())

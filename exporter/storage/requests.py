@@ -11,23 +11,24 @@ https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html
 from __future__ import annotations
 
 import hashlib
-import os
 import hmac
+import os
 import random
 import re
 import time
-from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 from urllib.request import getproxies, proxy_bypass
 
 import urllib3
 
-_ALGORITHM = "AWS4-HMAC-SHA256"
+ALGORITHM = "AWS4-HMAC-SHA256"
+UNRESERVED = "-_.~"  # with letters and digits, never encoded (RFC 3986); S3 keeps `/` in a key's path
+# `quote(key, safe=UNRESERVED + "/")` for an ASCII key: only the characters that need it replaced
+_TO_QUOTE = re.compile(r"[^A-Za-z0-9\-_.~/]")
 _EMPTY = hashlib.sha256(b"").hexdigest()
 _CODE = re.compile(rb"<Code>([^<]*)</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]*)</Message>")
 ATTEMPTS = 3  # as boto3's "standard" retry mode: a connection error, 5xx or throttling tried again
-TRANSIENT = ("SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable")
 
 
 class RequestFailed(Exception):
@@ -52,17 +53,21 @@ def store_endpoint(endpoint: str, region: str) -> str:
     return endpoint or f"https://s3.{region}.amazonaws.com"
 
 
+def transient(status: int, code: str) -> bool:
+    """Whether a store's error answer is worth asking again: 5xx, throttling, a request timed out."""
+    return status >= 500 or status == 429 or code in ("SlowDown", "RequestTimeout")
+
+
+def quoted_key(key: str) -> str:
+    """A key as S3 canonicalizes it in a path: each byte but unreserved ones and `/` percent-encoded, once."""
+    if not key.isascii():
+        return quote(key, safe=UNRESERVED + "/")
+    return _TO_QUOTE.sub(lambda found: f"%{ord(found.group()):02X}", key)
+
+
 def quoted_path(bucket: str, key: str) -> str:
-    """The path-style path of an object as S3 canonicalizes it: each byte but unreserved ones and `/`
-    percent-encoded, once."""
-    return "/" + quote(bucket, safe="-_.~") + "/" + quote(key, safe="-_.~/")
-
-
-@dataclass(frozen=True)
-class _Keys:
-    access_key_id: str
-    secret_access_key: str
-    token: str | None
+    """The path-style path of an object, as S3 canonicalizes it."""
+    return "/" + quote(bucket, safe=UNRESERVED) + "/" + quoted_key(key)
 
 
 class SignedRequests:
@@ -114,7 +119,7 @@ class SignedRequests:
                 if 200 <= answer.status < 300:
                     return answer
                 failed = _failed(answer.status, answer.data)
-                if attempt == ATTEMPTS or not (answer.status >= 500 or answer.status == 429 or failed.code in TRANSIENT):
+                if attempt == ATTEMPTS or not transient(failed.status, failed.code):
                     raise failed
             time.sleep(random.uniform(0, 0.2 * 2 ** attempt))  # full jitter, as boto3's standard mode
 
@@ -122,26 +127,20 @@ class SignedRequests:
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         payload = hashlib.sha256(body).hexdigest() if body else _EMPTY
         signed = {**headers, "host": self.host, "x-amz-date": amz_date, "x-amz-content-sha256": payload}
-        keys = self._keys()
-        if keys is None:
+        if self.credentials is None:
             return signed
+        keys = self.credentials.get_frozen_credentials()  # refreshed by boto3 when they expire
         if keys.token:
             signed["x-amz-security-token"] = keys.token
         names = sorted(signed)
         canonical = "\n".join([method, path, "", "".join(f"{n}:{signed[n].strip()}\n" for n in names), ";".join(names),
                                payload])
         scope = f"{amz_date[:8]}/{self.region}/s3/aws4_request"
-        to_sign = f"{_ALGORITHM}\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-        signature = hmac.digest(self._signing_key(amz_date[:8], keys.secret_access_key), to_sign.encode(), "sha256").hex()
-        signed["authorization"] = (f"{_ALGORITHM} Credential={keys.access_key_id}/{scope}, "
+        to_sign = f"{ALGORITHM}\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+        signature = hmac.digest(self._signing_key(amz_date[:8], keys.secret_key), to_sign.encode(), "sha256").hex()
+        signed["authorization"] = (f"{ALGORITHM} Credential={keys.access_key}/{scope}, "
                                    f"SignedHeaders={';'.join(names)}, Signature={signature}")
         return signed
-
-    def _keys(self) -> _Keys | None:
-        if self.credentials is None:
-            return None
-        frozen = self.credentials.get_frozen_credentials()  # refreshed by boto3 when they expire
-        return _Keys(frozen.access_key, frozen.secret_key, frozen.token)
 
     def _signing_key(self, day: str, secret: str) -> bytes:
         kept = self._key
