@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import datetime
 import http.server
-import signal
-import socket
 import threading
 import time
 
@@ -116,32 +114,6 @@ def test_the_store_maps_answers_to_the_projects_errors(store, monkeypatch):
     answers.answers = [(404, b"<Error><Code>NoSuchKey</Code></Error>")]
     with pytest.raises(NotFound):
         objects.get("x")
-
-
-class SoftTimeLimit(Exception):
-    pass
-
-
-def test_a_time_limit_raised_into_a_request_goes_up_at_once():
-    black_hole = socket.socket()  # accepts connections, never answers
-    black_hole.bind(("127.0.0.1", 0))
-    black_hole.listen(8)
-
-    def time_limit(*_):
-        raise SoftTimeLimit()
-
-    requests = SignedRequests(f"http://127.0.0.1:{black_hole.getsockname()[1]}", "us-east-1", KEYS)
-    previous = signal.signal(signal.SIGALRM, time_limit)
-    signal.setitimer(signal.ITIMER_REAL, 0.5)
-    started = time.monotonic()
-    try:
-        with pytest.raises(SoftTimeLimit):
-            requests.get("bucket", "key")
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        black_hole.close()
-    assert time.monotonic() - started < 5  # not three attempts of 30 s each
 
 
 def test_the_environments_proxy_is_used_for_the_store_as_boto3_uses_it(monkeypatch):
