@@ -32,6 +32,15 @@ class Finding:
     found: str  # what was found, in words
     path: str = ""  # the table's path, or the descriptor's when the finding is the descriptor's own
 
+    @property
+    def of_descriptor(self) -> bool:
+        """A broken descriptor's own finding, about that object: it is named by its path, and a
+        table's name never holds `/` (`parse_descriptor`)."""
+        return "/" in self.table
+
+    def as_dict(self) -> dict:
+        return {"table": self.table, "path": self.path, "rule": self.rule, "found": self.found}
+
 
 @dataclass
 class Report:
@@ -64,7 +73,7 @@ class Report:
         return {"repository": self.repository, "source": self.source, "destination": self.destination,
                 "source_commit": self.source_commit, "destination_commit": self.destination_commit,
                 "passed": self.passed, "tables": self.tables,
-                "findings": [{"table": f.table, "path": f.path, "rule": f.rule, "found": f.found} for f in self.findings]}
+                "findings": [f.as_dict() for f in self.findings]}
 
 
 def check_change(lake: Lake, repository: str, source: str, destination: str, staged: bool = False) -> Report:

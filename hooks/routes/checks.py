@@ -12,8 +12,8 @@ from fastapi import APIRouter, Header, Query
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 
-from exporter.checks.gate import check_change
-from exporter.errors import ExporterError
+from exporter.checks.gate import Report, check_change
+from exporter.errors import ExporterError, ServiceUnavailable
 from hooks.auth import matching_token
 from hooks.deps import ServicesDep
 from hooks.errors import Refusal, problems
@@ -55,19 +55,25 @@ async def check_event(request: Request, services: ServicesDep, x_webhook_token: 
     if not isinstance(branch, str) or not branch or not isinstance(source, str) or not source:
         raise Refusal(422, f"`branch_id`{' and `source_ref`' if event_type == 'pre-merge' else ''} are required "
                            f"for {event_type} events")
-    seconds = config.checks.timeout_seconds
     try:
-        with anyio.fail_after(seconds):
-            report = await anyio.to_thread.run_sync(check_change, services.lake, repository, source, branch,
-                                                    event_type == "pre-commit", abandon_on_cancel=True)
-    except TimeoutError:
-        reason = f"the check did not finish within checks.timeout_seconds ({seconds:g} s)"
-        return _unfinished(services, event_type, repository, source, branch, reason)
-    except ExporterError as exc:  # lakeFS or the store unreachable, a log that cannot be read: never a silent pass
+        report = await _checked(services, repository, source, branch, event_type == "pre-commit")
+    except ExporterError as exc:  # too slow, lakeFS or the store unreachable, a log that cannot be read: never a silent pass
         return _unfinished(services, event_type, repository, source, branch, str(exc))
     log.info("check %s %s %s into %s passed=%s findings=%d", event_type, repository, source, branch, report.passed,
              len(report.findings))
     return PlainTextResponse(report.text(config.public_url), status_code=200 if report.passed else 412)
+
+
+async def _checked(services, repository: str, source: str, destination: str, staged: bool = False) -> Report:
+    """`check_change` on a thread of its own, within `checks.timeout_seconds`, else ServiceUnavailable
+    (the check goes on in its thread; its answer is not awaited)."""
+    seconds = services.config.checks.timeout_seconds
+    try:
+        with anyio.fail_after(seconds):
+            return await anyio.to_thread.run_sync(check_change, services.lake, repository, source, destination, staged,
+                                                  abandon_on_cancel=True)
+    except TimeoutError:
+        raise ServiceUnavailable(f"the check did not finish within checks.timeout_seconds ({seconds:g} s)") from None
 
 
 def _unfinished(services, event_type: str, repository: str, source: str, branch: str, reason: str) -> PlainTextResponse:
@@ -86,17 +92,12 @@ async def check_report(request: Request, services: ServicesDep, repository: str,
     """Computed now from the two refs' logs (what `lakefs-delta check` prints); the findings about
     tables the caller may not read are left out, the gate's answer (`passed`) is the whole one."""
     grant = await grant_for(request, repository, [destination, source])
-    seconds = services.config.checks.timeout_seconds
-    try:
-        with anyio.fail_after(seconds):
-            report = await anyio.to_thread.run_sync(check_change, services.lake, repository, grant.commit(source),
-                                                    grant.commit(destination), abandon_on_cancel=True)
-    except TimeoutError:
-        raise Refusal(503, f"the check did not finish within checks.timeout_seconds ({seconds:g} s)") from None
+    report = await _checked(services, repository, grant.commit(source), grant.commit(destination))
     commits = (report.source_commit, report.destination_commit)
-    own = [f for f in report.findings if f.path == f.table]  # a broken descriptor's, about that object
-    visible = await grant.readable([f for f in report.findings if f not in own], lambda _: commits, lambda f: [f.path])
-    visible += [f for f in own if await grant.may_read_object(report.source_commit, f.path)]
+    visible = await grant.readable([f for f in report.findings if not f.of_descriptor], lambda _: commits,
+                                   lambda f: [f.path])
+    visible += [f for f in report.findings
+                if f.of_descriptor and await grant.may_read_object(report.source_commit, f.path)]
     tables = await grant.readable(report.tables, lambda _: commits, lambda name: [report.table_paths[name]])
     return {**report.as_dict(), "source": source, "destination": destination, "tables": tables,
-            "findings": [{"table": f.table, "path": f.path, "rule": f.rule, "found": f.found} for f in visible]}
+            "findings": [f.as_dict() for f in visible]}
