@@ -122,7 +122,7 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
         committed = time.time()
         done_at = wait_all_exported(redis_url, repository, made)
         iceberg_at = wait_all_exported(redis_url, repository, made, iceberg=True) if iceberg else {}
-        cpu = cpu_used(cpu_before, cpu_seconds())
+        cpu, cpu_wall = cpu_used(cpu_before, cpu_seconds()), time.time() - started
     finally:
         stop_processes(processes)
     latencies = [done_at[c] - t for c, t in made if c in done_at]
@@ -147,7 +147,7 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
          "seconds": finished - started, "files_per_s": per_minute,
          "target": ("≥ 2,500 a minute, none lost", not lost and per_minute >= 2500)},
     ]
-    rows += cpu_rows(cpu, alone, len(made), time.time() - started, setting)
+    rows += cpu_rows(cpu, alone, len(made), cpu_wall, setting)
     if iceberg:  # written by a task of its own after each export, behind the exports waiting
         iceberg_latencies = [iceberg_at[c] - t for c, t in made if c in iceberg_at]
         rows.append({"benchmark": "commit to its Iceberg tables, p50 / p99 / max "
