@@ -2,7 +2,8 @@
 
 The destination's head is compared with the source's commit (a merge), or a branch's head with its
 staged state (a commit), through the history diff (`exporter.diff.table`): schema, protocol and
-row counts come from the logs and their statistics, no data file is read.
+row counts come from the logs and their statistics, no data file is read. Key and column rules read
+the changed rows (`exporter.checks.rows`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlencode
 
 from exporter.checks.readers import unreadable
+from exporter.checks.rows import row_findings
 from exporter.checks.rules import TableChecks, parse_checks
 from exporter.diff.table import compute_diff
 from exporter.errors import DescriptorError
@@ -28,7 +30,7 @@ WIDENINGS = {("byte", "short"), ("byte", "integer"), ("byte", "long"), ("short",
 @dataclass(frozen=True)
 class Finding:
     table: str
-    rule: str  # "rules", "schema", "rows", "readers"
+    rule: str  # "rules", "schema", "rows", "readers", "keys", "columns"
     found: str  # what was found, in words
     path: str = ""  # the table's path, or the descriptor's when the finding is the descriptor's own
 
@@ -108,7 +110,11 @@ def check_change(lake: Lake, repository: str, source: str, destination: str, sta
         report.tables.append(table.name)
         report.table_paths[table.name] = table.path
         diff = compute_diff(lake, repository, destination_commit, source_commit, table.path)
-        report.findings += [replace(f, path=table.path) for f in table_findings(table.name, checks, diff)]
+        findings = table_findings(table.name, checks, diff)
+        if checks.reads_rows:
+            findings += [Finding(table.name, found.rule, found.found) for found in
+                         row_findings(lake, repository, destination_commit, source_commit, table.path, checks)]
+        report.findings += [replace(f, path=table.path) for f in findings]
     return report
 
 

@@ -11,6 +11,9 @@ checks:
     removed_at_most: 5%         # the table's row count may fall by at most this (a count or a percentage)
     added_at_most: 1000000      # ... and grow by at most this
   readers: [spark-3.5, delta-rs, duckdb, delta-sharing, iceberg]
+  keys: [order_id]              # non-null and unique after the change (changed rows, and existing rows that could clash)
+  columns:                      # among the rows the change adds or updates
+    status: {not_null: true, accepted: [new, paid, shipped]}
 ```
 
 A rule file that cannot be read as rules is an error naming the key and what is expected (a typo
@@ -52,13 +55,28 @@ class TableChecks:
     removed_at_most: Amount | None = None
     added_at_most: Amount | None = None
     readers: tuple[str, ...] = field(default_factory=tuple)
+    keys: tuple[str, ...] = field(default_factory=tuple)
+    columns: dict[str, ColumnRule] = field(default_factory=dict)
+
+    @property
+    def reads_rows(self) -> bool:
+        """Whether a rule needs the changed rows (the others read the logs only)."""
+        return bool(self.keys or self.columns)
+
+
+@dataclass(frozen=True)
+class ColumnRule:
+    """What every added or updated row's value of one column must be."""
+
+    not_null: bool = False
+    accepted: tuple | None = None  # the values allowed (None: any)
 
 
 def parse_checks(descriptor: str, section: Any) -> TableChecks | None:
     """The `checks:` section of a descriptor (None when it has none); DescriptorError naming what is wrong."""
     if section is None:
         return None
-    rules = _mapping(descriptor, "checks", section, ("schema", "rows", "readers"))
+    rules = _mapping(descriptor, "checks", section, ("schema", "rows", "readers", "keys", "columns"))
     schema = rules.get("schema")
     allowed: frozenset[str] = frozenset()
     if isinstance(schema, dict):
@@ -71,7 +89,31 @@ def parse_checks(descriptor: str, section: Any) -> TableChecks | None:
     return TableChecks(schema=schema is not None and schema is not False, schema_allowed=allowed,
                        removed_at_most=_amount(descriptor, "checks.rows.removed_at_most", rows.get("removed_at_most")),
                        added_at_most=_amount(descriptor, "checks.rows.added_at_most", rows.get("added_at_most")),
-                       readers=tuple(readers))
+                       readers=tuple(readers), keys=tuple(_columns(descriptor, "checks.keys", rules.get("keys") or [])),
+                       columns=_column_rules(descriptor, rules.get("columns") or {}))
+
+
+def _columns(descriptor: str, key: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(name, str) and name for name in value):
+        raise DescriptorError(descriptor, f"`{key}` must be a list of column names, not {value!r}")
+    return value
+
+
+def _column_rules(descriptor: str, value: Any) -> dict[str, ColumnRule]:
+    if not isinstance(value, dict):
+        raise DescriptorError(descriptor, f"`checks.columns` must map column names to rules, not {value!r}")
+    rules = {}
+    for column, rule in value.items():
+        key = f"checks.columns.{column}"
+        rule = _mapping(descriptor, key, rule, ("not_null", "accepted"))
+        not_null, accepted = rule.get("not_null", False), rule.get("accepted")
+        if not isinstance(not_null, bool):
+            raise DescriptorError(descriptor, f"`{key}.not_null` must be true or false, not {not_null!r}")
+        if accepted is not None and (not isinstance(accepted, list) or not accepted
+                                     or any(isinstance(v, (dict, list)) for v in accepted)):
+            raise DescriptorError(descriptor, f"`{key}.accepted` must be a non-empty list of values, not {accepted!r}")
+        rules[str(column)] = ColumnRule(not_null, None if accepted is None else tuple(accepted))
+    return rules
 
 
 def _mapping(descriptor: str, key: str, value: Any, keys: tuple[str, ...]) -> dict:

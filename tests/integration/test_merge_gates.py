@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import subprocess
 import sys
 import time
 
+import deltalake
 import httpx
+import pyarrow as pa
 import pytest
 
 from exporter.errors import ExporterError
 from exporter.lakefs.installer import action_files, install_actions
 from tests.conftest import SERVICE_PORT
+from tests.integration.test_one_grant import upload_folder
 from tests.integration.test_webhooks import api
 
 pytestmark = pytest.mark.integration
@@ -143,3 +147,52 @@ def test_a_commit_on_a_gated_branch_is_checked_as_staged(lakefs, gated):
     lakefs.delete_object(repository, "main", f"tables/events/_delta_log/{1:020d}.json")
     write_version(lakefs, repository, "main", 1, "WRITE", add("part-10.parquet"))
     assert lakefs.commit_branch(repository, "main", "a compliant append")
+
+
+ORDERS_RULES = ("checks:\n  keys: [order_id]\n  columns:\n    status: {not_null: true, accepted: [new, paid, shipped]}\n")
+
+
+def orders(ids, status: str = "new") -> pa.Table:
+    ids = list(ids)
+    return pa.table({"order_id": pa.array(ids, pa.int64()), "status": pa.array([status] * len(ids), pa.string())})
+
+
+def test_a_merge_writing_a_key_twice_or_again_or_a_value_not_accepted_is_refused_naming_them(lakefs, gated, tmp_path):
+    """`orders` (delta-rs, 200 rows in two files) declares its key and its status's values; each
+    branch appends one file. What is read: the appended file, and of main's files only those whose
+    order_id statistics could hold an appended key."""
+    repository = gated
+    base = tmp_path / "base"
+    deltalake.write_deltalake(str(base), orders(range(1, 101)), mode="append")
+    deltalake.write_deltalake(str(base), orders(range(101, 201), "paid"), mode="append")
+    upload_folder(lakefs, repository, "main", "tables/orders", base)
+    lakefs.upload_object(repository, "main", "_lakefs_tables/orders.yaml",
+                         f"name: orders\ntype: delta\npath: tables/orders\n{ORDERS_RULES}".encode())
+    lakefs.commit_branch(repository, "main", "orders, with a key")
+
+    def branch_appending(name: str, rows: pa.Table) -> str:
+        folder = tmp_path / name
+        shutil.copytree(base, folder)
+        deltalake.write_deltalake(str(folder), rows, mode="append")
+        lakefs.create_branch(repository, name, "main")
+        before = {path.relative_to(base) for path in base.rglob("*")}
+        for file in sorted(folder.rglob("*")):
+            if file.is_file() and file.relative_to(folder) not in before:
+                lakefs.upload_object(repository, name, f"tables/orders/{file.relative_to(folder).as_posix()}",
+                                     file.read_bytes())
+        lakefs.commit_branch(repository, name, f"append to orders on {name}")
+        return name
+
+    twice = branch_appending("key-twice", orders([150, 201, 201, 202]))
+    report = blocked(lakefs, repository, lambda: lakefs.merge(repository, twice, "main"))
+    assert "- orders: keys: 1 key(s) written more than once by the change: order_id=201 (2 rows)" in report, report
+    assert "- orders: keys: 1 key(s) the change writes are already in the table: order_id=150" in report, report
+
+    lost = branch_appending("status-lost", orders([300, 301], "lost"))
+    report = blocked(lakefs, repository, lambda: lakefs.merge(repository, lost, "main"))
+    assert ("- orders: columns: 2 added or updated row(s) with `status` not one of new, paid, shipped: "
+            "'lost' (2)") in report, report
+    assert "keys" not in report, report
+
+    compliant = branch_appending("more-orders", orders([400, 401], "shipped"))
+    assert lakefs.merge(repository, compliant, "main") == lakefs.commit(repository, "main").id

@@ -101,7 +101,7 @@ def changes(removed: pa.Table, added: pa.Table, key: list[str]) -> Changes:
 
 def _matchable(rows: pa.Table, columns: list[str], side: int) -> pa.Table:
     """The columns rows are matched on, each as text that is never null (`__m<i>`), their side and index."""
-    matched = {f"__m{i}": _never_null(_as_text(rows.column(column))) for i, column in enumerate(columns)}
+    matched = {f"__m{i}": _never_null(as_text(rows.column(column))) for i, column in enumerate(columns)}
     matched["__side"] = pa.array(np.full(rows.num_rows, side, np.int8))
     matched["__index"] = pa.array(np.arange(rows.num_rows, dtype=np.int64))
     return pa.table(matched)
@@ -135,7 +135,7 @@ def _without(rows: pa.Table, indexes: pa.ChunkedArray) -> pa.Table:
     return rows.filter(pc.invert(pc.is_in(pa.array(np.arange(rows.num_rows, dtype=np.int64)), value_set=indexes)))
 
 
-def _as_text(column: pa.ChunkedArray) -> pa.Array:
+def as_text(column: pa.ChunkedArray) -> pa.Array:
     if pa.types.is_null(column.type):
         return pa.nulls(len(column), pa.string())
     try:

@@ -91,32 +91,17 @@ def compute_row_diff(lake: Lake, query: RowDiffQuery, max_bytes: int | None = No
     (counted before and while reading), `max_bytes` of files (default `row_diff.max_bytes`) or
     `row_diff.max_memory_mib` of rows read: the Spark job when `row_diff.spark.master` is set (and
     no `max_bytes` was given), else RowDiffTooLarge."""
-    config, lakefs = lake.config, lake.lakefs
-    repository, left_commit, right_commit, table_path, key = \
-        query.repository, query.left, query.right, query.table_path, tuple(query.key)
+    config = lake.config
+    left_commit, right_commit, table_path, key = query.left, query.right, query.table_path, tuple(query.key)
     use_spark = max_bytes is None and bool(config.row_diff.spark.master)
     max_bytes = config.row_diff.max_bytes if max_bytes is None else max_bytes
     started = time.monotonic()
-    store = lake.store(repository)
-    prefix = table_path.strip("/") + "/"
-    right = _side(store, lakefs, repository, right_commit, table_path)
-    left, renamed = _named_as_right(_side(store, lakefs, repository, left_commit, table_path), right)
-    if left.files is None and right.files is None:
-        raise NotFound(f"no Delta table at {table_path!r} on either side")
-    unknown = [k for k in key if k not in left.columns + right.columns]
-    if unknown:
-        raise BadRequest(f"key column(s) {', '.join(unknown)} are in neither side's schema")
-
-    left_keys, right_keys = _keys(left), _keys(right)
-    only_left = left_keys.filter(pc.invert(pc.is_in(left_keys, value_set=right_keys)))
-    only_right = right_keys.filter(pc.invert(pc.is_in(right_keys, value_set=left_keys)))
-    left_paths = {add["path"]: add for add in (left.files.adds(only_left) if left.files else [])}
-    right_paths = {add["path"]: add for add in (right.files.adds(only_right) if right.files else [])}
-    common = [c for c in left.columns if c in right.columns] if left.files and right.files else []
-    plan = _Plan(left, right, left_paths, right_paths, sorted(set(left_paths) & set(right_paths)), common, key)
+    store = lake.store(query.repository)
+    plan, renamed = plan_row_diff(lake, store, query)
+    left, right, prefix = plan.left, plan.right, table_path.strip("/") + "/"
     to_read = plan.to_read()
     size = sum(int(add.get("size") or 0) for add in to_read)
-    reader = Reader(store, lakefs, repository, prefix, lake.read_scope(repository))
+    reader = Reader(store, lake.lakefs, query.repository, prefix, lake.read_scope(query.repository))
     rows = _rows_to_read(reader, plan)
     too_large = _too_large(config, max_bytes, len(to_read), size, rows)
     if too_large and not use_spark:
@@ -131,12 +116,32 @@ def compute_row_diff(lake: Lake, query: RowDiffQuery, max_bytes: int | None = No
     if answer is None:
         answer = _with_spark(config, store, reader, plan, progress, rows)
     return {"table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
-            "columns": {"left": left.columns, "right": right.columns, "matched_on": common, "renamed": renamed},
+            "columns": {"left": left.columns, "right": right.columns, "matched_on": plan.common, "renamed": renamed},
             **answer, "bytes_read": size, "computed_seconds": round(time.monotonic() - started, 4)}
 
 
+def plan_row_diff(lake: Lake, store: ObjectStore, query: RowDiffQuery) -> tuple[RowPlan, list[dict]]:
+    """Which files differ between the query's two sides (NotFound when neither has the table,
+    BadRequest for a key column in neither schema), and the columns renamed between them."""
+    lakefs, repository, table_path, key = lake.lakefs, query.repository, query.table_path, tuple(query.key)
+    right = _side(store, lakefs, repository, query.right, table_path)
+    left, renamed = _named_as_right(_side(store, lakefs, repository, query.left, table_path), right)
+    if left.files is None and right.files is None:
+        raise NotFound(f"no Delta table at {table_path!r} on either side")
+    unknown = [k for k in key if k not in left.columns + right.columns]
+    if unknown:
+        raise BadRequest(f"key column(s) {', '.join(unknown)} are in neither side's schema")
+    left_keys, right_keys = _keys(left), _keys(right)
+    only_left = left_keys.filter(pc.invert(pc.is_in(left_keys, value_set=right_keys)))
+    only_right = right_keys.filter(pc.invert(pc.is_in(right_keys, value_set=left_keys)))
+    left_paths = {add["path"]: add for add in (left.files.adds(only_left) if left.files else [])}
+    right_paths = {add["path"]: add for add in (right.files.adds(only_right) if right.files else [])}
+    common = [c for c in left.columns if c in right.columns] if left.files and right.files else []
+    return RowPlan(left, right, left_paths, right_paths, sorted(set(left_paths) & set(right_paths)), common, key), renamed
+
+
 @dataclass
-class _Plan:
+class RowPlan:
     """What differs: the add actions of the files only one side has, by path (a path on both sides
     is a file whose deletion vector changed), the columns rows match on, the key."""
 
@@ -157,7 +162,7 @@ class _Plan:
         return self.whole() + [self.right_paths[path] for path in self.vector_changed]
 
 
-def _in_process(config: Config, store: ObjectStore, reader: Reader, plan: _Plan, prefix: str) -> dict:
+def _in_process(config: Config, store: ObjectStore, reader: Reader, plan: RowPlan, prefix: str) -> dict:
     """The diff in this process; its rows stored as the rows file. `Exceeded` past the limits."""
     left, right, vector_changed = plan.left, plan.right, plan.vector_changed
     limit = Limit(config)
@@ -193,7 +198,7 @@ def _in_process(config: Config, store: ObjectStore, reader: Reader, plan: _Plan,
             "rows_location": location}
 
 
-def _rows_to_read(reader: Reader, plan: _Plan) -> int | None:
+def _rows_to_read(reader: Reader, plan: RowPlan) -> int | None:
     """Rows the diff reads, counted before reading: each file read whole by its `numRecords` less
     its deletion vector's cardinality, each file whose deletion vector changed by the bits that
     differ. None when a file has no `numRecords` (then counted while reading)."""
@@ -221,7 +226,7 @@ def _too_large(config: Config, max_bytes: int, files: int, size: int, rows: int 
     return None
 
 
-def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: _Plan,
+def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: RowPlan,
                 progress: Callable[[dict], None] | None, rows: int | None) -> dict:
     """The plan (which rows of which files, by physical address) run as the Spark job; `rows`: how
     many it reads, when counted (the job sizes its partitions by it)."""

@@ -16,7 +16,7 @@ from exporter.delta.deletion_vectors import deleted_rows
 from exporter.delta.live_files import LiveFiles
 from exporter.errors import NotFound
 from exporter.lakefs.client import LakeFS
-from exporter.parquet.splice import open_parquet
+from exporter.parquet.splice import open_parquet, read_present_columns
 from exporter.storage.objectstore import ObjectSource, ObjectStore
 from exporter.storage.scope import ReadScope
 
@@ -98,9 +98,10 @@ class Reader:
             self._deleted[key] = deleted_rows(add.get("deletionVector"), read_range)
         return self._deleted[key]
 
-    def rows(self, commit_id: str, add: dict) -> pa.Table:
+    def rows(self, commit_id: str, add: dict, columns: list[str] | None = None) -> pa.Table:
+        """The file's rows: every column, or those of the physical `columns` it has."""
         source = ObjectSource(self.store, self.address(commit_id, add["path"]), int(add["size"]))
-        return open_parquet(source, add["path"]).read()
+        return read_present_columns(open_parquet(source, add["path"]), add["path"], columns)
 
 
 class RowsOf:
@@ -110,27 +111,30 @@ class RowsOf:
         self.side, self.limit = side, limit
         self.tables: list[pa.Table] = []
 
-    def extend(self, reader: Reader, commit_id: str, add: dict, rows: BitMap, invert: bool = False) -> int:
-        """The file's rows at the indexes `rows` (or, `invert`, all the others); how many."""
+    def extend(self, reader: Reader, commit_id: str, add: dict, rows: BitMap, invert: bool = False,
+               columns: list[str] | None = None) -> int:
+        """The file's rows at the indexes `rows` (or, `invert`, all the others), in all of the
+        side's columns or the named ones; how many."""
         if not invert and not rows:
             return 0
-        data = reader.rows(commit_id, add)
+        wanted = self.side.columns if columns is None else columns
+        data = reader.rows(commit_id, add, None if columns is None else [self.side.physical[c] for c in columns])
         if invert:  # every row but those
             positions = pa.array(range(data.num_rows), pa.int64())
             data = data.filter(pc.invert(pc.is_in(positions, value_set=pa.array(list(rows), pa.int64())))) if rows else data
         else:
             data = data.take(pa.array(list(rows), pa.int64()))
         partition = partition_values(self.side, add)
-        columns = {}
-        for column in self.side.columns:
+        values = {}
+        for column in wanted:
             if column in self.side.partition_columns:
-                columns[column] = pa.array([partition.get(column)] * data.num_rows, pa.string())
+                values[column] = pa.array([partition.get(column)] * data.num_rows, pa.string())
             elif self.side.physical[column] in data.column_names:
-                columns[column] = data.column(self.side.physical[column])
+                values[column] = _plain_layout(data.column(self.side.physical[column]))
             else:  # added to the schema after this file was written
-                columns[column] = pa.nulls(data.num_rows)
-        columns["__partition"] = pa.array([partition_label(self.side, add)] * data.num_rows, pa.string())
-        self.tables.append(pa.table(columns))
+                values[column] = pa.nulls(data.num_rows)
+        values["__partition"] = pa.array([partition_label(self.side, add)] * data.num_rows, pa.string())
+        self.tables.append(pa.table(values))
         self.limit.add(self.tables[-1])
         return data.num_rows
 
@@ -138,6 +142,16 @@ class RowsOf:
         if not self.tables:
             return pa.table({**{c: pa.nulls(0) for c in self.side.columns}, "__partition": pa.array([], pa.string())})
         return pa.concat_tables(self.tables, promote_options="permissive")
+
+
+def _plain_layout(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Text and binary in Arrow's plain layout: a writer's files may read as views (delta-rs's
+    rewrites do), and rows of files read both ways must concatenate."""
+    if pa.types.is_string_view(column.type):
+        return column.cast(pa.string())
+    if pa.types.is_binary_view(column.type):
+        return column.cast(pa.binary())
+    return column
 
 
 def file_entry(side: Side, add: dict, rows: int) -> dict:

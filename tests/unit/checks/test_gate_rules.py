@@ -8,7 +8,7 @@ import yaml
 
 from exporter.checks.gate import Report, table_findings
 from exporter.checks.readers import unreadable
-from exporter.checks.rules import Amount, TableChecks, parse_checks
+from exporter.checks.rules import Amount, ColumnRule, TableChecks, parse_checks
 from exporter.errors import DescriptorError
 from exporter.lakefs.descriptors import parse_descriptor
 
@@ -27,6 +27,9 @@ def test_the_rules_are_read_from_the_descriptor():
                        "    added_at_most: 1000\n  readers: [delta-sharing, duckdb]\n")
     assert checks == TableChecks(schema=True, schema_allowed=frozenset({"renamed"}), removed_at_most=Amount(percent=5),
                                  added_at_most=Amount(count=1000), readers=("delta-sharing", "duckdb"))
+    assert checks_of("checks:\n  keys: [order_id, line]\n  columns:\n    status: {not_null: true, accepted: [new, 1]}\n"
+                     "    note: {not_null: false}\n") == TableChecks(
+        keys=("order_id", "line"), columns={"status": ColumnRule(True, ("new", 1)), "note": ColumnRule(False, None)})
     assert checks_of("") is None
     assert checks_of("checks:\n  schema: true\n").schema
 
@@ -40,6 +43,12 @@ def test_the_rules_are_read_from_the_descriptor():
     ("checks:\n  rows:\n    remove_at_most: 5%\n", "(did you mean 'removed_at_most'?)"),
     ("checks:\n  schema:\n    allow: [dropped]\n", "'dropped' is not one of removed, renamed, retyped"),
     ("checks: [schema]\n", "`checks` must be a mapping"),
+    ("checks:\n  key: [id]\n", "`checks.key` is not a rule (did you mean 'keys'?)"),
+    ("checks:\n  keys: id\n", "`checks.keys` must be a list of column names, not 'id'"),
+    ("checks:\n  columns:\n    status: {not_nul: true}\n", "`checks.columns.status.not_nul` is not a rule (did you mean 'not_null'?)"),
+    ("checks:\n  columns:\n    status: {accepted: []}\n", "`checks.columns.status.accepted` must be a non-empty list"),
+    ("checks:\n  columns:\n    status: {not_null: yes please}\n", "`checks.columns.status.not_null` must be true or false"),
+    ("checks:\n  columns: [status]\n", "`checks.columns` must map column names to rules"),
 ])
 def test_a_rule_file_with_a_typo_is_an_error_naming_it(section, says):
     with pytest.raises(DescriptorError) as error:

@@ -1,0 +1,111 @@
+"""The merge gates' key and column rules (`exporter.checks.rows`) on tables delta-rs wrote: what a
+change writes, held against itself and, only where the files' statistics could hold a clash,
+against the rows the table keeps."""
+
+from __future__ import annotations
+
+import deltalake
+import pyarrow as pa
+import pytest
+
+from exporter.checks.rows import RowFinding, row_findings
+from exporter.checks.rules import ColumnRule, TableChecks
+from exporter.config import Config
+from exporter.diff.rows.read import Reader
+from tests.fakes import lake_of
+
+pytestmark = pytest.mark.unit
+
+KEYS = TableChecks(keys=("id",))
+STATUS = TableChecks(columns={"status": ColumnRule(not_null=True, accepted=("new", "paid"))})
+
+
+def write(events, ids, status=None, part=None, mode="append"):
+    columns = {"id": pa.array(ids, pa.int64()),
+               "status": pa.array(status or ["new"] * len(ids), pa.string())}
+    if part is not None:
+        columns["part"] = pa.array([part] * len(ids), pa.string())
+    deltalake.write_deltalake(str(events.folder), pa.table(columns), mode=mode,
+                              partition_by=["part"] if part is not None else None)
+    return events
+
+
+def findings(lakefs, before, after, checks, config=None) -> list[RowFinding]:
+    return row_findings(lake_of(config or Config(), lakefs), "repo", before, after, "tables/events", checks)
+
+
+def test_new_unique_keys_pass_and_a_key_written_twice_or_already_there_or_null_is_found(lakefs, events):
+    base = write(events, [1, 2, 3]).commit()
+    assert findings(lakefs, base, write(events, [4, 5]).commit(), KEYS) == []
+
+    again = write(events, [7, 7, 8, 3]).commit()
+    assert findings(lakefs, base, again, KEYS) == [
+        RowFinding("keys", "1 key(s) written more than once by the change: id=7 (2 rows)"),
+        RowFinding("keys", "1 key(s) the change writes are already in the table: id=3")]
+    null = write(events, [None, 9]).commit()
+    assert findings(lakefs, again, null, KEYS) == [RowFinding("keys", "1 added or updated row(s) with a null key (id)")]
+
+
+def test_only_kept_files_whose_statistics_could_hold_a_written_key_are_read_and_only_their_keys(
+        lakefs, events, monkeypatch):
+    for start in (0, 100, 200):
+        write(events, list(range(start, start + 100, 2)))  # even keys: the second file's statistics say 100..198
+    base = events.commit()
+    change = write(events, [121, 299]).commit()
+    read = []
+    rows = Reader.rows
+    monkeypatch.setattr(Reader, "rows", lambda self, commit, add, columns=None:
+                        read.append((add["path"], columns)) or rows(self, commit, add, columns))
+
+    assert findings(lakefs, base, change, KEYS) == []
+    kept = [(path, columns) for path, columns in read if columns is not None]
+    assert len(kept) == 1 and kept[0][1] == ["id"]  # of three kept files, only the one whose range holds 121
+    assert len(read) == 2  # and the written file, whole
+
+
+def test_a_partition_key_reads_only_the_partitions_written(lakefs, events, monkeypatch):
+    for part in ("a", "b", "c"):
+        write(events, [1, 2], part=part)
+    base = events.commit()
+    change = write(events, [2], part="b").commit()
+    read = []
+    rows = Reader.rows
+    monkeypatch.setattr(Reader, "rows", lambda self, commit, add, columns=None:
+                        read.append(add["path"]) or rows(self, commit, add, columns))
+
+    assert findings(lakefs, base, change, TableChecks(keys=("part", "id"))) == [
+        RowFinding("keys", "1 key(s) the change writes are already in the table: part=b, id=2")]
+    assert all("part=b" in path for path in read)
+
+
+def test_column_rules_hold_the_added_and_updated_rows_only(lakefs, events):
+    base = write(events, [1, 2, 3], ["new", "lost", "paid"]).commit()  # 'lost' is there already
+    assert findings(lakefs, base, write(events, [4], ["paid"]).commit(), STATUS) == []
+
+    rewrite = deltalake.DeltaTable(str(events.folder))
+    rewrite.delete("id = 1")  # a copy-on-write rewrite: rows 2 and 3, 'lost' among them, are written again
+    assert findings(lakefs, base, events.commit(), STATUS) == []
+
+    bad = write(events, [5, 6, 7], ["lost", None, "lost"]).commit()
+    assert findings(lakefs, base, bad, STATUS) == [
+        RowFinding("columns", "1 added or updated row(s) with `status` null"),
+        RowFinding("columns", "2 added or updated row(s) with `status` not one of new, paid: 'lost' (2)")]
+
+
+def test_accepted_values_are_compared_in_the_column_type(lakefs, events):
+    base = write(events, [1]).commit()
+    change = write(events, [2, 3]).commit()
+    assert findings(lakefs, base, change, TableChecks(columns={"id": ColumnRule(accepted=(1, 2))})) == [
+        RowFinding("columns", "1 added or updated row(s) with `id` not one of 1, 2: 3 (1)")]
+    assert findings(lakefs, base, change, TableChecks(columns={"id": ColumnRule(accepted=("2", "3"))})) == []
+
+
+def test_a_column_not_in_the_schema_and_more_rows_than_the_limits_are_findings_not_passes(lakefs, events):
+    base = write(events, [1]).commit()
+    change = write(events, list(range(10, 30))).commit()
+    assert findings(lakefs, base, change, TableChecks(keys=("order_id",))) == [
+        RowFinding("keys", "column `order_id` is not in the table's schema")]
+    limited = Config(row_diff={"max_rows": 5})
+    assert findings(lakefs, base, change, KEYS, limited) == [
+        RowFinding("keys", "the changed rows could not be checked: more than row_diff.max_rows (5) rows read, "
+                           "and more to read")]
