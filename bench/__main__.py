@@ -32,7 +32,7 @@ from pathlib import Path
 from bench.isolated import measure
 from bench.measure import peak_rss_mib, percentile
 from bench.synthetic import (build_history, build_table, gateway_client, new_repository, running_stack,
-                             synthetic_checkpoint)
+                             synthetic_checkpoint, synthetic_table)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPEATS = 5  # runs of a short single-process measurement, of which the median is reported
@@ -111,13 +111,6 @@ def bench_streaming_checkpoint(actions: int, parts: int = 10, path_order: bool =
                           f"(listing index {measured['index_mib']:.0f} MiB, built in {measured['index_seconds']:.1f} s)",
              "seconds": measured["seconds"], "files_per_s": actions / measured["seconds"], "lakefs_calls": 0,
              "peak_rss_mib": measured["peak_rss_mib"]}]
-
-
-def synthetic_table(lakefs, gateway, name_prefix: str, files: int) -> tuple[str, str]:
-    """A new repository holding `build_table`'s table of `files` files: (repository, commit id)."""
-    repository = new_repository(lakefs, f"{name_prefix}-{files}")
-    print(f"building a table of {files:,} files in {repository} ...", flush=True)
-    return repository, build_table(lakefs, gateway, repository, files, partitions=100 if files >= 100_000 else 0)
 
 
 # Issue 25's targets for the cold export beside lakeFS's Lua exporter: Lua's time over this project's
@@ -614,6 +607,10 @@ def main() -> None:
     parser.add_argument("--row-diff-scale", type=int, nargs="*", default=[1_000_000, 3_000_000, 10_000_000],
                         help="rows changed in the tables row-diffed four ways: in the worker, Spark local, "
                              "Spark standalone, exceptAll")
+    parser.add_argument("--gate-sizes", type=int, nargs="*", default=[100_000, 1_000_000],
+                        help="tables whose merge gate answers for a 10-file change")
+    parser.add_argument("--gate-key-rows", type=int, default=1_000_000,
+                        help="rows appended on a branch whose key rule the gate checks, beside a full scan (0: skip)")
     parser.add_argument("--no-lua", action="store_true", help="skip lakeFS's Lua Delta exporter")
     parser.add_argument("--out", help="results file (default: bench/results/<date>.md, plot beside it)")
     parser.add_argument("--lua-timeout", type=float, default=600.0, help="seconds to wait for one Lua hook run")
@@ -681,6 +678,12 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
 
         with part("row diff at scale"):
             rows += bench_row_diff_scale(args.row_diff_scale)
+    if args.gate_sizes or args.gate_key_rows:
+        from bench.gates import bench_gates, bench_key_rule
+
+        with part("merge gates"):
+            rows += bench_gates(args.gate_sizes)
+            rows += bench_key_rule(args.gate_key_rows) if args.gate_key_rows else []
     if args.grant_files:
         from bench.grant import bench_grant
 

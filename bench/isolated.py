@@ -6,6 +6,8 @@ report the largest so far).
     python -m bench.isolated rewrite CHECKPOINT_FILE ADDRESSES_FILE splice|whole
     python -m bench.isolated stream ADDRESSES_PARQUET CHECKPOINT_PART...
     python -m bench.isolated diff REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH
+    python -m bench.isolated gate REPOSITORY SOURCE DESTINATION
+    python -m bench.isolated keyscan REPOSITORY REF TABLE_PATH KEY
     python -m bench.isolated rowdiff REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH [KEY]
     python -m bench.isolated exceptall REPOSITORY LEFT_COMMIT RIGHT_COMMIT TABLE_PATH
     python -m bench.isolated append REPOSITORY BRANCH COMMIT TABLE
@@ -93,7 +95,10 @@ def _object_store_requests():
     def counting_signed(requests, method, bucket, key, headers, body=b""):
         count({"GET": "GetObject", "HEAD": "HeadObject"}.get(method)
               or ("CopyObject" if "x-amz-copy-source" in headers else "PutObject"))
-        return signed(requests, method, bucket, key, headers, body)
+        answer = signed(requests, method, bucket, key, headers, body)
+        if method == "GET":
+            counted["bytes read"] = counted.get("bytes read", 0) + len(answer.data)
+        return answer
 
     BaseClient._make_api_call, SignedRequests.request = counting, counting_signed
     try:
@@ -205,6 +210,26 @@ def _diff(repository: str, left: str, right: str, table_path: str) -> dict:
             "rows": diff["row_count"]["right"], "peak_rss_mib": peak_rss_mib()}
 
 
+def _gate(repository: str, source: str, destination: str) -> dict:
+    """The merge gate (`check_change`) of merging `source` into `destination`, cold: its time, lakeFS
+    calls, object requests and bytes read."""
+    from exporter.checks.gate import check_change
+    from exporter.config import load_config
+    from exporter.lakefs.client import LakeFS
+    from exporter.lakefs.lake import Lake, ObjectStores
+
+    config = load_config()
+    lakefs = LakeFS(config.lakefs)
+    lake = Lake(config, lakefs, ObjectStores(config))
+    lake.store(repository)  # the worker's client, made once
+    with _object_store_requests() as requests:
+        started = time.perf_counter()
+        report = check_change(lake, repository, source, destination)
+        seconds = time.perf_counter() - started
+    return {"seconds": seconds, "lakefs_calls": lakefs.calls, "requests": requests, "tables": report.tables,
+            "findings": [f.as_dict() for f in report.findings], "peak_rss_mib": peak_rss_mib()}
+
+
 def _rowdiff(repository: str, left: str, right: str, table_path: str, key: str = "") -> dict:
     """The row diff, cold: both snapshots compared, the differing files read (with `key`, the
     comma-separated key columns). A Spark job's driver peak (its JVM's VmHWM) is sampled while it runs."""
@@ -258,6 +283,24 @@ def _exceptall(repository: str, left: str, right: str, table_path: str) -> dict:
                 if line.startswith("VmHWM:")) / 1024
     spark.stop()
     return {"seconds": seconds, "counts": {"removed": removed, "added": added}, "peak_rss_mib": peak}
+
+
+def _keyscan(repository: str, ref: str, table_path: str, key: str) -> dict:
+    """The full-scan way a generic check takes a key rule: Spark reads the table whole at `ref` and
+    counts its keys seen more than once or null. Timed from the read (the session is up); peak
+    memory is the JVM's (VmHWM)."""
+    from devtools.spark import stack_spark_session
+
+    spark = stack_spark_session(app_name="bench-keyscan")
+    table = spark.read.format("delta").load(f"s3a://{repository}/{ref}/{table_path}")
+    started = time.perf_counter()
+    repeated = table.groupBy(key).count().where(f"count > 1 OR {key} IS NULL").count()
+    seconds = time.perf_counter() - started
+    jvm = spark.sparkContext._gateway.proc.pid
+    peak = next(int(line.split()[1]) for line in Path(f"/proc/{jvm}/status").read_text().splitlines()
+                if line.startswith("VmHWM:")) / 1024
+    spark.stop()
+    return {"seconds": seconds, "repeated": repeated, "peak_rss_mib": peak}
 
 
 def _append(repository: str, branch: str, commit_id: str, table_name: str) -> dict:
@@ -562,7 +605,7 @@ def _profiler(profile: str | None):
 
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
-    print(json.dumps({"export": _export, "iceberg": _iceberg, "rewrite": _rewrite, "stream": _stream, "diff": _diff,
+    print(json.dumps({"export": _export, "iceberg": _iceberg, "rewrite": _rewrite, "stream": _stream, "diff": _diff, "gate": _gate, "keyscan": _keyscan,
                       "append": _append, "republish": _republish, "rowdiff": _rowdiff, "exceptall": _exceptall,
                       "presign": _presign, "livefiles": _livefiles,
                       "sharing-table": _sharing_table, "sharing-lines": _sharing_lines,

@@ -67,17 +67,17 @@ def build_table(lakefs, gateway, repository: str, files: int, commits_after: int
     return lakefs.commit_branch(repository, "main", f"bench table of {files} files")
 
 
-def add_files(lakefs, gateway, repository: str, files: int, count: int, version: int = 52) -> str:
-    """One more commit on `build_table`'s table (version 52 after its 0..51): `count` new data files."""
+def add_files(lakefs, gateway, repository: str, files: int, count: int, version: int = 52, branch: str = "main") -> str:
+    """One more commit on `build_table`'s table (version 52 after its 0..51) on `branch`: `count` new data files."""
     prefix = f"tables/t{files}/"
     names = [f"part-new-{uuid.uuid4().hex[:8]}.parquet" for _ in range(count)]
     for name in names:
-        gateway.put_object(Bucket=repository, Key=f"main/{prefix}{name}", Body=b"x")
+        gateway.put_object(Bucket=repository, Key=f"{branch}/{prefix}{name}", Body=b"x")
     adds = [json.dumps({"add": {"path": n, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True,
                                 "stats": '{"numRecords":10}'}}) for n in names]
-    lakefs.upload_object(repository, "main", f"{prefix}_delta_log/{version:020d}.json",
+    lakefs.upload_object(repository, branch, f"{prefix}_delta_log/{version:020d}.json",
                          "\n".join([json.dumps({"commitInfo": {"operation": "WRITE"}}), *adds, ""]).encode())
-    return lakefs.commit_branch(repository, "main", f"{count} more files")
+    return lakefs.commit_branch(repository, branch, f"{count} more files")
 
 
 def build_history(lakefs, repository: str, versions: int, checkpoint_every: int = 10) -> str:
@@ -185,3 +185,10 @@ def import_objects(lakefs, repository: str, branch: str, destination: str, names
         if status.error:
             raise RuntimeError(f"lakeFS import of {len(names):,} objects failed: {status.error.message}")
         time.sleep(0.5)
+
+
+def synthetic_table(lakefs, gateway, name_prefix: str, files: int) -> tuple[str, str]:
+    """A new repository holding `build_table`'s table of `files` files: (repository, commit id)."""
+    repository = new_repository(lakefs, f"{name_prefix}-{files}")
+    print(f"building a table of {files:,} files in {repository} ...", flush=True)
+    return repository, build_table(lakefs, gateway, repository, files, partitions=100 if files >= 100_000 else 0)

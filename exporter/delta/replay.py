@@ -32,6 +32,8 @@ class TableLog:
     checkpoint: list[tuple[str, ParquetSource]]  # parquet checkpoint parts / sidecars: (name, source)
     checkpoint_actions: list[dict]  # actions from JSON (V2) checkpoints, if any
     commits: list[tuple[int, list[dict]]]  # (version, actions) for every JSON commit available, ascending
+    # what tells the checkpoint's objects apart (their physical addresses): logs with equal ones share it
+    checkpoint_identity: tuple | None = None
 
 
 @dataclass
@@ -62,53 +64,89 @@ _LiveFile = tuple[int, str | int | None, int]
 
 def snapshot_state(log: TableLog) -> TableState:
     """Replay a table's log into its state at the head version; CorruptLog when it cannot be replayed."""
-    commits = _ordered_commits(log.commits)
-    head = max([*commits, *([log.checkpoint_version] if log.checkpoint_version is not None else [])], default=None)
-    if head is None:
-        raise CorruptLog("the table log has no checkpoint and no commit")
-    replayed = _replayed_versions(commits, log.checkpoint_version, head)
+    return snapshot_states([log])[0]
 
-    # the logical files the log names after the checkpoint's parquet files: followed one by one
-    named_later = {file_key(action[kind], kind) for actions in [log.checkpoint_actions, *map(commits.get, replayed)]
-                   for action in actions for kind in ("add", "remove") if isinstance(action.get(kind), Mapping)}
-    live: dict[tuple[str, str], _LiveFile] = {}
-    summed = _Sum()  # every other file the checkpoint holds
-    metadata = protocol = None
-    for name, source in log.checkpoint:
+
+def snapshot_states(logs: list[TableLog]) -> list[TableState]:
+    """`snapshot_state` of each log. Logs that start from the same checkpoint objects (equal
+    `checkpoint_identity`: two refs of a table whose later commits differ, as a merge's two sides)
+    read it once, and the files none of them names later are summed once."""
+    replays = [_Replay(log) for log in logs]
+    shared: dict[object, list[_Replay]] = {}
+    for index, replay in enumerate(replays):
+        shared.setdefault(replay.log.checkpoint_identity or index, []).append(replay)
+    for group in shared.values():
+        _read_checkpoint(group)
+    return [replay.state() for replay in replays]
+
+
+class _Replay:
+    """One log's replay: the checkpoint's files its later commits name followed one by one, the
+    others summed, then its commits applied."""
+
+    def __init__(self, log: TableLog):
+        self.log = log
+        self.commits = _ordered_commits(log.commits)
+        head = max([*self.commits, *([log.checkpoint_version] if log.checkpoint_version is not None else [])],
+                   default=None)
+        if head is None:
+            raise CorruptLog("the table log has no checkpoint and no commit")
+        self.head = head
+        self.replayed = _replayed_versions(self.commits, log.checkpoint_version, head)
+        # the logical files the log names after the checkpoint's parquet files: followed one by one
+        self.named_later = {file_key(action[kind], kind)
+                            for actions in [log.checkpoint_actions, *map(self.commits.get, self.replayed)]
+                            for action in actions for kind in ("add", "remove") if isinstance(action.get(kind), Mapping)}
+        self.live: dict[tuple[str, str], _LiveFile] = {}
+        self.summed = _Sum()  # every other file the checkpoint holds
+        self.metadata: dict | None = None
+        self.protocol: dict | None = None
+
+    def state(self) -> TableState:
+        metadata, protocol, live = self.metadata, self.protocol, self.live
+        for action in self.log.checkpoint_actions:
+            metadata, protocol = _apply(action, live, metadata, protocol)
+        for version in self.replayed:
+            for action in self.commits[version]:
+                metadata, protocol = _apply(action, live, metadata, protocol)
+        for live_file in live.values():
+            self.summed.add(live_file)
+        if metadata is None:
+            raise CorruptLog(f"no metaData action in the log up to version {self.head}")
+        if protocol is None:
+            raise CorruptLog(f"no protocol action in the log up to version {self.head}")
+        history, commit_digests = _history(self.commits)
+        return TableState(
+            version=self.head,
+            table_id=metadata.get("id"),
+            earliest_version=min(self.commits) if self.commits else self.head,
+            history=history,
+            schema=_schema(metadata),
+            partition_columns=list(metadata.get("partitionColumns") or []),
+            properties=_configuration(metadata.get("configuration")),
+            protocol=_protocol(protocol),
+            num_files=self.summed.files,
+            size_bytes=self.summed.size,
+            num_rows=self.summed.rows,
+            commit_digests=commit_digests,
+        )
+
+
+def _read_checkpoint(group: list[_Replay]) -> None:
+    """The checkpoint the group's logs start from, read once, a row group at a time."""
+    named = sorted({path for replay in group for path, _ in replay.named_later})
+    shared = _Sum()  # the files no log of the group names later
+    for name, source in group[0].log.checkpoint:
         for row_group in checkpoint_row_groups(name, source, _REPLAYED_COLUMNS):
-            metadata = metadata or _first_valid(row_group, "metaData")
-            protocol = protocol or _first_valid(row_group, "protocol")
+            metadata, protocol = _first_valid(row_group, "metaData"), _first_valid(row_group, "protocol")
+            for replay in group:
+                replay.metadata, replay.protocol = replay.metadata or metadata, replay.protocol or protocol
             if "add" in row_group.column_names:
                 adds = row_group.column("add")
                 for start in range(0, len(adds), _SLICE):
-                    _split_adds(adds.slice(start, _SLICE), named_later, live, summed)
-    for action in log.checkpoint_actions:
-        metadata, protocol = _apply(action, live, metadata, protocol)
-    for version in replayed:
-        for action in commits[version]:
-            metadata, protocol = _apply(action, live, metadata, protocol)
-    for live_file in live.values():
-        summed.add(live_file)
-
-    if metadata is None:
-        raise CorruptLog(f"no metaData action in the log up to version {head}")
-    if protocol is None:
-        raise CorruptLog(f"no protocol action in the log up to version {head}")
-    history, commit_digests = _history(commits)
-    return TableState(
-        version=head,
-        table_id=metadata.get("id"),
-        earliest_version=min(commits) if commits else head,
-        history=history,
-        schema=_schema(metadata),
-        partition_columns=list(metadata.get("partitionColumns") or []),
-        properties=_configuration(metadata.get("configuration")),
-        protocol=_protocol(protocol),
-        num_files=summed.files,
-        size_bytes=summed.size,
-        num_rows=summed.rows,
-        commit_digests=commit_digests,
-    )
+                    _split_adds(adds.slice(start, _SLICE), named, group, shared)
+    for replay in group:
+        replay.summed.merge(shared)
 
 
 def with_older_commits(state: TableState, commits: Iterable[tuple[int, list[dict]]]) -> TableState:
@@ -228,21 +266,21 @@ _REPLAYED_COLUMNS = ["add.path", "add.size", "add.stats", "add.stats_parsed.numR
 _SLICE = 65_536  # rows of a row group computed on at once
 
 
-def _split_adds(adds: pa.ChunkedArray, named_later: set[tuple[str, str]], live: dict, summed: "_Sum") -> None:
-    """A row group's checkpoint adds: those whose path the later log names are kept one by one
-    (by logical file), all others summed column-wise, never as Python objects one per file."""
+def _split_adds(adds: pa.ChunkedArray, named: list[str], group: list[_Replay], shared: "_Sum") -> None:
+    """A row group's checkpoint adds: those whose path a log's later commits name are kept one by one
+    (by logical file) for that log, all others summed column-wise, never as Python objects one per file."""
     adds = adds.filter(adds.is_valid())
     if not len(adds):
         return
     paths = pc.struct_field(adds, "path")
-    named = pc.is_in(paths, value_set=pa.array(sorted({path for path, _ in named_later}), paths.type))
-    named = pc.fill_null(named, False)
-    for key, live_file in _add_columns(adds.filter(named)) if pc.any(named).as_py() else ():
-        if key in named_later:
-            live[key] = live_file
-        else:
-            summed.add(live_file)
-    summed.add_columns(adds.filter(pc.invert(named)))
+    is_named = pc.fill_null(pc.is_in(paths, value_set=pa.array(named, paths.type)), False)
+    for key, live_file in _add_columns(adds.filter(is_named)) if pc.any(is_named).as_py() else ():
+        for replay in group:
+            if key in replay.named_later:
+                replay.live[key] = live_file
+            else:
+                replay.summed.add(live_file)
+    shared.add_columns(adds.filter(pc.invert(is_named)))
 
 
 class _Sum:
@@ -257,6 +295,10 @@ class _Sum:
         self.size += size
         records = num_records(stats)
         self.rows = None if records is None or self.rows is None else self.rows + records - cardinality
+
+    def merge(self, other: "_Sum") -> None:
+        self.files, self.size = self.files + other.files, self.size + other.size
+        self.rows = None if self.rows is None or other.rows is None else self.rows + other.rows
 
     def add_columns(self, adds: pa.ChunkedArray) -> None:
         """`add` for every file of a column of checkpoint adds, column-wise."""

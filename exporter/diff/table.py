@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 
 from exporter.delta.actions import parse_actions
-from exporter.delta.replay import TableLog, TableState, snapshot_state, with_older_commits
+from exporter.delta.log import LOG_DIR
+from exporter.delta.replay import TableLog, TableState, snapshot_states, with_older_commits
 from exporter.diff.history import NO_BASE, diff_history, same_table
 from exporter.errors import NotFound, TableNotFound
 from exporter.lakefs.client import LakeFS, commit_id_of
@@ -30,19 +31,30 @@ def load_table(lakefs: LakeFS, store: ObjectStore, repository: str, commit_id: s
 def table_state(store: ObjectStore, loaded: LoadedLog | None, history_after: int | None = None) -> TableState | None:
     """The table as its log stands (None when absent); with `history_after`, its history reaches
     back past the checkpoint to there (`older_history`)."""
-    if loaded is None:
-        return None
+    state = table_states(store, [loaded])[0]
+    return state if state is None or history_after is None else older_history(store, loaded, state, history_after)
+
+
+def table_states(store: ObjectStore, logs: list[LoadedLog | None]) -> list[TableState | None]:
+    """`table_state` of each log, replayed together: a checkpoint the logs share is read once."""
+    table_logs = [_table_log(store, loaded) for loaded in logs if loaded is not None]
+    states = iter(snapshot_states(table_logs))
+    return [None if loaded is None else next(states) for loaded in logs]
+
+
+def _table_log(store: ObjectStore, loaded: LoadedLog) -> TableLog:
     segment = loaded.segment
     checkpoint_version = segment.checkpoint.version if segment.checkpoint else None
-    checkpoint = [(n, loaded.source(store, n)) for n in loaded.checkpoint_files if n.endswith(".parquet")]
+    parquet = [n for n in loaded.checkpoint_files if n.endswith(".parquet")]
+    checkpoint = [(n, loaded.source(store, n)) for n in parquet]
     checkpoint_actions = [a for n in loaded.checkpoint_files if n.endswith(".json")
                           for a in parse_actions(n, loaded.files[n])]
     commits = []
     if segment.checkpoint_commit:  # c.json: only its commitInfo is used
         commits.append((checkpoint_version, parse_actions(segment.checkpoint_commit, loaded.files[segment.checkpoint_commit])))
     commits += [(v, parse_actions(n, loaded.files[n])) for v, n in segment.commits]
-    state = snapshot_state(TableLog(checkpoint_version, checkpoint, checkpoint_actions, commits))
-    return state if history_after is None else older_history(store, loaded, state, history_after)
+    identity = tuple(loaded.addresses[LOG_DIR + n] for n in parquet) or None
+    return TableLog(checkpoint_version, checkpoint, checkpoint_actions, commits, identity)
 
 
 def older_history(store: ObjectStore, loaded: LoadedLog, state: TableState, history_after: int) -> TableState:
@@ -66,19 +78,25 @@ def compute_diff(lake: Lake, repository: str, left_commit: str | None, right_com
         return loaded[commit_id]
 
     base_commit = None
-    base = NO_BASE
     if left_commit:
         try:
             base_commit = lakefs.merge_base(repository, right_commit, left_commit)
         except NotFound:
             base_commit = None  # no common ancestor: compare by content alone
-        if base_commit:
-            base = table_state(store, load(base_commit))
+    # each commit's table replayed once, together: a checkpoint the sides share is read once
+    commits = [commit for commit in dict.fromkeys([base_commit, left_commit, right_commit]) if commit]
+    states = dict(zip(commits, table_states(store, [load(commit) for commit in commits])))
+    base = states[base_commit] if base_commit else NO_BASE
     # history is needed back to where the two sides share a version: the base's head, if known
     history_after = base.version if isinstance(base, TableState) else -1
+
+    def with_history(commit_id: str) -> TableState | None:
+        state = states[commit_id]
+        return state if state is None else older_history(store, loaded[commit_id], state, history_after)
+
     right_log = load(right_commit)
-    right = table_state(store, right_log, history_after)
-    left = table_state(store, load(left_commit), history_after) if left_commit else None
+    right = with_history(right_commit)
+    left = with_history(left_commit) if left_commit else None
     if right_log and right and (left is None or not same_table(left, right)):
         right = older_history(store, right_log, right, -1)  # nothing shared: every version of right is new
     result = diff_history(left, right, base)

@@ -1,6 +1,6 @@
 """The benchmark runs as shipped: `python -m bench` with tiny sizes, every part of it (lakeFS's Lua
 exporter beside this project's, branch tables, presigning, Delta Sharing, a commit storm, the grant
-and the signer, the row diff four ways) on the
+and the signer, the row diff four ways, the merge gates) on the
 real stack, writing its table and plot. It asserts that each part ran, never a time."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ pytestmark = pytest.mark.integration
 SMOKE = ["--actions", "1000", "--stream-actions", "1000", "--sizes", "100", "--diff-versions", "20",
          "--row-diff-rows", "0", "--branch-table-sizes", "100", "--storm", "2", "--presign-urls", "100", "--object-requests", "20",
          "--sharing-sizes", "100", "--sharing-queries", "3", "--lua-timeout", "120", "--storm-iceberg",
-         "--grant-files", "1000", "--grant-folders", "20", "--row-diff-scale", "1000"]
+         "--grant-files", "1000", "--grant-folders", "20", "--row-diff-scale", "1000",
+         "--gate-sizes", "100", "--gate-key-rows", "1000"]
 
 
 def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
@@ -40,7 +41,10 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "grant: lakeFS asked about each of 20 folders", "signer: the first signature on a 1,000-file table",
                  "row diff, 1,000 rows changed: in the worker", "row diff, 1,000 rows changed: Spark job, local[2]",
                  "row diff, 1,000 rows changed: Spark job, standalone cluster",
-                 "row diff, 1,000 rows changed: alternative, Spark reads both versions whole"):
+                 "row diff, 1,000 rows changed: alternative, Spark reads both versions whole",
+                 "merge gate, a 10-file change to a table of 100 files",
+                 "merge gate, key rule over 1,000 appended rows on a 1,000-row table, in the worker",
+                 "merge gate, key rule over 1,000 appended rows on a 1,000-row table: alternative"):
         assert part in table, part
     assert "same add paths: True" in table  # the Lua export read back beside this project's
     assert (tmp_path / "smoke-export-time.png").stat().st_size > 0

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from exporter.delta.replay import UNTRACKED, TableLog, reconcile, snapshot_state, with_older_commits
+from exporter.delta.replay import UNTRACKED, TableLog, reconcile, snapshot_state, snapshot_states, with_older_commits
 from exporter.parquet.splice import BytesSource
 
 pytestmark = pytest.mark.unit
@@ -116,3 +116,28 @@ def test_commits_older_than_the_checkpoint_add_history_and_nothing_else():
 
     assert (extended.earliest_version, sorted(extended.history), extended.history[7]["timestamp"]) == (7, [7, 8, 10], 7)
     assert (extended.num_files, extended.num_rows, extended.commit_digests) == (2, 20, head.commit_digests)
+
+
+def test_logs_sharing_a_checkpoint_read_it_once_and_replay_as_each_alone():
+    name, source = checkpoint_file([add(f"f{i}", rows=i) for i in range(1, 30)], row_group_size=8)
+    reads = []
+
+    class Counted:
+        size = source.size
+
+        def read_range(self, start: int, end: int) -> bytes:
+            reads.append((start, end))
+            return source.read_range(start, end)
+
+    destination = [(10, [remove("f3"), add("g", rows=100)])]
+    merged = [*destination, (11, [remove("f4"), remove("g"), add("h", rows=5)])]  # a branch two commits on
+    logs = [TableLog(9, [(name, Counted())], [], commits, checkpoint_identity=("s3://x/9.checkpoint.parquet",))
+            for commits in (destination, merged)]
+
+    together = snapshot_states(logs)
+    read_together, reads[:] = len(reads), []
+    alone = [snapshot_state(log) for log in logs]
+
+    assert together == alone and read_together * 2 == len(reads)
+    assert [(s.num_files, s.num_rows) for s in together] == [(29, sum(range(1, 30)) - 3 + 100),
+                                                             (28, sum(range(1, 30)) - 3 - 4 + 5)]

@@ -1,0 +1,83 @@
+"""Merge gates at scale (issue 53), each measurement in its own process: time, lakeFS calls,
+object requests and bytes read, peak RSS.
+
+- the gate's answer for a branch that adds 10 files to a table of N files (the rules that read the
+  logs: schema, rows, readers);
+- a key rule over a branch that appends N rows (Spark-written) to a table of N rows: the gate in
+  the worker, beside the full scan a generic check takes (Spark reads the table whole and counts
+  repeated keys).
+
+    python -m bench --gate-sizes 100000 1000000 --gate-key-rows 1000000   (the other parts set to 0)
+"""
+
+from __future__ import annotations
+
+from bench.isolated import measure
+from bench.synthetic import add_files, gateway_client, new_repository, running_stack, synthetic_table
+
+RULES = "checks:\n  schema: true\n  rows:\n    removed_at_most: 5%\n    added_at_most: 10%\n  readers: [delta-sharing, duckdb]\n"
+NEW_FILES = 10
+
+
+def bench_gates(sizes: list[int]) -> list[dict]:
+    state, _, lakefs = running_stack()
+    gateway = gateway_client(state)
+    rows = []
+    for files in sizes:
+        repository, _ = synthetic_table(lakefs, gateway, "bench-gate", files)
+        lakefs.upload_object(repository, "main", f"_lakefs_tables/t{files}.yaml",
+                             f"name: t{files}\ntype: delta\npath: tables/t{files}\n{RULES}".encode())
+        lakefs.commit_branch(repository, "main", "rules")
+        lakefs.create_branch(repository, "change", "main")
+        add_files(lakefs, gateway, repository, files, NEW_FILES, branch="change")
+        found = measure("gate", repository, "change", "main")
+        assert found["tables"] == [f"t{files}"] and found["findings"] == [], found
+        rows.append({"benchmark": f"merge gate, a {NEW_FILES}-file change to a table of {files:,} files "
+                                  f"(schema, rows, readers; {_requests(found['requests'])})",
+                     "seconds": found["seconds"], "files_per_s": None, "lakefs_calls": found["lakefs_calls"],
+                     "peak_rss_mib": found["peak_rss_mib"]})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def bench_key_rule(rows: int) -> list[dict]:
+    """A table of `rows` rows (Spark: ids in contiguous ranges per file), a branch appending `rows`
+    more with new ids and one repeated: the key rule in the gate, then the full scan."""
+    from devtools.spark import stack_spark_session
+
+    _, _, lakefs = running_stack()
+    repository = new_repository(lakefs, f"bench-gate-keys-{rows}")
+    print(f"writing {rows:,} rows in {repository}, then {rows:,} more on a branch ...", flush=True)
+    spark = stack_spark_session(app_name="bench-gate-keys-writer")
+    spark.range(rows).selectExpr("id", "id % 1000 AS v").write.format("delta").save(f"s3a://{repository}/main/tables/keyed")
+    lakefs.upload_object(repository, "main", "_lakefs_tables/keyed.yaml",
+                         b"name: keyed\ntype: delta\npath: tables/keyed\nchecks:\n  keys: [id]\n")
+    lakefs.commit_branch(repository, "main", f"{rows} rows")
+    lakefs.create_branch(repository, "append", "main")
+    spark.range(rows, 2 * rows).union(spark.range(2 * rows - 1, 2 * rows)).selectExpr("id", "id % 1000 AS v") \
+        .write.format("delta").mode("append").save(f"s3a://{repository}/append/tables/keyed")
+    lakefs.commit_branch(repository, "append", f"{rows} more rows, one key twice")
+    spark.stop()
+    found = measure("gate", repository, "append", "main")
+    assert [f["rule"] for f in found["findings"]] == ["keys"], found
+    assert f"id={2 * rows - 1} (2 rows)" in found["findings"][0]["found"], found
+    out = [{"benchmark": f"merge gate, key rule over {rows:,} appended rows on a {rows:,}-row table, in the worker "
+                         f"(finds the one repeated key; {_requests(found['requests'])})",
+            "seconds": found["seconds"], "files_per_s": None, "lakefs_calls": found["lakefs_calls"],
+            "peak_rss_mib": found["peak_rss_mib"], "gate_key_rows": rows}]
+    print(out[-1], flush=True)
+    theirs = measure("keyscan", repository, "append", "tables/keyed", "id")
+    assert theirs["repeated"] == 1, theirs
+    out.append({"benchmark": f"merge gate, key rule over {rows:,} appended rows on a {rows:,}-row table: alternative, "
+                             f"Spark reads all {2 * rows + 1:,} rows and counts repeated keys (JVM peak as peak RSS)",
+                "seconds": theirs["seconds"], "files_per_s": None, "lakefs_calls": "–",
+                "peak_rss_mib": theirs["peak_rss_mib"], "gate_key_rows": rows})
+    print(out[-1], flush=True)
+    return out
+
+
+def _requests(requests: dict) -> str:
+    requests = dict(requests)
+    read = requests.pop("bytes read", 0)
+    return (f"{read / 2**20:,.1f} MiB read in {sum(requests.values())} object requests: "
+            + ", ".join(f"{n} {op}" for op, n in sorted(requests.items())))
