@@ -373,7 +373,7 @@ def validation_message(errors: list[dict]) -> str:
 class CheckFinding(BaseModel):
     table: str = Field(description="the table's name (its descriptor's path when the descriptor itself is wrong)")
     path: str
-    rule: Literal["rules", "schema", "rows", "readers"]
+    rule: Literal["rules", "schema", "rows", "readers", "keys", "columns"]
     found: str
 
 

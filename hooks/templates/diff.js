@@ -84,6 +84,23 @@ async function loadOverview() {  // the landing view: every table that differs b
   show("overview", true);
 }
 
+async function loadChecks() {  // the rules the right side's tables declare, held against merging it into the left
+  const repo = encodeURIComponent($("repository").value);
+  const left = $("left").value, right = $("right").value;
+  const found = await api(`/repositories/${repo}/otf/refs/${encodeURIComponent(left)}/checks/${encodeURIComponent(right)}`);
+  if (found.tables.length === 0 && found.findings.length === 0) { show("checks", false); return; }  // no table declares checks
+  $("checks-refs").textContent = `${right} into ${left}`;
+  $("checks-summary").textContent = found.passed ? `Passed: every rule of ${found.tables.length} table(s) holds.`
+    : `Blocked: ${found.findings.length} finding(s) over ${found.tables.length} table(s) checked.`;
+  $("checks-summary").className = found.passed ? "added" : "removed";
+  const body = $("checks-findings").tBodies[0]; body.innerHTML = "";
+  for (const f of found.findings) {
+    const row = body.insertRow(); row.className = "removed";
+    cell(row, f.table); cell(row, f.rule); cell(row, f.found);
+  }
+  show("checks", true);
+}
+
 let rowsAfter = null, rowColumns = [], rowPages = 0;
 // rows per page of the rows section: `?page_size=` on the page's URL (1-1000), else 200
 const ROWS_PAGE = Math.min(1000, Math.max(1, Number(params.get("page_size")) || 200));
@@ -203,6 +220,7 @@ $("pick").addEventListener("submit", (e) => {
   e.preventDefault();
   if ($("table").value) compare();
   loadOverview().catch(fail);
+  loadChecks().catch(fail);
 });
 $("sign-in").addEventListener("submit", async (e) => {
   e.preventDefault();
@@ -210,13 +228,13 @@ $("sign-in").addEventListener("submit", async (e) => {
     await post("/session", { access_key_id: $("access-key-id").value, secret_access_key: $("secret-access-key").value });
     $("secret-access-key").value = ""; show("sign-in", false); show("error", false);
     if ($("repository").value && $("right").value && $("table").value) compare();
-    if ($("repository").value && $("right").value) loadOverview().catch(fail);
+    if ($("repository").value && $("right").value) { loadOverview().catch(fail); loadChecks().catch(fail); }
     if ($("repository").value) loadTables().catch(() => {});
   } catch (err) { fail(err); }
 });
 // everything the URL names is used: with a table path the diff shows at once; the table list fills in beside it
 signInWithCode().catch(fail).finally(() => {
   if (params.get("repository") && params.get("right") && params.get("table_path")) compare();
-  if (params.get("repository") && params.get("right")) loadOverview().catch(fail);
+  if (params.get("repository") && params.get("right")) { loadOverview().catch(fail); loadChecks().catch(fail); }
   if (params.get("repository") && (params.get("right") || params.get("left"))) loadTables().catch(() => {});
 });

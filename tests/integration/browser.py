@@ -119,3 +119,26 @@ def open_rows_grid(link: str, screenshot: str) -> SeenRows:
         page.locator("#rows").screenshot(path=os.path.join(ARTIFACTS, screenshot))
         browser.close()
     return seen
+
+
+def open_checks(link: str, keys: tuple[str, str], screenshot: str) -> tuple[str, list[str]]:
+    """Open a merge gate's diff link, sign in with `keys`, and read its merge-gate section: the
+    summary line and the findings' rows as shown ("table\\trule\\tfound")."""
+    from playwright.sync_api import sync_playwright
+
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.goto(link)
+        page.wait_for_selector("#sign-in:not([hidden])", timeout=60_000)
+        page.fill("#access-key-id", keys[0])
+        page.fill("#secret-access-key", keys[1])
+        page.click("#sign-in button")
+        page.wait_for_selector("#checks:not([hidden]), #error:not([hidden])", timeout=60_000)
+        page.screenshot(path=os.path.join(ARTIFACTS, screenshot), full_page=True)
+        assert page.locator("#error").is_hidden(), page.locator("#error").inner_text()
+        seen = (page.locator("#checks-summary").inner_text(),
+                page.locator("#checks-findings tbody tr").all_inner_texts())
+        browser.close()
+    return seen

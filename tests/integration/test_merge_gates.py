@@ -157,10 +157,13 @@ def orders(ids, status: str = "new") -> pa.Table:
     return pa.table({"order_id": pa.array(ids, pa.int64()), "status": pa.array([status] * len(ids), pa.string())})
 
 
-def test_a_merge_writing_a_key_twice_or_again_or_a_value_not_accepted_is_refused_naming_them(lakefs, gated, tmp_path):
+def test_a_merge_writing_a_key_twice_or_again_or_a_value_not_accepted_is_refused_naming_them(
+        lakefs, gated, tmp_path, service, config):
     """`orders` (delta-rs, 200 rows in two files) declares its key and its status's values; each
     branch appends one file. What is read: the appended file, and of main's files only those whose
-    order_id statistics could hold an appended key."""
+    order_id statistics could hold an appended key. The diff page shows the same findings."""
+    from tests.integration.browser import open_checks
+
     repository = gated
     base = tmp_path / "base"
     deltalake.write_deltalake(str(base), orders(range(1, 101)), mode="append")
@@ -187,6 +190,12 @@ def test_a_merge_writing_a_key_twice_or_again_or_a_value_not_accepted_is_refused
     report = blocked(lakefs, repository, lambda: lakefs.merge(repository, twice, "main"))
     assert "- orders: keys: 1 key(s) written more than once by the change: order_id=201 (2 rows)" in report, report
     assert "- orders: keys: 1 key(s) the change writes are already in the table: order_id=150" in report, report
+    summary, shown = open_checks(f"{service}/diff?repository={repository}&left=main&right={twice}",
+                                 (config.lakefs.access_key_id, config.lakefs.secret_access_key.get_secret_value()),
+                                 "merge-gate-diff-page.png")
+    assert summary == "Blocked: 2 finding(s) over 1 table(s) checked.", summary
+    assert shown == ["orders\tkeys\t1 key(s) written more than once by the change: order_id=201 (2 rows)",
+                     "orders\tkeys\t1 key(s) the change writes are already in the table: order_id=150"], shown
 
     lost = branch_appending("status-lost", orders([300, 301], "lost"))
     report = blocked(lakefs, repository, lambda: lakefs.merge(repository, lost, "main"))
