@@ -4,8 +4,8 @@ object requests and bytes read, peak RSS.
 - the gate's answer for a branch that adds 10 files to a table of N files (the rules that read the
   logs: schema, rows, readers);
 - a key rule over a branch that appends N rows (Spark-written) to a table of N rows: the gate in
-  the worker, beside the full scan a generic check takes (Spark reads the table whole and counts
-  repeated keys).
+  the worker and as the Spark job, beside the full scan a generic check takes (Spark reads the
+  table whole and counts repeated keys).
 
     python -m bench --gate-sizes 100000 1000000 --gate-key-rows 1000000   (the other parts set to 0)
 """
@@ -58,14 +58,19 @@ def bench_key_rule(rows: int) -> list[dict]:
         .write.format("delta").mode("append").save(f"s3a://{repository}/append/tables/keyed")
     lakefs.commit_branch(repository, "append", f"{rows} more rows, one key twice")
     spark.stop()
-    found = measure("gate", repository, "append", "main")
-    assert [f["rule"] for f in found["findings"]] == ["keys"], found
-    assert f"id={2 * rows - 1} (2 rows)" in found["findings"][0]["found"], found
-    out = [{"benchmark": f"merge gate, key rule over {rows:,} appended rows on a {rows:,}-row table, in the worker "
-                         f"(finds the one repeated key; {_requests(found['requests'])})",
-            "seconds": found["seconds"], "files_per_s": None, "lakefs_calls": found["lakefs_calls"],
-            "peak_rss_mib": found["peak_rss_mib"], "gate_key_rows": rows}]
-    print(out[-1], flush=True)
+    out = []
+    for label, env in (("in the worker", {}), ("as the Spark job, local[2] (row_diff.max_rows 0)",
+                                               {"LAKEFS_DELTA_ROW_DIFF_MAX_ROWS": "0"})):
+        found = measure("gate", repository, "append", "main", env=env)
+        assert [f["rule"] for f in found["findings"]] == ["keys"], found
+        assert f"id={2 * rows - 1} (2 rows)" in found["findings"][0]["found"], found
+        driver = found.get("driver_peak_mib")
+        out.append({"benchmark": f"merge gate, key rule over {rows:,} appended rows on a {rows:,}-row table, {label} "
+                                 f"(finds the one repeated key; {_requests(found['requests'])}; Spark driver peak "
+                                 + (f"{driver:,.0f} MiB)" if driver else "–)"),
+                    "seconds": found["seconds"], "files_per_s": None, "lakefs_calls": found["lakefs_calls"],
+                    "peak_rss_mib": found["peak_rss_mib"], "gate_key_rows": rows})
+        print(out[-1], flush=True)
     theirs = measure("keyscan", repository, "append", "tables/keyed", "id")
     assert theirs["repeated"] == 1, theirs
     out.append({"benchmark": f"merge gate, key rule over {rows:,} appended rows on a {rows:,}-row table: alternative, "

@@ -218,16 +218,23 @@ def _gate(repository: str, source: str, destination: str) -> dict:
     from exporter.lakefs.client import LakeFS
     from exporter.lakefs.lake import Lake, ObjectStores
 
+    import threading
+
     config = load_config()
     lakefs = LakeFS(config.lakefs)
     lake = Lake(config, lakefs, ObjectStores(config))
     lake.store(repository)  # the worker's client, made once
+    driver_peaks: list[float] = []
+    done = threading.Event()
+    threading.Thread(target=_sample_jvms, args=(done, driver_peaks), daemon=True).start()
     with _object_store_requests() as requests:
         started = time.perf_counter()
         report = check_change(lake, repository, source, destination)
         seconds = time.perf_counter() - started
+    done.set()
     return {"seconds": seconds, "lakefs_calls": lakefs.calls, "requests": requests, "tables": report.tables,
-            "findings": [f.as_dict() for f in report.findings], "peak_rss_mib": peak_rss_mib()}
+            "findings": [f.as_dict() for f in report.findings], "peak_rss_mib": peak_rss_mib(),
+            "driver_peak_mib": max(driver_peaks, default=None)}
 
 
 def _rowdiff(repository: str, left: str, right: str, table_path: str, key: str = "") -> dict:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import bisect
 import datetime
+import itertools
 import json
+import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -23,12 +25,16 @@ import pyarrow.compute as pc
 
 from exporter.checks.rules import ColumnRule, TableChecks
 from exporter.diff.rows.compare import as_text, unmatched
-from exporter.diff.rows.compute import RowDiffQuery, RowPlan, plan_row_diff
+from exporter.config import Config
+from exporter.diff.rows.compute import (RowDiffQuery, RowPlan, job_entry, job_files, job_side, plan_row_diff,
+                                        rows_to_read)
 from exporter.diff.rows.read import Exceeded, Limit, Reader, RowsOf, Side
 from exporter.lakefs.lake import Lake
+from exporter.storage.objectstore import ObjectStore
 
 SHOWN = 5  # offending keys or values named in a finding
 _SEPARATOR = "\x1f"
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 @dataclass(frozen=True)
@@ -39,28 +45,144 @@ class RowFinding:
 
 def row_findings(lake: Lake, repository: str, destination_commit: str, source_commit: str, table_path: str,
                  checks: TableChecks) -> list[RowFinding]:
-    """The key and column rules of a table whose files differ between the two commits."""
+    """The key and column rules of a table whose files differ between the two commits: in this
+    process within the row diff's limits, past them as a Spark job when `row_diff.spark.master` is
+    set, else a finding saying the rows could not be checked."""
+    config = lake.config
     store = lake.store(repository)
     plan, _ = plan_row_diff(lake, store, RowDiffQuery(repository, destination_commit, source_commit, table_path))
     right = plan.right
     if right.files is None:  # the change drops the table: nothing is written (the schema rule says what went)
         return []
-    findings = [RowFinding(rule, f"column `{column}` is not in the table's schema")
-                for rule, columns in (("keys", checks.keys), ("columns", checks.columns)) for column in columns
-                if column not in right.columns]
-    if findings:
-        return findings
+    missing = [RowFinding(rule, f"column `{column}` is not in the table's schema")
+               for rule, columns in (("keys", checks.keys), ("columns", checks.columns)) for column in columns
+               if column not in right.columns]
+    if missing:
+        return missing
     reader = Reader(store, lake.lakefs, repository, table_path.strip("/") + "/", lake.read_scope(repository))
-    limit = Limit(lake.config)
+    use_spark = bool(config.row_diff.spark.master)
+    counted = rows_to_read(reader, plan)
+    too_many = counted is not None and counted > config.row_diff.max_rows
     try:
-        written, changed = _written(reader, plan, limit)
-        if checks.keys:
-            findings += _key_findings(reader, plan, limit, list(checks.keys), written, changed)
-        for column, rule in checks.columns.items():
-            findings += _column_findings(column, rule, changed.column(column))
+        if too_many:
+            raise Exceeded(f"{counted:,} changed rows to read: more than row_diff.max_rows ({config.row_diff.max_rows:,})")
+        found = _in_process(reader, plan, Limit(config), checks)
     except Exceeded as exceeded:
-        findings.append(RowFinding("keys" if checks.keys else "columns", f"the changed rows could not be checked: {exceeded}"))
+        if not use_spark:
+            return [RowFinding("keys" if checks.keys else "columns", f"the changed rows could not be checked: {exceeded}")]
+        found = _with_spark(config, store, reader, plan, checks)
+    return findings_of(found, checks)
+
+
+def findings_of(found: dict, checks: TableChecks) -> list[RowFinding]:
+    """What either engine found (`_in_process`'s shape) as findings: keys as `column=value`, at most
+    SHOWN of each kind named."""
+    keys = list(checks.keys)
+    findings = []
+    if found.get("null_keys"):
+        findings.append(RowFinding("keys", f"{found['null_keys']:,} added or updated row(s) with a null key "
+                                           f"({', '.join(keys)})"))
+    total, shown = found.get("repeated", (0, []))
+    if total:
+        named = ", ".join(f"{_shown(keys, key)} ({count} rows)" for key, count in shown[:SHOWN])
+        findings.append(RowFinding("keys", f"{total:,} key(s) written more than once by the change: {named}"))
+    total, shown = found.get("clashes", (0, []))
+    if total:
+        findings.append(RowFinding("keys", f"{total:,} key(s) the change writes are already in the table: "
+                                           + ", ".join(_shown(keys, key) for key in shown[:SHOWN])))
+    for column, rule in checks.columns.items():
+        seen = found.get("columns", {}).get(column, {})
+        if rule.not_null and seen.get("nulls"):
+            findings.append(RowFinding("columns", f"{seen['nulls']:,} added or updated row(s) with `{column}` null"))
+        total, shown = seen.get("outside", (0, []))
+        if total:
+            named = ", ".join(f"{value!r} ({count})" for value, count in shown[:SHOWN])
+            findings.append(RowFinding("columns", f"{total:,} added or updated row(s) with `{column}` not one of "
+                                                  f"{', '.join(map(str, rule.accepted or ()))}: {named}"))
     return findings
+
+
+def _in_process(reader: Reader, plan: RowPlan, limit: Limit, checks: TableChecks) -> dict:
+    written, changed = _written(reader, plan, limit)
+    found: dict = {"columns": {}}
+    if checks.keys:
+        found.update(_keys_found(reader, plan, limit, list(checks.keys), written, changed))
+    for column, rule in checks.columns.items():
+        found["columns"][column] = _column_found(rule, changed.column(column))
+    return found
+
+
+def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: RowPlan, checks: TableChecks) -> dict:
+    """The rules as the row diff's Spark job (`exporter.diff.rows.spark`): the files the row diff
+    reads, and the kept files whose statistics' range meets a written file's on the first key column
+    (numbers and dates; text and other keys read every kept file's key columns)."""
+    from exporter.diff.rows.spark import run_job  # PySpark stays out of processes that never need it
+
+    right, keys = plan.right, list(checks.keys)
+    files = job_files(reader, plan)
+    if keys:
+        could_hold = _written_ranges(plan, keys[0])
+        files += [job_entry(reader, right, "kept", add, "except", _not_kept(reader, plan, add))
+                  for add in _kept_files(plan, could_hold)]
+    types = {field["name"]: field["type"] for field in right.fields}
+    columns = {column: {"not_null": rule.not_null,
+                        "accepted": None if rule.accepted is None else _as_json(rule.accepted, types.get(column))}
+               for column, rule in checks.columns.items()}
+    job = {"sides": {"removed": job_side(plan.left), "added": job_side(right), "kept": job_side(right, keys)},
+           "files": files, "common": plan.common, "key": [], "rows": None,
+           "checks": {"keys": keys, "columns": columns, "checked": list(dict.fromkeys([*keys, *columns])),
+                      "shown": SHOWN}}
+    return run_job(config, store, job, None) if files else {}
+
+
+def _written_ranges(plan: RowPlan, column: str):
+    """Whether a kept file's statistics could hold a key the change writes, told from the written
+    files' statistics (their rows are not read here): their ranges of `column`, merged."""
+    right = plan.right
+    physical = right.physical[column]
+    written = [plan.right_paths[path] for path in plan.right_paths]
+    if column in right.partition_columns:
+        values = {(add.get("partitionValues") or {}).get(physical) for add in written}
+        return lambda add: (add.get("partitionValues") or {}).get(physical) in values
+    ranges = [_range(add, physical) for add in written]
+    if not ranges or any(found is None for found in ranges):
+        return lambda add: True
+    ranges.sort()
+    lows, highs = [low for low, _ in ranges], list(itertools.accumulate((high for _, high in ranges), max))  # running maximum
+
+    def could_hold(add: dict) -> bool:
+        found = _range(add, physical)
+        if found is None:
+            return True
+        low, high = found
+        before = bisect.bisect_right(lows, high)  # written ranges starting at or below this file's maximum
+        return before > 0 and highs[before - 1] >= low
+
+    return could_hold
+
+
+def _range(add: dict, physical: str) -> tuple | None:
+    """A file's (minimum, maximum) of a number or date column from its statistics; None when not known."""
+    stats = json.loads(add.get("stats") or "{}")
+    low, high = (stats.get("minValues") or {}).get(physical), (stats.get("maxValues") or {}).get(physical)
+    if _numbers(low, high) or (isinstance(low, str) and isinstance(high, str) and _DATE.fullmatch(low)
+                               and _DATE.fullmatch(high)):
+        return low, high
+    return None
+
+
+def _as_json(accepted: tuple, kind) -> list[str]:
+    """The accepted values as the Spark job sees a column's values: each as a one-value JSON array,
+    in the column's type (an accepted value that cannot be of it can never match, and is left out)."""
+    convert = {"byte": int, "short": int, "integer": int, "long": int, "float": float, "double": float,
+               "boolean": bool}.get(kind if isinstance(kind, str) else "", str)
+    values = []
+    for value in accepted:
+        try:
+            values.append(json.dumps([convert(value)]))
+        except (TypeError, ValueError):
+            continue
+    return values
 
 
 def _written(reader: Reader, plan: RowPlan, limit: Limit) -> tuple[pa.Table, pa.Table]:
@@ -83,26 +205,18 @@ def _written(reader: Reader, plan: RowPlan, limit: Limit) -> tuple[pa.Table, pa.
     return written_rows, written_rows.take(added)
 
 
-def _key_findings(reader: Reader, plan: RowPlan, limit: Limit, keys: list[str], written: pa.Table,
-                  changed: pa.Table) -> list[RowFinding]:
-    findings = []
-    null = _any_null(changed, keys)
-    if null:
-        findings.append(RowFinding("keys", f"{null:,} added or updated row(s) with a null key ({', '.join(keys)})"))
+def _keys_found(reader: Reader, plan: RowPlan, limit: Limit, keys: list[str], written: pa.Table,
+                changed: pa.Table) -> dict:
     written = written.filter(pc.invert(_null_mask(written, keys)))
     texts = key_text(written, keys)
     counted = pc.value_counts(texts)
     repeated = counted.filter(pc.greater(counted.field("counts"), 1))
-    if len(repeated):
-        shown = ", ".join(f"{_shown(keys, value)} ({count} rows)" for value, count in
-                          zip(repeated.field("values").to_pylist()[:SHOWN], repeated.field("counts").to_pylist()))
-        findings.append(RowFinding("keys", f"{len(repeated):,} key(s) written more than once by the change: {shown}"))
     existing = _existing_keys(reader, plan, limit, keys, written)
     clashes = pc.unique(existing.filter(pc.is_in(existing, value_set=texts))) if len(existing) else existing
-    if len(clashes):
-        shown = ", ".join(_shown(keys, value) for value in clashes.to_pylist()[:SHOWN])
-        findings.append(RowFinding("keys", f"{len(clashes):,} key(s) the change writes are already in the table: {shown}"))
-    return findings
+    return {"null_keys": _any_null(changed, keys),
+            "repeated": (len(repeated), [(value.split(_SEPARATOR), count) for value, count in zip(
+                repeated.field("values").to_pylist()[:SHOWN], repeated.field("counts").to_pylist())]),
+            "clashes": (len(clashes), [value.split(_SEPARATOR) for value in clashes.to_pylist()[:SHOWN]])}
 
 
 def _existing_keys(reader: Reader, plan: RowPlan, limit: Limit, keys: list[str], written: pa.Table) -> pa.Array:
@@ -113,18 +227,26 @@ def _existing_keys(reader: Reader, plan: RowPlan, limit: Limit, keys: list[str],
         return pa.array([], pa.string())
     bounds = {column: _Bounds.of(right, column, written.column(column)) for column in keys}
     kept = RowsOf(right, limit)
-    for add in right.files.files(whole=True):
-        path = add["path"]
-        if path in plan.right_paths and path not in plan.vector_changed:
-            continue  # written by the change: already among its rows
-        if not all(bounds[column].could_hold(add) for column in keys):
-            continue
-        skipped = reader.deleted(right.commit_id, add)
-        if path in plan.vector_changed:  # the rows its new deletion vector brings back are written ones
-            skipped = skipped | reader.deleted(plan.left.commit_id, plan.left_paths[path])
-        kept.extend(reader, right.commit_id, add, skipped, invert=True, columns=keys)
+    for add in _kept_files(plan, lambda add: all(bounds[column].could_hold(add) for column in keys)):
+        kept.extend(reader, right.commit_id, add, _not_kept(reader, plan, add), invert=True, columns=keys)
     rows = kept.table() if kept.tables else pa.table({column: pa.array([], pa.string()) for column in keys})
     return key_text(rows.filter(pc.invert(_null_mask(rows, keys))), keys)
+
+
+def _kept_files(plan: RowPlan, could_hold) -> list[dict]:
+    """The right side's files the change keeps (a file whose deletion vector changed too: its rows
+    still there) that `could_hold` a written key."""
+    return [add for add in plan.right.files.files(whole=True)
+            if (add["path"] not in plan.right_paths or add["path"] in plan.vector_changed) and could_hold(add)]
+
+
+def _not_kept(reader: Reader, plan: RowPlan, add: dict):
+    """A kept file's rows that are not kept rows: deleted, or brought back by its new deletion vector
+    (those are written ones)."""
+    skipped = reader.deleted(plan.right.commit_id, add)
+    if add["path"] in plan.vector_changed:
+        skipped = skipped | reader.deleted(plan.left.commit_id, plan.left_paths[add["path"]])
+    return skipped
 
 
 class _Bounds:
@@ -180,20 +302,15 @@ def _numbers(*values) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
-def _column_findings(column: str, rule: ColumnRule, values: pa.ChunkedArray) -> list[RowFinding]:
-    findings = []
-    if rule.not_null and values.null_count:
-        findings.append(RowFinding("columns", f"{values.null_count:,} added or updated row(s) with `{column}` null"))
+def _column_found(rule: ColumnRule, values: pa.ChunkedArray) -> dict:
+    found: dict = {"nulls": values.null_count}
     if rule.accepted is not None:
         present, accepted = _comparable_to(values.filter(values.is_valid()), rule.accepted)
         outside = present.filter(pc.invert(pc.is_in(present, value_set=accepted)))
-        if len(outside):
-            counted = pc.value_counts(outside)
-            shown = ", ".join(f"{value!r} ({count})" for value, count in zip(
-                counted.field("values").to_pylist()[:SHOWN], counted.field("counts").to_pylist()))
-            findings.append(RowFinding("columns", f"{len(outside):,} added or updated row(s) with `{column}` not one of "
-                                                  f"{', '.join(map(str, rule.accepted))}: {shown}"))
-    return findings
+        counted = pc.value_counts(outside) if len(outside) else None
+        found["outside"] = (len(outside), [] if counted is None else list(zip(
+            counted.field("values").to_pylist()[:SHOWN], counted.field("counts").to_pylist())))
+    return found
 
 
 def _comparable_to(values: pa.ChunkedArray, accepted: tuple) -> tuple[pa.ChunkedArray | pa.Array, pa.Array]:
@@ -224,5 +341,5 @@ def _any_null(rows: pa.Table, keys: list[str]) -> int:
     return pc.sum(_null_mask(rows, keys).cast(pa.int64())).as_py() or 0
 
 
-def _shown(keys: list[str], text: str) -> str:
-    return ", ".join(f"{column}={value}" for column, value in zip(keys, text.split(_SEPARATOR)))
+def _shown(keys: list[str], values: list) -> str:
+    return ", ".join(f"{column}={value}" for column, value in zip(keys, values))

@@ -44,6 +44,7 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "row diff, 1,000 rows changed: alternative, Spark reads both versions whole",
                  "merge gate, a 10-file change to a table of 100 files",
                  "merge gate, key rule over 1,000 appended rows on a 1,000-row table, in the worker",
+                 "merge gate, key rule over 1,000 appended rows on a 1,000-row table, as the Spark job",
                  "merge gate, key rule over 1,000 appended rows on a 1,000-row table: alternative"):
         assert part in table, part
     assert "same add paths: True" in table  # the Lua export read back beside this project's

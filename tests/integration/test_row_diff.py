@@ -473,3 +473,34 @@ def job_jvms() -> list[int]:
     """The JVMs of this test process's running row-diff jobs: java processes below a `python -m
     exporter.diff.rows.spark` it started (another test process's jobs are not this test's to kill)."""
     return jvms_below(lambda pid, command: b"exporter.diff.rows.spark" in command, within=os.getpid())
+
+
+def test_a_merge_gates_row_rules_past_the_workers_limits_run_as_a_spark_job_with_the_same_findings(
+        spark, lakefs, config, repository):
+    """Issue 53: key and column rules over more changed rows than the worker reads
+    (`row_diff.max_rows`) run as the row diff's Spark job, and find what the worker finds."""
+    from exporter.checks.rows import row_findings
+    from exporter.checks.rules import ColumnRule, TableChecks
+
+    uri = table_uri(repository, "main", "tables/gated")
+    spark.range(0, 300, 1, 3).selectExpr("id", "IF(id % 2 = 0, 'new', 'paid') AS status") \
+        .write.format("delta").save(uri)  # three files of contiguous ids
+    left = lakefs.commit_branch(repository, "main", "300 rows")
+    lakefs.create_branch(repository, "gated", "main")
+    spark.createDataFrame([(150, "new"), (400, "paid"), (400, "new"), (401, None), (402, "lost"), (403, "lost"),
+                           (None, "new")], "id LONG, status STRING").coalesce(1) \
+        .write.format("delta").mode("append").save(table_uri(repository, "gated", "tables/gated"))
+    right = lakefs.commit_branch(repository, "gated", "rows appended")
+    checks = TableChecks(keys=("id",), columns={"status": ColumnRule(not_null=True, accepted=("new", "paid"))})
+    above = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"max_rows": 0})})
+
+    in_process = row_findings(lake_of(config, lakefs), repository, left, right, "tables/gated", checks)
+    job = row_findings(lake_of(above, lakefs), repository, left, right, "tables/gated", checks)
+
+    assert [(f.rule, f.found) for f in in_process] == [
+        ("keys", "1 added or updated row(s) with a null key (id)"),
+        ("keys", "1 key(s) written more than once by the change: id=400 (2 rows)"),
+        ("keys", "1 key(s) the change writes are already in the table: id=150"),
+        ("columns", "1 added or updated row(s) with `status` null"),
+        ("columns", "2 added or updated row(s) with `status` not one of new, paid: 'lost' (2)")]
+    assert job == in_process

@@ -102,7 +102,7 @@ def compute_row_diff(lake: Lake, query: RowDiffQuery, max_bytes: int | None = No
     to_read = plan.to_read()
     size = sum(int(add.get("size") or 0) for add in to_read)
     reader = Reader(store, lake.lakefs, query.repository, prefix, lake.read_scope(query.repository))
-    rows = _rows_to_read(reader, plan)
+    rows = rows_to_read(reader, plan)
     too_large = _too_large(config, max_bytes, len(to_read), size, rows)
     if too_large and not use_spark:
         raise RowDiffTooLarge(too_large)
@@ -198,7 +198,7 @@ def _in_process(config: Config, store: ObjectStore, reader: Reader, plan: RowPla
             "rows_location": location}
 
 
-def _rows_to_read(reader: Reader, plan: RowPlan) -> int | None:
+def rows_to_read(reader: Reader, plan: RowPlan) -> int | None:
     """Rows the diff reads, counted before reading: each file read whole by its `numRecords` less
     its deletion vector's cardinality, each file whose deletion vector changed by the bits that
     differ. None when a file has no `numRecords` (then counted while reading)."""
@@ -235,20 +235,8 @@ def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: RowPla
     left, right, left_paths, right_paths = plan.left, plan.right, plan.left_paths, plan.right_paths
     vector_changed, common, key = plan.vector_changed, plan.common, plan.key
 
-    def entry(side: Side, name: str, add: dict, mode: str, rows: BitMap) -> dict:
-        return {"side": name, "address": reader.address(side.commit_id, add["path"]), "mode": mode, "rows": list(rows),
-                "partition": partition_values(side, add), "label": partition_label(side, add), "path": add["path"]}
-
-    files = [entry(left, "removed", a, "except", reader.deleted(left.commit_id, a))
-             for path, a in left_paths.items() if path not in vector_changed]
-    files += [entry(right, "added", a, "except", reader.deleted(right.commit_id, a))
-              for path, a in right_paths.items() if path not in vector_changed]
-    for path in vector_changed:
-        before, after = reader.deleted(left.commit_id, left_paths[path]), reader.deleted(right.commit_id, right_paths[path])
-        files += [entry(left, "removed", left_paths[path], "only", after - before)] if after - before else []
-        files += [entry(right, "added", right_paths[path], "only", before - after)] if before - after else []
-    sides = {name: {"columns": side.columns, "physical": side.physical, "partition_columns": side.partition_columns}
-             for name, side in (("removed", left), ("added", right))}
+    files = job_files(reader, plan)
+    sides = {"removed": job_side(left), "added": job_side(right)}
     plan = {"sides": sides, "files": files, "common": common, "key": [k for k in key if k in common], "rows": rows}
     location = row_diff_location(config, left.commit_id, right.commit_id, reader.prefix, key_part(key))
     summary = run_job(config, store, plan, location, progress) if files else \
@@ -269,6 +257,34 @@ def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: RowPla
                                                    "rows_restored": found.get("added", 0)})
     return {"counts": summary["counts"], "partitions": summary["partitions"], "files": changed, "engine": "spark",
             "rows_location": location if files else None}
+
+
+def job_files(reader: Reader, plan: RowPlan) -> list[dict]:
+    """The plan's files as the Spark job reads them: removed (the left's own files, less their
+    deleted rows; rows a deletion vector newly deletes) and added (the right's; rows one brings back)."""
+    left, right, left_paths, right_paths = plan.left, plan.right, plan.left_paths, plan.right_paths
+    files = [job_entry(reader, left, "removed", a, "except", reader.deleted(left.commit_id, a))
+             for path, a in left_paths.items() if path not in plan.vector_changed]
+    files += [job_entry(reader, right, "added", a, "except", reader.deleted(right.commit_id, a))
+              for path, a in right_paths.items() if path not in plan.vector_changed]
+    for path in plan.vector_changed:
+        before, after = reader.deleted(left.commit_id, left_paths[path]), reader.deleted(right.commit_id, right_paths[path])
+        files += [job_entry(reader, left, "removed", left_paths[path], "only", after - before)] if after - before else []
+        files += [job_entry(reader, right, "added", right_paths[path], "only", before - after)] if before - after else []
+    return files
+
+
+def job_entry(reader: Reader, side: Side, name: str, add: dict, mode: str, rows: BitMap) -> dict:
+    """A file as a Spark job's plan names it: by physical address, with the rows it reads (`only`
+    those, or all `except` them), its partition and the part of the plan it is (`name`)."""
+    return {"side": name, "address": reader.address(side.commit_id, add["path"]), "mode": mode, "rows": list(rows),
+            "partition": partition_values(side, add), "label": partition_label(side, add), "path": add["path"]}
+
+
+def job_side(side: Side, columns: list[str] | None = None) -> dict:
+    """A side's columns as a Spark job's plan describes them (all, or the named ones)."""
+    return {"columns": side.columns if columns is None else columns, "physical": side.physical,
+            "partition_columns": side.partition_columns}
 
 
 def _side(store: ObjectStore, lakefs: LakeFS, repository: str, commit_id: str | None, table_path: str) -> Side:

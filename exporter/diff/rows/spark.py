@@ -42,10 +42,11 @@ class SparkJobTimedOut(ExporterError):
     """The Spark job ran past `row_diff.spark.time_limit_seconds`: stopped, and not started again."""
 
 
-def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str,
+def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str | None,
             progress: Callable[[dict], None] | None = None) -> dict:
     """Run the job on `plan`; upload its rows to `rows_location` (relative to the namespace) and
-    return its summary (counts, partitions, per-file rows). A job whose JVM died is run again from
+    return its summary (counts, partitions, per-file rows; a merge gate's plan, with `checks`: what
+    its rules found, and no rows). A job whose JVM died is run again from
     nothing, `row_diff.spark.attempts` times in all; then, or when it failed otherwise, SparkJobFailed."""
     spark = config.row_diff.spark
     environment = {**os.environ, "LAKEFS_DELTA_JOB_S3_ENDPOINT": config.object_store.endpoint,
@@ -70,7 +71,8 @@ def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str,
                 raise SparkJobFailed(f"the row diff's Spark job died {attempt} time(s) (row_diff.spark.attempts: "
                                      f"{spark.attempts}), each run from nothing; the last exited with {returncode}: "
                                      f"{tail[-1200:]}")
-        upload_rows(store, rows_file, rows_location)
+        if rows_location is not None:
+            upload_rows(store, rows_file, rows_location)
         return json.loads(summary_file.read_text())
 
 
@@ -183,7 +185,9 @@ def _file_rows(spark, entry: dict, side: dict):
                        {"ignoreNullFields": "false"})
     matched = [F.coalesce(F.to_json(F.array(columns[c])), F.lit("null")).alias(f"m_{i}")
                for i, c in enumerate(side["common"])]
-    return frame.select(*matched, values.alias("values"), F.lit(entry["label"]).alias("partition"),
+    # a merge gate's checked columns, each as the JSON of a one-value array ('[null]' for null)
+    checked = [F.to_json(F.array(columns[c])).alias(f"c_{i}") for c, i in side.get("checked", {}).items()]
+    return frame.select(*matched, *checked, values.alias("values"), F.lit(entry["label"]).alias("partition"),
                         F.lit(entry["side"]).alias("side"), F.lit(entry["address"]).alias("file"))
 
 
@@ -206,6 +210,9 @@ def _job(plan: dict, summary_path: str, rows_path: str) -> None:
     stop, phase = threading.Event(), ["reading"]
     threading.Thread(target=_report_progress, args=(spark, stop, phase), daemon=True).start()
     try:
+        if "checks" in plan:
+            Path(summary_path).write_text(json.dumps(_checks(spark, plan)))
+            return
         parts = [_file_rows(spark, entry, {**plan["sides"][entry["side"]], "common": plan["common"]})
                  for entry in plan["files"]]
         rows = reduce(lambda a, b: a.unionByName(b), parts).persist(StorageLevel.DISK_ONLY)  # read twice, held on disk
@@ -219,20 +226,80 @@ def _job(plan: dict, summary_path: str, rows_path: str) -> None:
         spark.stop()
 
 
+def _cancelled(rows, match: list[str]):
+    """The rows left once equal rows (by the `match` columns) cancel: of each group, the rows past
+    min(removed, added) on its side."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if not match:
+        return rows
+    side_is = lambda name: F.when(F.col("side") == name, 1).otherwise(0)  # noqa: E731
+    group = Window.partitionBy(*match)
+    return (rows.withColumn("removed_n", F.sum(side_is("removed")).over(group))
+            .withColumn("added_n", F.sum(side_is("added")).over(group))
+            .withColumn("rn", F.row_number().over(Window.partitionBy(*match, "side").orderBy("values", "file")))
+            .filter(F.col("rn") > F.least("removed_n", "added_n")))
+
+
+def _checks(spark, plan: dict) -> dict:
+    """A merge gate's key and column rules (`exporter.checks.rows`) over the plan's files: removed and
+    added as the row diff reads them, and `kept` files' key columns. What they found, in the shape
+    `exporter.checks.rows.findings_of` reads."""
+    from functools import reduce
+
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    checks, shown = plan["checks"], plan["checks"]["shown"]  # values of each kind a finding names
+    checked = {column: i for i, column in enumerate(checks["checked"])}
+    keys = [f"c_{checked[k]}" for k in checks["keys"]]
+
+    def described(side: str) -> dict:
+        if side == "removed":
+            return {**plan["sides"][side], "common": plan["common"]}
+        if side == "added":
+            return {**plan["sides"][side], "common": plan["common"], "checked": checked}
+        return {**plan["sides"][side], "common": [], "checked": {k: checked[k] for k in checks["keys"]}}
+
+    parts = [_file_rows(spark, entry, described(entry["side"])) for entry in plan["files"]]
+    rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts).persist(StorageLevel.DISK_ONLY)
+    moving = _cancelled(rows.filter(F.col("side") != "kept"), [f"m_{i}" for i in range(len(plan["common"]))])
+    changed = moving.filter(F.col("side") == "added")
+    found: dict = {"columns": {}}
+    if keys:
+        null_key = reduce(lambda a, b: a | b, [F.col(k) == "[null]" for k in keys])
+        keyed = rows.filter((F.col("side") == "added") & ~null_key).select(*keys)
+        repeated = keyed.groupBy(*keys).count().filter("count > 1")
+        kept = rows.filter((F.col("side") == "kept") & ~null_key).select(*keys)
+        clashes = kept.join(keyed.distinct(), keys, "left_semi").distinct()
+        found.update(null_keys=changed.filter(null_key).count(),
+                     repeated=(repeated.count(), [([_value(r[k]) for k in keys], r["count"])
+                                                  for r in repeated.limit(shown).collect()]),
+                     clashes=(clashes.count(), [[_value(r[k]) for k in keys] for r in clashes.limit(shown).collect()]))
+    for column, rule in checks["columns"].items():
+        value = F.col(f"c_{checked[column]}")
+        seen = {"nulls": changed.filter(value == "[null]").count()}
+        if rule["accepted"] is not None:
+            outside = changed.filter((value != "[null]") & ~value.isin(rule["accepted"])).groupBy(value.alias("v")).count()
+            seen["outside"] = (outside.agg(F.sum("count")).first()[0] or 0,
+                               [(_value(r["v"]), r["count"]) for r in outside.orderBy(F.desc("count")).limit(shown).collect()])
+        found["columns"][column] = seen
+    return found
+
+
+def _value(text: str):
+    """A checked column's value from its one-value JSON array."""
+    return json.loads(text)[0]
+
+
 def _changes(rows, plan: dict):
     """The changed rows, ordered as the answer lists them: equal rows on both sides cancel, and with
     key columns a removed and an added row of the same key are one update."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    match = [f"m_{i}" for i in range(len(plan["common"]))]
-    side_is = lambda name: F.when(F.col("side") == name, 1).otherwise(0)  # noqa: E731
-    if match:  # equal rows cancel: of each group keep the rows past min(removed, added) on its side
-        group = Window.partitionBy(*match)
-        rows = (rows.withColumn("removed_n", F.sum(side_is("removed")).over(group))
-                .withColumn("added_n", F.sum(side_is("added")).over(group))
-                .withColumn("rn", F.row_number().over(Window.partitionBy(*match, "side").orderBy("values", "file")))
-                .filter(F.col("rn") > F.least("removed_n", "added_n")))
+    rows = _cancelled(rows, [f"m_{i}" for i in range(len(plan["common"]))])
     key = [f"m_{plan['common'].index(k)}" for k in plan["key"] if k in plan["common"]]
     if key:  # a removed and an added row with the same key are one update
         numbered = rows.withColumn("krn", F.row_number().over(Window.partitionBy(*key, "side").orderBy("values")))

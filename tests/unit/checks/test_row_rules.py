@@ -4,6 +4,8 @@ against the rows the table keeps."""
 
 from __future__ import annotations
 
+import json
+
 import deltalake
 import pyarrow as pa
 import pytest
@@ -105,7 +107,41 @@ def test_a_column_not_in_the_schema_and_more_rows_than_the_limits_are_findings_n
     change = write(events, list(range(10, 30))).commit()
     assert findings(lakefs, base, change, TableChecks(keys=("order_id",))) == [
         RowFinding("keys", "column `order_id` is not in the table's schema")]
-    limited = Config(row_diff={"max_rows": 5})
+    limited = Config(row_diff={"max_rows": 5, "spark": {"master": ""}})  # no Spark job to run past the limits
     assert findings(lakefs, base, change, KEYS, limited) == [
-        RowFinding("keys", "the changed rows could not be checked: more than row_diff.max_rows (5) rows read, "
-                           "and more to read")]
+        RowFinding("keys", "the changed rows could not be checked: 20 changed rows to read: more than "
+                           "row_diff.max_rows (5)")]
+    limited = Config(row_diff={"max_memory_mib": 1, "spark": {"master": ""}})
+    big = write(events, list(range(100, 100_000))).commit()
+    [refused] = findings(lakefs, base, big, KEYS, limited)  # counted while reading: past the memory bound
+    assert refused.found.startswith("the changed rows could not be checked: ") and \
+        "more than row_diff.max_memory_mib (1)" in refused.found
+
+
+def test_the_spark_jobs_kept_files_are_those_whose_range_meets_a_written_files(lakefs, events):
+    """Past the worker's limits the written keys are not read in the worker: the kept files the job
+    reads are told by the written files' statistics instead (their ranges, merged)."""
+    from exporter.checks.rows import _written_ranges
+    from exporter.diff.rows.compute import RowDiffQuery, plan_row_diff
+
+    for start in (0, 100, 200, 300):
+        write(events, list(range(start, start + 50)))  # kept: 0..49, 100..149, 200..249, 300..349
+    base = events.commit()
+    write(events, [120, 130])  # written: 120..130
+    write(events, [260, 299])  # and 260..299
+    change = events.commit()
+    lake = lake_of(Config(), lakefs)
+    plan, _ = plan_row_diff(lake, lake.store("repo"), RowDiffQuery("repo", base, change, "tables/events"))
+    could_hold = _written_ranges(plan, "id")
+    kept = [add for add in plan.right.files.files(whole=True) if add["path"] not in plan.right_paths]
+
+    assert sorted(json.loads(add["stats"])["minValues"]["id"] for add in kept if could_hold(add)) == [100]
+    assert could_hold({"path": "no-stats.parquet"})  # a file without statistics could hold anything
+
+
+def test_accepted_values_reach_the_spark_job_as_its_values_look():
+    from exporter.checks.rows import _as_json
+
+    assert _as_json(("new", 1), "string") == ['["new"]', '["1"]']
+    assert _as_json((1, "2", "x"), "long") == ["[1]", "[2]"]  # 'x' can never be a long
+    assert _as_json((1.5, 2), "double") == ["[1.5]", "[2.0]"]
