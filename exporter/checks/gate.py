@@ -111,7 +111,7 @@ def check_change(lake: Lake, repository: str, source: str, destination: str, sta
         report.table_paths[table.name] = table.path
         diff = compute_diff(lake, repository, destination_commit, source_commit, table.path)
         findings = table_findings(table.name, checks, diff)
-        if checks.reads_rows:
+        if checks.reads_files:
             findings += [Finding(table.name, found.rule, found.found) for found in
                          row_findings(lake, repository, destination_commit, source_commit, table.path, checks)]
         report.findings += [replace(f, path=table.path) for f in findings]

@@ -1,5 +1,6 @@
-"""The merge-gate rules that read rows: declared keys non-null and unique after a change, and the
-values of named columns among the rows it adds or updates.
+"""The merge-gate rules that read the files a change touches: declared keys non-null and unique
+after it, the values of named columns among the rows it adds or updates, and the partitions it
+leaves without a file (from the file lists alone).
 
 Read as the row diff plans them (`exporter.diff.rows.compute.plan_row_diff`), never a full scan:
 - the rows a change writes are those of the files only the source has, and the rows a changed
@@ -28,7 +29,7 @@ from exporter.diff.rows.compare import as_text, unmatched
 from exporter.config import Config
 from exporter.diff.rows.compute import (RowDiffQuery, RowPlan, job_entry, job_files, job_side, plan_row_diff,
                                         rows_to_read)
-from exporter.diff.rows.read import Exceeded, Limit, Reader, RowsOf, Side
+from exporter.diff.rows.read import Exceeded, Limit, Reader, RowsOf, Side, partition_label
 from exporter.lakefs.lake import Lake
 from exporter.storage.objectstore import ObjectStore
 
@@ -45,8 +46,9 @@ class RowFinding:
 
 def row_findings(lake: Lake, repository: str, destination_commit: str, source_commit: str, table_path: str,
                  checks: TableChecks) -> list[RowFinding]:
-    """The key and column rules of a table whose files differ between the two commits: in this
-    process within the row diff's limits, past them as a Spark job when `row_diff.spark.master` is
+    """The rules of a table whose files differ between the two commits that read those files: the
+    partitions it empties (from the file lists), then the key and column rules: in this process
+    within the row diff's limits, past them as a Spark job when `row_diff.spark.master` is
     set, else a finding saying the rows could not be checked."""
     config = lake.config
     store = lake.store(repository)
@@ -59,6 +61,13 @@ def row_findings(lake: Lake, repository: str, destination_commit: str, source_co
                if column not in right.columns]
     if missing:
         return missing
+    emptied = [] if checks.emptied_partitions_at_most is None else _emptied_partitions(plan)
+    findings = [RowFinding("rows", f"{len(emptied):,} partition(s) left without a file: "
+                                   f"{', '.join(emptied[:SHOWN])}{' ...' if len(emptied) > SHOWN else ''}: "
+                                   f"more than {checks.emptied_partitions_at_most}")] \
+        if len(emptied) > (checks.emptied_partitions_at_most or 0) else []
+    if not (checks.keys or checks.columns):
+        return findings
     reader = Reader(store, lake.lakefs, repository, table_path.strip("/") + "/", lake.read_scope(repository))
     use_spark = bool(config.row_diff.spark.master)
     counted = rows_to_read(reader, plan)
@@ -69,9 +78,25 @@ def row_findings(lake: Lake, repository: str, destination_commit: str, source_co
         found = _in_process(reader, plan, Limit(config), checks)
     except Exceeded as exceeded:
         if not use_spark:
-            return [RowFinding("keys" if checks.keys else "columns", f"the changed rows could not be checked: {exceeded}")]
+            return findings + [RowFinding("keys" if checks.keys else "columns",
+                                          f"the changed rows could not be checked: {exceeded}")]
         found = _with_spark(config, store, reader, plan, checks)
-    return findings_of(found, checks)
+    return findings + findings_of(found, checks)
+
+
+def _emptied_partitions(plan: RowPlan) -> list[str]:
+    """The partitions (`column=value/...`) some file the change removes was in, and no file of the
+    source is: read from the source's file list, no data file."""
+    left, right = plan.left, plan.right
+    if not left.partition_columns:
+        return []
+    touched = {partition_label(left, add) for path, add in plan.left_paths.items() if path not in plan.right_paths}
+    remaining: set[str] = set()
+    for add in right.files.files(whole=True) if touched else ():
+        remaining.add(partition_label(right, add))
+        if touched <= remaining:
+            break
+    return sorted(touched - remaining)
 
 
 def findings_of(found: dict, checks: TableChecks) -> list[RowFinding]:

@@ -10,6 +10,7 @@ checks:
   rows:
     removed_at_most: 5%         # the table's row count may fall by at most this (a count or a percentage)
     added_at_most: 1000000      # ... and grow by at most this
+    emptied_partitions_at_most: 0   # partitions the change leaves without a file
   readers: [spark-3.5, delta-rs, duckdb, delta-sharing, iceberg]
   keys: [order_id]              # non-null and unique after the change (changed rows, and existing rows that could clash)
   columns:                      # among the rows the change adds or updates
@@ -55,13 +56,14 @@ class TableChecks:
     removed_at_most: Amount | None = None
     added_at_most: Amount | None = None
     readers: tuple[str, ...] = field(default_factory=tuple)
+    emptied_partitions_at_most: int | None = None
     keys: tuple[str, ...] = field(default_factory=tuple)
     columns: dict[str, ColumnRule] = field(default_factory=dict)
 
     @property
-    def reads_rows(self) -> bool:
-        """Whether a rule needs the changed rows (the others read the logs only)."""
-        return bool(self.keys or self.columns)
+    def reads_files(self) -> bool:
+        """Whether a rule needs the files that differ (`exporter.checks.rows`), not only the history diff."""
+        return bool(self.keys or self.columns) or self.emptied_partitions_at_most is not None
 
 
 @dataclass(frozen=True)
@@ -84,12 +86,17 @@ def parse_checks(descriptor: str, section: Any) -> TableChecks | None:
         allowed = frozenset(_names(descriptor, "checks.schema.allow", allow, SCHEMA_CHANGES))
     elif schema is not None and not isinstance(schema, bool):
         raise DescriptorError(descriptor, f"`checks.schema` must be true, false or a mapping with `allow`, not {schema!r}")
-    rows = _mapping(descriptor, "checks.rows", rules.get("rows") or {}, ("removed_at_most", "added_at_most"))
+    rows = _mapping(descriptor, "checks.rows", rules.get("rows") or {},
+                    ("removed_at_most", "added_at_most", "emptied_partitions_at_most"))
+    emptied = rows.get("emptied_partitions_at_most")
+    if emptied is not None and (not isinstance(emptied, int) or isinstance(emptied, bool) or emptied < 0):
+        raise DescriptorError(descriptor, f"`checks.rows.emptied_partitions_at_most` must be a count of "
+                                          f"partitions (0), not {emptied!r}")
     readers = _names(descriptor, "checks.readers", rules.get("readers") or [], tuple(CONSUMERS))
     return TableChecks(schema=schema is not None and schema is not False, schema_allowed=allowed,
                        removed_at_most=_amount(descriptor, "checks.rows.removed_at_most", rows.get("removed_at_most")),
                        added_at_most=_amount(descriptor, "checks.rows.added_at_most", rows.get("added_at_most")),
-                       readers=tuple(readers), keys=tuple(_columns(descriptor, "checks.keys", rules.get("keys") or [])),
+                       readers=tuple(readers), emptied_partitions_at_most=emptied, keys=tuple(_columns(descriptor, "checks.keys", rules.get("keys") or [])),
                        columns=_column_rules(descriptor, rules.get("columns") or {}))
 
 

@@ -30,6 +30,7 @@ def test_the_rules_are_read_from_the_descriptor():
     assert checks_of("checks:\n  keys: [order_id, line]\n  columns:\n    status: {not_null: true, accepted: [new, 1]}\n"
                      "    note: {not_null: false}\n") == TableChecks(
         keys=("order_id", "line"), columns={"status": ColumnRule(True, ("new", 1)), "note": ColumnRule(False, None)})
+    assert checks_of("checks:\n  rows:\n    emptied_partitions_at_most: 0\n").emptied_partitions_at_most == 0
     assert checks_of("") is None
     assert checks_of("checks:\n  schema: true\n").schema
 
@@ -49,6 +50,7 @@ def test_the_rules_are_read_from_the_descriptor():
     ("checks:\n  columns:\n    status: {accepted: []}\n", "`checks.columns.status.accepted` must be a non-empty list"),
     ("checks:\n  columns:\n    status: {not_null: yes please}\n", "`checks.columns.status.not_null` must be true or false"),
     ("checks:\n  columns: [status]\n", "`checks.columns` must map column names to rules"),
+    ("checks:\n  rows:\n    emptied_partitions_at_most: none\n", "must be a count of partitions (0), not 'none'"),
 ])
 def test_a_rule_file_with_a_typo_is_an_error_naming_it(section, says):
     with pytest.raises(DescriptorError) as error:

@@ -145,3 +145,16 @@ def test_accepted_values_reach_the_spark_job_as_its_values_look():
     assert _as_json(("new", 1), "string") == ['["new"]', '["1"]']
     assert _as_json((1, "2", "x"), "long") == ["[1]", "[2]"]  # 'x' can never be a long
     assert _as_json((1.5, 2), "double") == ["[1.5]", "[2.0]"]
+
+
+def test_a_partition_left_without_a_file_is_found_and_one_rewritten_is_not(lakefs, events):
+    write(events, [1, 2], part="a")
+    base = write(events, [3], part="b").commit()
+    checks = TableChecks(emptied_partitions_at_most=0)
+    deltalake.DeltaTable(str(events.folder)).delete("part = 'b'")
+    emptied = events.commit()
+    assert findings(lakefs, base, emptied, checks) == [
+        RowFinding("rows", "1 partition(s) left without a file: part=b: more than 0")]
+    assert findings(lakefs, base, emptied, TableChecks(emptied_partitions_at_most=1)) == []
+    deltalake.DeltaTable(str(events.folder)).delete("id = 1")  # part=a is rewritten, and keeps a row
+    assert findings(lakefs, emptied, events.commit(), checks) == []
