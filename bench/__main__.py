@@ -631,7 +631,8 @@ def main() -> None:
                plot_storm(rows, out.with_name(out.stem + "-storm.png")),
                plot_row_diff_scale(rows, out.with_name(out.stem + "-row-diff-scale.png")),
                plot_grant(rows, out.with_name(out.stem + "-grant.png")),
-               plot_object_requests(rows, out.with_name(out.stem + "-object-requests.png"))]
+               plot_object_requests(rows, out.with_name(out.stem + "-object-requests.png")),
+               plot_gates(rows, out.with_name(out.stem + "-gates.png"))]
     for path in filter(None, plotted):
         print(f"plot: {path}")
 
@@ -846,6 +847,33 @@ def plot_object_requests(rows: list[dict], path: Path) -> Path | None:
     axes.set_xticks([x + 0.2 for x in range(len(operations))], operations)
     axes.set(ylabel="ms of CPU a request", title="Single-object requests to MinIO")
     axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def plot_gates(rows: list[dict], path: Path) -> Path | None:
+    """The merge gate's answers: seconds for each table size, and the key rule each way beside the full scan."""
+    import re
+
+    def label(benchmark: str) -> str:
+        shown = benchmark.removeprefix("merge gate, ").split(" (")[0].replace(" appended rows on a", "\nrows onto")
+        return re.sub(r": alternative, Spark reads all .*", ",\nalternative: Spark's full scan", shown)
+
+    measured = [(label(row["benchmark"]), row["seconds"]) for row in rows if row["benchmark"].startswith("merge gate, ")]
+    if not measured:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 0.6 * len(measured) + 1.5))
+    axes.barh(range(len(measured)), [seconds for _, seconds in measured])
+    axes.set_yticks(range(len(measured)), [label for label, _ in measured], fontsize=7)
+    axes.set_xscale("log")
+    axes.invert_yaxis()
+    axes.set(xlabel="seconds (log scale)", title="Merge gates")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     return path

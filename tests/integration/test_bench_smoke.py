@@ -52,3 +52,4 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
     assert (tmp_path / "smoke-storm.png").stat().st_size > 0
     assert (tmp_path / "smoke-row-diff-scale.png").stat().st_size > 0 and (tmp_path / "smoke-grant.png").stat().st_size > 0
     assert (tmp_path / "smoke-object-requests.png").stat().st_size > 0
+    assert (tmp_path / "smoke-gates.png").stat().st_size > 0
