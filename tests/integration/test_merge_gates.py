@@ -128,7 +128,7 @@ def test_a_rule_file_with_a_typo_blocks_with_the_reason(lakefs, gated):
             "delta-rs, duckdb, delta-sharing, iceberg (did you mean 'delta-rs'?)") in report, report
 
 
-def test_a_commit_on_a_gated_branch_is_checked_as_staged(lakefs, gated):
+def test_a_commit_on_a_gated_branch_is_checked_as_staged(lakefs, gated, tmp_path):
     """lakeFS reads a branch's pre-commit actions through a cache: a newly committed one applies
     seconds later (4-6 s measured). Harmless commits (no table changed: the gate passes them) are
     made until lakeFS runs the gate on one, then the table is changed."""
@@ -147,6 +147,15 @@ def test_a_commit_on_a_gated_branch_is_checked_as_staged(lakefs, gated):
     lakefs.delete_object(repository, "main", f"tables/events/_delta_log/{1:020d}.json")
     write_version(lakefs, repository, "main", 1, "WRITE", add("part-10.parquet"))
     assert lakefs.commit_branch(repository, "main", "a compliant append")
+
+    # a new table staged with a key written twice: its rows are read from the staged objects
+    folder = tmp_path / "orders"
+    deltalake.write_deltalake(str(folder), orders([1, 2, 2]), mode="append")
+    upload_folder(lakefs, repository, "main", "tables/orders", folder)
+    lakefs.upload_object(repository, "main", "_lakefs_tables/orders.yaml",
+                         f"name: orders\ntype: delta\npath: tables/orders\n{ORDERS_RULES}".encode())
+    report = blocked(lakefs, repository, lambda: lakefs.commit_branch(repository, "main", "orders, a key twice"))
+    assert "- orders: keys: 1 key(s) written more than once by the change: order_id=2 (2 rows)" in report, report
 
 
 ORDERS_RULES = ("checks:\n  keys: [order_id]\n  columns:\n    status: {not_null: true, accepted: [new, paid, shipped]}\n")
