@@ -1,9 +1,14 @@
 """Threads for object-store and lakeFS requests: a pool that, when the caller stops (an error, the
 task's soft time limit raised in the main thread), stops at once instead of waiting for requests
-still in flight, which would hold the task until its hard time limit killed the worker."""
+still in flight, which would hold the task until its hard time limit killed the worker.
+
+Its threads block the time-limit signals (Celery's soft limit is SIGUSR1; SIGALRM for timers), so
+the kernel delivers them to the main thread: a signal a pool thread took would interrupt no
+request, and the main thread, blocked in one, would hear of it only at its socket's read timeout."""
 
 from __future__ import annotations
 
+import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,9 +19,17 @@ IO_THREADS = 16  # requests in flight at once for one piece of work (a log's rea
 T, R = TypeVar("T"), TypeVar("R")
 
 
+TIME_LIMIT_SIGNALS = {signal.SIGUSR1, signal.SIGALRM}
+
+
+def io_threads(threads: int) -> ThreadPoolExecutor:
+    """A thread pool whose threads leave the time-limit signals to the main thread."""
+    return ThreadPoolExecutor(threads, initializer=signal.pthread_sigmask, initargs=(signal.SIG_BLOCK, TIME_LIMIT_SIGNALS))
+
+
 @contextmanager
 def io_pool(threads: int) -> Iterator[ThreadPoolExecutor]:
-    pool = ThreadPoolExecutor(threads)
+    pool = io_threads(threads)
     try:
         yield pool
     except BaseException:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +40,7 @@ from exporter.storage.objectstore import ObjectStore
 from exporter.storage.presign import Presigner
 from exporter.storage.scope import S3_SCHEMES, folders, plain_address, within
 from exporter.storage.vended import repository_data, vend
+from exporter.threads import io_threads
 
 SIGNED_SECONDS = 900  # a signed request's lifetime: readers use it at once
 SIGNED_METHODS = ("GET", "HEAD")
@@ -228,7 +228,7 @@ class IcebergCatalog:
                     for record in read_manifest_list(store.get_uri(uri))}
         manifests = list(contents)
         hashed = (metadata.get("properties") or {}).get(PATH_HASHES) == "true"
-        with ThreadPoolExecutor(8) as pool:
+        with io_threads(8) as pool:
             hashes = list(pool.map(lambda path: self._manifest_files.keep(
                 path, lambda: _named_files(store, path, hashed and contents[path] == DATA)), manifests))
         named = np.array([path_hash(uri) for uri in [*lists, *manifests]], np.int64)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Protocol
+
+from exporter.threads import io_threads
 
 
 class IcebergFiles(Protocol):
@@ -27,7 +29,7 @@ class WrittenBehind:
 
     def __init__(self, files: IcebergFiles, threads: int):
         self.files, self.location = files, files.location
-        self._pool = ThreadPoolExecutor(threads)
+        self._pool = io_threads(threads)
         self._pending: dict[str, bytes] = {}  # URI -> body, while its put runs
         self._puts: list[Future] = []
         self._lock = threading.Lock()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import threading
 import time
 
 import pytest
@@ -35,22 +36,42 @@ def signed_get(endpoint: str):
 def test_a_time_limit_raised_into_a_request_is_not_retried(client):
     """Both of the object store's clients: boto3's (listings, deletes, multipart uploads) and its own
     signed requests (`exporter.storage.requests`)."""
-    black_hole = socket.socket()  # accepts connections, never answers
+    black_hole = socket.socket()  # accepts connections, reads the request, never answers
     black_hole.bind(("127.0.0.1", 0))
     black_hole.listen(8)
+    main = threading.main_thread().ident
+
+    def signal_once_asked() -> None:
+        """The time limit, sent to the thread making the request once the request has arrived (a
+        process-wide timer may be taken by another thread: pytest-xdist's has its own, and then no
+        request is interrupted; the exporter's own pools block these signals, `exporter.threads`)."""
+        connection, _ = black_hole.accept()
+        connection.recv(65536)
+        signal.pthread_kill(main, signal.SIGALRM)
+        held.append(connection)
 
     def time_limit(*_):
         raise SoftTimeLimit()
 
-    get = client(f"http://127.0.0.1:{black_hole.getsockname()[1]}")  # made before the timer
+    held: list[socket.socket] = []
+    get = client(f"http://127.0.0.1:{black_hole.getsockname()[1]}")
     previous = signal.signal(signal.SIGALRM, time_limit)
-    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    threading.Thread(target=signal_once_asked, daemon=True).start()
     started = time.monotonic()
     try:
         with pytest.raises(SoftTimeLimit):
             get()
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        for connection in held:
+            connection.close()
         black_hole.close()
     assert time.monotonic() - started < 5  # not three attempts of 30 s each
+
+
+def test_the_request_threads_leave_the_time_limit_signals_to_the_main_thread():
+    from exporter.threads import TIME_LIMIT_SIGNALS, io_pool
+
+    with io_pool(2) as pool:
+        blocked = pool.submit(signal.pthread_sigmask, signal.SIG_BLOCK, []).result()
+    assert TIME_LIMIT_SIGNALS <= set(blocked)
