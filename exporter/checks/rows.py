@@ -28,7 +28,7 @@ from exporter.checks.rules import ColumnRule, TableChecks
 from exporter.diff.rows.compare import as_text, unmatched
 from exporter.config import Config
 from exporter.diff.rows.compute import (RowDiffQuery, RowPlan, job_entry, job_files, job_side, plan_row_diff,
-                                        rows_to_read)
+                                        read_differing_rows, rows_to_read)
 from exporter.diff.rows.read import Exceeded, Limit, Reader, RowsOf, Side, partition_label
 from exporter.lakefs.lake import Lake
 from exporter.storage.objectstore import ObjectStore
@@ -165,7 +165,7 @@ def _written_ranges(plan: RowPlan, column: str):
     files' statistics (their rows are not read here): their ranges of `column`, merged."""
     right = plan.right
     physical = right.physical[column]
-    written = [plan.right_paths[path] for path in plan.right_paths]
+    written = list(plan.right_paths.values())
     if column in right.partition_columns:
         values = {(add.get("partitionValues") or {}).get(physical) for add in written}
         return lambda add: (add.get("partitionValues") or {}).get(physical) in values
@@ -212,20 +212,9 @@ def _as_json(accepted: tuple, kind) -> list[str]:
 
 def _written(reader: Reader, plan: RowPlan, limit: Limit) -> tuple[pa.Table, pa.Table]:
     """The rows the change writes (those of the source's own files, and those a deletion vector
-    brings back), and of them the rows it adds or updates (the rest cancel against removed rows)."""
-    left, right = plan.left, plan.right
-    removed, written = RowsOf(left, limit), RowsOf(right, limit)
-    for path, add in plan.left_paths.items():
-        if path not in plan.vector_changed:
-            removed.extend(reader, left.commit_id, add, reader.deleted(left.commit_id, add), invert=True)
-    for path, add in plan.right_paths.items():
-        if path not in plan.vector_changed:
-            written.extend(reader, right.commit_id, add, reader.deleted(right.commit_id, add), invert=True)
-    for path in plan.vector_changed:
-        before = reader.deleted(left.commit_id, plan.left_paths[path])
-        after = reader.deleted(right.commit_id, plan.right_paths[path])
-        written.extend(reader, right.commit_id, plan.right_paths[path], before - after)
-    removed_rows, written_rows = removed.table(), written.table()
+    brings back), and of them the rows it adds or updates (the rest cancel against removed rows,
+    as in the row diff)."""
+    removed_rows, written_rows, _ = read_differing_rows(reader, plan, limit)
     _, added = unmatched(removed_rows, written_rows, plan.common)
     return written_rows, written_rows.take(added)
 

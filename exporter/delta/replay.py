@@ -138,9 +138,10 @@ def _read_checkpoint(group: list[_Replay]) -> None:
     shared = _Sum()  # the files no log of the group names later
     for name, source in group[0].log.checkpoint:
         for row_group in checkpoint_row_groups(name, source, _REPLAYED_COLUMNS):
-            metadata, protocol = _first_valid(row_group, "metaData"), _first_valid(row_group, "protocol")
-            for replay in group:
-                replay.metadata, replay.protocol = replay.metadata or metadata, replay.protocol or protocol
+            if any(replay.metadata is None or replay.protocol is None for replay in group):
+                metadata, protocol = _first_valid(row_group, "metaData"), _first_valid(row_group, "protocol")
+                for replay in group:
+                    replay.metadata, replay.protocol = replay.metadata or metadata, replay.protocol or protocol
             if "add" in row_group.column_names:
                 adds = row_group.column("add")
                 for start in range(0, len(adds), _SLICE):

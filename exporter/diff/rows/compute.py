@@ -164,8 +164,26 @@ class RowPlan:
 
 def _in_process(config: Config, store: ObjectStore, reader: Reader, plan: RowPlan, prefix: str) -> dict:
     """The diff in this process; its rows stored as the rows file. `Exceeded` past the limits."""
+    left, right = plan.left, plan.right
+    removed_rows, added_rows, files = read_differing_rows(reader, plan, Limit(config))
+    removed_left, added_left = unmatched(removed_rows, added_rows, plan.common)
+    changed = changes(removed_rows.take(removed_left), added_rows.take(added_left),
+                      [k for k in plan.key if k in plan.common])
+    del removed_rows, added_rows
+    counts = changed.counts
+    location = None
+    if any(counts["total"].values()):
+        location = row_diff_location(config, left.commit_id, right.commit_id, prefix, key_part(plan.key))
+        store_rows(store, location, changed.batches())
+    return {"counts": counts["total"], "partitions": counts["partitions"], "files": files, "engine": "in-process",
+            "rows_location": location}
+
+
+def read_differing_rows(reader: Reader, plan: RowPlan, limit: Limit) -> tuple[pa.Table, pa.Table, dict[str, list]]:
+    """The rows the plan's files differ by, read in this process within `limit` (`Exceeded` past it):
+    removed (the left's own files less their deleted rows; rows a deletion vector newly deletes) and
+    added (the right's; rows one brings back), and how many each file gave."""
     left, right, vector_changed = plan.left, plan.right, plan.vector_changed
-    limit = Limit(config)
     removed, added = RowsOf(left, limit), RowsOf(right, limit)
     files: dict[str, list] = {"removed": [], "added": [], "deletion_vector_changed": []}
     for path, add in plan.left_paths.items():
@@ -182,20 +200,7 @@ def _in_process(config: Config, store: ObjectStore, reader: Reader, plan: RowPla
         gone = removed.extend(reader, left.commit_id, plan.left_paths[path], after - before)
         back = added.extend(reader, right.commit_id, plan.right_paths[path], before - after)
         files["deletion_vector_changed"].append({"path": path, "rows_deleted": gone, "rows_restored": back})
-
-    removed_rows, added_rows = removed.table(), added.table()
-    del removed, added
-    removed_left, added_left = unmatched(removed_rows, added_rows, plan.common)
-    changed = changes(removed_rows.take(removed_left), added_rows.take(added_left),
-                      [k for k in plan.key if k in plan.common])
-    del removed_rows, added_rows
-    counts = changed.counts
-    location = None
-    if any(counts["total"].values()):
-        location = row_diff_location(config, left.commit_id, right.commit_id, prefix, key_part(plan.key))
-        store_rows(store, location, changed.batches())
-    return {"counts": counts["total"], "partitions": counts["partitions"], "files": files, "engine": "in-process",
-            "rows_location": location}
+    return removed.table(), added.table(), files
 
 
 def rows_to_read(reader: Reader, plan: RowPlan) -> int | None:
