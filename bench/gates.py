@@ -13,6 +13,7 @@ object requests and bytes read, peak RSS.
 from __future__ import annotations
 
 from bench.isolated import measure
+from bench.measure import driver_peak
 from bench.synthetic import add_files, gateway_client, new_repository, running_stack, synthetic_table
 
 RULES = "checks:\n  schema: true\n  rows:\n    removed_at_most: 5%\n    added_at_most: 10%\n  readers: [delta-sharing, duckdb]\n"
@@ -64,10 +65,9 @@ def bench_key_rule(rows: int) -> list[dict]:
         found = measure("gate", repository, "append", "main", env=env)
         assert [f["rule"] for f in found["findings"]] == ["keys"], found
         assert f"id={2 * rows - 1} (2 rows)" in found["findings"][0]["found"], found
-        driver = found.get("driver_peak_mib")
         out.append({"benchmark": f"merge gate, key rule over {rows:,} appended rows on a {rows:,}-row table, {label} "
-                                 f"(finds the one repeated key; {_requests(found['requests'])}; Spark driver peak "
-                                 + (f"{driver:,.0f} MiB)" if driver else "–)"),
+                                 f"(finds the one repeated key; {_requests(found['requests'])}; "
+                                 f"{driver_peak(found.get('driver_peak_mib'))})",
                     "seconds": found["seconds"], "files_per_s": None, "lakefs_calls": found["lakefs_calls"],
                     "peak_rss_mib": found["peak_rss_mib"], "gate_key_rows": rows})
         print(out[-1], flush=True)

@@ -218,20 +218,14 @@ def _gate(repository: str, source: str, destination: str) -> dict:
     from exporter.lakefs.client import LakeFS
     from exporter.lakefs.lake import Lake, ObjectStores
 
-    import threading
-
     config = load_config()
     lakefs = LakeFS(config.lakefs)
     lake = Lake(config, lakefs, ObjectStores(config))
     lake.store(repository)  # the worker's client, made once
-    driver_peaks: list[float] = []
-    done = threading.Event()
-    threading.Thread(target=_sample_jvms, args=(done, driver_peaks), daemon=True).start()
-    with _object_store_requests() as requests:
+    with _jvm_peaks() as driver_peaks, _object_store_requests() as requests:
         started = time.perf_counter()
         report = check_change(lake, repository, source, destination)
         seconds = time.perf_counter() - started
-    done.set()
     return {"seconds": seconds, "lakefs_calls": lakefs.calls, "requests": requests, "tables": report.tables,
             "findings": [f.as_dict() for f in report.findings], "peak_rss_mib": peak_rss_mib(),
             "driver_peak_mib": max(driver_peaks, default=None)}
@@ -240,8 +234,6 @@ def _gate(repository: str, source: str, destination: str) -> dict:
 def _rowdiff(repository: str, left: str, right: str, table_path: str, key: str = "") -> dict:
     """The row diff, cold: both snapshots compared, the differing files read (with `key`, the
     comma-separated key columns). A Spark job's driver peak (its JVM's VmHWM) is sampled while it runs."""
-    import threading
-
     from exporter.config import load_config
     from exporter.diff.rows.compute import RowDiffQuery, compute_row_diff
     from exporter.lakefs.client import LakeFS
@@ -249,29 +241,45 @@ def _rowdiff(repository: str, left: str, right: str, table_path: str, key: str =
 
     config = load_config()
     lakefs = LakeFS(config.lakefs)
-    driver_peaks: list[float] = []
-    done = threading.Event()
-    threading.Thread(target=_sample_jvms, args=(done, driver_peaks), daemon=True).start()
-    started = time.perf_counter()
-    diff = compute_row_diff(Lake(config, lakefs, ObjectStores(config)),
-                            RowDiffQuery(repository, left, right, table_path, tuple(filter(None, key.split(",")))))
-    seconds = time.perf_counter() - started
-    done.set()
+    with _jvm_peaks() as driver_peaks:
+        started = time.perf_counter()
+        diff = compute_row_diff(Lake(config, lakefs, ObjectStores(config)),
+                                RowDiffQuery(repository, left, right, table_path, tuple(filter(None, key.split(",")))))
+        seconds = time.perf_counter() - started
     return {"seconds": seconds, "lakefs_calls": lakefs.calls, "counts": diff["counts"], "engine": diff["engine"],
             "bytes_read": diff.get("bytes_read"), "peak_rss_mib": peak_rss_mib(),
             "driver_peak_mib": max(driver_peaks, default=None)}
 
 
-def _sample_jvms(done, peaks: list[float]) -> None:
-    """The largest VmHWM of this process's descendant JVMs, every half second until `done`."""
+@contextmanager
+def _jvm_peaks():
+    """The VmHWM of this process's descendant JVMs (a Spark job's driver), sampled every half second
+    while the block runs: a list, filled as it goes."""
+    import threading
+
     from devtools.procs import jvms_below, memory_mib
 
-    me = os.getpid()
-    while not done.wait(0.5):
-        for pid in jvms_below(lambda pid, command: pid == me):
-            peak = memory_mib(pid).get("VmHWM")
-            if peak is not None:
-                peaks.append(peak)
+    me, peaks, done = os.getpid(), [], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.5):
+            for pid in jvms_below(lambda pid, command: pid == me):
+                peak = memory_mib(pid).get("VmHWM")
+                if peak is not None:
+                    peaks.append(peak)
+
+    threading.Thread(target=sample, daemon=True).start()
+    try:
+        yield peaks
+    finally:
+        done.set()
+
+
+def _session_peak_mib(spark) -> float:
+    """A Spark session's JVM's peak resident memory so far (VmHWM), in MiB."""
+    from devtools.procs import memory_mib
+
+    return memory_mib(spark.sparkContext._gateway.proc.pid)["VmHWM"]
 
 
 def _exceptall(repository: str, left: str, right: str, table_path: str) -> dict:
@@ -285,9 +293,7 @@ def _exceptall(repository: str, left: str, right: str, table_path: str) -> dict:
     started = time.perf_counter()
     removed, added = before.exceptAll(after).count(), after.exceptAll(before).count()
     seconds = time.perf_counter() - started
-    jvm = spark.sparkContext._gateway.proc.pid
-    peak = next(int(line.split()[1]) for line in Path(f"/proc/{jvm}/status").read_text().splitlines()
-                if line.startswith("VmHWM:")) / 1024
+    peak = _session_peak_mib(spark)
     spark.stop()
     return {"seconds": seconds, "counts": {"removed": removed, "added": added}, "peak_rss_mib": peak}
 
@@ -303,9 +309,7 @@ def _keyscan(repository: str, ref: str, table_path: str, key: str) -> dict:
     started = time.perf_counter()
     repeated = table.groupBy(key).count().where(f"count > 1 OR {key} IS NULL").count()
     seconds = time.perf_counter() - started
-    jvm = spark.sparkContext._gateway.proc.pid
-    peak = next(int(line.split()[1]) for line in Path(f"/proc/{jvm}/status").read_text().splitlines()
-                if line.startswith("VmHWM:")) / 1024
+    peak = _session_peak_mib(spark)
     spark.stop()
     return {"seconds": seconds, "repeated": repeated, "peak_rss_mib": peak}
 

@@ -78,3 +78,8 @@ def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, f
     for pid, (program, seconds) in after.items():
         used[program] = used.get(program, 0.0) + seconds - before.get(pid, (program, 0.0))[1]
     return used
+
+
+def driver_peak(mib: float | None) -> str:
+    """A Spark job's driver peak as a row names it ("–" when no JVM was seen: the job ran in the worker)."""
+    return f"Spark driver peak {mib:,.0f} MiB" if mib else "Spark driver peak –"

@@ -11,6 +11,7 @@ time, rows/s, the worker's peak RSS and the Spark driver's (its JVM's VmHWM).
 from __future__ import annotations
 
 from bench.isolated import measure
+from bench.measure import driver_peak
 from bench.synthetic import new_repository, running_stack
 
 IN_PROCESS = {"LAKEFS_DELTA_ROW_DIFF_MAX_ROWS": str(10**10), "LAKEFS_DELTA_ROW_DIFF_MAX_BYTES": str(2**40),
@@ -51,10 +52,9 @@ def bench_row_diff_scale(sizes: list[int]) -> list[dict]:
                                  "seconds": float("nan"), "lakefs_calls": "–", "peak_rss_mib": None})
                 continue
             assert found["counts"] == {"added": 0, "removed": 0, "updated": rows}, found
-            driver = found.get("driver_peak_mib")
             rows_out.append({"benchmark": f"row diff, {rows:,} rows changed: {label} ({found['engine']}; "
-                                          f"{rows / found['seconds']:,.0f} rows/s; Spark driver peak "
-                                          + (f"{driver:,.0f} MiB)" if driver else "–)"),
+                                          f"{rows / found['seconds']:,.0f} rows/s; "
+                                          f"{driver_peak(found.get('driver_peak_mib'))})",
                              "seconds": found["seconds"], "files_per_s": None, "lakefs_calls": found["lakefs_calls"],
                              "peak_rss_mib": found["peak_rss_mib"], "row_diff_rows": rows})
             print(rows_out[-1], flush=True)
