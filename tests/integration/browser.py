@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 
 from tests.conftest import ARTIFACTS
@@ -130,11 +131,17 @@ def open_checks(link: str, keys: tuple[str, str], screenshot: str) -> tuple[str,
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         page = browser.new_page()
+        # the session's answer is held a second, as a slow service would give it: the page's error
+        # from before the sign-in stays shown that long
+        page.route("**/session", lambda route: (time.sleep(1), route.continue_()))
         page.goto(link)
         page.wait_for_selector("#sign-in:not([hidden])", timeout=60_000)
         page.fill("#access-key-id", keys[0])
         page.fill("#secret-access-key", keys[1])
         page.click("#sign-in button")
+        # the loads before the sign-in failed with 401 and left their error shown: it is hidden with
+        # the form once the session is made, and only then can a shown error be this load's
+        page.wait_for_selector("#sign-in", state="hidden", timeout=60_000)
         page.wait_for_selector("#checks:not([hidden]), #error:not([hidden])", timeout=60_000)
         page.screenshot(path=os.path.join(ARTIFACTS, screenshot), full_page=True)
         assert page.locator("#error").is_hidden(), page.locator("#error").inner_text()
