@@ -29,7 +29,7 @@ from exporter.errors import NoSuchIcebergTable, NoSuchNamespace, NotFound, Signa
 from exporter.branch_tables.state import read_state
 from exporter.export.manifest import ICEBERG, ExportManifest, IcebergState, iceberg_state
 from exporter.iceberg import names
-from exporter.iceberg.manifest_set import path_hash
+from exporter.iceberg.manifest_set import hashes_of, path_hash
 from exporter.iceberg.manifests import DATA, DELETED, PATH_HASHES, read_manifest, read_manifest_list
 from exporter.kept import Kept
 from exporter.lakefs.descriptors import discover_tables
@@ -297,7 +297,7 @@ def _named_files(store: ObjectStore, manifest_path: str, hashed: bool) -> np.nda
     entry, 22 s of a first signature at 1,000,000 files); one without them is read."""
     if hashed:
         try:
-            return np.frombuffer(store.get_uri(names.path_hashes_key(manifest_path)), "<i8").astype(np.int64)
+            return hashes_of(store.get_uri(names.path_hashes_key(manifest_path))).to_numpy()
         except NotFound:
             pass  # a manifest written before its table kept path hashes
     return np.array([path_hash(entry["data_file"]["file_path"])

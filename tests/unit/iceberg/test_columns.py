@@ -126,3 +126,16 @@ def test_a_checkpoint_with_parsed_stats_only_goes_file_by_file_not_to_an_error()
          pa.StructArray.from_arrays([pa.array([3], pa.int64())], names=["numRecords"])],
         names=["path", "size", "stats_parsed"])
     assert manifest_entries(adds, [], [], snapshot_id=1, sequence_number=1) is None
+
+
+def test_path_hashes_read_back_as_written_and_a_torn_object_is_refused():
+    """The 8-byte hashes beside a manifest: what is written reads back the same, signed values
+    included; an object that is not whole hashes is an error, not a shorter list."""
+    paths = [f"s3://bucket/p={i % 3}/part {i}.parquet" for i in range(64)]
+    hashes = manifest_set.path_hashes(paths)
+    assert any(h < 0 for h in hashes.to_pylist()) and any(h > 0 for h in hashes.to_pylist())
+    raw = manifest_set.hashes_bytes(hashes)
+    assert len(raw) == 8 * len(paths)
+    assert manifest_set.hashes_of(raw).to_pylist() == [manifest_set.path_hash(p) for p in paths]
+    with pytest.raises(ValueError, match="not a whole number"):
+        manifest_set.hashes_of(raw[:-3])
