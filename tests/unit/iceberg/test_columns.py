@@ -139,3 +139,15 @@ def test_path_hashes_read_back_as_written_and_a_torn_object_is_refused():
     assert manifest_set.hashes_of(raw).to_pylist() == [manifest_set.path_hash(p) for p in paths]
     with pytest.raises(ValueError, match="not a whole number"):
         manifest_set.hashes_of(raw[:-3])
+
+
+def test_a_path_is_found_in_a_manifests_hashes_whichever_side_is_larger():
+    """A commit's retired paths against a manifest's hashes: looked up from the smaller side, the
+    same answer either way, and none for an empty side."""
+    manifest = manifest_set.path_hashes(f"s3://b/m/{i}.parquet" for i in range(1000))
+    for wanted, shared in ((["s3://b/m/7.parquet"], True), (["s3://b/new.parquet"], False),
+                           ([f"s3://b/other/{i}" for i in range(5000)], False),
+                           ([*(f"s3://b/other/{i}" for i in range(5000)), "s3://b/m/999.parquet"], True), ([], False)):
+        hashes = manifest_set.path_hashes(wanted)
+        assert manifest_set._any_shared(hashes, manifest) is shared, (len(wanted), shared)
+        assert manifest_set._any_shared(manifest, hashes) is shared
