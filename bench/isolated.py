@@ -92,11 +92,11 @@ def _object_store_requests():
         count(operation_name)
         return original(client, operation_name, api_params)
 
-    def counting_signed(requests, method, bucket, key, headers, body=b""):
-        count({"GET": "GetObject", "HEAD": "HeadObject"}.get(method)
+    def counting_signed(requests, method, bucket, key, headers, body=b"", query=None):
+        count("ListObjectsV2" if key is None else {"GET": "GetObject", "HEAD": "HeadObject"}.get(method)
               or ("CopyObject" if "x-amz-copy-source" in headers else "PutObject"))
-        answer = signed(requests, method, bucket, key, headers, body)
-        if method == "GET":
+        answer = signed(requests, method, bucket, key, headers, body, query)
+        if method == "GET" and key is not None:
             counted["bytes read"] = counted.get("bytes read", 0) + len(answer.data)
         return answer
 

@@ -69,6 +69,23 @@ def test_listings_are_sorted_relative_to_the_namespace_and_bounded_by_start_afte
     assert store.list_objects("none/") == [] and store.list_folders("none/") == []
 
 
+def test_a_listing_past_one_page_lists_every_key_and_folder_once_in_order(store):
+    """More than the 1,000 keys one listing request answers: the pages follow each other, with a
+    delimiter too, and `start_after` and `stop_at` bound them across a page's end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"many/{i:04d}/x" for i in range(1_003)]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda name: store.put(name, b"."), names))
+
+    assert store.list_keys("many/") == names
+    assert store.list_folders("many/") == [f"{i:04d}" for i in range(1_003)]
+    assert store.list_keys("many/0998/") == ["many/0998/x"]
+    assert [name for name, _, _ in store.list_objects("many/", start_after=names[990], stop_at=names[1_002])] \
+        == names[991:1_002]
+    assert store.has_objects("many/1002/") and not store.has_objects("many/1003/")
+
+
 def test_copies_within_the_namespace_and_from_another_ones_address(store, store_at, bucket):
     other = store_at(f"s3://{bucket}/contract-{uuid.uuid4().hex[:8]}")
     other.put("src.parquet", b"PAR1")

@@ -24,7 +24,8 @@ def read_state(store: ObjectStore, location: str) -> dict | None:
 
 
 def write_state(store: ObjectStore, target: str, state: dict) -> None:
-    store.put(target + STATE, json.dumps(state, indent=1).encode(), "application/json")
+    # compact: with an indent Python's json encodes in Python, not C, and a state names every version
+    store.put(target + STATE, json.dumps(state, separators=(",", ":")).encode(), "application/json")
 
 
 def read_from(state: dict, table_path: str) -> bool:

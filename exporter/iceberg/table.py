@@ -309,7 +309,9 @@ class _Builder:
         }
         key = names.metadata_file(version)
         self.files.flush()
-        self.table.put(key, json.dumps(metadata, indent=1).encode())
+        # compact: with an indent Python's json encodes in Python, not C (8-12 ms of a small table's
+        # 30 ms step once it has 50 snapshots)
+        self.table.put(key, json.dumps(metadata, separators=(",", ":")).encode())
         return IcebergTable(key, self._uri(key), dict(self.snapshot_ids))
 
 

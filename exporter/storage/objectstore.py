@@ -1,6 +1,6 @@
 """The one object-store writer, with endpoint and credentials chosen per storage namespace: its
-single-object requests signed and sent by `requests.SignedRequests` (a quarter of boto3's CPU),
-listings, batch deletes and multipart uploads by boto3."""
+single-object requests and listings signed and sent by `requests.SignedRequests` (a quarter of
+boto3's CPU), batch deletes and multipart uploads by boto3."""
 
 from __future__ import annotations
 
@@ -135,9 +135,9 @@ class ObjectStore:
 
     def has_objects(self, relative: str) -> bool:
         """Whether any object is under `relative`: one listing call of one key, however many there are."""
-        answer = self._call("list", self.uri(relative), lambda: self.client.list_objects_v2(
-            Bucket=self.bucket, Prefix=self.key(relative), MaxKeys=1))
-        return bool(answer.get("Contents"))
+        page = self._call("list", self.uri(relative), lambda: self.requests.list_page(
+            self.bucket, self.key(relative), max_keys=1))
+        return bool(page.objects)
 
     def list_keys(self, relative: str) -> list[str]:
         """Every object under `relative`, as names relative to the namespace."""
@@ -151,23 +151,15 @@ class ObjectStore:
         """(name relative to the namespace, size, modified as epoch seconds) of every object under
         `relative` whose name sorts after `start_after` and before `stop_at` (each when given: the
         listing starts there, and asks for no page past `stop_at`)."""
-        paginator = self.client.get_paginator("list_objects_v2")
-        after = {"StartAfter": self.key(start_after)} if start_after else {}
         stop = self.key(stop_at) if stop_at else None
-
-        def pages() -> list[dict]:
-            found = []
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.key(relative), **after):
-                found.append(page)
-                contents = page.get("Contents") or []
-                if stop is not None and contents and contents[-1]["Key"] >= stop:
-                    break
-            return found
-
         root = self.key("")
-        return [(item["Key"][len(root):], item["Size"], item["LastModified"].timestamp())
-                for page in self._call("list", self.uri(relative), pages) for item in page.get("Contents", [])
-                if stop is None or item["Key"] < stop]
+        found = []
+        for page in self._pages(relative, self.key(start_after) if start_after else ""):
+            found += [(key[len(root):], size, modified) for key, size, modified in page.objects
+                      if stop is None or key < stop]
+            if stop is not None and page.objects and page.objects[-1][0] >= stop:
+                break
+        return found
 
     def head_uri(self, uri: str) -> bool:
         """Whether the object at an absolute address exists."""
@@ -180,11 +172,20 @@ class ObjectStore:
 
     def list_folders(self, relative: str) -> list[str]:
         """The names of the "folders" directly under `relative` (a listing with delimiter `/`)."""
-        paginator = self.client.get_paginator("list_objects_v2")
         prefix = self.key(relative)
-        pages = self._call("list", self.uri(relative), lambda: list(
-            paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/")))
-        return [item["Prefix"][len(prefix):].rstrip("/") for page in pages for item in page.get("CommonPrefixes", [])]
+        return [folder[len(prefix):].rstrip("/") for page in self._pages(relative, delimiter="/")
+                for folder in page.prefixes]
+
+    def _pages(self, relative: str, start_after: str = "", delimiter: str = ""):
+        """The pages of the listing of `relative`, one request each, as they are read."""
+        token = None
+        while True:
+            page = self._call("list", self.uri(relative), lambda: self.requests.list_page(
+                self.bucket, self.key(relative), start_after, token, delimiter))
+            yield page
+            if page.next_token is None:
+                return
+            token = page.next_token
 
     def delete(self, relatives: list[str]) -> None:
         for start in range(0, len(relatives), 1000):  # the most one DeleteObjects call takes

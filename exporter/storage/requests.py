@@ -1,10 +1,12 @@
-"""Single-object requests (GET, PUT, server-side copy, HEAD), signed here and sent on urllib3.
+"""Single-object requests (GET, PUT, server-side copy, HEAD) and listings, signed here and sent on urllib3.
 
 boto3 costs 4.0-4.5 ms of CPU a request on the benchmark machine whatever the request (its event
 hooks and models), and an export is a dozen small requests, an Iceberg step thirty: in a commit
 storm the workers' object requests were half of their CPU. Signed here (Signature Version 4 in
-headers) one costs 0.8-1.5 ms (bench/results/2026-11-29-object-requests.md). Listings, batch deletes
-and multipart uploads stay boto3's: a few a run, their answers documents boto3 parses.
+headers) one costs 0.8-1.5 ms (bench/results/2026-11-29-object-requests.md). A listing too: boto3
+parsed each object's time with dateutil, 25-40 ms of CPU for a page of 60 objects, the largest part
+of a small table's Iceberg step. Batch deletes and multipart uploads stay boto3's: rare, their answers
+documents boto3 parses.
 https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html
 """
 
@@ -16,7 +18,10 @@ import os
 import random
 import re
 import time
-from urllib.parse import quote, urlsplit
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
+from datetime import datetime
+from urllib.parse import quote, unquote_plus, urlsplit
 from urllib.request import getproxies, proxy_bypass
 
 import urllib3
@@ -29,6 +34,19 @@ _EMPTY = hashlib.sha256(b"").hexdigest()
 _CODE = re.compile(rb"<Code>([^<]*)</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]*)</Message>")
 ATTEMPTS = 3  # as boto3's "standard" retry mode: a connection error, 5xx or throttling tried again
+
+
+_S3 = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+
+
+@dataclass
+class ListPage:
+    """One answer of ListObjectsV2: keys as stored (decoded), the "folders" under a delimiter, and the
+    token of the next page (None: the last)."""
+
+    objects: list[tuple[str, int, float]] = field(default_factory=list)  # (key, size, modified epoch seconds)
+    prefixes: list[str] = field(default_factory=list)
+    next_token: str | None = None
 
 
 class RequestFailed(Exception):
@@ -70,6 +88,13 @@ def quoted_path(bucket: str, key: str) -> str:
     return "/" + quote(bucket, safe=UNRESERVED) + "/" + quoted_key(key)
 
 
+def canonical_query(query: dict[str, str]) -> str:
+    """A query string as SigV4 signs it (and as it is sent): names sorted, names and values
+    percent-encoded but unreserved characters."""
+    return "&".join(f"{quote(name, safe=UNRESERVED)}={quote(value, safe=UNRESERVED)}"
+                    for name, value in sorted(query.items()))
+
+
 class SignedRequests:
     """One store's object requests, path-style; thread-safe (urllib3's pool), one per store and process.
 
@@ -103,15 +128,30 @@ class SignedRequests:
     def head(self, bucket: str, key: str) -> None:
         self.request("HEAD", bucket, key, {})
 
-    def request(self, method: str, bucket: str, key: str, headers: dict[str, str], body: bytes = b""):
+    def list_page(self, bucket: str, prefix: str, start_after: str = "", token: str | None = None,
+                  delimiter: str = "", max_keys: int = 1000) -> ListPage:
+        """One page of the keys under `prefix` (ListObjectsV2), after `start_after`, or from
+        `token` (the previous page's `next_token`). Keys come URL-encoded (`encoding-type=url`, as
+        boto3 asks: XML cannot carry every byte a key may hold) and are decoded here."""
+        query = {"list-type": "2", "encoding-type": "url", "max-keys": str(max_keys), "prefix": prefix,
+                 **({"start-after": start_after} if start_after and token is None else {}),
+                 **({"continuation-token": token} if token is not None else {}),
+                 **({"delimiter": delimiter} if delimiter else {})}
+        answer = self.request("GET", bucket, None, {}, query=query)
+        return _list_page(answer.data)
+
+    def request(self, method: str, bucket: str, key: str | None, headers: dict[str, str], body: bytes = b"",
+                query: dict[str, str] | None = None):
         """The answer of a 2xx, else RequestFailed; a connection error, 5xx or throttling answer tried
         `ATTEMPTS` times in all. What a signal handler raises into it (a task's time limit) goes up as
-        itself, never retried."""
-        path = quoted_path(bucket, key)
+        itself, never retried. `key` None: a request of the bucket (a listing), with `query`."""
+        path = "/" + quote(bucket, safe=UNRESERVED) if key is None else quoted_path(bucket, key)
+        signed_query = canonical_query(query or {})
+        url = self.origin + path + (f"?{signed_query}" if signed_query else "")
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                answer = self.pool.request(method, self.origin + path, body=body or None,
-                                           headers=self._signed(method, path, headers, body))
+                answer = self.pool.request(method, url, body=body or None,
+                                           headers=self._signed(method, path, headers, body, signed_query))
             except (urllib3.exceptions.HTTPError, OSError):
                 if attempt == ATTEMPTS:
                     raise
@@ -123,7 +163,8 @@ class SignedRequests:
                     raise failed
             time.sleep(random.uniform(0, 0.2 * 2 ** attempt))  # full jitter, as boto3's standard mode
 
-    def _signed(self, method: str, path: str, headers: dict[str, str], body: bytes) -> dict[str, str]:
+    def _signed(self, method: str, path: str, headers: dict[str, str], body: bytes,
+                query_string: str = "") -> dict[str, str]:
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         payload = hashlib.sha256(body).hexdigest() if body else _EMPTY
         signed = {**headers, "host": self.host, "x-amz-date": amz_date, "x-amz-content-sha256": payload}
@@ -133,7 +174,7 @@ class SignedRequests:
         if keys.token:
             signed["x-amz-security-token"] = keys.token
         names = sorted(signed)
-        canonical = "\n".join([method, path, "", "".join(f"{n}:{signed[n].strip()}\n" for n in names), ";".join(names),
+        canonical = "\n".join([method, path, query_string, "".join(f"{n}:{signed[n].strip()}\n" for n in names), ";".join(names),
                                payload])
         scope = f"{amz_date[:8]}/{self.region}/s3/aws4_request"
         to_sign = f"{ALGORITHM}\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
@@ -147,6 +188,26 @@ class SignedRequests:
         if kept is None or kept[0] != day or kept[1] != secret:
             kept = self._key = (day, secret, signing_key(secret, day, self.region))
         return kept[2]
+
+
+def _list_page(body: bytes) -> ListPage:
+    """A ListObjectsV2 answer asked with `encoding-type=url`, read."""
+    root = ElementTree.fromstring(body)
+    encoded = root.findtext(f"{_S3}EncodingType") == "url"
+
+    def decoded(value: str | None) -> str:
+        return unquote_plus(value or "") if encoded else (value or "")
+
+    page = ListPage()
+    for item in root.iterfind(f"{_S3}Contents"):
+        modified = datetime.fromisoformat(item.findtext(f"{_S3}LastModified") or "").timestamp()
+        page.objects.append((decoded(item.findtext(f"{_S3}Key")), int(item.findtext(f"{_S3}Size") or 0), modified))
+    page.prefixes = [decoded(item.findtext(f"{_S3}Prefix")) for item in root.iterfind(f"{_S3}CommonPrefixes")]
+    if root.findtext(f"{_S3}IsTruncated") == "true":
+        page.next_token = root.findtext(f"{_S3}NextContinuationToken")
+        if not page.next_token:
+            raise RequestFailed(200, "InvalidListing", "a truncated listing without a continuation token")
+    return page
 
 
 def _failed(status: int, body: bytes) -> RequestFailed:

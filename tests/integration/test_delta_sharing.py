@@ -413,8 +413,13 @@ def test_a_branch_table_of_twenty_thousand_versions_is_listed_from_the_checkpoin
     store.put(location + STATE, json.dumps({"head_version": versions - 1, "first_version": 0, "commits": []}).encode())
 
     lists = []
-    count = lambda **_: lists.append(1)  # noqa: E731
-    store.client.meta.events.register("before-call.s3.ListObjectsV2", count)
+    list_page = store.requests.list_page
+
+    def count(*args, **kwargs):  # each listing request the store sends
+        lists.append(1)
+        return list_page(*args, **kwargs)
+
+    store.requests.list_page = count
     try:
         schema = Schema("main", repository, "main", "branch")
 
@@ -432,7 +437,7 @@ def test_a_branch_table_of_twenty_thousand_versions_is_listed_from_the_checkpoin
         changes = calls(lambda table: sorted(table.commits(19_990, 19_999)))
         whole = calls(lambda table: len(table.entries))
     finally:
-        store.client.meta.events.unregister("before-call.s3.ListObjectsV2", count)
+        del store.requests.list_page
 
     assert head == (1, ("bench", versions)), head  # _last_checkpoint's checkpoint 19,500 and 499 commits: one page
     assert old == (2, ("bench", 10_251)), old  # one window of 1,000 versions back holds checkpoint 10,000: 2 pages

@@ -123,3 +123,45 @@ def test_the_environments_proxy_is_used_for_the_store_as_boto3_uses_it(monkeypat
     monkeypatch.setenv("NO_PROXY", "minio.internal")
     assert isinstance(SignedRequests("http://s3.example:9000", "us-east-1", KEYS).pool, urllib3.ProxyManager)
     assert not isinstance(SignedRequests("http://minio.internal:9000", "us-east-1", KEYS).pool, urllib3.ProxyManager)
+
+
+@pytest.mark.parametrize("query", [
+    {"list-type": "2", "encoding-type": "url", "max-keys": "1000", "prefix": "refs/feature#1 +x%/tbl/_delta_log/"},
+    {"list-type": "2", "encoding-type": "url", "max-keys": "1", "prefix": "ü/a b", "start-after": "ü/a b/0~1",
+     "delimiter": "/"},
+    {"list-type": "2", "encoding-type": "url", "max-keys": "1000", "prefix": "",
+     "continuation-token": "1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM="},
+])
+def test_a_listing_is_signed_as_botocore_signs_its_parameters(monkeypatch, query):
+    from exporter.storage.requests import canonical_query
+
+    requests = SignedRequests("http://127.0.0.1:9000", "eu-west-1", KEYS)
+    monkeypatch.setattr(time, "gmtime", lambda *_: time.struct_time((2026, 11, 29, 8, 30, 0, 6, 333, 0)))
+    ours = requests._signed("GET", "/bucket", {}, b"", canonical_query(query))
+
+    theirs = AWSRequest(method="GET", url="http://127.0.0.1:9000/bucket", params=query,
+                        headers={"x-amz-content-sha256": ours["x-amz-content-sha256"]})
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: datetime.datetime(2026, 11, 29, 8, 30, 0))
+    S3SigV4Auth(KEYS, "s3", "eu-west-1").add_auth(theirs)
+    assert ours["authorization"] == theirs.headers["Authorization"]
+
+
+LISTED = b"""<?xml version="1.0" encoding="UTF-8"?>
+<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>bucket</Name><Prefix>refs%2F</Prefix>
+<KeyCount>2</KeyCount><MaxKeys>2</MaxKeys><Delimiter>%2F</Delimiter><EncodingType>url</EncodingType>
+<IsTruncated>true</IsTruncated><NextContinuationToken>next+token=</NextContinuationToken>
+<Contents><Key>refs%2Ffeature%231+%2Bx%25%2F0.json</Key><LastModified>2026-11-29T08:30:00.500Z</LastModified>
+<ETag>&quot;abc&quot;</ETag><Size>12</Size><StorageClass>STANDARD</StorageClass></Contents>
+<Contents><Key>refs%2F%C3%BC%01</Key><LastModified>2026-11-29T08:30:01Z</LastModified><Size>0</Size></Contents>
+<CommonPrefixes><Prefix>refs%2Fa+b%2F</Prefix></CommonPrefixes></ListBucketResult>"""
+
+
+def test_a_listing_answer_is_read_with_its_keys_decoded_and_its_next_page():
+    from exporter.storage.requests import _list_page
+
+    page = _list_page(LISTED)
+    assert page.objects == [("refs/feature#1 +x%/0.json", 12, 1795941000.5), ("refs/ü\x01", 0, 1795941001.0)]
+    assert page.prefixes == ["refs/a b/"] and page.next_token == "next+token="
+    assert _list_page(LISTED.replace(b"<IsTruncated>true", b"<IsTruncated>false")).next_token is None
+    with pytest.raises(RequestFailed, match="without a continuation token"):
+        _list_page(LISTED.replace(b"<NextContinuationToken>next+token=</NextContinuationToken>", b""))
