@@ -6,7 +6,10 @@ the same two commits always have the same diff.
 
 from __future__ import annotations
 
+import json
+import threading
 import time
+from collections import OrderedDict
 
 from exporter.delta.actions import parse_actions
 from exporter.delta.log import LOG_DIR
@@ -106,12 +109,38 @@ def compute_diff(lake: Lake, repository: str, left_commit: str | None, right_com
 
 
 class DiffCache(ResultCache):
-    """Diffs keyed by (repository, left commit, right commit, table path), bounded by a TTL."""
+    """Diffs keyed by (repository, left commit, right commit, table path), bounded by a TTL.
+
+    The last `KEPT` diffs read (each under `KEPT_BYTES` as stored) are kept decoded in the process
+    too: a diff of two commits never changes, and decoding one of 1,000 versions was 3 ms of a
+    cached answer's 12-17 ms, paid again for each page a caller reads. Kept diffs are shared:
+    callers never change what `get` returns."""
 
     TABLE_PATH_PART = 3
+    KEPT = 16
+    KEPT_BYTES = 1 << 20
 
     def __init__(self, redis_url: str, ttl_seconds: int):
         super().__init__(redis_url, ttl_seconds, "diff")
+        self._kept: OrderedDict[str, dict] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, *parts: str | None) -> dict | None:
+        key = self.key(*parts)
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key]
+        raw = self.redis.get(key)
+        if not raw:
+            return None
+        diff = json.loads(raw)
+        if len(raw) <= self.KEPT_BYTES:
+            with self._lock:
+                self._kept[key] = diff
+                while len(self._kept) > self.KEPT:
+                    self._kept.popitem(last=False)
+        return diff
 
 
 def diff_commits(lakefs: LakeFS, repository: str, left_ref: str | None, right_ref: str) -> tuple[str | None, str]:

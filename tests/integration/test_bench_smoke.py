@@ -28,7 +28,7 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
     for part in ("checkpoint file rewrite, 1,000 adds", "export 100-file table + 50 commits (cold, the Delta log alone",
                  "export 100-file table + 50 commits (cold, with iceberg.enabled", "| ≤ 6 s: ",
                  "lakeFS Lua exporter, 100-file table + 50 commits", "history diff of the 10-file commit",
-                 "cold diff, 20 versions", "branch table of a 100-file table: append a 10-file commit",
+                 "cold diff, 20 versions", "cached diff through the API p99 (GET of the service", "branch table of a 100-file table: append a 10-file commit",
                  "presign 100 GET URLs", "object request, copy (20, 1 KB): exporter.storage.requests",
                  "object request, HEAD (20, 1 KB): alternative: boto3's client", "Delta Sharing query, 160-file branch table, parquet",
                  "webhook answers while 3 Delta Sharing queries of the 160-file branch table stream",

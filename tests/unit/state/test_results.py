@@ -111,3 +111,20 @@ def test_row_diff_keys_are_the_same_only_for_the_same_table_path_with_or_without
         return *parts[:3], parts[3].strip("/"), parts[4]
 
     assert (cache.key(*first) == cache.key(*second)) == (named(first) == named(second))
+
+
+def test_a_diff_read_once_is_answered_from_the_process_and_only_the_last_ones_are_kept(diffs, monkeypatch):
+    """Diffs of two commits never change: the last ones read are kept decoded (bounded by count and
+    size); what Redis no longer has is still answered alike, a diff never read comes from Redis."""
+    monkeypatch.setattr(DiffCache, "KEPT", 2)
+    for n in range(3):
+        diffs.put({"versions": [n]}, "repo", LEFT, RIGHT, f"t{n}")
+    assert [diffs.get("repo", LEFT, RIGHT, f"t{n}") for n in range(3)] == [{"versions": [n]} for n in range(3)]
+    diffs.redis.flushdb()
+    assert diffs.get("repo", LEFT, RIGHT, "t2") == {"versions": [2]} and diffs.get("repo", LEFT, RIGHT, "t1")
+    assert diffs.get("repo", LEFT, RIGHT, "t0") is None  # the oldest read was let go
+    monkeypatch.setattr(DiffCache, "KEPT_BYTES", 10)
+    diffs.put({"versions": list(range(100))}, "repo", LEFT, RIGHT, "big")
+    assert diffs.get("repo", LEFT, RIGHT, "big") == {"versions": list(range(100))}
+    diffs.redis.flushdb()
+    assert diffs.get("repo", LEFT, RIGHT, "big") is None  # too big to keep: Redis's answer only
