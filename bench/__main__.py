@@ -840,19 +840,20 @@ def plot_row_diff_scale(rows: list[dict], path: Path) -> Path | None:
 
 
 def plot_grant(rows: list[dict], path: Path) -> Path | None:
-    """The grant's and the signer's costs on the big table, cold and kept, beside the log-only check."""
+    """The grant's, the signer's and the catalog's costs on the big table, cold and kept, beside the
+    log-only check."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     measured = [(row["benchmark"].split(": ", 1)[1][:70], max(row["seconds"], 1e-6)) for row in rows
-                if row["benchmark"].startswith(("grant", "signer"))]
+                if row["benchmark"].startswith(("grant", "signer", "catalog"))]
     if not measured:
         return None
     figure, axes = plt.subplots(figsize=(8, 4))
     axes.barh([label for label, _ in measured][::-1], [seconds for _, seconds in measured][::-1])
-    axes.set(xscale="log", xlabel="seconds (log)", title="The grant and the signer on a 1M-file table")
+    axes.set(xscale="log", xlabel="seconds (log)", title="The grant, the signer and the catalog on a 1M-file table")
     axes.tick_params(axis="y", labelsize=6)
     figure.tight_layout()
     figure.savefig(path, dpi=120)

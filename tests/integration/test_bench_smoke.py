@@ -39,6 +39,7 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "commit to its Iceberg tables, p50 / p99 / max ", "s (0 commits without; 2 workers)",
                  "commit to complete export, distribution: p10 / p25 / p50 / p75 / p90 / max",
                  "grant: lakeFS asked about each of 20 folders", "signer: the first signature on a 1,000-file table",
+                 "catalog: loadTable of a 1,000-file table's export (", "catalog: loadTable, p99 of 200",
                  "row diff, 1,000 rows changed: in the worker", "row diff, 1,000 rows changed: Spark job, local[2]",
                  "row diff, 1,000 rows changed: Spark job, standalone cluster",
                  "row diff, 1,000 rows changed: alternative, Spark reads both versions whole",
