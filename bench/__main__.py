@@ -514,30 +514,20 @@ def bench_diffs(versions_list: list[int]) -> list[dict]:
 def cached_diff_answers(repository: str, versions: int, samples: int = 400) -> list[dict]:
     """The cached diff as a caller gets it: `GET .../diff/...` of the service (its own process, a
     service token), one page of 100 operations, answered from the cache `bench_diffs` filled."""
-    import os
+    from bench.webhooks import service_client
 
-    import httpx
-
-    from bench.webhooks import PORT, start_processes, stop_processes
-
-    token = os.environ["LAKEFS_DELTA_API_TOKENS"].split("=", 1)[0]
-    processes = start_processes(dict(os.environ), workers=0)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", headers={"Authorization": f"Bearer {token}"},
-                          timeout=30) as client:
-            path = f"/repositories/{repository}/otf/refs/main/diff/topic"
-            query = {"table_path": "tables/history", "amount": 100}
-            first = client.get(path, params=query)
-            assert first.status_code == 200 and first.json()["cached"], (first.status_code, first.text[:300])
-            time.sleep(2)  # the service's warm-up is done
-            answers = []
-            for _ in range(samples):
-                started = time.perf_counter()
-                answer = client.get(path, params=query)
-                answers.append(time.perf_counter() - started)
-                assert answer.status_code == 200 and answer.json()["cached"], answer.status_code
-    finally:
-        stop_processes(processes)
+    with service_client(timeout=30) as client:
+        path = f"/repositories/{repository}/otf/refs/main/diff/topic"
+        query = {"table_path": "tables/history", "amount": 100}
+        first = client.get(path, params=query)
+        assert first.status_code == 200 and first.json()["cached"], (first.status_code, first.text[:300])
+        time.sleep(2)  # the service's warm-up is done
+        answers = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            answer = client.get(path, params=query)
+            answers.append(time.perf_counter() - started)
+            assert answer.status_code == 200 and answer.json()["cached"], answer.status_code
     return [{"benchmark": f"cached diff through the API {name} (GET of the service, a page of 100 operations), "
                           f"{versions:,} versions; max {max(answers) * 1000:.0f} ms of {samples}",
              "seconds": percentile(answers, q), "files_per_s": 1 / percentile(answers, q), "lakefs_calls": 2,

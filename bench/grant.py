@@ -134,30 +134,20 @@ def _load_table(repository: str, name: str, files: int) -> list[dict]:
     """The catalog's loadTable of the table's export (`_signer` wrote its Iceberg table), as a reader
     asks it: `GET /iceberg/v1/namespaces/<repository>\x1fmain/tables/<name>` of the service (its own
     process, a service token), the first answer and `LOADS` more, p50 and p99."""
-    import os
+    from bench.webhooks import service_client
 
-    import httpx
+    with service_client() as client:
+        path = f"/iceberg/v1/namespaces/{repository}%1Fmain/tables/{name}"
 
-    from bench.webhooks import PORT, start_processes, stop_processes
+        def load() -> dict:
+            answer = client.get(path)
+            assert answer.status_code == 200, (answer.status_code, answer.text[:300])
+            return answer.json()
 
-    token = os.environ["LAKEFS_DELTA_API_TOKENS"].split("=", 1)[0]
-    processes = start_processes(dict(os.environ), workers=0)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", headers={"Authorization": f"Bearer {token}"},
-                          timeout=60) as client:
-            path = f"/iceberg/v1/namespaces/{repository}%1Fmain/tables/{name}"
-
-            def load() -> dict:
-                answer = client.get(path)
-                assert answer.status_code == 200, (answer.status_code, answer.text[:300])
-                return answer.json()
-
-            started = time.perf_counter()
-            snapshots = len(load()["metadata"]["snapshots"])
-            first = time.perf_counter() - started
-            samples = _timed(load, LOADS)
-    finally:
-        stop_processes(processes)
+        started = time.perf_counter()
+        snapshots = len(load()["metadata"]["snapshots"])
+        first = time.perf_counter() - started
+        samples = _timed(load, LOADS)
     rows = [{"benchmark": f"catalog: loadTable of a {files:,}-file table's export ({snapshots} snapshots), the first",
              "seconds": first, "files_per_s": files / first, "lakefs_calls": "–", "peak_rss_mib": None}]
     for label, q in (("p50", 0.5), ("p99", 0.99)):

@@ -13,7 +13,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -47,6 +49,20 @@ def start_processes(env: dict[str, str], workers: int, concurrency: int = 1) -> 
         except httpx.HTTPError:
             time.sleep(0.3)
     raise RuntimeError("bench service did not start; see bench/results/bench-service.log")
+
+
+@contextmanager
+def service_client(timeout: float = 60) -> Iterator[httpx.Client]:
+    """The service alone (its own process, no workers) and a client of it holding the stack's service
+    token, as an automated caller asks; the service is stopped when the block ends."""
+    token = os.environ["LAKEFS_DELTA_API_TOKENS"].split("=", 1)[0]
+    processes = start_processes(dict(os.environ), workers=0)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", headers={"Authorization": f"Bearer {token}"},
+                          timeout=timeout) as client:
+            yield client
+    finally:
+        stop_processes(processes)
 
 
 def stop_processes(processes: list[subprocess.Popen]) -> None:

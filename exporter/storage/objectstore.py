@@ -154,7 +154,7 @@ class ObjectStore:
         stop = self.key(stop_at) if stop_at else None
         root = self.key("")
         found = []
-        for page in self._pages(relative, self.key(start_after) if start_after else ""):
+        for page in self._pages(relative, start_after):
             found += [(key[len(root):], size, modified) for key, size, modified in page.objects
                       if stop is None or key < stop]
             if stop is not None and page.objects and page.objects[-1][0] >= stop:
@@ -177,11 +177,13 @@ class ObjectStore:
                 for folder in page.prefixes]
 
     def _pages(self, relative: str, start_after: str = "", delimiter: str = ""):
-        """The pages of the listing of `relative`, one request each, as they are read."""
+        """The pages of the listing of `relative` (names after `start_after`, when given), one
+        request each, as they are read."""
+        after = self.key(start_after) if start_after else ""
         token = None
         while True:
             page = self._call("list", self.uri(relative), lambda: self.requests.list_page(
-                self.bucket, self.key(relative), start_after, token, delimiter))
+                self.bucket, self.key(relative), after, token, delimiter))
             yield page
             if page.next_token is None:
                 return

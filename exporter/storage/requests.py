@@ -83,9 +83,9 @@ def quoted_key(key: str) -> str:
     return _TO_QUOTE.sub(lambda found: f"%{ord(found.group()):02X}", key)
 
 
-def quoted_path(bucket: str, key: str) -> str:
-    """The path-style path of an object, as S3 canonicalizes it."""
-    return "/" + quote(bucket, safe=UNRESERVED) + "/" + quoted_key(key)
+def quoted_path(bucket: str, key: str | None) -> str:
+    """The path-style path of an object (of the bucket itself when `key` is None), as S3 canonicalizes it."""
+    return "/" + quote(bucket, safe=UNRESERVED) + ("" if key is None else "/" + quoted_key(key))
 
 
 def canonical_query(query: dict[str, str]) -> str:
@@ -145,7 +145,7 @@ class SignedRequests:
         """The answer of a 2xx, else RequestFailed; a connection error, 5xx or throttling answer tried
         `ATTEMPTS` times in all. What a signal handler raises into it (a task's time limit) goes up as
         itself, never retried. `key` None: a request of the bucket (a listing), with `query`."""
-        path = "/" + quote(bucket, safe=UNRESERVED) if key is None else quoted_path(bucket, key)
+        path = quoted_path(bucket, key)
         signed_query = canonical_query(query or {})
         url = self.origin + path + (f"?{signed_query}" if signed_query else "")
         for attempt in range(1, ATTEMPTS + 1):
