@@ -276,8 +276,9 @@ class FakeLakeFS:
                                  "checksum": hashlib.md5(self.store._buckets.read(entry.physical_address)).hexdigest(),
                                  "size_bytes": entry.size_bytes, "mtime": entry.mtime}
         listed = [entries[path] for path in sorted(entries) if path > after]
-        self.calls += max(1, -(-len(listed) // PAGE_SIZE)) - 1  # one call per page of 1000
-        yield from listed
+        for n, entry in enumerate(listed):
+            self.calls += n > 0 and n % PAGE_SIZE == 0  # one call per page of 1000, as each is read
+            yield entry
 
     def physical_address(self, repository: str, ref: str, path: str) -> str | None:
         found = self._repository("physical_address", repository, ref, path)

@@ -11,7 +11,7 @@ import itertools
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from exporter.delta.checkpoint import checkpoint_files
@@ -24,7 +24,8 @@ from exporter.parquet.splice import BytesSource, ParquetSource
 from exporter.storage.objectstore import ObjectSource, ObjectStore
 from exporter.threads import IO_THREADS, io_pool
 
-LIST_THREADS = 8  # folders of a table listed at once
+LIST_THREADS = 8  # runs of a table's folders listed at once
+LIST_RUNS = 4 * LIST_THREADS  # runs a table's folders are cut into: an uneven run leaves threads busy with others
 
 
 @dataclass
@@ -98,9 +99,10 @@ class _Folder:
 def _list_table(lakefs: LakeFS, repository: str, commit_id: str, prefix: str) -> list[_Folder]:
     """Everything under the table, in key order. A table that fits one page is that one call.
     A bigger one (that page is discarded: one call in a thousand) is listed at the top level with
-    delimiter `/` (the files of an unpartitioned table, and the folders), then each folder
-    (partition, `_delta_log/`) on its own thread, `LIST_THREADS` at a time, so a partitioned table
-    is not one serial chain of pages."""
+    delimiter `/` (the files of an unpartitioned table, and the folders), then in runs of adjacent
+    folders (partitions, `_delta_log/`), each run one stream of full pages from its first folder to
+    the next run's, `LIST_THREADS` runs at a time: a partitioned table is neither one serial chain of
+    pages nor a call for each of its (perhaps ten thousand, mostly small) folders."""
     first_page = list(itertools.islice(lakefs.list_objects(repository, commit_id, prefix), PAGE_SIZE))
     if len(first_page) < PAGE_SIZE:
         return [_folder_of(first_page, prefix)]
@@ -112,8 +114,30 @@ def _list_table(lakefs: LakeFS, repository: str, commit_id: str, prefix: str) ->
         else:
             top.addresses.add(entry["path"][len(prefix):], entry["physical_address"])
     with io_pool(LIST_THREADS) as pool:
-        listed = list(pool.map(lambda folder: _list_folder(lakefs, repository, commit_id, prefix, folder), folders))
+        listed = list(pool.map(lambda run: _folder_of(_list_run(lakefs, repository, commit_id, prefix, *run), prefix),
+                               folder_runs(folders, LIST_RUNS)))
     return [top, *listed]
+
+
+def folder_runs(folders: list[str], runs: int) -> list[tuple[str, str | None]]:
+    """`folders` (sorted) cut into at most `runs` runs of adjacent folders, each as (its first folder,
+    the next run's first folder or None for the last)."""
+    size = -(-len(folders) // runs) if folders else 1
+    firsts = folders[::size]
+    return list(zip(firsts, [*firsts[1:], None]))
+
+
+def _list_run(lakefs: LakeFS, repository: str, commit_id: str, prefix: str, first: str,
+              end: str | None) -> Iterator[dict]:
+    """The objects inside folders from `first` up to `end` (excluded), read a page at a time and no
+    further. Listing starts after `first` without its `/`, before every key inside it; files of the
+    table's top level that sort among the folders are the top-level listing's, not a run's."""
+    for entry in lakefs.list_objects(repository, commit_id, prefix, after=first[:-1]):
+        path = entry["path"]
+        if end is not None and path >= end:
+            return
+        if path >= first and "/" in path[len(prefix):]:
+            yield entry
 
 
 def _list_folder(lakefs: LakeFS, repository: str, commit_id: str, table_prefix: str, folder: str) -> _Folder:

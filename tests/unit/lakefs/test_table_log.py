@@ -4,7 +4,7 @@ not read again."""
 import pytest
 
 from exporter.lakefs.client import PAGE_SIZE
-from exporter.lakefs.table_log import _get_all, _RecentFiles, load_log
+from exporter.lakefs.table_log import LIST_RUNS, _get_all, _RecentFiles, folder_runs, load_log
 from tests.fakes import FakeLakeFS, MemoryStore
 
 pytestmark = pytest.mark.unit
@@ -49,3 +49,31 @@ def test_a_table_of_more_than_a_page_is_listed_whole_and_its_segment_read_once()
     assert loaded.segment.head_version == 2 and loaded.files == {n.split("/")[-1]: b for n, b in commits.items()}
     log_addresses = sorted(loaded.addresses[path.removeprefix("t/")] for path in commits)
     assert sorted(uri for uri in lakefs.store.reads if uri in log_addresses) == log_addresses  # each once
+
+
+def test_many_small_folders_are_listed_in_runs_of_full_pages_not_a_call_each():
+    lakefs = FakeLakeFS()
+    lakefs.create_repository("repo", "s3://bucket/repo")
+    commits = {f"t/_delta_log/{v:020d}.json": f'{{"commitInfo":{{"v":{v}}}}}'.encode() for v in range(3)}
+    partitions = {f"t/p={p}/part-{i}.parquet": b"y" for p in range(3000) for i in range(2)}
+    among = {"t/p=10.parquet": b"z", "t/p=2!.parquet": b"z"}  # top-level files sorting among the folders
+    commit_id = lakefs.commit_files("repo", "main", {**commits, **partitions, **among})
+
+    before = lakefs.calls
+    loaded = load_log(lakefs, lakefs.store, "repo", commit_id, "t")
+    calls = lakefs.calls - before
+
+    assert sorted(loaded.addresses.keys()) == sorted(path.removeprefix("t/") for path in {**commits, **partitions, **among})
+    assert loaded.segment.head_version == 2
+    # 6,005 objects in 3,001 folders: one first page, three pages of folders, then six pages of
+    # objects cut into LIST_RUNS runs (each run's last page may reach into the next run)
+    assert calls <= 1 + 3 + 6 + LIST_RUNS + 1, calls  # + the _last_checkpoint read
+
+
+def test_folders_are_cut_into_runs_of_adjacent_folders_ending_where_the_next_begins():
+    folders = [f"t/p={n:02d}/" for n in range(10)]
+
+    assert folder_runs(folders, 4) == [("t/p=00/", "t/p=03/"), ("t/p=03/", "t/p=06/"), ("t/p=06/", "t/p=09/"),
+                                       ("t/p=09/", None)]
+    assert folder_runs(folders[:2], 4) == [("t/p=00/", "t/p=01/"), ("t/p=01/", None)]
+    assert folder_runs([], 4) == []
