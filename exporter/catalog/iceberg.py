@@ -30,7 +30,8 @@ from exporter.branch_tables.state import read_state
 from exporter.export.manifest import ICEBERG, ExportManifest, IcebergState, iceberg_state
 from exporter.iceberg import names
 from exporter.iceberg.manifest_set import hashes_of, path_hash
-from exporter.iceberg.manifests import DATA, DELETED, PATH_HASHES, read_manifest, read_manifest_list
+from exporter.iceberg.manifests import DATA, DELETED, PATH_HASHES, keeps_path_hashes, read_manifest, \
+    read_manifest_list
 from exporter.kept import Kept
 from exporter.lakefs.descriptors import discover_tables
 from exporter.lakefs.lake import Lake
@@ -224,13 +225,13 @@ class IcebergCatalog:
         store = self._store(table.repository)
         metadata = self.metadata(table)
         lists = list(dict.fromkeys(snapshot["manifest-list"] for snapshot in metadata.get("snapshots") or []))
-        contents = {record["manifest_path"]: record["content"] for uri in lists
-                    for record in read_manifest_list(store.get_uri(uri))}
-        manifests = list(contents)
+        records = {record["manifest_path"]: record for uri in lists for record in read_manifest_list(store.get_uri(uri))}
+        manifests = list(records)
         hashed = (metadata.get("properties") or {}).get(PATH_HASHES) == "true"
         with io_threads(8) as pool:
-            hashes = list(pool.map(lambda path: self._manifest_files.keep(
-                path, lambda: _named_files(store, path, hashed and contents[path] == DATA)), manifests))
+            hashes = list(pool.map(lambda path: self._manifest_files.keep(path, lambda: _named_files(
+                store, path, hashed and records[path]["content"] == DATA and keeps_path_hashes(records[path]))),
+                manifests))
         named = np.array([path_hash(uri) for uri in [*lists, *manifests]], np.int64)
         files = np.unique(np.concatenate([named, *hashes]))
         return ReadersObjects(folders([store.uri(table.location)]), files, self._nested(table.repository))
@@ -292,7 +293,7 @@ class ReadersObjects:
 
 def _named_files(store: ObjectStore, manifest_path: str, hashed: bool) -> np.ndarray:
     """The hashes of the files a manifest's live entries name (data files, or delete files). A data
-    manifest of a table that keeps its manifests' path hashes (`PATH_HASHES`) is not read: the
+    manifest that keeps its path hashes (`PATH_HASHES`, `keeps_path_hashes`) is not read: the
     hashes beside it are these (8 bytes a file; decoding a manifest's Avro costs about 22 µs an
     entry, 22 s of a first signature at 1,000,000 files); one without them is read."""
     if hashed:

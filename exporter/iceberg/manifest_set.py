@@ -27,7 +27,7 @@ from exporter.iceberg.deletes import FILE_PATH_ID, position_deletes
 from exporter.iceberg.evolution import Evolution
 from exporter.iceberg.files import IcebergFiles
 from exporter.iceberg.manifests import ADDED, DATA, DELETED, DELETES, EXISTING, bound_of, data_file, \
-    read_manifest, read_manifest_list, write_encoded_manifest, write_manifest
+    keeps_path_hashes, read_manifest, read_manifest_list, write_encoded_manifest, write_manifest
 from exporter.iceberg.stats import file_metrics
 from exporter.iceberg.versions import GoneFile
 from exporter.parquet.splice import open_parquet
@@ -228,7 +228,8 @@ class ManifestSet:
         """Mark the entries of `paths` (data files, and the delete files applying to them) deleted,
         rewriting only the manifests that hold one."""
         wanted = path_hashes(paths)
-        unread = [m for m in self.manifests if m.hashes is None] if self.path_hashes else []
+        unread = [m for m in self.manifests if m.hashes is None and keeps_path_hashes(m.record)] \
+            if self.path_hashes else []  # the others are read whole below
         with io_pool(IO_THREADS) as pool:  # the path hashes not read yet, at once
             for manifest, raw in zip(unread, pool.map(lambda m: self.files.read(names.path_hashes_key(m.uri)), unread)):
                 manifest.hashes = hashes_of(raw)
@@ -292,14 +293,16 @@ class ManifestSet:
         return self._keep(snapshot, body, record, live, add)
 
     def _keep(self, snapshot: NextSnapshot, body: bytes, record: dict, hashes: pa.Array, add: bool = True) -> Manifest:
-        """Write a manifest of `snapshot` and its path hashes; it is one of the table's (unless not `add`)."""
+        """Write a manifest of `snapshot` and its path hashes (`keeps_path_hashes`); it is one of the
+        table's (unless not `add`)."""
         key = snapshot.manifest_key()
         self.files.put(key, body)
         record.update(manifest_path=self._uri(key), manifest_length=len(body), sequence_number=snapshot.sequence_number,
                       added_snapshot_id=snapshot.snapshot_id)
         manifest = Manifest(self._uri(key), record, hashes)
         manifest.body = body if self._small(manifest) else None  # a merge would read it back
-        self.files.put(names.path_hashes_key(key), hashes_bytes(hashes))
+        if keeps_path_hashes(record):
+            self.files.put(names.path_hashes_key(key), hashes_bytes(hashes))
         if add:
             self.manifests.append(manifest)
         return manifest

@@ -27,6 +27,14 @@ _CODEC = "deflate"
 # a table property: each manifest has its live entries' data paths, hashed (`manifest_set.path_hashes`), at
 # `names.path_hashes_key` (8 bytes a file): an append finds the manifests a path is in without reading them
 PATH_HASHES = "lakefs-delta.manifest-path-hashes"
+PATH_HASHES_AT = 64  # a manifest of fewer live entries keeps none beside it: one GET of it answers as well
+
+
+def keeps_path_hashes(record: dict) -> bool:
+    """Whether a manifest (its manifest list record) of a `PATH_HASHES` table has its path hashes
+    beside it: one of at least `PATH_HASHES_AT` live entries. A smaller one is read instead (the
+    hashes would cost a PUT for each commit's manifest, a third of a cold table's writes)."""
+    return record["added_files_count"] + record["existing_files_count"] >= PATH_HASHES_AT
 
 
 @dataclass(frozen=True)

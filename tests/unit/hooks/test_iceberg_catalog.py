@@ -16,6 +16,7 @@ import pytest
 import exporter.catalog.iceberg as catalog_module
 from exporter.catalog.iceberg import IcebergCatalog
 from exporter.config import Config
+from exporter.iceberg import manifests as manifests_module
 from exporter.iceberg.manifest_set import path_hash
 from exporter.storage.scope import folders
 from exporter.export.commit import export_iceberg, export_table
@@ -193,7 +194,14 @@ def test_readers_requests_are_signed_only_for_the_objects_the_table_reads(catalo
 
 
 
-def test_the_files_a_signature_may_name_come_from_the_path_hashes_as_from_reading_every_manifest(catalog, monkeypatch):
+@pytest.fixture
+def every_manifest_hashed(monkeypatch) -> None:
+    """Every manifest keeps its path hashes, however small (the tables here are small): before `catalog` writes one."""
+    monkeypatch.setattr(manifests_module, "PATH_HASHES_AT", 1)
+
+
+def test_the_files_a_signature_may_name_come_from_the_path_hashes_as_from_reading_every_manifest(
+        every_manifest_hashed, catalog, monkeypatch):
     """A data manifest's path hashes (8 bytes a file) stand for reading its Avro: the files a signer
     holds are the same either way, and a manifest without them is read."""
     lake = lake_of(catalog.config, catalog.lakefs)

@@ -18,6 +18,7 @@ from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
 
 from exporter.errors import CorruptLog, IcebergUnsupported
+from exporter.iceberg import manifests
 from exporter.iceberg.manifest_set import MERGE_AT
 from exporter.iceberg.manifests import read_manifest_list
 from exporter.iceberg.table import DELTA_VERSION, append_table, write_table
@@ -170,7 +171,8 @@ def append_history(table: Path) -> None:
     deltalake.DeltaTable(str(table)).delete("id = 1 OR id = 16")                         # 9
 
 
-def test_an_append_adds_the_new_versions_and_keeps_the_rest(tmp_path):
+def test_an_append_adds_the_new_versions_and_keeps_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setattr(manifests, "PATH_HASHES_AT", 1)  # every manifest keeps its path hashes, however small
     source = tmp_path / "source"
     build_history(source)
     files = LocalFiles(tmp_path / "iceberg")
@@ -193,6 +195,26 @@ def test_an_append_adds_the_new_versions_and_keeps_the_rest(tmp_path):
     kept = {m["manifest_path"] for m in read_manifest_list(head_list.read_bytes())}
     read = {uri for uri in files.reads if uri.endswith(".avro") and "-m" in uri}
     assert read & kept and read & kept < kept
+
+
+def test_small_manifests_keep_no_path_hashes_and_an_append_reads_them_to_remove_a_file(tmp_path):
+    """A manifest of fewer than `PATH_HASHES_AT` live files has no hashes beside it (one PUT less for
+    each commit's manifest): an append looks a removed path up by reading it, and every version
+    still reads as delta-rs reads it."""
+    source = tmp_path / "source"
+    build_history(source)
+    files = LocalFiles(tmp_path / "iceberg")
+    first = write_table(export_locally(source, tmp_path / "export"), files, read_range)
+    written = list(files.written)
+    append_history(source)
+    files.reads.clear()
+    second = append_table(first.metadata_key, export_locally(source, tmp_path / "export"), files, read_range)
+
+    assert any(key.endswith(".avro") and "-m" in key for key in written)
+    assert not [key for key in [*written, *files.written] if key.endswith(".paths")]
+    assert any(uri.endswith(".avro") and "-m" in uri for uri in files.reads)  # version 9's delete: looked up by reading
+    for version, snapshot_id in second.snapshot_ids.items():
+        assert pyiceberg_rows(second.metadata_location, snapshot_id) == delta_rows(source, version), version
 
 
 def nested(ids: list[int], part: str, collections: bool = True) -> pa.Table:
