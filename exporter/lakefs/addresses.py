@@ -123,7 +123,8 @@ class _SortedKeys(Sequence[str]):
 class AddressIndexBuilder:
     """Collects listing entries page by page as Arrow arrays: no Python object per entry outlives its page."""
 
-    def __init__(self) -> None:
+    def __init__(self, page: int = _PAGE) -> None:
+        self.page = page  # entries collected as Python strings before they become Arrow arrays
         self._keys: list[pa.Array] = []
         self._folders: list[pa.DictionaryArray] = []
         self._names: list[pa.Array] = []
@@ -133,7 +134,7 @@ class AddressIndexBuilder:
     def add(self, key: str, address: str) -> None:
         self._page_keys.append(key)
         self._page_addresses.append(address)
-        if len(self._page_keys) >= _PAGE:
+        if len(self._page_keys) >= self.page:
             self.flush()
 
     def add_arrays(self, keys: pa.Array, addresses: pa.Array) -> None:
