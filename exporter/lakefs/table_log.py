@@ -119,22 +119,24 @@ def _list_table(lakefs: LakeFS, repository: str, commit_id: str, prefix: str) ->
     return [top, *listed]
 
 
-def folder_runs(folders: list[str], runs: int) -> list[tuple[str, str | None]]:
-    """`folders` (sorted) cut into at most `runs` runs of adjacent folders, each as (its first folder,
-    the next run's first folder or None for the last)."""
-    size = -(-len(folders) // runs) if folders else 1
+def folder_runs(folders: list[str], runs: int) -> list[tuple[str, str]]:
+    """`folders` (sorted, each ending in `/`) cut into at most `runs` runs of adjacent folders, each
+    as (its first folder, the key its listing stops at: the next run's first folder, or for the last
+    run the last folder with `0`, the character after `/`, for its `/`: above every key inside it)."""
+    if not folders:
+        return []
+    size = -(-len(folders) // runs)
     firsts = folders[::size]
-    return list(zip(firsts, [*firsts[1:], None]))
+    return list(zip(firsts, [*firsts[1:], folders[-1][:-1] + "0"]))
 
 
-def _list_run(lakefs: LakeFS, repository: str, commit_id: str, prefix: str, first: str,
-              end: str | None) -> Iterator[dict]:
-    """The objects inside folders from `first` up to `end` (excluded), read a page at a time and no
-    further. Listing starts after `first` without its `/`, before every key inside it; files of the
-    table's top level that sort among the folders are the top-level listing's, not a run's."""
+def _list_run(lakefs: LakeFS, repository: str, commit_id: str, prefix: str, first: str, end: str) -> Iterator[dict]:
+    """The objects inside folders from `first` up to the key `end` (excluded), read a page at a time
+    and no further. Listing starts after `first` without its `/`, before every key inside it; files
+    of the table's top level that sort among the folders are the top-level listing's, not a run's."""
     for entry in lakefs.list_objects(repository, commit_id, prefix, after=first[:-1]):
         path = entry["path"]
-        if end is not None and path >= end:
+        if path >= end:
             return
         if path >= first and "/" in path[len(prefix):]:
             yield entry

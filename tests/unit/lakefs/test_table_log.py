@@ -74,6 +74,25 @@ def test_folders_are_cut_into_runs_of_adjacent_folders_ending_where_the_next_beg
     folders = [f"t/p={n:02d}/" for n in range(10)]
 
     assert folder_runs(folders, 4) == [("t/p=00/", "t/p=03/"), ("t/p=03/", "t/p=06/"), ("t/p=06/", "t/p=09/"),
-                                       ("t/p=09/", None)]
-    assert folder_runs(folders[:2], 4) == [("t/p=00/", "t/p=01/"), ("t/p=01/", None)]
+                                       ("t/p=09/", "t/p=090")]
+    assert folder_runs(folders[:2], 4) == [("t/p=00/", "t/p=01/"), ("t/p=01/", "t/p=010")]
     assert folder_runs([], 4) == []
+    assert "t/p=09/\U0010ffff" < "t/p=090" < "t/p=09a"  # above every key inside the last folder, below the next
+
+
+def test_the_files_after_the_last_folder_are_not_listed_twice():
+    """An unpartitioned table: `_delta_log/` is its one folder and sorts before its files (`_` before
+    `p`): the run listing it stops at its end, not at the end of the table."""
+    lakefs = FakeLakeFS()
+    lakefs.create_repository("repo", "s3://bucket/repo")
+    commits = {f"t/_delta_log/{v:020d}.json": f'{{"commitInfo":{{"v":{v}}}}}'.encode() for v in range(3)}
+    data = {f"t/part-{i:05d}.parquet": b"x" for i in range(5 * PAGE_SIZE)}
+    commit_id = lakefs.commit_files("repo", "main", {**commits, **data})
+
+    before = lakefs.calls
+    loaded = load_log(lakefs, lakefs.store, "repo", commit_id, "t")
+
+    assert len(loaded.addresses) == len(commits) + len(data)
+    # the first page, the top level's six pages (5,000 files and the folder), the log's run and its
+    # one page, the _last_checkpoint read: not five pages more of the files after the log
+    assert lakefs.calls - before <= 1 + 6 + 1 + 1, lakefs.calls - before
