@@ -629,6 +629,8 @@ def main() -> None:
     parser.add_argument("--grant-folders", type=int, default=10_000, help="folders those files are spread over")
     parser.add_argument("--grant-repository", help="reuse this repository's table of --grant-files files (an earlier "
                                                    "run's) instead of building one")
+    parser.add_argument("--pyiceberg-read-files", type=int, default=100_000,
+                        help="files of the table PyIceberg reads whole through the catalog, remote signing (0: skip)")
     parser.add_argument("--row-diff-scale", type=int, nargs="*", default=[1_000_000, 3_000_000, 10_000_000],
                         help="rows changed in the tables row-diffed four ways: in the worker, Spark local, "
                              "Spark standalone, exceptAll")
@@ -715,6 +717,11 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
 
         with part("grant and signer"):
             rows += bench_grant(args.grant_files, args.grant_folders, args.grant_repository)
+    if args.pyiceberg_read_files:
+        from bench.pyiceberg_read import bench_pyiceberg_read
+
+        with part("PyIceberg's full read through the catalog"):
+            rows += bench_pyiceberg_read(args.pyiceberg_read_files)
     if args.storm:
         from bench.webhooks import bench_commit_storm, bench_idle_latency
 

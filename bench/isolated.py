@@ -16,6 +16,7 @@ report the largest so far).
     python -m bench.isolated livefiles TABLE_URI
     python -m bench.isolated sharing-lines COUNT parquet|delta [PROFILE_FILE]
     python -m bench.isolated iceberg-metadata COUNT fresh|incremental [PROFILE_FILE]
+    python -m bench.isolated pyiceberg-read CATALOG_URI NAMESPACE TABLE   (the catalog's token in BENCH_CATALOG_TOKEN)
 Each prints one JSON line: the measurement.
 """
 
@@ -603,6 +604,39 @@ def _write_iceberg(write, store, location: str, parent: tuple[str, dict] | None)
 
 
 
+def _pyiceberg_read(uri: str, namespace: str, table_name: str) -> dict:
+    """PyIceberg's full read of a table through the catalog at `uri`, as a reader without bucket keys
+    runs it (remote signing, the catalog's token alone): loadTable, then `scan().to_arrow()`; the
+    seconds of each, the rows, the sign requests PyIceberg sent and the files they were for."""
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        del os.environ[name]  # no bucket keys: every object request is signed by the catalog
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.io import fsspec
+
+    signed: list[str] = []
+    sign = fsspec.S3V4RestSigner.__call__
+
+    def counted(self, request, **kwargs):
+        signed.append(request.method)
+        return sign(self, request, **kwargs)
+
+    fsspec.S3V4RestSigner.__call__ = counted
+    catalog = load_catalog("bench", **{"type": "rest", "uri": uri, "token": os.environ["BENCH_CATALOG_TOKEN"]})
+    started = time.perf_counter()
+    table = catalog.load_table((*namespace.split("\x1f"), table_name))
+    loaded = time.perf_counter() - started
+    started, cpu = time.perf_counter(), time.process_time()
+    scan = table.scan()
+    files = sum(1 for _ in scan.plan_files())
+    planned = time.perf_counter() - started
+    rows = scan.to_arrow().num_rows
+    return {"load_seconds": loaded, "plan_seconds": planned, "seconds": time.perf_counter() - started,
+            "cpu_seconds": time.process_time() - cpu, "files": files, "rows": rows, "sign_requests": len(signed),
+            "sign_methods": {method: signed.count(method) for method in set(signed)},
+            "remote_signing": "s3.signer.endpoint" in table.io.properties or "s3.signer.uri" in table.io.properties,
+            "peak_rss_mib": peak_rss_mib()}
+
+
 def _profiler(profile: str | None):
     """pyinstrument's profiler, started, when a profile is asked for; else None."""
     if not profile:
@@ -620,4 +654,5 @@ if __name__ == "__main__":
                       "append": _append, "republish": _republish, "rowdiff": _rowdiff, "exceptall": _exceptall,
                       "presign": _presign, "livefiles": _livefiles,
                       "sharing-table": _sharing_table, "sharing-lines": _sharing_lines,
-                      "iceberg-table": _iceberg_table, "iceberg-metadata": _iceberg_metadata}[command](*arguments)))
+                      "iceberg-table": _iceberg_table, "iceberg-metadata": _iceberg_metadata,
+                      "pyiceberg-read": _pyiceberg_read}[command](*arguments)))

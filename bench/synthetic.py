@@ -19,6 +19,13 @@ METADATA = {"metaData": {"id": "bench", "format": {"provider": "parquet", "optio
                          "configuration": {}, "createdTime": 0}}
 
 
+def data_file(rows: int = 10) -> bytes:
+    """A data file of `build_table`'s schema: `rows` ids from 0 (the adds' stats say 10 records)."""
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"id": pa.array(range(rows), pa.int64())}), sink)
+    return sink.getvalue()
+
+
 def synthetic_checkpoint(names: list[str]) -> pa.Table:
     # stats as writers record them (per-file bounds), so a checkpoint has a realistic size per add
     adds = pa.array([{"path": n, "partitionValues": [], "size": 100, "modificationTime": 0, "dataChange": False,
@@ -40,13 +47,15 @@ def synthetic_checkpoint(names: list[str]) -> pa.Table:
     return pa.table({"protocol": protocol, "metaData": metadata, "add": add_column})
 
 
-def build_table(lakefs, gateway, repository: str, files: int, commits_after: int = 50, partitions: int = 0) -> str:
-    """N tiny data objects (imported: see `import_objects`), a checkpoint of N adds at version 1,
-    then 50 commits of one add each; with `partitions`, the files spread over `p=<k>/` folders."""
+def build_table(lakefs, gateway, repository: str, files: int, commits_after: int = 50, partitions: int = 0,
+                body: bytes = b"x") -> str:
+    """N tiny data objects (imported: see `import_objects`; each `body`, a placeholder byte unless a
+    reader must read them), a checkpoint of N adds at version 1, then 50 commits of one add each;
+    with `partitions`, the files spread over `p=<k>/` folders."""
     prefix = f"tables/t{files}/"
     folder = (lambda i: f"p={i % partitions:04d}/") if partitions else (lambda i: "")
     names = [f"{folder(i)}part-{i:07d}-{uuid.uuid4().hex[:8]}.parquet" for i in range(files + commits_after)]
-    import_objects(lakefs, repository, "main", prefix, names)
+    import_objects(lakefs, repository, "main", prefix, names, body=body)
     log = prefix + "_delta_log/"
     lakefs.upload_object(repository, "main", log + f"{0:020d}.json",
                          (json.dumps({"commitInfo": {"operation": "CREATE TABLE"}}) + "\n" + json.dumps(PROTOCOL) + "\n"
@@ -150,8 +159,9 @@ def object_store_client():
                         aws_secret_access_key=os.environ["LAKEFS_DELTA_OBJECT_STORE_SECRET_ACCESS_KEY"])
 
 
-def import_objects(lakefs, repository: str, branch: str, destination: str, names: list[str], batch: int = 50_000) -> None:
-    """`names` (relative to `destination/`) as 1-byte objects on `branch`, uncommitted, fast: MinIO
+def import_objects(lakefs, repository: str, branch: str, destination: str, names: list[str], batch: int = 50_000,
+                   body: bytes = b"x") -> None:
+    """`names` (relative to `destination/`) as objects of `body` on `branch`, uncommitted, fast: MinIO
     extracts them from tar archives (its snowball auto-extract, about 1,500 objects a second here,
     five times the rate of single PUTs), then lakeFS imports the prefix in one job (metadata only)."""
     import tarfile
@@ -168,8 +178,8 @@ def import_objects(lakefs, repository: str, branch: str, destination: str, names
         with tarfile.open(fileobj=archive, mode="w") as tar:
             for name in names[start:start + batch]:
                 info = tarfile.TarInfo(source + name)
-                info.size = 1
-                tar.addfile(info, io.BytesIO(b"x"))
+                info.size = len(body)
+                tar.addfile(info, io.BytesIO(body))
         s3.put_object(Bucket=stack.BUCKET, Key=f"{source}batch-{start}.tar", Body=archive.getvalue(),
                       Metadata={"Snowball-Auto-Extract": "true"})
     imports = lakefs_sdk.ImportApi(lakefs.client)

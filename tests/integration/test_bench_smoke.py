@@ -1,6 +1,6 @@
 """The benchmark runs as shipped: `python -m bench` with tiny sizes, every part of it (lakeFS's Lua
 exporter beside this project's, branch tables, presigning, Delta Sharing, a commit storm, the grant
-and the signer, the row diff four ways, the merge gates) on the
+and the signer, PyIceberg's full read through the catalog, the row diff four ways, the merge gates) on the
 real stack, writing its table and plot. It asserts that each part ran, never a time."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ SMOKE = ["--actions", "1000", "--stream-actions", "1000", "--sizes", "100", "--d
          "--row-diff-rows", "0", "--branch-table-sizes", "100", "--storm", "2", "--presign-urls", "100", "--object-requests", "20",
          "--sharing-sizes", "100", "--sharing-queries", "3", "--lua-timeout", "120", "--storm-iceberg",
          "--grant-files", "1000", "--grant-folders", "20", "--row-diff-scale", "1000",
-         "--gate-sizes", "100", "--gate-key-rows", "1000"]
+         "--gate-sizes", "100", "--gate-key-rows", "1000", "--pyiceberg-read-files", "100"]
 
 
 def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
@@ -44,6 +44,7 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "row diff, 1,000 rows changed: Spark job, standalone cluster",
                  "row diff, 1,000 rows changed: alternative, Spark reads both versions whole",
                  "merge gate, a 10-file change to a table of 100 files",
+                 "PyIceberg reads a 100-file table whole through the catalog, no bucket keys",
                  "merge gate, key rule over 1,000 appended rows on a 1,000-row table, in the worker",
                  "merge gate, key rule over 1,000 appended rows on a 1,000-row table, as the Spark job",
                  "merge gate, key rule over 1,000 appended rows on a 1,000-row table: alternative"):
