@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from bench.isolated import measure
-from bench.synthetic import build_table, data_file, gateway_client, new_repository, running_stack
+from bench.synthetic import data_file, gateway_client, running_stack, synthetic_table
 
 ROWS_PER_FILE = 10
 
@@ -21,10 +21,8 @@ def bench_pyiceberg_read(files: int) -> list[dict]:
     from bench.webhooks import PORT, service_client
 
     state, config, lakefs = running_stack()
-    repository = new_repository(lakefs, f"bench-pyiceberg-{files}")
-    print(f"building a table of {files:,} readable files in {repository} ...", flush=True)
-    head = build_table(lakefs, gateway_client(state), repository, files, partitions=100 if files >= 100_000 else 0,
-                       body=data_file(ROWS_PER_FILE))
+    repository, head = synthetic_table(lakefs, gateway_client(state), "bench-pyiceberg", files,
+                                       body=data_file(ROWS_PER_FILE))
     exported = measure("export", repository, "main", head, f"t{files}", env={"LAKEFS_DELTA_ICEBERG_ENABLED": "true"})
     assert exported["ok"] and exported["iceberg"]["state"] == "written", exported
     token = os.environ["LAKEFS_DELTA_API_TOKENS"].split("=", 1)[0]

@@ -197,8 +197,9 @@ def import_objects(lakefs, repository: str, branch: str, destination: str, names
         time.sleep(0.5)
 
 
-def synthetic_table(lakefs, gateway, name_prefix: str, files: int) -> tuple[str, str]:
-    """A new repository holding `build_table`'s table of `files` files: (repository, commit id)."""
+def synthetic_table(lakefs, gateway, name_prefix: str, files: int, body: bytes = b"x") -> tuple[str, str]:
+    """A new repository holding `build_table`'s table of `files` files (each `body`): (repository, commit id)."""
     repository = new_repository(lakefs, f"{name_prefix}-{files}")
     print(f"building a table of {files:,} files in {repository} ...", flush=True)
-    return repository, build_table(lakefs, gateway, repository, files, partitions=100 if files >= 100_000 else 0)
+    return repository, build_table(lakefs, gateway, repository, files, partitions=100 if files >= 100_000 else 0,
+                                   body=body)

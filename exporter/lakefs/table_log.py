@@ -148,7 +148,8 @@ def _list_folder(lakefs: LakeFS, repository: str, commit_id: str, table_prefix: 
 
 def _folder_of(entries: Iterable[dict], table_prefix: str) -> _Folder:
     """Entries made Arrow arrays a listing page at a time: `LIST_THREADS` runs at once hold a page of
-    Python strings each, not `AddressIndexBuilder`'s default (8 x 16,384 entries: 40 MiB more at peak)."""
+    Python strings each, not `AddressIndexBuilder`'s default (8 x 16,384 entries: 25-55 MiB more at
+    peak, measured)."""
     listed = _Folder(AddressIndexBuilder(page=PAGE_SIZE), [], {})
     for entry in entries:
         key = entry["path"][len(table_prefix):]
