@@ -614,6 +614,14 @@ def _pyiceberg_read(uri: str, namespace: str, table_name: str) -> dict:
 
     from pyiceberg.catalog import load_catalog
     from pyiceberg.io import fsspec
+    from s3fs import S3FileSystem
+
+    # PyIceberg 0.12 makes a filesystem for each of its threads and, on each, unregisters and
+    # registers the signer again; s3fs hands every thread the same cached instance, so a request
+    # signed meanwhile on another thread goes out unsigned and MinIO answers 403 (apache/iceberg-python
+    # #3896; here 2 of 7 reads of a 100-file table, the failing request never reaching the catalog's
+    # signer). An instance per thread, as PyIceberg's per-thread cache means it to be.
+    S3FileSystem.cachable = False
     signed: list[str] = []
     sign = fsspec.S3V4RestSigner.__call__
 
