@@ -256,9 +256,21 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex((HOST, port)) == 0
 
 
+def _port_released(port: int, wait: float = 10.0) -> bool:
+    """Whether nothing accepts on `port`, waiting up to `wait` seconds for a process just stopped to
+    let it go: a killed multi-threaded process (Redis) shows as a zombie, which `_running_pid` counts
+    as stopped, while its other threads still exit and its listening socket still accepts."""
+    deadline = time.monotonic() + wait
+    while _port_open(port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _start(stack_dir: Path, service: str, args: list[str], env: dict[str, str], ports: list[int]) -> None:
     for port in ports:
-        if _port_open(port):
+        if not _port_released(port):
             raise StackError(f"{service}: port {port} on {HOST} is already in use by another process; "
                              f"stop it or choose another port with LAKEFS_DELTA_STACK_{service.upper()}_PORT")
     log = open(stack_dir / f"{service}.log", "ab")
