@@ -298,7 +298,7 @@ def _named_files(store: ObjectStore, manifest_path: str, hashed: bool) -> np.nda
     entry, 22 s of a first signature at 1,000,000 files); one without them is read."""
     if hashed:
         try:
-            return hashes_of(store.get_uri(names.path_hashes_key(manifest_path))).to_numpy()
+            return hashes_of(store.get_uri(names.path_hashes_key(manifest_path)))
         except NotFound:
             pass  # a manifest written before its table kept path hashes
     return np.array([path_hash(entry["data_file"]["file_path"])

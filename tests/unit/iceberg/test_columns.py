@@ -130,13 +130,18 @@ def test_a_checkpoint_with_parsed_stats_only_goes_file_by_file_not_to_an_error()
 
 def test_path_hashes_read_back_as_written_and_a_torn_object_is_refused():
     """The 8-byte hashes beside a manifest: what is written reads back the same, signed values
-    included; an object that is not whole hashes is an error, not a shorter list."""
+    included, sorted (as an older writer's, kept in its manifest's order, read back too); an object
+    that is not whole hashes is an error, not a shorter list."""
     paths = [f"s3://bucket/p={i % 3}/part {i}.parquet" for i in range(64)]
     hashes = manifest_set.path_hashes(paths)
-    assert any(h < 0 for h in hashes.to_pylist()) and any(h > 0 for h in hashes.to_pylist())
+    assert any(h < 0 for h in hashes.tolist()) and any(h > 0 for h in hashes.tolist())
+    assert hashes.tolist() == sorted(manifest_set.path_hash(p) for p in paths)
     raw = manifest_set.hashes_bytes(hashes)
     assert len(raw) == 8 * len(paths)
-    assert manifest_set.hashes_of(raw).to_pylist() == [manifest_set.path_hash(p) for p in paths]
+    assert manifest_set.hashes_of(raw).tolist() == sorted(manifest_set.path_hash(p) for p in paths)
+    in_manifest_order = b"".join(manifest_set.path_hash(p).to_bytes(8, "little", signed=True) for p in paths)
+    assert manifest_set.hashes_of(in_manifest_order).tolist() == hashes.tolist()
+    assert manifest_set._any_shared(manifest_set.path_hashes([paths[40]]), manifest_set.hashes_of(in_manifest_order))
     with pytest.raises(ValueError, match="not a whole number"):
         manifest_set.hashes_of(raw[:-3])
 
@@ -151,3 +156,18 @@ def test_a_path_is_found_in_a_manifests_hashes_whichever_side_is_larger():
         hashes = manifest_set.path_hashes(wanted)
         assert manifest_set._any_shared(hashes, manifest) is shared, (len(wanted), shared)
         assert manifest_set._any_shared(manifest, hashes) is shared
+
+
+def test_the_column_varints_are_avros_longs_of_every_length():
+    """The column encoder's varints (a byte position at a time) against `avro_long`, the scalar
+    rule: zero, both signs, each length from one byte to ten, and the int64 extremes."""
+    import numpy as np
+
+    from exporter.iceberg.columns import _varints
+    from exporter.iceberg.manifests import avro_long
+
+    values = [0, 1, -1, 63, -64, 64, -65, 2**31 - 1, -2**31, 2**62, -2**63, 2**63 - 1,
+              *(sign * 2**bits for bits in range(0, 63, 7) for sign in (1, -1))]
+    assert _varints(np.array(values, np.int64)).to_pylist() == [avro_long(v) for v in values]
+    assert {len(avro_long(v)) for v in values} == set(range(1, 11))
+    assert _varints(np.array([], np.int64)).to_pylist() == []
