@@ -2,8 +2,8 @@
 
 Added files go into new manifests of at most `manifest_entries` files (a checkpoint's streamed a
 slice at a time, column by column); a retired path marks its entry deleted in the one manifest that
-holds it, found by 8-byte hashes of each manifest's live paths kept beside it, so no other manifest
-is read or rewritten. Small manifests (one commit's adds) are merged once there are `MERGE_AT` of
+holds it, found by 8-byte hashes of each manifest's live paths (kept beside a large manifest, carried
+by the manifest list for the small ones), so no other manifest is read or rewritten. Small manifests (one commit's adds) are merged once there are `MERGE_AT` of
 them, so the manifests a table has stay bounded however many commits it has. Deletion vectors
 become position delete files, the only data objects written.
 """
@@ -27,7 +27,7 @@ from exporter.iceberg.deletes import FILE_PATH_ID, position_deletes
 from exporter.iceberg.evolution import Evolution
 from exporter.iceberg.files import IcebergFiles
 from exporter.iceberg.manifests import ADDED, DATA, DELETED, DELETES, EXISTING, bound_of, data_file, \
-    keeps_path_hashes, read_manifest, read_manifest_list, write_encoded_manifest, write_manifest
+    keeps_path_hashes, read_manifest, read_manifest_list_hashes, write_encoded_manifest, write_manifest
 from exporter.iceberg.stats import file_metrics
 from exporter.iceberg.versions import GoneFile
 from exporter.parquet.splice import open_parquet
@@ -42,7 +42,7 @@ class Manifest:
     uri: str  # where it is: this table's new files' location, or an older table's
     record: dict  # its manifest list record
     hashes: np.ndarray | None  # the data paths of its live entries, hashed (`path_hashes`); None: not read yet
-    body: bytes | None = None  # its bytes, kept while it is small and this writer wrote it (`_merge_small` reads them)
+    body: bytes | None = None  # its bytes, kept while it is small and this writer wrote or read it (`_merge_small` reads them)
 
     @property
     def live(self) -> int:
@@ -127,10 +127,20 @@ class ManifestSet:
         self.path_hashes = False  # whether a resumed table's manifests have their `path_hashes_key` objects
 
     def resume(self, manifest_list: str, path_hashes: bool) -> None:
-        """The manifests of a table's current snapshot (its manifest list's URI `manifest_list`)."""
+        """The manifests of a table's current snapshot (its manifest list's URI `manifest_list`), with
+        the path hashes the list carries (`LISTED_PATH_HASHES`)."""
         self.path_hashes = path_hashes  # else its manifests are read to find a path
-        for record in read_manifest_list(self.files.read(manifest_list)):
-            self.manifests.append(Manifest(record["manifest_path"], record, None))
+        records, listed = read_manifest_list_hashes(self.files.read(manifest_list))
+        for record in records:
+            path = record["manifest_path"]
+            self.manifests.append(Manifest(path, record, hashes_of(listed[path]) if path in listed else None))
+
+    def listed_hashes(self) -> dict[str, bytes]:
+        """The path hashes of the table's manifests that keep none beside them (`keeps_path_hashes`), by
+        path, for its manifest list to carry (`LISTED_PATH_HASHES`): the next append reads none of them
+        to find a path (a 10-file commit read the 1 to 7 small manifests a table has between merges)."""
+        return {m.uri: hashes_bytes(m.hashes) for m in self.manifests
+                if m.hashes is not None and not keeps_path_hashes(m.record)}
 
     def write(self, snapshot: NextSnapshot, adds: Iterable[dict], retired: set[str],
               batches: Iterable[pa.StructArray] = ()) -> list[dict]:
@@ -240,7 +250,8 @@ class ManifestSet:
                 continue
             content = manifest.record["content"]
             entries, live, hit = [], [], False
-            for entry in read_manifest(self.files.read(manifest.uri)):
+            body = manifest.body if manifest.body is not None else self.files.read(manifest.uri)
+            for entry in read_manifest(body):
                 if entry["status"] == DELETED:
                     continue  # deleted by the snapshot that wrote this manifest
                 target = _data_path(entry, content)
@@ -255,6 +266,8 @@ class ManifestSet:
             if hit:
                 self.manifests[index] = self._write_manifest(entries, content, manifest.record["partition_spec_id"],
                                                              snapshot, add=False)
+            elif self._small(manifest):
+                manifest.body = body  # read whole: a merge of it reads it from here
             self.manifests[index].hashes = path_hashes(live)
 
     def _merge_small(self, snapshot: NextSnapshot) -> None:

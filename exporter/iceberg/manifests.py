@@ -4,6 +4,7 @@ Avro files whose schemas carry the spec's field ids (readers resolve fields by i
 
 from __future__ import annotations
 
+import base64
 import functools
 import io
 import json
@@ -31,13 +32,17 @@ _LEVEL = 1
 # a table property: each manifest has its live entries' data paths, hashed (`manifest_set.path_hashes`), at
 # `names.path_hashes_key` (8 bytes a file): an append finds the manifests a path is in without reading them
 PATH_HASHES = "lakefs-delta.manifest-path-hashes"
-PATH_HASHES_AT = 64  # a manifest of fewer live entries keeps none beside it: one GET of it answers as well
+PATH_HASHES_AT = 64  # a manifest of fewer live entries keeps none beside it: its manifest list carries them
+# a manifest list's Avro metadata: the path hashes of its manifests that keep none beside them (`keeps_path_hashes`),
+# JSON of manifest path -> base64 of their 8-byte hashes: an append finds a path without reading those manifests
+LISTED_PATH_HASHES = "lakefs-delta.path-hashes"
 
 
 def keeps_path_hashes(record: dict) -> bool:
     """Whether a manifest (its manifest list record) of a `PATH_HASHES` table has its path hashes
-    beside it: one of at least `PATH_HASHES_AT` live entries. A smaller one is read instead (the
-    hashes would cost a PUT for each commit's manifest, a third of a cold table's writes)."""
+    beside it: one of at least `PATH_HASHES_AT` live entries. A smaller one's are in its manifest
+    list (`LISTED_PATH_HASHES`; an object beside it would cost a PUT for each commit's manifest, a
+    third of a cold table's writes), or, in a list written without them, it is read instead."""
     return record["added_files_count"] + record["existing_files_count"] >= PATH_HASHES_AT
 
 
@@ -256,7 +261,15 @@ def partition_summaries(partition_values: dict[str, list], partition_fields: lis
 
 
 def read_manifest_list(raw: bytes) -> list[dict]:
-    return list(fastavro.reader(io.BytesIO(raw)))
+    return read_manifest_list_hashes(raw)[0]
+
+
+def read_manifest_list_hashes(raw: bytes) -> tuple[list[dict], dict[str, bytes]]:
+    """A manifest list's records, and the path hashes it carries (`LISTED_PATH_HASHES`) by manifest
+    path (none in a list written without them)."""
+    reader = fastavro.reader(io.BytesIO(raw))
+    listed = json.loads(reader.metadata.get(LISTED_PATH_HASHES) or "{}")
+    return list(reader), {path: base64.b64decode(hashes) for path, hashes in listed.items()}
 
 
 def read_manifest(raw: bytes) -> Iterable[dict]:
@@ -275,9 +288,14 @@ def _renamed_partition(entry: dict, renamed: dict[str, str]) -> dict:
     return {**entry, "data_file": {**entry["data_file"], "partition": partition}}
 
 
-def write_manifest_list(records: list[dict], snapshot_id: int, parent_id: int | None, sequence_number: int) -> bytes:
+def write_manifest_list(records: list[dict], snapshot_id: int, parent_id: int | None, sequence_number: int,
+                        path_hashes: dict[str, bytes] | None = None) -> bytes:
+    """`path_hashes`: of the manifests that keep none beside them, by path (`LISTED_PATH_HASHES`)."""
     out = io.BytesIO()
     metadata = {"snapshot-id": str(snapshot_id), "parent-snapshot-id": "null" if parent_id is None else str(parent_id),
                 "sequence-number": str(sequence_number), "format-version": str(FORMAT_VERSION)}
+    if path_hashes:
+        metadata[LISTED_PATH_HASHES] = json.dumps({path: base64.b64encode(hashes).decode()
+                                                   for path, hashes in path_hashes.items()}, separators=(",", ":"))
     fastavro.writer(out, _PARSED_MANIFEST_FILE, records, codec=_CODEC, codec_compression_level=_LEVEL, metadata=metadata)
     return out.getvalue()

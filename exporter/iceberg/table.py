@@ -214,7 +214,8 @@ class _Builder:
         next_snapshot = NextSnapshot(snapshot_id, self.sequence_number, self.evolution)
         records = self.manifests.write(next_snapshot, adds, retired, batches)
         list_key = names.manifest_list(snapshot_id)
-        self.files.put(list_key, write_manifest_list(records, snapshot_id, parent, self.sequence_number))
+        self.files.put(list_key, write_manifest_list(records, snapshot_id, parent, self.sequence_number,
+                                                     self.manifests.listed_hashes()))
         list_uri = names.uri(self.files_location, list_key)
         change = next_snapshot.change
         self.totals.apply(change)

@@ -65,3 +65,43 @@ def test_a_derived_table_reads_every_version_and_writes_only_the_new_ones(tmp_pa
     assert others[0] == head_list and all(uri == head_list or uri.removesuffix(".paths") + ".avro" in current
                                           or uri in current for uri in others), others
 
+
+
+def test_an_append_finds_a_path_in_small_manifests_by_the_hashes_their_list_carries(tmp_path):
+    """A table of one-file commits has small manifests, which keep no path hashes beside them: their
+    manifest list carries them. A derived table's 1-file append reads none of those manifests; a
+    remove reads the one holding its file, and both readers read the rows left, as delta-rs does."""
+    import deltalake
+    import pyarrow as pa
+
+    from tests.unit.iceberg.readers import delta_rows
+
+    table = tmp_path / "source"
+    for part in range(5):  # versions 0-4, a file each
+        deltalake.write_deltalake(str(table), pa.table({"id": pa.array(range(part * 10, part * 10 + 10), pa.int64())}),
+                                  mode="append")
+    original = write_table(export_locally(table, tmp_path / "export-1"), LocalFiles(tmp_path / "files-1"), read_range,
+                           table=LocalFiles(tmp_path / "table-1"))
+    source_files = LocalFiles(tmp_path / "files-1").location
+    head_list = f"{source_files}metadata/snap-{original.snapshot_ids[4]}.avro"
+    deltalake.write_deltalake(str(table), pa.table({"id": pa.array([100], pa.int64())}), mode="append")  # version 5
+    files = LocalFiles(tmp_path / "files-2")
+
+    appended = derive_table(json.loads((tmp_path / "table-1" / original.metadata_key).read_text()),
+                            export_locally(table, tmp_path / "export-2"), files, LocalFiles(tmp_path / "table-2"),
+                            read_range)
+
+    assert [uri for uri in files.reads if uri.startswith(source_files)] == [head_list]
+    first = json.loads((table / "_delta_log" / f"{0:020d}.json").read_text().splitlines()[-1])["add"]
+    commit(table, 6, [{"remove": {"path": first["path"], "dataChange": True, "deletionTimestamp": 0,
+                                  "size": first["size"], "partitionValues": {}}}])
+    files = LocalFiles(tmp_path / "files-3")
+
+    removed = derive_table(json.loads((tmp_path / "table-2" / appended.metadata_key).read_text()),
+                           export_locally(table, tmp_path / "export-3"), files, LocalFiles(tmp_path / "table-3"),
+                           read_range)
+
+    manifests_read = [uri for uri in files.reads if uri.endswith(".avro") and "/snap-" not in uri]
+    assert len(manifests_read) == 1 and manifests_read[0].startswith(source_files), files.reads
+    assert pyiceberg_rows(removed.metadata_location) == duckdb_rows(removed.metadata_location) == delta_rows(table, 6)
+    assert len(delta_rows(table, 6)) == 41
