@@ -272,17 +272,19 @@ class ManifestSet:
 
     def _merge_small(self, snapshot: NextSnapshot) -> None:
         """Once `MERGE_AT` small manifests (each under a tenth of `manifest_entries` live files) of one
-        content and spec are the table's, their live entries go into one manifest (as `existing`,
-        with the snapshot and sequence numbers that added them), as Iceberg's own merging appends do:
-        a commit adds a manifest, so without this a table of N commits has N manifests that every
-        reader opens and every later commit looks a removed path up in. Manifests this snapshot wrote
-        are left as they are (their entries are its own adds and deletes)."""
+        content and spec, of sizes a merge takes together (`_tier`), are the table's, their live
+        entries go into one manifest (as `existing`, with the snapshot and sequence numbers that added
+        them), as Iceberg's own merging appends do: a commit adds a manifest, so without this a table
+        of N commits has N manifests that every reader opens and every later commit looks a removed
+        path up in. Manifests this snapshot wrote are left as they are (their entries are its own
+        adds and deletes)."""
         groups: dict[tuple[int, int], list[Manifest]] = {}
         for manifest in self.manifests:
             record = manifest.record
             if record["added_snapshot_id"] != snapshot.snapshot_id and self._small(manifest):
                 groups.setdefault((record["content"], record["partition_spec_id"]), []).append(manifest)
-        for (content, spec_id), small in groups.items():
+        for (content, spec_id), group in groups.items():
+            small = _tier(group)
             if len(small) < MERGE_AT:
                 continue
             with io_pool(IO_THREADS) as pool:
@@ -376,6 +378,20 @@ def _any_shared(a: np.ndarray, b: np.ndarray) -> bool:
         return False
     at = np.minimum(np.searchsorted(large, small), len(large) - 1)
     return bool((large[at] == small).any())
+
+
+def _tier(manifests: list[Manifest]) -> list[Manifest]:
+    """The manifests a merge takes: the smallest, up to the first larger than all before it together.
+    A merge rewrites manifests of about the size it makes, never a large one to take in a few small
+    ones: merged manifests double, and a file is rewritten about log2(its table's commits) times (a
+    1,000-file checkpoint's manifest was rewritten every 8 commits, 0.3 s of a 0.5 s Iceberg step)."""
+    chosen, total = [], 0
+    for manifest in sorted(manifests, key=lambda m: m.live):
+        if chosen and manifest.live > total:
+            break
+        chosen.append(manifest)
+        total += manifest.live
+    return chosen
 
 
 def _data_path(entry: dict, content: int) -> str:

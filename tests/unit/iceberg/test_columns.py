@@ -171,3 +171,21 @@ def test_the_column_varints_are_avros_longs_of_every_length():
     assert _varints(np.array(values, np.int64)).to_pylist() == [avro_long(v) for v in values]
     assert {len(avro_long(v)) for v in values} == set(range(1, 11))
     assert _varints(np.array([], np.int64)).to_pylist() == []
+
+
+def test_a_merge_takes_manifests_of_about_its_size_never_a_large_one_for_a_few_small():
+    """`_tier`: the smallest manifests up to the first larger than all before it together. A table's
+    checkpoint manifest of 1,000 files is left out of a merge of eight 1-file ones; merged ones of
+    about the same size are taken together, so merged manifests double."""
+    def manifests(*sizes):
+        return [manifest_set.Manifest(f"s3://b/m{i}.avro", {"added_files_count": size, "existing_files_count": 0},
+                                      None) for i, size in enumerate(sizes)]
+
+    def tier(*sizes):
+        return sorted(m.live for m in manifest_set._tier(manifests(*sizes)))
+
+    assert tier(1000, *[1] * 8) == [1] * 8
+    assert tier(8, *[1] * 8) == [1] * 8 + [8]
+    assert tier(16, 8, *[1] * 8) == [1] * 8 + [8, 16]
+    assert tier(32, *[1] * 8) == [1] * 8
+    assert tier(5) == [5]
