@@ -211,11 +211,13 @@ def _diff(repository: str, left: str, right: str, table_path: str) -> dict:
             "rows": diff["row_count"]["right"], "peak_rss_mib": peak_rss_mib()}
 
 
-def _gate(repository: str, source: str, destination: str) -> dict:
+def _gate(repository: str, source: str, destination: str, cache: str = "") -> dict:
     """The merge gate (`check_change`) of merging `source` into `destination`, cold: its time, lakeFS
-    calls, object requests and bytes read."""
+    calls, object requests and bytes read; with `cache` ("diffs"), reading the diff cache first as
+    the service does (`_precompute` filled it as the workers do), else with no cache."""
     from exporter.checks.gate import check_change
     from exporter.config import load_config
+    from exporter.diff.table import DiffCache
     from exporter.lakefs.client import LakeFS
     from exporter.lakefs.lake import Lake, ObjectStores
 
@@ -223,13 +225,33 @@ def _gate(repository: str, source: str, destination: str) -> dict:
     lakefs = LakeFS(config.lakefs)
     lake = Lake(config, lakefs, ObjectStores(config))
     lake.store(repository)  # the worker's client, made once
+    diffs = DiffCache(config.redis, config.api.diff_cache_ttl_seconds) if cache == "diffs" else None
     with _jvm_peaks() as driver_peaks, _object_store_requests() as requests:
         started = time.perf_counter()
-        report = check_change(lake, repository, source, destination)
+        report = check_change(lake, repository, source, destination, diffs=diffs)
         seconds = time.perf_counter() - started
     return {"seconds": seconds, "lakefs_calls": lakefs.calls, "requests": requests, "tables": report.tables,
             "findings": [f.as_dict() for f in report.findings], "peak_rss_mib": peak_rss_mib(),
             "driver_peak_mib": max(driver_peaks, default=None)}
+
+
+def _precompute(repository: str, ref: str, table_path: str) -> dict:
+    """What a worker does after exporting a commit (`workers.answers.precompute_diff`): the table's
+    diff of the commit `ref` names against its first parent, computed and cached."""
+    from exporter.config import load_config
+    from exporter.diff.table import DiffCache, cached_diff
+    from exporter.lakefs.client import LakeFS, commit_id_of
+    from exporter.lakefs.lake import Lake, ObjectStores
+
+    config = load_config()
+    lakefs = LakeFS(config.lakefs)
+    commit_id = commit_id_of(lakefs, repository, ref)
+    parents = lakefs.commit(repository, commit_id).parents
+    started = time.perf_counter()
+    _, cached = cached_diff(Lake(config, lakefs, ObjectStores(config)),
+                            DiffCache(config.redis, config.api.diff_cache_ttl_seconds), repository,
+                            parents[0] if parents else None, commit_id, table_path)
+    return {"seconds": time.perf_counter() - started, "cached_before": cached, "peak_rss_mib": peak_rss_mib()}
 
 
 def _rowdiff(repository: str, left: str, right: str, table_path: str, key: str = "") -> dict:
@@ -660,7 +682,7 @@ def _profiler(profile: str | None):
 
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
-    print(json.dumps({"export": _export, "iceberg": _iceberg, "rewrite": _rewrite, "stream": _stream, "diff": _diff, "gate": _gate, "keyscan": _keyscan,
+    print(json.dumps({"export": _export, "iceberg": _iceberg, "rewrite": _rewrite, "stream": _stream, "diff": _diff, "gate": _gate, "precompute": _precompute, "keyscan": _keyscan,
                       "append": _append, "republish": _republish, "rowdiff": _rowdiff, "exceptall": _exceptall,
                       "presign": _presign, "livefiles": _livefiles,
                       "sharing-table": _sharing_table, "sharing-lines": _sharing_lines,

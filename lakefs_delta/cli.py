@@ -203,10 +203,12 @@ def _check(args: argparse.Namespace) -> int:
     exit 0 when every rule passes, 1 when one fails."""
     from exporter.checks.gate import check_change
     from exporter.config import load_config
+    from exporter.diff.table import DiffCache
     from exporter.lakefs.lake import Lake
 
     config = load_config(args.config)
-    report = check_change(Lake.connect(config), args.repo, args.source, args.into)
+    report = check_change(Lake.connect(config), args.repo, args.source, args.into,
+                          diffs=DiffCache(config.redis, config.api.diff_cache_ttl_seconds))
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.text(config.public_url), end="")
     return 0 if report.passed else 1
 

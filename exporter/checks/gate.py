@@ -2,25 +2,32 @@
 
 The destination's head is compared with the source's commit (a merge), or a branch's head with its
 staged state (a commit), through the history diff (`exporter.diff.table`): schema, protocol and
-row counts come from the logs and their statistics, no data file is read. Key and column rules read
-the changed rows (`exporter.checks.rows`).
+row counts come from the logs and their statistics, no data file is read. A merge's diff is the
+cached one when there is one: the workers cache each exported commit's diff against its parent,
+which is a merge's whole change when the source is one commit on the destination's head; a diff
+computed here is cached for the diff page. Key and column rules read the changed rows
+(`exporter.checks.rows`).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlencode
+
+import redis
 
 from exporter.checks.readers import unreadable
 from exporter.checks.rows import row_findings
 from exporter.checks.rules import TableChecks, parse_checks
-from exporter.diff.table import compute_diff
+from exporter.diff.table import DiffCache, compute_diff
 from exporter.errors import DescriptorError
 from exporter.lakefs.client import PAGE_SIZE, commit_id_of
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, discover_tables
 from exporter.lakefs.lake import Lake
 
+log = logging.getLogger("lakefs_delta.checks")
 # widening a reader of the old type reads the new one as (Delta's type widening, PROTOCOL.md#type-widening)
 WIDENINGS = {("byte", "short"), ("byte", "integer"), ("byte", "long"), ("short", "integer"), ("short", "long"),
              ("integer", "long"), ("float", "double"), ("byte", "double"), ("short", "double"), ("integer", "double"),
@@ -78,11 +85,12 @@ class Report:
                 "findings": [f.as_dict() for f in self.findings]}
 
 
-def check_change(lake: Lake, repository: str, source: str, destination: str, staged: bool = False) -> Report:
+def check_change(lake: Lake, repository: str, source: str, destination: str, staged: bool = False,
+                 diffs: DiffCache | None = None) -> Report:
     """Every table the source declares checks for and whose files differ from the destination's,
     against its rules. A merge: `source` and `destination` are refs, each pinned to its commit. A
     commit (`staged`): `source` is the branch as staged (read as it is, uncommitted objects too) and
-    `destination` the branch, pinned to its head."""
+    `destination` the branch, pinned to its head. `diffs`: the history diffs' cache (`_table_diff`)."""
     lakefs = lake.lakefs
     destination_commit = commit_id_of(lakefs, repository, destination)
     source_commit = source if staged else commit_id_of(lakefs, repository, source)
@@ -109,13 +117,33 @@ def check_change(lake: Lake, repository: str, source: str, destination: str, sta
             continue
         report.tables.append(table.name)
         report.table_paths[table.name] = table.path
-        diff = compute_diff(lake, repository, destination_commit, source_commit, table.path)
+        diff = _table_diff(lake, None if staged else diffs, repository, destination_commit, source_commit, table.path)
         findings = table_findings(table.name, checks, diff)
         if checks.reads_files:
             findings += [Finding(table.name, found.rule, found.found) for found in
                          row_findings(lake, repository, destination_commit, source_commit, table.path, checks)]
         report.findings += [replace(f, path=table.path) for f in findings]
     return report
+
+
+def _table_diff(lake: Lake, diffs: DiffCache | None, repository: str, left: str, right: str, table_path: str) -> dict:
+    """The table's history diff of `left` and `right`: from `diffs` when cached, else computed (and
+    cached). A staged change has no cache (`diffs` None: not a commit); Redis unreachable, the diff
+    is computed as without one (the gate needs Redis for nothing else)."""
+    try:
+        found = diffs.get(repository, left, right, table_path) if diffs is not None else None
+    except redis.RedisError as error:
+        log.warning("diff cache unreachable, computing the diff: %s", error)
+        diffs, found = None, None
+    if found is not None:
+        return found
+    diff = compute_diff(lake, repository, left, right, table_path)
+    try:
+        if diffs is not None:
+            diffs.put(diff, repository, left, right, table_path)
+    except redis.RedisError as error:
+        log.warning("diff not cached: %s", error)
+    return diff
 
 
 def table_findings(name: str, checks: TableChecks, diff: dict) -> list[Finding]:

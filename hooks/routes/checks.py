@@ -71,7 +71,7 @@ async def _checked(services, repository: str, source: str, destination: str, sta
     try:
         with anyio.fail_after(seconds):
             return await anyio.to_thread.run_sync(check_change, services.lake, repository, source, destination, staged,
-                                                  abandon_on_cancel=True)
+                                                  services.diffs, abandon_on_cancel=True)
     except TimeoutError:
         raise ServiceUnavailable(f"the check did not finish within checks.timeout_seconds ({seconds:g} s)") from None
 

@@ -44,6 +44,7 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "row diff, 1,000 rows changed: Spark job, standalone cluster",
                  "row diff, 1,000 rows changed: alternative, Spark reads both versions whole",
                  "merge gate, a 10-file change to a table of 100 files",
+                 "merge gate, a 10-file change to a table of 100 files, its diff cached by the workers",
                  "PyIceberg reads a 100-file table whole through the catalog, no bucket keys",
                  "merge gate, key rule over 1,000 appended rows on a 1,000-row table, in the worker",
                  "merge gate, key rule over 1,000 appended rows on a 1,000-row table, as the Spark job",

@@ -120,3 +120,30 @@ def test_the_report_says_what_blocked_and_links_the_diff():
         "- events: schema: column `amount` removed (double)",
         f"diff: https://delta.example.com/diff?repository=repo&left={'a' * 64}&right={'b' * 64}"]
     assert Report("repo", "feature", "main", "b", "a", tables=["events"]).passed
+
+
+def test_a_merges_diff_comes_from_the_cache_a_staged_ones_never_and_redis_down_computes_it(redis_url, monkeypatch):
+    """`_table_diff`: the diff the workers cached for (destination, source) is the gate's, with no
+    log read; a miss is computed once and cached (for the diff page, the next check); a staged change
+    is not a commit (no cache); Redis unreachable, the diff is computed as without a cache."""
+    from exporter.checks import gate
+    from exporter.diff.table import DiffCache
+
+    computed = []
+
+    def compute(lake, repository, left, right, table_path):
+        computed.append((left, right))
+        return {"row_count": {"left": 10, "right": 40}, "from": "computed"}
+
+    monkeypatch.setattr(gate, "compute_diff", compute)
+    diffs = DiffCache(redis_url, 60)
+    diffs.put({"row_count": {"left": 10, "right": 11}, "from": "cache"}, "repo", "m" * 64, "c" * 64, "tables/events")
+
+    assert gate._table_diff(None, diffs, "repo", "m" * 64, "c" * 64, "tables/events")["from"] == "cache"
+    assert computed == []
+    assert gate._table_diff(None, diffs, "repo", "m" * 64, "d" * 64, "tables/events")["from"] == "computed"
+    assert diffs.get("repo", "m" * 64, "d" * 64, "tables/events")["from"] == "computed"
+    assert gate._table_diff(None, None, "repo", "m" * 64, "c" * 64, "tables/events")["from"] == "computed"
+    down = DiffCache("redis://127.0.0.1:1/0", 60)
+    assert gate._table_diff(None, down, "repo", "m" * 64, "c" * 64, "tables/events")["from"] == "computed"
+    assert computed == [("m" * 64, "d" * 64), ("m" * 64, "c" * 64), ("m" * 64, "c" * 64)]

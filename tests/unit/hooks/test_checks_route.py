@@ -27,7 +27,7 @@ def answer(monkeypatch, check, event=EVENT, **settings):
     app = FastAPI()
     errors.install(app)
     app.include_router(checks.router)
-    app.state.services = SimpleNamespace(lake=None, config=Config(webhook_tokens=(SecretStr("t"),),
+    app.state.services = SimpleNamespace(lake=None, diffs=None, config=Config(webhook_tokens=(SecretStr("t"),),
                                                                     checks=ChecksConfig(**settings)))
     return call(app, "POST", "/webhooks/lakefs/checks", json=event, headers={"X-Webhook-Token": "t"})
 
@@ -60,7 +60,7 @@ def test_lakefs_unreachable_blocks_with_the_reason(monkeypatch):
 def test_a_report_is_answered_412_when_a_rule_failed_and_a_commit_is_checked_staged(monkeypatch):
     asked = []
 
-    def report(lake, repository, source, destination, staged):
+    def report(lake, repository, source, destination, staged, diffs):
         asked.append((repository, source, destination, staged))
         return Report(repository, source, destination, source, "m", tables=["events"],
                       findings=[Finding("events", "schema", "column `amount` removed (double)")] if not staged else [])
