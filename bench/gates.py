@@ -95,5 +95,7 @@ def bench_key_rule(rows: int) -> list[dict]:
 def _requests(requests: dict) -> str:
     requests = dict(requests)
     read = requests.pop("bytes read", 0)
+    if not requests:
+        return "no object read"
     return (f"{read / 2**20:,.1f} MiB read in {sum(requests.values())} object requests: "
             + ", ".join(f"{n} {op}" for op, n in sorted(requests.items())))
