@@ -3,9 +3,10 @@
 Added files go into new manifests of at most `manifest_entries` files (a checkpoint's streamed a
 slice at a time, column by column); a retired path marks its entry deleted in the one manifest that
 holds it, found by 8-byte hashes of each manifest's live paths (kept beside a large manifest, carried
-by the manifest list for the small ones), so no other manifest is read or rewritten. Small manifests (one commit's adds) are merged once there are `MERGE_AT` of
-them, so the manifests a table has stay bounded however many commits it has. Deletion vectors
-become position delete files, the only data objects written.
+by the manifest list for the small ones), so no other manifest is read or rewritten. Small manifests
+(one commit's adds) are merged once there are `MERGE_AT` of them, so the manifests a table has stay
+bounded however many commits it has. Deletion vectors become position delete files, the only data
+objects written.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Manifest:
     uri: str  # where it is: this table's new files' location, or an older table's
     record: dict  # its manifest list record
     hashes: np.ndarray | None  # the data paths of its live entries, hashed (`path_hashes`); None: not read yet
-    body: bytes | None = None  # its bytes, kept while it is small and this writer wrote or read it (`_merge_small` reads them)
+    body: bytes | None = None  # its bytes, kept while it is small and written or read here (`_merge_small` reads them)
 
     @property
     def live(self) -> int:
