@@ -16,9 +16,14 @@ mkdir -p tests/artifacts
 
 # The tests' JVMs (Spark sessions, row diff jobs, the standalone cluster) are short-lived: compiled
 # by the client compiler alone, with the serial collector, a small Spark job took 55 s of CPU where
-# it took 85 s (the suite is CPU-bound on two cores). Only the tests run so: a deployment's row
-# diff jobs keep the JVM's defaults.
-export JAVA_TOOL_OPTIONS="${JAVA_TOOL_OPTIONS:+$JAVA_TOOL_OPTIONS }-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# it took 85 s (the suite is CPU-bound on two cores). The client compiler alone gets a 48 MiB code
+# cache by default: a test process's Spark session fills it, and the JVM then spends its time
+# flushing compiled code and compiling it again (the code cache sweeper thread took 91 s of a
+# session's 595 s of CPU); with 256 MiB two modules' session JVM took 197 s of CPU where it took
+# 269 s. Spark's own settings for the tests: tests/spark-conf. Only the tests run so: a
+# deployment's row diff jobs keep the JVM's and Spark's defaults.
+export JAVA_TOOL_OPTIONS="${JAVA_TOOL_OPTIONS:+$JAVA_TOOL_OPTIONS }-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
+export SPARK_CONF_DIR="$PWD/tests/spark-conf"
 processes=${LAKEFS_DELTA_TEST_PROCESSES:-2}
 stacks_down() {
   for ((n = 1; n < processes; n++)); do
