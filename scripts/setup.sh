@@ -48,6 +48,12 @@ if [[ ! -e $stamp ]]; then
 fi
 done_with "Python dependencies"
 
+# Delta's and S3A's jars, resolved by Ivy once into ~/.cache/lakefs-delta-exporter/ivy and recorded
+# there: every Spark JVM of the stack (sessions, row diff jobs) starts with the jars, not the packages
+say "resolving the Spark jars (first time only: a download)"
+.venv/bin/python -m devtools.spark >&2 || { say "ERROR: resolving the Spark jars failed (above)"; exit 1; }
+done_with "Spark jars"
+
 say "waiting for the lakeFS, ACL server and MinIO builds (first time only: several minutes)"
 wait "$builds" || { say "ERROR: building lakeFS or MinIO failed (see the [stack] lines above)"; exit 1; }
 done_with "Go builds, after the rest"

@@ -217,7 +217,10 @@ def test_a_diff_above_the_in_process_limit_runs_as_a_spark_job_with_the_same_ans
                                             RowDiffQuery(repository, left, right, "tables/transactions",
                                                                          ("txn_id",))))
     progress: list[dict] = []
-    limited = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"max_bytes": 0})})  # all above it
+    # all above it; this job resolves `row_diff.spark.packages` with Ivy (the stack's other jobs are
+    # given the jars themselves, `row_diff.spark.jars`)
+    limited = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={
+        "max_bytes": 0, "spark": config.row_diff.spark.model_copy(update={"jars": ""})})})
 
     job = compute_row_diff(lake_of(limited, lakefs), RowDiffQuery(repository, left, right, "tables/transactions",
                                                          ("txn_id",)), progress=progress.append)

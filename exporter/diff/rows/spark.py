@@ -54,6 +54,7 @@ def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str |
                    "LAKEFS_DELTA_JOB_S3_ACCESS_KEY_ID": config.object_store.access_key_id,
                    "LAKEFS_DELTA_JOB_S3_SECRET_ACCESS_KEY": config.object_store.secret_access_key.get_secret_value(),
                    "LAKEFS_DELTA_JOB_MASTER": spark.master, "LAKEFS_DELTA_JOB_PACKAGES": spark.packages,
+                   "LAKEFS_DELTA_JOB_JARS": spark.jars,
                    "LAKEFS_DELTA_JOB_IVY_DIR": spark.ivy_dir, "LAKEFS_DELTA_JOB_DRIVER_MEMORY": spark.driver_memory,
                    "LAKEFS_DELTA_JOB_PARTITION_BYTES": spark.partition_bytes}
     with tempfile.TemporaryDirectory(prefix="lakefs-delta-rowdiff-") as folder:
@@ -123,10 +124,13 @@ def _session():
     builder = (SparkSession.builder.master(env["LAKEFS_DELTA_JOB_MASTER"]).appName("lakefs-delta-row-diff")
                .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "8")
                .config("spark.sql.adaptive.advisoryPartitionSizeInBytes", env["LAKEFS_DELTA_JOB_PARTITION_BYTES"])
-               .config("spark.driver.memory", env["LAKEFS_DELTA_JOB_DRIVER_MEMORY"])
-               .config("spark.jars.packages", env["LAKEFS_DELTA_JOB_PACKAGES"]))
-    if env.get("LAKEFS_DELTA_JOB_IVY_DIR"):
-        builder = builder.config("spark.jars.ivy", env["LAKEFS_DELTA_JOB_IVY_DIR"])
+               .config("spark.driver.memory", env["LAKEFS_DELTA_JOB_DRIVER_MEMORY"]))
+    if env.get("LAKEFS_DELTA_JOB_JARS"):  # `row_diff.spark.jars`: the jars themselves, nothing to resolve
+        builder = builder.config("spark.jars", env["LAKEFS_DELTA_JOB_JARS"])
+    else:
+        builder = builder.config("spark.jars.packages", env["LAKEFS_DELTA_JOB_PACKAGES"])
+        if env.get("LAKEFS_DELTA_JOB_IVY_DIR"):
+            builder = builder.config("spark.jars.ivy", env["LAKEFS_DELTA_JOB_IVY_DIR"])
     hadoop = {"fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem", "fs.s3a.path.style.access": "true",
               "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
               "fs.s3a.endpoint.region": env["LAKEFS_DELTA_JOB_S3_REGION"],
