@@ -80,7 +80,6 @@ def pytest_runtest_protocol(item, nextitem):
                               **{kind: round(after[kind] - before[kind], 2) for kind in KINDS}}) + "\n")
 
 
-
 def summary(lines: list[dict]) -> str:
     """CPU and wall seconds by module, most CPU first."""
     modules: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)

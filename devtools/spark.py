@@ -29,8 +29,6 @@ EXCLUDED_PACKAGES = ",".join([
     "org.xerial.snappy:snappy-java", "com.github.luben:zstd-jni",
 ])
 IVY_DIR = Path(os.environ.get("LAKEFS_DELTA_IVY_DIR", Path.home() / ".cache" / "lakefs-delta-exporter" / "ivy"))
-# What a row diff's Spark job needs beside Spark (S3A): `row_diff.spark.packages`' default
-JOB_PACKAGES = HADOOP_AWS_PACKAGE
 
 
 def resolved_jars(packages: str, excludes: str = "") -> str:
@@ -69,6 +67,13 @@ def resolved_jars(packages: str, excludes: str = "") -> str:
 def session_jars() -> str:
     """Delta and S3A for this project's sessions, as local jars (`resolved_jars`)."""
     return resolved_jars(f"{DELTA_PACKAGE},{HADOOP_AWS_PACKAGE}", EXCLUDED_PACKAGES)
+
+
+def job_jars() -> str:
+    """The row diff job's default `row_diff.spark.packages` (S3A), as local jars (`resolved_jars`)."""
+    from exporter.config.sections import RowDiffSparkConfig
+
+    return resolved_jars(RowDiffSparkConfig.model_fields["packages"].default)
 
 
 @dataclass(frozen=True)
@@ -164,4 +169,4 @@ def iceberg_spark_python() -> Path:
 
 if __name__ == "__main__":  # set-up: the jars every Spark JVM of the stack starts with, resolved once
     print(f"session: {len(session_jars().split(','))} jars, row diff job: "
-          f"{len(resolved_jars(JOB_PACKAGES).split(','))} jars, in {IVY_DIR}")
+          f"{len(job_jars().split(','))} jars, in {IVY_DIR}")

@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from devtools.spark import IVY_DIR, JOB_PACKAGES, resolved_jars
+from devtools.spark import IVY_DIR, job_jars
 
 LAKEFS_VERSION = "v1.86.0"  # newest release the Go module proxy serves
 # lakeFS's go.mod replaces delta-go; `go install` refuses that, so the build carries the same replace.
@@ -87,7 +87,7 @@ class StackState:
             # a row diff above row_diff.max_bytes runs as a local Spark job, with the jars the stack caches
             "LAKEFS_DELTA_ROW_DIFF_SPARK_MASTER": "local[2]",
             "LAKEFS_DELTA_ROW_DIFF_SPARK_IVY_DIR": str(IVY_DIR),
-            "LAKEFS_DELTA_ROW_DIFF_SPARK_JARS": resolved_jars(JOB_PACKAGES),  # no Ivy resolution per job
+            "LAKEFS_DELTA_ROW_DIFF_SPARK_JARS": job_jars(),  # no Ivy resolution per job
         }
 
 

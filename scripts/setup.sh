@@ -35,8 +35,8 @@ fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [[ ! -e $stamp ]]; then
   say "installing Python dependencies (uv; its cache: ~/.cache/uv; its output: .venv/pip.log)"
-  # uv installs from PyPI as pip would, in a third of pip's time (a fresh .venv: 29 s where pip took
-  # 96 s, most of CI's set-up); its build notes go to the log, not the screen; on a failure its end
+  # uv installs from PyPI as pip would, in about a third of pip's time (a fresh .venv: 34-36 s where pip
+  # took 96-98 s, most of CI's set-up); its build notes go to the log, not the screen; on a failure its end
   # is shown
   if ! { .venv/bin/pip install -q uv && UV_LINK_MODE=${UV_LINK_MODE:-hardlink} \
            .venv/bin/uv pip install --python .venv/bin/python -e ".[spark,test,bench]"; } >.venv/pip.log 2>&1; then
