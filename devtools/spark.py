@@ -92,9 +92,12 @@ def spark_session(gateway: S3Endpoint | None, buckets: dict[str, S3Endpoint] | N
     """
     from pyspark.sql import SparkSession
 
+    from exporter.diff.rows.spark import jar_settings
+
+    master = "local[2]"
     builder = (
-        SparkSession.builder.master("local[2]").appName(app_name)
-        .config("spark.jars", session_jars())  # Delta, S3A: resolved once, not at each start
+        SparkSession.builder.master(master).appName(app_name)
+        .config(map=jar_settings(master, session_jars()))  # Delta, S3A: resolved once, on the class path
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.memory", "2g")  # local mode runs the tasks in the driver (default 1g)

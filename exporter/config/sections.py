@@ -126,7 +126,8 @@ class RowDiffSparkConfig(_Section):
     ivy_dir: str = ""  # where Spark caches those packages (empty: Spark's default)
     # The jars themselves, as Spark's `spark.jars` (comma-separated local paths or URLs): when set,
     # `packages` is not resolved: no Maven access from the worker's host, and no Ivy resolution at
-    # each job's start (about 1.8 s of CPU of an 8.2 s start here)
+    # each job's start (about 1.8 s of CPU of an 8.2 s start here). With a `local` master, local jars
+    # go on the driver's class path instead (`exporter.diff.rows.spark.jar_settings`)
     jars: str = ""
     # The job's own time budget: past it the job is stopped and the diff fails for good with the
     # reason (never started again from nothing). The `compute_row_diff` task's time limit

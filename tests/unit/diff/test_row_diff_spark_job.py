@@ -103,3 +103,15 @@ def test_the_jobs_partitions_follow_the_rows_it_reads():
     partition of the answer at a time: 6M rows read, 120), at most 2,000; 200 when not counted."""
     assert [rows_spark.shuffle_partitions(rows) for rows in (1000, 400_000, 6_000_000, 10**9, None)] == \
         [8, 8, 120, 2000, 200]
+
+
+@pytest.mark.parametrize("master", ["local", "local[2]", "local[*]"])
+def test_local_jars_go_on_the_drivers_class_path_in_local_mode(master):
+    assert rows_spark.jar_settings(master, "/ivy/a.jar,/ivy/b.jar") == {"spark.driver.extraClassPath": "/ivy/a.jar:/ivy/b.jar"}
+
+
+@pytest.mark.parametrize("master, jars", [("spark://127.0.0.1:7077", "/ivy/a.jar,/ivy/b.jar"),
+                                          ("yarn", "/ivy/a.jar"),
+                                          ("local[2]", "/ivy/a.jar,https://repo.example/b.jar")])
+def test_jars_for_a_cluster_or_given_as_urls_stay_spark_jars(master, jars):
+    assert rows_spark.jar_settings(master, jars) == {"spark.jars": jars}
