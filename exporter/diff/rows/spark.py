@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,10 +62,11 @@ def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str |
         plan_file, summary_file, rows_file = (Path(folder) / name for name in ("plan.json", "summary.json", "rows.parquet"))
         plan_file.write_text(json.dumps(plan))
         for attempt in range(1, spark.attempts + 1):
-            returncode, tail = _run_once(spark.time_limit_seconds, environment, (plan_file, summary_file, rows_file),
-                                         progress, attempt)
+            returncode, errors = _run_once(spark.time_limit_seconds, environment, (plan_file, summary_file, rows_file),
+                                           progress, attempt)
             if returncode == 0:
                 break
+            tail = failure(errors)
             died = returncode < 0 or any(sign in tail for sign in _JVM_DIED)
             if not died:
                 raise SparkJobFailed(f"the row diff's Spark job exited with {returncode}: {tail[-1500:]}")
@@ -77,15 +79,29 @@ def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str |
         return json.loads(summary_file.read_text())
 
 
+def failure(errors: list[str]) -> str:
+    """What a failed job said: the exception of its Python traceback (with a Java exception's first
+    lines under it), else its last lines. The traceback comes first: once Python exits, the JVM's
+    shutdown hooks print their own stack traces after it (an NPE in ShuffleBlockPusher stopping
+    Spark), which would bury it."""
+    starts = [n for n, line in enumerate(errors) if line.startswith("Traceback (most recent call last)")]
+    if starts:
+        block = errors[starts[-1] + 1:]
+        raised = next((n for n, line in enumerate(block) if line.strip() and not line.startswith((" ", "\t"))), None)
+        if raised is not None:
+            return "".join(block[raised:raised + 12]).strip()
+    return "".join(errors[-15:]).strip()
+
+
 def _run_once(seconds: int, environment: dict, files: tuple[Path, Path, Path],
-              progress: Callable[[dict], None] | None, attempt: int) -> tuple[int, str]:
-    """One run of the job: its exit code (negative: killed by a signal) and its last lines; past
-    `seconds` it is stopped and SparkJobTimedOut raised (never run again)."""
+              progress: Callable[[dict], None] | None, attempt: int) -> tuple[int, list[str]]:
+    """One run of the job: its exit code (negative: killed by a signal) and its last lines of stderr
+    (`failure` reads them); past `seconds` it is stopped and SparkJobTimedOut raised (never run again)."""
     job = subprocess.Popen([sys.executable, "-m", "exporter.diff.rows.spark", *map(str, files)], env=environment,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     timed_out = threading.Event()
     timer = threading.Timer(seconds, lambda: (timed_out.set(), job.kill()))  # its own budget
-    errors: list[str] = []
+    errors: deque[str] = deque(maxlen=2000)  # Spark's warnings too: bounded
     reader = threading.Thread(target=lambda: errors.extend(job.stderr), daemon=True)
     try:
         timer.start()
@@ -105,7 +121,7 @@ def _run_once(seconds: int, environment: dict, files: tuple[Path, Path, Path],
     if timed_out.is_set():
         raise SparkJobTimedOut(f"the row diff's Spark job ran past its time budget ({seconds} s: "
                                "row_diff.spark.time_limit_seconds) and was stopped")
-    return job.returncode, "".join(errors[-15:]).strip()
+    return job.returncode, list(errors)
 
 
 # ---------------------------------------------------------------- the job (its own process)

@@ -115,3 +115,26 @@ def test_local_jars_go_on_the_drivers_class_path_in_local_mode(master):
                                           ("local[2]", "/ivy/a.jar,https://repo.example/b.jar")])
 def test_jars_for_a_cluster_or_given_as_urls_stay_spark_jars(master, jars):
     assert rows_spark.jar_settings(master, jars) == {"spark.jars": jars}
+
+
+def test_a_failed_jobs_reason_is_its_python_exception_not_the_jvms_shutdown_traces_after_it():
+    """CI, 2026-12-02: a job exited with 1 and the message held only the last 15 lines, Spark's
+    shutdown hook's NullPointerException (printed once Python had exited), not why it failed."""
+    errors = ["26/12/02 04:30:01 WARN NativeCodeLoader: Unable to load native-hadoop library\n",
+              "Traceback (most recent call last):\n", '  File "<frozen runpy>", line 198, in _run_module_as_main\n',
+              '  File "/x/exporter/diff/rows/spark.py", line 230, in _job\n', "    rows = spark.read.parquet(path)\n",
+              "           ^^^^^^^^^^^^^^^^^^^^^^^^\n",
+              "py4j.protocol.Py4JJavaError: An error occurred while calling o52.parquet.\n",
+              ": java.io.FileNotFoundException: No such file or directory: s3a://bucket/a.parquet\n",
+              "\tat org.apache.hadoop.fs.s3a.S3AFileSystem.s3GetFileStatus(S3AFileSystem.java:3866)\n",
+              *["\tat org.apache.spark.util.SparkShutdownHookManager.runAll(ShutdownHookManager.scala:205)\n"] * 20,
+              'Caused by: java.lang.NullPointerException: Cannot invoke "org.apache.spark.SparkEnv.conf()"\n']
+    reason = rows_spark.failure(errors)
+    assert reason.startswith("py4j.protocol.Py4JJavaError: An error occurred while calling o52.parquet.")
+    assert "FileNotFoundException: No such file or directory: s3a://bucket/a.parquet" in reason
+    assert "SparkEnv" not in reason
+
+
+def test_a_failed_job_without_a_traceback_is_told_by_its_last_lines():
+    errors = [f"line {n}\n" for n in range(40)]
+    assert rows_spark.failure(errors) == "".join(errors[-15:]).strip()
