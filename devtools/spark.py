@@ -69,13 +69,6 @@ def session_jars() -> str:
     return resolved_jars(f"{DELTA_PACKAGE},{HADOOP_AWS_PACKAGE}", EXCLUDED_PACKAGES)
 
 
-def job_jars() -> str:
-    """The row diff job's default `row_diff.spark.packages` (S3A), as local jars (`resolved_jars`)."""
-    from exporter.config.sections import RowDiffSparkConfig
-
-    return resolved_jars(RowDiffSparkConfig.model_fields["packages"].default)
-
-
 @dataclass(frozen=True)
 class S3Endpoint:
     endpoint: str
@@ -170,6 +163,82 @@ def iceberg_spark_python() -> Path:
     return python
 
 
+# A class data sharing archive (JDK's AppCDS) of the classes a session loads: a JVM started with it
+# maps them instead of reading, parsing and verifying them from 300 jars. A session with Delta that
+# writes and reads 1,000 rows took 13.7-13.8 s of JVM CPU with it, 18.5-20.5 s without (2 runs each,
+# interleaved). A JVM maps it only when its class path starts as the archive's did (the sessions'
+# and, in the stack, the row diff jobs' too: `devtools.stack` gives them the sessions' jars) and its
+# JVM options match; any other JVM (the cluster's, the Iceberg readers') goes on without it, silently.
+# No directory on the class path may hold files: hence the tests' Spark settings are Java system
+# properties (scripts/test.sh), not a SPARK_CONF_DIR.
+ARCHIVE_DIR = IVY_DIR.parent / "class-archives"
+ARCHIVE_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a JVM that cannot map it says nothing
+
+
+def class_archive(java_options: str) -> Path:
+    """The archive for sessions started with `java_options` (JAVA_TOOL_OPTIONS, without the archive's
+    own): made once by a session that loads what the tests' sessions load (`_load_classes`), kept
+    beside the jars under a name from everything a JVM checks before mapping it."""
+    import pyspark
+
+    jars = session_jars()
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    spark_jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    key = hashlib.sha256("|".join([java, jars, pyspark.__version__, *spark_jars, java_options]).encode()).hexdigest()[:16]
+    archive = ARCHIVE_DIR / f"session-{key}.jsa"
+    if archive.exists():
+        return archive
+    ARCHIVE_DIR.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_suffix(f".{os.getpid()}.partial")
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": f"{java_options} -XX:ArchiveClassesAtExit={partial} {ARCHIVE_QUIET}".strip(),
+           "PYSPARK_PYTHON": sys.executable}
+    env.pop("SPARK_CONF_DIR", None)
+    done = subprocess.run([sys.executable, "-c", "from devtools.spark import _load_classes; _load_classes()"],
+                          capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parent.parent)
+    jvm = next((int(line[len("JVM="):]) for line in done.stdout.splitlines() if line.startswith("JVM=")), None)
+    while jvm is not None and Path(f"/proc/{jvm}").exists():  # the JVM writes the archive as it exits, after Python
+        import time
+
+        time.sleep(0.2)
+    if done.returncode != 0 or not partial.exists():
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"making the class archive failed: {done.stderr[-2000:]}")
+    partial.replace(archive)  # whole or absent
+    for stale in ARCHIVE_DIR.glob("session-*.jsa"):  # 200 MiB each; a JVM mapping one keeps its copy
+        if stale != archive:
+            stale.unlink(missing_ok=True)
+    return archive
+
+
+def _load_classes() -> None:
+    """What the tests' sessions do, on a local table: Delta's commands, a checkpoint, time travel, row
+    indexes (the row diff job's reads), and S3A's file system."""
+    with tempfile.TemporaryDirectory(prefix="lakefs-delta-classes-") as folder:
+        spark = spark_session(None, {}, "class-archive")
+        table = f"delta.`{folder}/t`"
+        spark.sql(f"CREATE TABLE {table} (id BIGINT, v STRING, d DATE) USING delta PARTITIONED BY (d) "
+                  "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true', 'delta.checkpointInterval' = '3')")
+        spark.range(1000).selectExpr("id", "CAST(id % 7 AS STRING) AS v", "DATE'2026-01-01' AS d") \
+            .write.format("delta").mode("append").save(f"{folder}/t")
+        spark.sql(f"INSERT INTO {table} VALUES (5000, 'x', DATE'2026-01-02')")
+        spark.sql(f"UPDATE {table} SET v = 'u' WHERE id < 10")
+        spark.sql(f"DELETE FROM {table} WHERE id % 100 = 1")
+        spark.sql(f"MERGE INTO {table} t USING (SELECT 1 AS id, 'm' AS v) s ON t.id = s.id "
+                  "WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT (id, v, d) VALUES (s.id, s.v, DATE'2026-01-03')")
+        spark.sql(f"OPTIMIZE {table}")
+        spark.sql(f"DESCRIBE HISTORY {table}").collect()
+        spark.read.format("delta").option("versionAsOf", 1).load(f"{folder}/t").groupBy("v").count().collect()
+        spark.read.parquet(*[str(p) for p in Path(folder, "t").rglob("*.parquet") if "_delta_log" not in p.parts][:2]) \
+            .select("id", "_metadata.row_index").where("id > 3").collect()
+        jvm = spark.sparkContext._jvm  # S3A's client, made without a request (not VACUUM's listing: 52 s here)
+        jvm.org.apache.hadoop.fs.FileSystem.newInstance(jvm.java.net.URI("s3a://no-such-bucket/"),
+                                                        spark.sparkContext._jsc.hadoopConfiguration()).close()
+        print(f"JVM={jvm.java.lang.ProcessHandle.current().pid()}", flush=True)
+        spark.stop()
+
+
 if __name__ == "__main__":  # set-up: the jars every Spark JVM of the stack starts with, resolved once
-    print(f"session: {len(session_jars().split(','))} jars, row diff job: "
-          f"{len(job_jars().split(','))} jars, in {IVY_DIR}")
+    if sys.argv[1:] == ["class-archive"]:  # scripts/test.sh: JVM options that map the archive for JAVA_TOOL_OPTIONS as they are
+        print(f"-XX:SharedArchiveFile={class_archive(os.environ.get('JAVA_TOOL_OPTIONS', ''))} {ARCHIVE_QUIET}")
+    else:
+        print(f"sessions and row diff jobs: {len(session_jars().split(','))} jars, in {IVY_DIR}")

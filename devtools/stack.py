@@ -25,7 +25,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from devtools.spark import IVY_DIR, job_jars
+from devtools.spark import IVY_DIR, session_jars
 
 LAKEFS_VERSION = "v1.86.0"  # newest release the Go module proxy serves
 # lakeFS's go.mod replaces delta-go; `go install` refuses that, so the build carries the same replace.
@@ -90,10 +90,12 @@ class StackState:
             "LAKEFS_DELTA_WEBHOOK_TOKENS": self.webhook_token,
             "LAKEFS_DELTA_API_TOKENS": f"{self.webhook_token}=*",  # a service token for every repository
             "LAKEFS_DELTA_STACK_BUCKET": BUCKET,
-            # a row diff above row_diff.max_bytes runs as a local Spark job, with the jars the stack caches
+            # a row diff above row_diff.max_bytes runs as a local Spark job, with the jars the stack caches:
+            # the sessions' (S3A, and Delta's, which the job does not use), so that a job's JVM starts
+            # with the sessions' class path and maps their class archive (`devtools.spark.class_archive`)
             "LAKEFS_DELTA_ROW_DIFF_SPARK_MASTER": "local[2]",
             "LAKEFS_DELTA_ROW_DIFF_SPARK_IVY_DIR": str(IVY_DIR),
-            "LAKEFS_DELTA_ROW_DIFF_SPARK_JARS": job_jars(),  # no Ivy resolution per job
+            "LAKEFS_DELTA_ROW_DIFF_SPARK_JARS": session_jars(),  # no Ivy resolution per job
         }
 
 

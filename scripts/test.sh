@@ -20,22 +20,43 @@ mkdir -p tests/artifacts
 # cache by default: a test process's Spark session fills it, and the JVM then spends its time
 # flushing compiled code and compiling it again (the code cache sweeper thread took 91 s of a
 # session's 595 s of CPU); with 256 MiB two modules' session JVM took 197 s of CPU where it took
-# 269 s. Spark's own settings for the tests: tests/spark-conf. Only the tests run so: a
-# deployment's row diff jobs keep the JVM's and Spark's defaults.
-export JAVA_TOOL_OPTIONS="${JAVA_TOOL_OPTIONS:+$JAVA_TOOL_OPTIONS }-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m"
-export SPARK_CONF_DIR="$PWD/tests/spark-conf"
+# 269 s. Only the tests run so: a deployment's row diff jobs keep the JVM's and Spark's defaults.
+#
+# Spark's own settings for the tests, as Java system properties (a SparkConf reads `spark.*` ones):
+# most of the tests' queries read tens to hundreds of rows, and generating and compiling Java for each
+# query (whole-stage code generation, Janino, then the JIT) cost more than running it. Interpreted,
+# two modules' session JVM took 160 s of CPU where it took 197 s. Properties rather than a
+# SPARK_CONF_DIR: a directory of files on the class path would rule out the class archive below.
+export JAVA_TOOL_OPTIONS="${JAVA_TOOL_OPTIONS:+$JAVA_TOOL_OPTIONS }-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=256m -Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
+# The classes a session loads, archived once (`devtools.spark.class_archive`, about a minute, made
+# while the stacks start) and mapped by every session and row diff job JVM: 4 row diff tests with
+# Spark jobs took 153 s of the machine's CPU with it, 183-185 s without. A JVM that cannot map it
+# starts as before; so do the tests when it cannot be made (said here).
+archive_log=$(mktemp)
+.venv/bin/python -m devtools.spark class-archive >"$archive_log" 2>&1 &
+archive_maker=$!
+# Spark's scratch folders (an application's copies of its jars, 659 MiB with spark.jars; its shuffle
+# files) under one folder removed at the end: a JVM the tests kill leaves its own behind, and four a
+# run of them (2.6 GiB) had filled this machine's disk over two days.
+export SPARK_LOCAL_DIRS
+SPARK_LOCAL_DIRS=$(mktemp -d "${TMPDIR:-/tmp}/lakefs-delta-spark.XXXXXX")
 processes=${LAKEFS_DELTA_TEST_PROCESSES:-2}
 stacks_down() {
   for ((n = 1; n < processes; n++)); do
     (eval "$(.venv/bin/python -m devtools.parallel "$n")" && .venv/bin/python -m devtools.stack down >/dev/null 2>&1) || true
   done
 }
-trap stacks_down EXIT
+trap 'stacks_down; rm -rf "$SPARK_LOCAL_DIRS" "$archive_log"' EXIT
 .venv/bin/python -m devtools.stack up >/dev/null
 for ((n = 1; n < processes; n++)); do
   (eval "$(.venv/bin/python -m devtools.parallel "$n")" && .venv/bin/python -m devtools.stack up >/dev/null)
 done
 eval "$(.venv/bin/python -m devtools.stack env)"
+if wait "$archive_maker"; then
+  export JAVA_TOOL_OPTIONS="$JAVA_TOOL_OPTIONS $(tail -1 "$archive_log")"  # -XX:SharedArchiveFile=...
+else
+  echo "class archive: not made, the tests' JVMs start without it: $(tail -c 1500 "$archive_log")" >&2
+fi
 parallel=()
 ((processes > 1)) && parallel=(-n "$processes" --dist loadfile --no-loadscope-reorder)  # modules in collection order: the slowest first (tests/conftest.py)
 .venv/bin/pytest -m integration -v "${parallel[@]}" --durations=30 --junitxml=tests/artifacts/integration.xml "$@"
