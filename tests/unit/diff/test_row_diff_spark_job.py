@@ -81,6 +81,10 @@ def test_progress_counts_every_spark_job_not_only_the_stages_running_now():
      r"died 2 time\(s\).*Py4JNetworkError"),
     ("import sys; sys.stderr.write('AnalysisException: no column x'); sys.exit(1)", 1,
      r"exited with 1: AnalysisException: no column x"),
+    # the JVM said it ran out of memory before the Python traceback, whose exception does not say so
+    ("import sys; sys.stderr.write('java.lang.OutOfMemoryError: Java heap space\\nTraceback (most recent call last):\\n"
+     "  File \\'job.py\\', line 1\\npy4j.protocol.Py4JError: An error occurred while calling o9.collect\\n'); sys.exit(1)", 2,
+     r"died 2 time\(s\).*Py4JError: An error occurred while calling o9.collect"),
 ])
 def test_a_job_whose_jvm_died_runs_again_as_many_times_as_its_attempts_and_one_that_failed_does_not(
         monkeypatch, exit_with, runs, reason):
