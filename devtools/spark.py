@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,8 +198,6 @@ def class_archive(java_options: str) -> Path:
                           capture_output=True, text=True, env=env, cwd=Path(__file__).resolve().parent.parent)
     jvm = next((int(line[len("JVM="):]) for line in done.stdout.splitlines() if line.startswith("JVM=")), None)
     while jvm is not None and Path(f"/proc/{jvm}").exists():  # the JVM writes the archive as it exits, after Python
-        import time
-
         time.sleep(0.2)
     if done.returncode != 0 or not partial.exists():
         partial.unlink(missing_ok=True)

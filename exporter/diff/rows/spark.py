@@ -66,9 +66,8 @@ def run_job(config: Config, store: ObjectStore, plan: dict, rows_location: str |
                                            progress, attempt)
             if returncode == 0:
                 break
-            tail = failure(errors)
-            said = tail + "".join(errors[-15:])  # its exception, and its last lines as before
-            died = returncode < 0 or any(sign in said for sign in _JVM_DIED)
+            tail, last = failure(errors), "".join(errors[-15:])  # its exception; its last lines, as before
+            died = returncode < 0 or any(sign in tail or sign in last for sign in _JVM_DIED)
             if not died:
                 raise SparkJobFailed(f"the row diff's Spark job exited with {returncode}: {tail[-1500:]}")
             if attempt == spark.attempts:
