@@ -80,7 +80,7 @@ def row_findings(lake: Lake, repository: str, destination_commit: str, source_co
         if not use_spark:
             return findings + [RowFinding("keys" if checks.keys else "columns",
                                           f"the changed rows could not be checked: {exceeded}")]
-        found = _with_spark(config, store, reader, plan, checks)
+        found = _with_spark(config, store, reader, plan, checks, counted)
     return findings + findings_of(found, checks)
 
 
@@ -137,10 +137,12 @@ def _in_process(reader: Reader, plan: RowPlan, limit: Limit, checks: TableChecks
     return found
 
 
-def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: RowPlan, checks: TableChecks) -> dict:
+def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: RowPlan, checks: TableChecks,
+                rows: int | None) -> dict:
     """The rules as the row diff's Spark job (`exporter.diff.rows.spark`): the files the row diff
     reads, and the kept files whose statistics' range meets a written file's on the first key column
-    (numbers and dates; text and other keys read every kept file's key columns)."""
+    (numbers and dates; text and other keys read every kept file's key columns). `rows`: the changed
+    rows it reads, when counted (the job sizes its partitions by them, as the row diff's)."""
     from exporter.diff.rows.spark import run_job  # PySpark stays out of processes that never need it
 
     right, keys = plan.right, list(checks.keys)
@@ -154,7 +156,7 @@ def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: RowPla
                         "accepted": None if rule.accepted is None else _as_json(rule.accepted, types.get(column))}
                for column, rule in checks.columns.items()}
     job = {"sides": {"removed": job_side(plan.left), "added": job_side(right), "kept": job_side(right, keys)},
-           "files": files, "common": plan.common, "key": [], "rows": None,
+           "files": files, "common": plan.common, "key": [], "rows": rows,
            "checks": {"keys": keys, "columns": columns, "checked": list(dict.fromkeys([*keys, *columns])),
                       "shown": SHOWN}}
     return run_job(config, store, job, None) if files else {}

@@ -486,8 +486,8 @@ def test_a_merge_gates_row_rules_past_the_workers_limits_run_as_a_spark_job_with
     from exporter.checks.rules import ColumnRule, TableChecks
 
     uri = table_uri(repository, "main", "tables/gated")
-    spark.range(0, 300, 1, 3).selectExpr("id", "IF(id % 2 = 0, 'new', 'paid') AS status") \
-        .write.format("delta").save(uri)  # three files of contiguous ids
+    spark.range(0, 300, 1, 3).selectExpr("id", "IF(id = 11, 'old', IF(id % 2 = 0, 'new', 'paid')) AS status") \
+        .write.format("delta").save(uri)  # three files of contiguous ids; one row's value no rule accepts now
     left = lakefs.commit_branch(repository, "main", "300 rows")
     lakefs.create_branch(repository, "gated", "main")
     spark.createDataFrame([(150, "new"), (400, "paid"), (400, "new"), (401, None), (402, "lost"), (403, "lost"),
@@ -506,4 +506,19 @@ def test_a_merge_gates_row_rules_past_the_workers_limits_run_as_a_spark_job_with
         ("keys", "1 key(s) the change writes are already in the table: id=150"),
         ("columns", "1 added or updated row(s) with `status` null"),
         ("columns", "2 added or updated row(s) with `status` not one of new, paid: 'lost' (2)")]
+    assert job == in_process
+
+    # an update rewrites a file: its 99 unchanged rows, removed and added again, cancel (id 11's 'old'
+    # among them: not checked); the changed one is (the job's path with removed rows to match)
+    spark.sql(f"UPDATE delta.`{table_uri(repository, 'gated', 'tables/gated')}` SET id = 401, status = 'lost' "
+              "WHERE id = 10")
+    updated = lakefs.commit_branch(repository, "gated", "a row updated")
+    in_process = row_findings(lake_of(config, lakefs), repository, left, updated, "tables/gated", checks)
+    job = row_findings(lake_of(above, lakefs), repository, left, updated, "tables/gated", checks)
+    assert [(f.rule, f.found) for f in in_process] == [
+        ("keys", "1 added or updated row(s) with a null key (id)"),
+        ("keys", "2 key(s) written more than once by the change: id=400 (2 rows), id=401 (2 rows)"),
+        ("keys", "1 key(s) the change writes are already in the table: id=150"),
+        ("columns", "1 added or updated row(s) with `status` null"),
+        ("columns", "3 added or updated row(s) with `status` not one of new, paid: 'lost' (3)")]
     assert job == in_process

@@ -215,8 +215,8 @@ def _file_rows(spark, entry: dict, side: dict):
             columns[column] = F.col(f"`{physical}`")
         else:
             columns[column] = F.lit(None).cast("string")
-    values = F.to_json(F.struct(*[value.alias(name) for name, value in columns.items()]),
-                       {"ignoreNullFields": "false"})
+    values = (F.to_json(F.struct(*[value.alias(name) for name, value in columns.items()]), {"ignoreNullFields": "false"})
+              if side.get("values", True) else F.lit(None).cast("string"))  # a gate on an append reads none
     matched = [F.coalesce(F.to_json(F.array(columns[c])), F.lit("null")).alias(f"m_{i}")
                for i, c in enumerate(side["common"])]
     # a merge gate's checked columns, each as the JSON of a one-value array ('[null]' for null)
@@ -288,25 +288,34 @@ def _checks(spark, plan: dict) -> dict:
     checks, shown = plan["checks"], plan["checks"]["shown"]  # values of each kind a finding names
     checked = {column: i for i, column in enumerate(checks["checked"])}
     keys = [f"c_{checked[k]}" for k in checks["keys"]]
+    # Without removed rows no added row cancels: the rows are read for their checked columns alone,
+    # neither matched nor written out as JSON
+    cancelling = any(entry["side"] == "removed" for entry in plan["files"])
+    common = plan["common"] if cancelling else []
 
     def described(side: str) -> dict:
         if side == "removed":
-            return {**plan["sides"][side], "common": plan["common"]}
+            return {**plan["sides"][side], "common": common}
         if side == "added":
-            return {**plan["sides"][side], "common": plan["common"], "checked": checked}
-        return {**plan["sides"][side], "common": [], "checked": {k: checked[k] for k in checks["keys"]}}
+            return {**plan["sides"][side], "common": common, "checked": checked, "values": cancelling}
+        return {**plan["sides"][side], "common": [], "checked": {k: checked[k] for k in checks["keys"]},
+                "values": False}
 
     parts = [_file_rows(spark, entry, described(entry["side"])) for entry in plan["files"]]
     rows = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts).persist(StorageLevel.DISK_ONLY)
-    moving = _cancelled(rows.filter(F.col("side") != "kept"), [f"m_{i}" for i in range(len(plan["common"]))])
+    moving = _cancelled(rows.filter(F.col("side") != "kept"), [f"m_{i}" for i in range(len(common))])
     changed = moving.filter(F.col("side") == "added")
     found: dict = {"columns": {}}
     if keys:
         null_key = reduce(lambda a, b: a | b, [F.col(k) == "[null]" for k in keys])
-        keyed = rows.filter((F.col("side") == "added") & ~null_key).select(*keys)
-        repeated = keyed.groupBy(*keys).count().filter("count > 1")
-        kept = rows.filter((F.col("side") == "kept") & ~null_key).select(*keys)
-        clashes = kept.join(keyed.distinct(), keys, "left_semi").distinct()
+        # added keys against each other and against kept ones in one grouping (one shuffle of the rows,
+        # not one per question); the keys it finds are few, held for the counts and the ones shown
+        grouped = (rows.filter(F.col("side").isin("added", "kept") & ~null_key)
+                   .groupBy(*keys).agg(F.sum((F.col("side") == "added").cast("long")).alias("count"),
+                                       F.max((F.col("side") == "kept").cast("int")).alias("kept"))
+                   .filter("count > 1 OR (count > 0 AND kept > 0)").persist())
+        repeated = grouped.filter("count > 1").orderBy(*keys)
+        clashes = grouped.filter("count > 0 AND kept > 0").select(*keys).orderBy(*keys)
         found.update(null_keys=changed.filter(null_key).count(),
                      repeated=(repeated.count(), [([_value(r[k]) for k in keys], r["count"])
                                                   for r in repeated.limit(shown).collect()]),
