@@ -490,15 +490,20 @@ def test_a_merge_gates_row_rules_past_the_workers_limits_run_as_a_spark_job_with
         .write.format("delta").save(uri)  # three files of contiguous ids; one row's value no rule accepts now
     left = lakefs.commit_branch(repository, "main", "300 rows")
     lakefs.create_branch(repository, "gated", "main")
+    gated = table_uri(repository, "gated", "tables/gated")
     spark.createDataFrame([(150, "new"), (400, "paid"), (400, "new"), (401, None), (402, "lost"), (403, "lost"),
                            (None, "new")], "id LONG, status STRING").coalesce(1) \
-        .write.format("delta").mode("append").save(table_uri(repository, "gated", "tables/gated"))
+        .write.format("delta").mode("append").save(gated)
     right = lakefs.commit_branch(repository, "gated", "rows appended")
     checks = TableChecks(keys=("id",), columns={"status": ColumnRule(not_null=True, accepted=("new", "paid"))})
     above = config.model_copy(update={"row_diff": config.row_diff.model_copy(update={"max_rows": 0})})
 
-    in_process = row_findings(lake_of(config, lakefs), repository, left, right, "tables/gated", checks)
-    job = row_findings(lake_of(above, lakefs), repository, left, right, "tables/gated", checks)
+    def in_process_and_job(commit: str) -> list:
+        """The rules' findings for the change from `left` to `commit`: in the worker, then as the job."""
+        return [row_findings(lake_of(settings, lakefs), repository, left, commit, "tables/gated", checks)
+                for settings in (config, above)]
+
+    in_process, job = in_process_and_job(right)
 
     assert [(f.rule, f.found) for f in in_process] == [
         ("keys", "1 added or updated row(s) with a null key (id)"),
@@ -510,11 +515,8 @@ def test_a_merge_gates_row_rules_past_the_workers_limits_run_as_a_spark_job_with
 
     # an update rewrites a file: its 99 unchanged rows, removed and added again, cancel (id 11's 'old'
     # among them: not checked); the changed one is (the job's path with removed rows to match)
-    spark.sql(f"UPDATE delta.`{table_uri(repository, 'gated', 'tables/gated')}` SET id = 401, status = 'lost' "
-              "WHERE id = 10")
-    updated = lakefs.commit_branch(repository, "gated", "a row updated")
-    in_process = row_findings(lake_of(config, lakefs), repository, left, updated, "tables/gated", checks)
-    job = row_findings(lake_of(above, lakefs), repository, left, updated, "tables/gated", checks)
+    spark.sql(f"UPDATE delta.`{gated}` SET id = 401, status = 'lost' WHERE id = 10")
+    in_process, job = in_process_and_job(lakefs.commit_branch(repository, "gated", "a row updated"))
     assert [(f.rule, f.found) for f in in_process] == [
         ("keys", "1 added or updated row(s) with a null key (id)"),
         ("keys", "2 key(s) written more than once by the change: id=400 (2 rows), id=401 (2 rows)"),
