@@ -57,7 +57,9 @@ class Lake:
     def read_scope(self, repository: str) -> ReadScope:
         """`repository`'s storage namespace and `sharing.allowed_locations`, but the namespace's private
         folders and every other repository's namespace inside them (lakeFS accepts one nested in
-        another's): one listing of the repositories."""
-        others = [namespace for name, namespace in self.lakefs.storage_namespaces().items() if name != repository]
+        another's): one listing of the repositories, when the scope checks its first path."""
+        def others() -> list[str]:
+            return [namespace for name, namespace in self.lakefs.storage_namespaces().items() if name != repository]
+
         return ReadScope(self.lakefs.storage_namespace(repository), allowed=self.config.sharing.allowed_locations,
                          private=private_folders(self.config), excluded=others)

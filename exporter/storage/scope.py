@@ -22,7 +22,8 @@ within the repository, at the log's commit.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import cached_property
 from urllib.parse import unquote
 
 import numpy as np
@@ -70,17 +71,23 @@ class ReadScope:
     `private`: folders relative to the namespace that are refused (default `_lakefs/`); `own`:
     absolute locations inside them that are allowed (the answer's own export); `excluded`: other
     repositories' storage namespaces, any of them (those not inside what is allowed change nothing,
-    nor do this one's and those holding it)."""
+    nor do this one's and those holding it); a function giving them is called when a path is first
+    checked (a listing of the repositories that most exports, naming no absolute path, never need)."""
 
     def __init__(self, namespace: str, allowed: Iterable[str] = (), private: Iterable[str] = (LAKEFS_FOLDER,),
-                 own: Iterable[str] = (), excluded: Iterable[str] = ()):
+                 own: Iterable[str] = (), excluded: Iterable[str] | Callable[[], Iterable[str]] = ()):
         (self.namespace,) = folders([namespace])
         self._inside = (self.namespace, *folders(allowed))
         private = sorted(self.namespace + folder.strip("/") + "/" for folder in private)
         self._private = tuple(folder for at, folder in enumerate(private) if not folder.startswith(tuple(private[:at])))
         self._own = folders(own)
-        self._excluded = tuple(other for other in folders(excluded)
-                               if other.startswith(self._inside) and not self.namespace.startswith(other))
+        self._others = excluded
+
+    @cached_property
+    def _excluded(self) -> tuple[str, ...]:
+        others = self._others() if callable(self._others) else self._others
+        return tuple(other for other in folders(others)
+                     if other.startswith(self._inside) and not self.namespace.startswith(other))
 
     def __contains__(self, path: object) -> bool:
         plain = plain_address(path) if isinstance(path, str) else None

@@ -13,6 +13,7 @@ from exporter.config import Config
 from exporter.errors import PathOutsideRepository
 from exporter.storage.layout import private_folders
 from exporter.storage.scope import ReadScope
+from tests.fakes import lake_of
 
 pytestmark = pytest.mark.unit
 
@@ -94,3 +95,18 @@ def test_a_column_is_checked_as_each_of_its_paths():
             with pytest.raises(PathOutsideRepository) as refused:
                 SCOPE.check_column(pa.array(paths))
             assert refused.value.path == outside
+
+
+def test_a_repositorys_scope_lists_the_repositories_when_it_checks_its_first_path_and_only_then(lakefs):
+    """Most exports name no absolute path: their Iceberg step never lists the repositories. The first
+    path checked does, once, and a repository nested in the namespace since then is excluded."""
+    lake = lake_of(Config(), lakefs)
+    namespace = lakefs.storage_namespace("repo")
+    listings = lambda: [r for r in lakefs.requests if r[0] == "list_repositories"]  # noqa: E731
+    scope = lake.read_scope("repo")
+    lakefs.create_repository("nested", namespace + "/nested")
+    assert listings() == []
+
+    assert namespace + "/data/c1" in scope and namespace + "/nested/data/c1" not in scope
+    scope.check_column(pa.array([namespace + "/data/c2"]))
+    assert len(listings()) == 1
