@@ -610,6 +610,9 @@ def main() -> None:
     parser.add_argument("--storm", type=int, default=200, help="commits arriving at once (0: skip)")
     parser.add_argument("--storm-iceberg", action="store_true",
                         help="the storm again with iceberg.enabled (each export writes its Iceberg metadata too)")
+    parser.add_argument("--storm-iceberg-same-task", action="store_true",
+                        help="the storm with iceberg.enabled again, a light Iceberg table written in the export's "
+                             "own task (iceberg.same_task)")
     parser.add_argument("--storm-workers", type=int, nargs="*", default=[],
                         help="the storm with iceberg.enabled again with this many worker groups (one more worker "
                              "host: its own --name, the same Redis)")
@@ -732,6 +735,9 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
         if args.storm_iceberg:
             with part("storm, iceberg.enabled"):
                 rows += bench_commit_storm(args.storm, iceberg=True)
+        if args.storm_iceberg_same_task:
+            with part("storm, iceberg.enabled, iceberg.same_task"):
+                rows += bench_commit_storm(args.storm, iceberg=True, same_task=True)
         for workers in args.storm_workers:
             with part(f"storm, {workers} worker groups"):
                 rows += bench_commit_storm(args.storm, workers=workers, iceberg=True)

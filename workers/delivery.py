@@ -12,6 +12,7 @@ from contextlib import contextmanager, nullcontext
 
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import worker_process_init
 
 from exporter.config import SOLE_DELIVERY_KINDS, Config
 from exporter.diff.table import DiffCache
@@ -22,6 +23,7 @@ from exporter.lakefs.lake import Lake
 from exporter.lakefs.table_log import checkpoint_files_hint
 from exporter.state.connection import length_prefixed
 from exporter.state.status import StatusStore
+from exporter.storage.objectstore import warm
 from workers.app import app, current_config
 
 log = logging.getLogger("lakefs_delta.worker")
@@ -37,6 +39,13 @@ def _lake(config: Config) -> Lake:
     """What this worker process's tasks work on, built once: one lakeFS client (its connections stay
     open from task to task) and the object stores."""
     return Lake.connect(config)
+
+
+@worker_process_init.connect
+def _warm(**_) -> None:
+    """Each pool process builds its clients as it starts, so the first tasks of a storm wait for none."""
+    config = current_config()
+    _services(config), _lake(config), warm(config)
 
 
 class Transient(Exception):

@@ -24,7 +24,7 @@ from exporter.export.commit import export_table as export_one_table
 from exporter.export.job import ExportAt
 from exporter.export.commit import find_table
 from exporter.export.log_writer import ExportOutcome
-from exporter.export.manifest import PENDING, IcebergState, iceberg_state
+from exporter.export.manifest import IcebergState, iceberg_state
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableDescriptor, tables_to_export
 from exporter.state.status import COMMIT_RECORD, StatusStore
 from exporter.upkeep.catch_up import CatchUpPlan, catch_up as find_missing_exports
@@ -182,19 +182,26 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
         reason = _transient_reason(exc)
         outcome = ExportOutcome(table=table_name, table_path=table_path, ok=False, error=reason or str(exc),
                                 permanent=reason is None)
+    # an Iceberg table written with the export (`light_iceberg_step`) is recorded and counted with it
+    iceberg_now = not outcome.skipped and iceberg_state(outcome.iceberg) not in (None, IcebergState.PENDING)
+    iceberg = {**outcome.iceberg, "recorded_at": round(time.time(), 3)} if iceberg_now else outcome.iceberg
     facts = {"location": outcome.location, "checkpoint_version": outcome.checkpoint_version,
              "head_version": outcome.head_version, "files_rewritten": outcome.files_rewritten,
-             **({"iceberg": outcome.iceberg} if outcome.iceberg is not None else {})}
+             **({"iceberg": iceberg} if iceberg is not None else {})}
     line += f" seconds={time.monotonic() - started:.2f}"
     if outcome.ok:
         _record(status, repository, ref, commit_id, table_name, "done", reason="", skipped=outcome.skipped, **facts)
         status_count(status, "export_table", "succeeded")
+        if iceberg_now:
+            status.count("lakefs_delta_iceberg_metadata_total", {"outcome": iceberg["state"]})
         if not outcome.skipped:
             status.observe("lakefs_delta_export_seconds", outcome.seconds)
             status.count("lakefs_delta_versions_read_total", amount=outcome.versions)
             status.count("lakefs_delta_files_rewritten_total", amount=outcome.files_rewritten)
         log.info("%s outcome=%s", line, "exists" if outcome.skipped else "done")
-        if outcome.iceberg == PENDING:  # also when the export existed: a lost task is made up by the event delivered again
+        # not written with the export (it continues no other's table, or a retry may write it): a task of its
+        # own, behind the exports; also when the export existed: a lost task is made up by the event delivered again
+        if iceberg_state(outcome.iceberg) is IcebergState.PENDING:
             export_iceberg.apply_async((repository, ref, commit_id, table_name), priority=ICEBERG_STEP,
                                        queue=_delivered_from(self))
         if outcome.table_path:

@@ -69,7 +69,7 @@ def export_cold(job: ExportJob) -> None:
     finally:
         rewrite.abort()
     job.complete(job.manifest(segment, timestamps, log_files_written=files_written, read_at=read,
-                              rewritten_at=rewritten_at))
+                              rewritten_at=rewritten_at), held=rewrite.outputs)
 
 
 class _SourceLog:

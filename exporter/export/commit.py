@@ -26,7 +26,8 @@ from exporter.storage.objectstore import ObjectStore
 def export_commit(lake: Lake, at: ExportAt, tables: list[str] | None = None, export_all: bool = False,
                   progress: Progress = quiet) -> list[ExportOutcome]:
     """Export the tables a commit changed (or the named ones, or all), each with its Iceberg table
-    when `iceberg.enabled` (in this process: workers write it in a task of its own, after the export).
+    when `iceberg.enabled` (in this process: workers write it in a task of its own after the export,
+    or with `iceberg.same_task` a light one in the export's task).
     One bad table never stops the others."""
     lakefs = lake.lakefs
     repository, ref = at.repository, at.ref
@@ -146,12 +147,25 @@ def export_table(lake: Lake, at: ExportAt, table: TableDescriptor, copy_from: tu
                 _discard_after(job.store, job.target, exc)
             raise
         outcome.ok = True
+        if job.written is not None:  # its Iceberg table is a few requests: written now
+            outcome.iceberg = _light_iceberg(lake, job)
     except ExporterError as exc:
         outcome.error, outcome.permanent, outcome.outage = str(exc), exc.permanent, exc.outage
     finally:
         outcome.seconds = time.monotonic() - started
         outcome.lakefs_calls = lakefs.calls - calls_before
     return outcome
+
+
+def _light_iceberg(lake: Lake, job: ExportJob) -> dict:
+    """The Iceberg record of an export whose Iceberg step is light (`light_iceberg_step`), written by
+    the process that wrote the export; still `pending`, with why, when an error a retry may fix
+    stops it (the export stands: its Iceberg table is written when asked again)."""
+    try:
+        return complete_iceberg_metadata(job.store, job.target, job.still_held, lake.read_scope(job.repository),
+                                         job.written)
+    except ExporterError as exc:
+        return {**PENDING, "reason": f"not written yet: {exc}"}
 
 
 def abandon_export(lake: Lake, repository: str, ref: str, commit_id: str, table_name: str) -> int:

@@ -66,20 +66,53 @@ class _ExportFiles:
         return self.store.get_uri(uri)
 
 
+LIGHT_COLD_PATHS = 1_000  # a cold export of at most this many paths: an Iceberg table of tens of milliseconds
+
+
+@dataclass(frozen=True)
+class WrittenExport:
+    """An export its process just wrote and whose Iceberg table it writes next, the step being light
+    (`light_iceberg_step`): what the step would otherwise read back (`complete_iceberg_metadata`)."""
+
+    manifest: ExportManifest  # the export's, as written (`pending`)
+    derived_from: tuple[str, ExportManifest] | None  # the export it was built on: its location and manifest
+    held: Mapping[str, bytes]  # log files it wrote from memory, by name under _delta_log/
+
+
+def light_iceberg_step(derived_from: tuple[str, ExportManifest] | None, paths_rewritten: int) -> bool:
+    """Whether an export's Iceberg table costs a few requests: it continues the table of the export
+    it was built on (a manifest, a manifest list and a metadata file for the new versions), or a
+    cold export's table is small (at most LIGHT_COLD_PATHS paths)."""
+    if derived_from is not None:
+        return continuable(derived_from[1])
+    return paths_rewritten <= LIGHT_COLD_PATHS
+
+
+def continuable(manifest: ExportManifest) -> bool:
+    """Whether an export's Iceberg table can be continued by one derived from it: written, by this
+    exporter version."""
+    return iceberg_state(manifest.iceberg) is IcebergState.WRITTEN and manifest.of_this_release
+
+
 def complete_iceberg_metadata(store: ObjectStore, location: str, still_held: Callable[[], None] | None = None,
-                              scope: ReadScope | None = None) -> dict | None:
+                              scope: ReadScope | None = None, written: WrittenExport | None = None) -> dict | None:
     """Write the Iceberg table of the complete export at `location` whose manifest records it
     `pending`, then the manifest with its record (`write_iceberg_metadata`); the record, also when
     it was written before; None without a complete export there (pruned meanwhile). The caller holds
-    the export's lock (`still_held`), the one prune deletes it under; `scope`: what it may read."""
-    try:
-        manifest = ExportManifest.read(store, location)
-    except NotFound:
-        return None
-    if iceberg_state(manifest.iceberg) is not IcebergState.PENDING:
-        return manifest.iceberg
-    record = write_iceberg_metadata(store, location, manifest.source_timestamps, still_held,
-                                    _derived_from(store, manifest.derived_from), scope)
+    the export's lock (`still_held`), the one prune deletes it under; `scope`: what it may read.
+    `written`: what the process that just wrote the export knows of it, not read again."""
+    if written is not None:
+        manifest, derived_from = written.manifest, written.derived_from
+    else:
+        try:
+            manifest = ExportManifest.read(store, location)
+        except NotFound:
+            return None
+        if iceberg_state(manifest.iceberg) is not IcebergState.PENDING:
+            return manifest.iceberg
+        derived_from = _derived_from(store, manifest.derived_from)
+    record = write_iceberg_metadata(store, location, manifest.source_timestamps, still_held, derived_from, scope,
+                                    written.held if written is not None else {})
     if still_held is not None:
         still_held()
     manifest.changed(**{ICEBERG: record}).write(store, location)
@@ -100,14 +133,16 @@ def _derived_from(store: ObjectStore, uri: str | None) -> tuple[str, ExportManif
 
 def write_iceberg_metadata(store: ObjectStore, location: str, source_timestamps: Mapping[int, int],
                            still_held: Callable[[], None] | None = None,
-                           derived_from: tuple[str, dict] | None = None, scope: ReadScope | None = None) -> dict:
+                           derived_from: tuple[str, ExportManifest] | None = None, scope: ReadScope | None = None,
+                           held: Mapping[str, bytes] = {}) -> dict:
     """The complete export at `location` as an Iceberg table; its record: `state` `written` with
     `metadata_location` and `snapshot_ids` (Delta version -> snapshot id), or `refused` (Iceberg
     cannot represent the table) / `failed` (another permanent error) with the `reason`. Transient
     errors raise: the export is retried, as for any write of it. `derived_from`: (location, manifest)
     of the export this one was derived from, whose Iceberg table this one's starts from. `scope`:
-    the objects the log may make it read (`confined_reads`)."""
-    log = read_exported_log(store, location)
+    the objects the log may make it read (`confined_reads`). `held`: log files whose bytes the
+    caller holds (it wrote them), not read back."""
+    log = read_exported_log(store, location, held)
     read_range = confined_reads(store, scope)
 
     def write(table: _ExportFiles) -> tuple[IcebergTable, str | None]:
@@ -202,8 +237,7 @@ def _derived_table(store: ObjectStore, location: str, log: ExportedLog, files: _
     record = manifest.iceberg or {}
     source = store.uri(iceberg_location(source_location))
     metadata_location = record.get("metadata_location") or ""
-    if iceberg_state(record) is not IcebergState.WRITTEN or not manifest.of_this_release or \
-            not names.is_metadata_file(metadata_location, source):
+    if not continuable(manifest) or not names.is_metadata_file(metadata_location, source):
         return None
     try:
         return derive_table(json.loads(store.get_uri(metadata_location)), log, files, table, read_range,

@@ -89,7 +89,8 @@ def copy_export(job: ExportJob, from_ref: str) -> None:
     outcome.checkpoint_version, outcome.head_version = manifest.checkpoint_version, manifest.head_version
     outcome.files_rewritten = manifest.files_rewritten
     job.complete(manifest.changed(ref=job.ref, location=outcome.location, derived_from=store.uri(source),
-                                  exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds")))
+                                  exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds")),
+                 derived_from=(source, manifest))
 
 
 def _parent_export(job: ExportJob) -> tuple[str, ExportManifest]:
@@ -169,4 +170,4 @@ def export_incrementally(job: ExportJob) -> None:
     outcome.versions = len(new)
     outcome.files_rewritten = rewritten
     job.complete(job.manifest(segment, timestamps, log_files_written=written, read_at=read, rewritten_at=rewritten_at,
-                              derived_from=store.uri(source)))
+                              derived_from=store.uri(source)), derived_from=(source, parent), held=outputs)

@@ -5,13 +5,14 @@ ref's export, the parent's export plus the new commits, a cold export) reads, re
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import exporter
 from exporter.config import Config
 from exporter.delta.log import LogSegment
+from exporter.export.iceberg_metadata import WrittenExport, light_iceberg_step
 from exporter.export.log_writer import ExportOutcome, write_manifest
 from exporter.export.manifest import ExportManifest
 from exporter.lakefs.client import LakeFS
@@ -44,6 +45,7 @@ class ExportJob:
     progress: Progress = quiet
     started: float = field(default_factory=time.monotonic)
     outcome: ExportOutcome = field(init=False)
+    written: WrittenExport | None = field(init=False, default=None)  # set by `complete` when its Iceberg step is light
 
     def __post_init__(self) -> None:
         self.outcome = ExportOutcome(table=self.table.name, table_path=self.table.path, ok=False,
@@ -85,6 +87,13 @@ class ExportJob:
             "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         })
 
-    def complete(self, manifest: ExportManifest) -> None:
-        """Write the manifest, the export's last file (`write_manifest`)."""
-        write_manifest(self.store, self.target, manifest, self.outcome, self.config.iceberg.enabled, self.still_held)
+    def complete(self, manifest: ExportManifest, derived_from: tuple[str, ExportManifest] | None = None,
+                 held: Mapping[str, bytes] = {}) -> None:
+        """Write the manifest, the export's last file (`write_manifest`). `derived_from`: the export
+        this one was built on (its location and manifest). With `iceberg.same_task`, when its Iceberg
+        step is light, `written` keeps what the step needs: the manifest, that export, and the log
+        files `held` (written from memory)."""
+        iceberg = self.config.iceberg
+        manifest = write_manifest(self.store, self.target, manifest, self.outcome, iceberg.enabled, self.still_held)
+        if iceberg.enabled and iceberg.same_task and light_iceberg_step(derived_from, self.outcome.files_rewritten):
+            self.written = WrittenExport(manifest, derived_from, held)

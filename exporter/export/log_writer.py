@@ -104,14 +104,17 @@ def _write_together(write: Callable[[str], None], names: list[str]) -> None:
 
 
 def write_manifest(store: ObjectStore, target: str, manifest: ExportManifest, outcome: ExportOutcome, iceberg: bool = False,
-                   still_held: Callable[[], None] | None = None) -> None:
+                   still_held: Callable[[], None] | None = None) -> ExportManifest:
     """The manifest, written last: it marks the export complete. With `iceberg`, it records the
-    Iceberg table as `pending` (in `outcome` too): `complete_iceberg_metadata` writes it after."""
+    Iceberg table as `pending` (in `outcome` too): `complete_iceberg_metadata` writes it after.
+    The manifest as written."""
     document = {key: value for key, value in manifest.document.items() if key != ICEBERG}  # a copy's names the other's
     if iceberg:
         outcome.iceberg = document[ICEBERG] = dict(PENDING)
     _commit_point(still_held)
-    ExportManifest(document).write(store, target)
+    written = ExportManifest(document)
+    written.write(store, target)
+    return written
 
 
 def _commit_point(still_held: Callable[[], None] | None) -> None:

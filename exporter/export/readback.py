@@ -3,7 +3,8 @@ store: its layout and its files (`exporter.delta.live_files` replays it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from exporter.delta.checkpoint import checkpoint_files
 from exporter.delta.log import LOG_DIR, LogListing, LogSegment, select_segment
@@ -20,9 +21,11 @@ class ExportedLog:
     sizes: dict[str, int]  # name under _delta_log/ -> size
     listing: LogListing
     segment: LogSegment
+    held: Mapping[str, bytes] = field(default_factory=dict)  # files whose bytes the reader holds (it wrote them)
 
     def raw(self, name: str) -> bytes:
-        return self.store.get(self.location + LOG_DIR + name)
+        known = self.held.get(name)
+        return known if known is not None else self.store.get(self.location + LOG_DIR + name)
 
     def source(self, name: str) -> ParquetSource:
         return ObjectSource(self.store, self.store.address(self.location + LOG_DIR + name), self.sizes[name])
@@ -36,10 +39,11 @@ class ExportedLog:
                                 if name.endswith(".json") else self.source(name))
 
 
-def read_exported_log(store: ObjectStore, location: str) -> ExportedLog | None:
+def read_exported_log(store: ObjectStore, location: str, held: Mapping[str, bytes] = {}) -> ExportedLog | None:
+    """The log at `location`, listed; `held`: files of it whose bytes the caller holds."""
     prefix = location + LOG_DIR
     sizes = {key[len(prefix):]: size for key, size in store.list_sizes(prefix).items()}
     if not sizes:
         return None
     listing = LogListing.from_names(sizes.items())
-    return ExportedLog(store, location, sizes, listing, select_segment(listing))
+    return ExportedLog(store, location, sizes, listing, select_segment(listing), held)

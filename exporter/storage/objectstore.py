@@ -64,6 +64,14 @@ def _requests(endpoint: str, region: str, access_key_id: str, secret_access_key:
     return SignedRequests(store_endpoint(endpoint, region), region, credentials)
 
 
+def warm(config: Config) -> None:
+    """Build every configured store's clients now (a worker process as it starts), not in its first
+    task: a boto3 client costs more CPU than a dozen requests. Nothing is sent."""
+    for store in (config.object_store, *config.extra_object_stores):
+        keys = (store.endpoint, store.region, store.access_key_id, store.secret_access_key.get_secret_value())
+        _client(*keys), _requests(*keys)
+
+
 def _forked() -> None:  # a forked worker opens its own connections
     _client.cache_clear()
     _requests.cache_clear()

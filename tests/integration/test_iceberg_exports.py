@@ -1,6 +1,7 @@
 """A user turns `iceberg.enabled` on and reads an export with Iceberg readers: PyIceberg
 (`StaticTable.from_metadata`) and DuckDB (`iceberg_scan`, S3 secret for MinIO) read exactly the rows
-Spark reads from the source through lakeFS at the commit, at the head and at an older snapshot.
+Spark reads from the source through lakeFS at the commit, at the head and at an older snapshot,
+whether the Iceberg table was written after the export or (`iceberg.same_task`) with it.
 
 The first table is written by Spark through lakeFS's S3 gateway: partitioned, column mapping
 `name`, deletion vectors from DELETE and UPDATE, a checkpoint; a first commit is exported cold, a
@@ -85,8 +86,12 @@ def write_orders(spark, uri: str) -> None:
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (42, 9.99, 'late', 'us', DATE'2024-01-01')")           # 4
 
 
-def test_pyiceberg_and_duckdb_read_an_export_as_spark_reads_the_source(spark, lakefs, config, repository, s3, readers):
+def test_pyiceberg_and_duckdb_read_an_export_as_spark_reads_the_source(spark, lakefs, config, repository, s3, readers,
+                                                                        monkeypatch):
+    """The cold export's Iceberg table written after it, as by its task; the incremental one's with
+    `iceberg.same_task`, in the export's own call, continuing the cold one's from what it holds."""
     config = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
+    same_task = config.model_copy(update={"iceberg": IcebergConfig(enabled=True, same_task=True)})
     uri = table_uri(repository, "main", PATH)
     write_orders(spark, uri)
     add_descriptor(lakefs, repository, "orders", PATH)
@@ -96,7 +101,9 @@ def test_pyiceberg_and_duckdb_read_an_export_as_spark_reads_the_source(spark, la
     assert any("deletion_vector_" in e["path"] for e in lakefs.list_objects(repository, second, PATH + "/"))
 
     cold = export_one(config, lakefs, repository, "main", first, "orders")
-    incremental = export_one(config, lakefs, repository, "main", second, "orders")
+    with monkeypatch.context() as patched:
+        patched.setattr("exporter.export.commit.export_iceberg", lambda *a, **k: pytest.fail("written after, not with"))
+        incremental = export_one(same_task, lakefs, repository, "main", second, "orders")
 
     assert cold.ok and incremental.ok and incremental.incremental, (cold.error, incremental.error)
     for outcome, commit_id, head, older in ((cold, first, 4, 3), (incremental, second, 5, 4)):

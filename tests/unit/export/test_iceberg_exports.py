@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from exporter.config import Config
-from exporter.errors import PathOutsideRepository
+from exporter.errors import PathOutsideRepository, ServiceUnavailable
 from exporter.export.commit import export_iceberg, export_table, exports_in_store
 from exporter.export.job import ExportAt
 from exporter.export.manifest import PENDING
@@ -30,6 +30,7 @@ from tests.fakes import lake_of
 pytestmark = pytest.mark.unit
 
 ON, OFF = Config(iceberg={"enabled": True}), Config(iceberg={"enabled": False})
+SAME = Config(iceberg={"enabled": True, "same_task": True})  # a light Iceberg table written in the export's call
 
 
 def namespace(lakefs: FakeLakeFS) -> MemoryStore:
@@ -154,6 +155,71 @@ def test_an_incremental_exports_iceberg_table_reads_only_the_new_commits_of_the_
     log = store.uri(export_location(ON, "main", second, "events") + "_delta_log/")
     assert incremental.incremental and sorted(map(int, incremental.iceberg["snapshot_ids"])) == [0, 1, 2, 3]
     assert [uri.removeprefix(log) for uri in store.reads[before:] if uri.startswith(log)] == [f"{3:020d}.json"]
+
+
+def test_with_same_task_a_small_tables_iceberg_table_is_written_in_the_same_call_right_after_its_export(
+        lakefs, events):
+    """`iceberg.same_task`, a cold export of at most LIGHT_COLD_PATHS paths: the same files in the
+    same order as the export and its task write them, in one call."""
+    commit = events.append(1, 2).append(3).commit()
+    store = namespace(lakefs)
+    written_before = len(store.written)
+    location = export_location(SAME, "main", commit, "events")
+
+    outcome = export_table(lake_of(SAME, lakefs), ExportAt("repo", "main", commit), events.descriptor)
+
+    assert outcome.ok and outcome.iceberg == manifest(lakefs, location)["iceberg"]
+    assert outcome.iceberg["state"] == "written" and sorted(outcome.iceberg["snapshot_ids"]) == ["0", "1"]
+    written = store.written[written_before:]
+    log, iceberg = [k for k in written if "/_delta_log/" in k], [k for k in written if k in iceberg_files(store, location)]
+    assert written == [*log, location + MANIFEST, *iceberg, location + MANIFEST]
+    assert iceberg[-1] == location + "metadata/v1.metadata.json"
+
+
+def test_with_same_task_an_incremental_exports_iceberg_table_reads_nothing_of_its_log_or_manifests_back(
+        lakefs, events):
+    """`iceberg.same_task`: the export continues the parent's Iceberg table at once; the new commit
+    and both exports' manifests are what the export just wrote or read: none is read back."""
+    first = events.append(1).append(2).append(3).commit()  # versions 0-2
+    export(lakefs, "main", first, events)
+    second = events.append(4).commit()  # version 3
+    store = namespace(lakefs)
+    before = len(store.reads)
+
+    outcome = export_table(lake_of(SAME, lakefs), ExportAt("repo", "main", second), events.descriptor)
+
+    read = store.reads[before:]
+    location = export_location(SAME, "main", second, "events")
+    assert outcome.incremental and sorted(map(int, outcome.iceberg["snapshot_ids"])) == [0, 1, 2, 3]
+    assert outcome.iceberg == manifest(lakefs, location)["iceberg"]
+    assert [uri for uri in read if uri.startswith(store.uri(location))] == [store.uri(location + MANIFEST)]  # exists?
+    assert read.count(store.uri(export_location(SAME, "main", first, "events") + MANIFEST)) == 1  # built on: once
+
+
+def test_an_iceberg_step_a_store_error_stops_in_the_exports_call_is_left_pending_for_its_task(
+        lakefs, events, monkeypatch):
+    """`iceberg.same_task`: the export stands when its Iceberg step meets an error a retry may fix;
+    the record says pending with why, and the task after (`export_iceberg`) writes the table."""
+    first = events.append(1).append(2).append(3).commit()
+    export(lakefs, "main", first, events)
+    second = events.append(4).commit()
+    location = export_location(SAME, "main", second, "events")
+    put = MemoryStore.put
+
+    def refused(self, relative, body, content_type="application/octet-stream"):
+        if relative.startswith(location + "metadata/"):
+            raise ServiceUnavailable("the store answered 503 to a put")
+        return put(self, relative, body, content_type)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(MemoryStore, "put", refused)
+        outcome = export_table(lake_of(SAME, lakefs), ExportAt("repo", "main", second), events.descriptor)
+
+    assert outcome.ok and outcome.incremental
+    assert outcome.iceberg["state"] == "pending" and "503" in outcome.iceberg["reason"]
+    assert manifest(lakefs, location)["iceberg"] == PENDING
+    record = export_iceberg(lake_of(SAME, lakefs), "repo", "main", second, "events")
+    assert record["state"] == "written" and sorted(map(int, record["snapshot_ids"])) == [0, 1, 2, 3]
 
 
 def test_a_table_iceberg_cannot_represent_is_exported_as_delta_with_the_reason(lakefs, events):

@@ -243,6 +243,28 @@ def test_an_exports_iceberg_table_is_queued_after_it_behind_the_exports_then_rec
     assert "lakefs_delta.export_iceberg" not in [s.name for s in worker.sent]
 
 
+def test_with_same_task_a_light_iceberg_table_is_written_by_the_exports_task_and_none_is_queued(
+        worker, tmp_path, monkeypatch):
+    """`iceberg.same_task`: a small table's, then an incremental export's that continues the
+    parent's table: both recorded with the export, counted, and no `export_iceberg` queued."""
+    same = IcebergConfig(enabled=True, same_task=True)
+    monkeypatch.setattr(workers.app, "_config", worker.config.model_copy(update={"iceberg": same}))
+    events = SourceTable(worker.lakefs, "repo", "events", tmp_path / "events")
+    first = events.append(1).commit()
+    second = events.append(2).commit()
+
+    for commit in (first, second):
+        tasks.export_table.apply(("repo", "main", commit, "events", "tables/events"))
+
+    records = [worker.status.record("repo", "main", commit, "events") for commit in (first, second)]
+    assert [(r["state"], r["iceberg"]["state"], sorted(r["iceberg"]["snapshot_ids"])) for r in records] == [
+        ("done", "written", ["0"]), ("done", "written", ["0", "1"])]
+    assert all(r["iceberg"]["recorded_at"] >= r["updated_at"] - 1 for r in records)
+    assert "lakefs_delta.export_iceberg" not in [s.name for s in worker.sent]
+    assert worker.status.metrics()['lakefs_delta_iceberg_metadata_total{outcome="written"}'] == 2
+    assert worker.namespace.exists(export_location(worker.config, "main", second, "events") + "metadata/v1.metadata.json")
+
+
 def test_an_iceberg_table_is_queued_again_when_an_event_finds_its_export_still_pending(worker, tmp_path, monkeypatch):
     config = worker.config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
     monkeypatch.setattr(workers.app, "_config", config)
