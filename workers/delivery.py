@@ -43,9 +43,14 @@ def _lake(config: Config) -> Lake:
 
 @worker_process_init.connect
 def _warm(**_) -> None:
-    """Each pool process builds its clients as it starts, so the first tasks of a storm wait for none."""
+    """Each pool process builds its clients as it starts, so the first tasks of a storm wait for none.
+    What fails here is built again by the first task that needs it, which reports it: never the
+    pool process's start."""
     config = current_config()
-    _services(config), _lake(config), warm(config)
+    try:
+        _services(config), _lake(config), warm(config)
+    except Exception as exc:  # noqa: BLE001 (the first task meets it again, and says why)
+        log.warning("clients not built as the worker process started: %s", exc)
 
 
 class Transient(Exception):
