@@ -199,8 +199,9 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
             status.count("lakefs_delta_versions_read_total", amount=outcome.versions)
             status.count("lakefs_delta_files_rewritten_total", amount=outcome.files_rewritten)
         log.info("%s outcome=%s", line, "exists" if outcome.skipped else "done")
-        # not written with the export (it continues no other's table, or a retry may write it): a task of its
-        # own, behind the exports; also when the export existed: a lost task is made up by the event delivered again
+        # not written with the export (the default; with iceberg.same_task, one not light or one a retry may
+        # write): a task of its own, behind the exports; also when the export existed: a lost task is made up
+        # by the event delivered again
         if iceberg_state(outcome.iceberg) is IcebergState.PENDING:
             export_iceberg.apply_async((repository, ref, commit_id, table_name), priority=ICEBERG_STEP,
                                        queue=_delivered_from(self))
