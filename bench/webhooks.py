@@ -62,7 +62,7 @@ def wait_workers_ready(redis_url: str, workers: int, deadline: float) -> None:
 
     control = Celery("bench", broker=redis_url).control
     while time.monotonic() < deadline:
-        if len(control.ping(timeout=1)) >= workers:
+        if len(control.ping(timeout=1, limit=workers)) >= workers:  # back at the last reply, not after the second
             return
     raise RuntimeError(f"{workers} worker(s) did not answer a ping; see bench/results/bench-worker*.log")
 
