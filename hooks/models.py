@@ -375,6 +375,10 @@ class CheckFinding(BaseModel):
     path: str
     rule: Literal["rules", "schema", "rows", "readers", "keys", "columns"]
     found: str
+    rows: list[dict[str, Any]] = Field(default_factory=list, description=(
+        "some of the rows a keys or columns finding is about (at most 10, each column's value as the row diff "
+        "has it): the written rows of the keys it names, the added or updated rows with a null or a value not "
+        "accepted"))
 
 
 class CheckReport(BaseModel):

@@ -40,6 +40,7 @@ class Finding:
     rule: str  # "rules", "schema", "rows", "readers", "keys", "columns"
     found: str  # what was found, in words
     path: str = ""  # the table's path, or the descriptor's when the finding is the descriptor's own
+    rows: tuple[dict, ...] = ()  # some of the rows a key or column rule's finding is about (`exporter.checks.rows`)
 
     @property
     def of_descriptor(self) -> bool:
@@ -48,7 +49,7 @@ class Finding:
         return "/" in self.table
 
     def as_dict(self) -> dict:
-        return {"table": self.table, "path": self.path, "rule": self.rule, "found": self.found}
+        return {"table": self.table, "path": self.path, "rule": self.rule, "found": self.found, "rows": list(self.rows)}
 
 
 @dataclass
@@ -120,7 +121,7 @@ def check_change(lake: Lake, repository: str, source: str, destination: str, sta
         diff = _table_diff(lake, None if staged else diffs, repository, destination_commit, source_commit, table.path)
         findings = table_findings(table.name, checks, diff)
         if checks.reads_files:
-            findings += [Finding(table.name, found.rule, found.found) for found in
+            findings += [Finding(table.name, found.rule, found.found, rows=found.rows) for found in
                          row_findings(lake, repository, destination_commit, source_commit, table.path, checks)]
         report.findings += [replace(f, path=table.path) for f in findings]
     return report

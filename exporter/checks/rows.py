@@ -10,6 +10,10 @@ Read as the row diff plans them (`exporter.diff.rows.compute.plan_row_diff`), ne
   statistics (`minValues`/`maxValues`, partition values) could hold it, and only their key columns.
 The rows read are bounded as the row diff's are (`row_diff.max_rows`, `row_diff.max_memory_mib`):
 past them the rule is a finding (it could not be checked), never a silent pass.
+
+A finding carries some of the rows it is about (at most ROWS_SHOWN, whole rows, ordered by their
+JSON), for the diff page: the written rows of the keys it names, the added or updated rows with a
+null or a value not accepted. With more such rows than that, which are shown is the engine's pick.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from exporter.checks.rules import ColumnRule, TableChecks
-from exporter.diff.rows.compare import as_text, unmatched
+from exporter.diff.rows.compare import as_text, row_json, unmatched
 from exporter.config import Config
 from exporter.diff.rows.compute import (RowDiffQuery, RowPlan, job_entry, job_files, job_side, plan_row_diff,
                                         read_differing_rows, rows_to_read)
@@ -34,6 +38,7 @@ from exporter.lakefs.lake import Lake
 from exporter.storage.objectstore import ObjectStore
 
 SHOWN = 5  # offending keys or values named in a finding
+ROWS_SHOWN = 10  # offending rows a finding carries
 _SEPARATOR = "\x1f"
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
@@ -42,6 +47,7 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 class RowFinding:
     rule: str  # "keys" or "columns"
     found: str
+    rows: tuple[dict, ...] = ()  # some of the rows it is about (column -> value, as JSON has it)
 
 
 def row_findings(lake: Lake, repository: str, destination_commit: str, source_commit: str, table_path: str,
@@ -101,39 +107,56 @@ def _emptied_partitions(plan: RowPlan) -> list[str]:
 
 def findings_of(found: dict, checks: TableChecks) -> list[RowFinding]:
     """What either engine found (`_in_process`'s shape) as findings: keys as `column=value`, at most
-    SHOWN of each kind named."""
+    SHOWN of each kind named, with the rows of each kind (`found["rows"]`, JSON texts)."""
     keys = list(checks.keys)
+    shown_rows = found.get("rows", {})
+
+    def finding(rule: str, words: str, kind: str) -> RowFinding:
+        return RowFinding(rule, words, offending_rows(shown_rows.get(kind, ())))
+
     findings = []
     if found.get("null_keys"):
-        findings.append(RowFinding("keys", f"{found['null_keys']:,} added or updated row(s) with a null key "
-                                           f"({', '.join(keys)})"))
+        findings.append(finding("keys", f"{found['null_keys']:,} added or updated row(s) with a null key "
+                                        f"({', '.join(keys)})", "null_keys"))
     total, shown = found.get("repeated", (0, []))
     if total:
         named = ", ".join(f"{_shown(keys, key)} ({count} rows)" for key, count in shown[:SHOWN])
-        findings.append(RowFinding("keys", f"{total:,} key(s) written more than once by the change: {named}"))
+        findings.append(finding("keys", f"{total:,} key(s) written more than once by the change: {named}", "repeated"))
     total, shown = found.get("clashes", (0, []))
     if total:
-        findings.append(RowFinding("keys", f"{total:,} key(s) the change writes are already in the table: "
-                                           + ", ".join(_shown(keys, key) for key in shown[:SHOWN])))
+        findings.append(finding("keys", f"{total:,} key(s) the change writes are already in the table: "
+                                        + ", ".join(_shown(keys, key) for key in shown[:SHOWN]), "clashes"))
     for column, rule in checks.columns.items():
         seen = found.get("columns", {}).get(column, {})
         if rule.not_null and seen.get("nulls"):
-            findings.append(RowFinding("columns", f"{seen['nulls']:,} added or updated row(s) with `{column}` null"))
+            findings.append(finding("columns", f"{seen['nulls']:,} added or updated row(s) with `{column}` null",
+                                    f"nulls:{column}"))
         total, shown = seen.get("outside", (0, []))
         if total:
             named = ", ".join(f"{value!r} ({count})" for value, count in shown[:SHOWN])
-            findings.append(RowFinding("columns", f"{total:,} added or updated row(s) with `{column}` not one of "
-                                                  f"{', '.join(map(str, rule.accepted or ()))}: {named}"))
+            findings.append(finding("columns", f"{total:,} added or updated row(s) with `{column}` not one of "
+                                               f"{', '.join(map(str, rule.accepted or ()))}: {named}",
+                                    f"outside:{column}"))
     return findings
+
+
+def offending_rows(texts) -> tuple[dict, ...]:
+    """A finding's rows from either engine's JSON texts: at most ROWS_SHOWN, ordered by their JSON
+    (keys sorted), so that both engines' picks of the same rows read the same."""
+    rows = sorted((json.loads(text) for text in texts), key=lambda row: json.dumps(row, sort_keys=True))
+    return tuple(rows[:ROWS_SHOWN])
 
 
 def _in_process(reader: Reader, plan: RowPlan, limit: Limit, checks: TableChecks) -> dict:
     written, changed = _written(reader, plan, limit)
-    found: dict = {"columns": {}}
+    found: dict = {"columns": {}, "rows": {}}
     if checks.keys:
-        found.update(_keys_found(reader, plan, limit, list(checks.keys), written, changed))
+        keys_found, rows = _keys_found(reader, plan, limit, list(checks.keys), written, changed)
+        found.update(keys_found)
+        found["rows"].update(rows)
     for column, rule in checks.columns.items():
-        found["columns"][column] = _column_found(rule, changed.column(column))
+        found["columns"][column], rows = _column_found(rule, changed, column)
+        found["rows"].update(rows)
     return found
 
 
@@ -158,7 +181,7 @@ def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: RowPla
     job = {"sides": {"removed": job_side(plan.left), "added": job_side(right), "kept": job_side(right, keys)},
            "files": files, "common": plan.common, "key": [], "rows": rows,
            "checks": {"keys": keys, "columns": columns, "checked": list(dict.fromkeys([*keys, *columns])),
-                      "shown": SHOWN}}
+                      "shown": SHOWN, "rows_shown": ROWS_SHOWN}}
     return run_job(config, store, job, None) if files else {}
 
 
@@ -222,17 +245,31 @@ def _written(reader: Reader, plan: RowPlan, limit: Limit) -> tuple[pa.Table, pa.
 
 
 def _keys_found(reader: Reader, plan: RowPlan, limit: Limit, keys: list[str], written: pa.Table,
-                changed: pa.Table) -> dict:
+                changed: pa.Table) -> tuple[dict, dict]:
+    """What the key rule finds, and the rows of each kind (`findings_of`): the added or updated rows
+    with a null key, the written rows of the keys named as written twice or already in the table."""
     written = written.filter(pc.invert(_null_mask(written, keys)))
     texts = key_text(written, keys)
     counted = pc.value_counts(texts)
     repeated = counted.filter(pc.greater(counted.field("counts"), 1))
     existing = _existing_keys(reader, plan, limit, keys, written)
     clashes = pc.unique(existing.filter(pc.is_in(existing, value_set=texts))) if len(existing) else existing
-    return {"null_keys": _any_null(changed, keys),
-            "repeated": (len(repeated), [(value.split(_SEPARATOR), count) for value, count in zip(
-                repeated.field("values").to_pylist()[:SHOWN], repeated.field("counts").to_pylist())]),
-            "clashes": (len(clashes), [value.split(_SEPARATOR) for value in clashes.to_pylist()[:SHOWN]])}
+    found = {"null_keys": _any_null(changed, keys),
+             "repeated": (len(repeated), [(value.split(_SEPARATOR), count) for value, count in zip(
+                 repeated.field("values").to_pylist()[:SHOWN], repeated.field("counts").to_pylist())]),
+             "clashes": (len(clashes), [value.split(_SEPARATOR) for value in clashes.to_pylist()[:SHOWN]])}
+    rows = {"null_keys": _rows_where(changed, _null_mask(changed, keys)),
+            "repeated": _rows_where(written, pc.is_in(texts, value_set=repeated.field("values").slice(0, SHOWN))),
+            "clashes": _rows_where(written, pc.is_in(texts, value_set=clashes.slice(0, SHOWN)))}
+    return found, rows
+
+
+def _rows_where(rows: pa.Table, mask: pa.Array) -> list[str]:
+    """At most ROWS_SHOWN of the rows where `mask` holds, each as JSON (`row_json`), without the
+    partition label the rows were read with."""
+    picked = rows.filter(mask).slice(0, ROWS_SHOWN)
+    return [row_json(row) for row in picked.drop_columns([c for c in ("__partition",) if c in picked.column_names])
+            .to_pylist()]
 
 
 def _existing_keys(reader: Reader, plan: RowPlan, limit: Limit, keys: list[str], written: pa.Table) -> pa.Array:
@@ -318,15 +355,21 @@ def _numbers(*values) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
-def _column_found(rule: ColumnRule, values: pa.ChunkedArray) -> dict:
+def _column_found(rule: ColumnRule, changed: pa.Table, column: str) -> tuple[dict, dict]:
+    """What a column rule finds among the added or updated rows, and those rows (`findings_of`)."""
+    values = changed.column(column)
     found: dict = {"nulls": values.null_count}
+    rows = {f"nulls:{column}": _rows_where(changed, pc.is_null(values))} if rule.not_null and values.null_count else {}
     if rule.accepted is not None:
-        present, accepted = _comparable_to(values.filter(values.is_valid()), rule.accepted)
-        outside = present.filter(pc.invert(pc.is_in(present, value_set=accepted)))
+        comparable, accepted = _comparable_to(values, rule.accepted)
+        not_accepted = pc.and_(pc.is_valid(comparable), pc.invert(pc.is_in(comparable, value_set=accepted)))
+        outside = comparable.filter(not_accepted)
         counted = pc.value_counts(outside) if len(outside) else None
         found["outside"] = (len(outside), [] if counted is None else list(zip(
             counted.field("values").to_pylist()[:SHOWN], counted.field("counts").to_pylist())))
-    return found
+        if len(outside):
+            rows[f"outside:{column}"] = _rows_where(changed, not_accepted)
+    return found, rows
 
 
 def _comparable_to(values: pa.ChunkedArray, accepted: tuple) -> tuple[pa.ChunkedArray | pa.Array, pa.Array]:

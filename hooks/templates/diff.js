@@ -97,8 +97,22 @@ async function loadChecks() {  // the rules the right side's tables declare, hel
   for (const f of found.findings) {
     const row = body.insertRow(); row.className = "removed";
     cell(row, f.table); cell(row, f.rule); cell(row, f.found);
+    if (f.rows && f.rows.length) offendingRows(body.insertRow(), f.rows);
   }
   show("checks", true);
+}
+
+function offendingRows(row, rows) {  // a finding's rows, under it: a column per column any of them has
+  row.className = "offending"; const td = row.insertCell(); td.colSpan = 3;
+  const table = document.createElement("table"), columns = [...new Set(rows.flatMap((r) => Object.keys(r)))];
+  const head = table.createTHead().insertRow();
+  for (const column of columns) { const th = document.createElement("th"); th.textContent = column; head.append(th); }
+  const body = table.createTBody();
+  for (const r of rows) {
+    const tr = body.insertRow();
+    for (const column of columns) { const c = cell(tr, shown(r[column])); if (r[column] === null) c.classList.add("null"); }
+  }
+  td.append(table);
 }
 
 let rowsAfter = null, rowColumns = [], rowPages = 0;

@@ -122,9 +122,10 @@ def open_rows_grid(link: str, screenshot: str) -> SeenRows:
     return seen
 
 
-def open_checks(link: str, keys: tuple[str, str], screenshot: str) -> tuple[str, list[str]]:
+def open_checks(link: str, keys: tuple[str, str], screenshot: str) -> tuple[str, list[str], list[list[str]]]:
     """Open a merge gate's diff link, sign in with `keys`, and read its merge-gate section: the
-    summary line and the findings' rows as shown ("table\\trule\\tfound")."""
+    summary line, the findings as shown ("table\\trule\\tfound"), and the rows shown under
+    them (each finding's table of rows, a line per row with its header first: "id\\tstatus")."""
     from playwright.sync_api import sync_playwright
 
     os.makedirs(ARTIFACTS, exist_ok=True)
@@ -146,6 +147,7 @@ def open_checks(link: str, keys: tuple[str, str], screenshot: str) -> tuple[str,
         page.screenshot(path=os.path.join(ARTIFACTS, screenshot), full_page=True)
         assert page.locator("#error").is_hidden(), page.locator("#error").inner_text()
         seen = (page.locator("#checks-summary").inner_text(),
-                page.locator("#checks-findings tbody tr").all_inner_texts())
+                page.locator("#checks-findings > tbody > tr:not(.offending)").all_inner_texts(),
+                [table.locator("tr").all_inner_texts() for table in page.locator("#checks-findings tr.offending table").all()])
         browser.close()
     return seen

@@ -170,7 +170,8 @@ def test_a_merge_writing_a_key_twice_or_again_or_a_value_not_accepted_is_refused
         lakefs, gated, tmp_path, service, config):
     """`orders` (delta-rs, 200 rows in two files) declares its key and its status's values; each
     branch appends one file. What is read: the appended file, and of main's files only those whose
-    order_id statistics could hold an appended key. The diff page shows the same findings."""
+    order_id statistics could hold an appended key. The diff page shows the same findings, each
+    with the rows it is about."""
     from tests.integration.browser import open_checks
 
     repository = gated
@@ -199,12 +200,14 @@ def test_a_merge_writing_a_key_twice_or_again_or_a_value_not_accepted_is_refused
     report = blocked(lakefs, repository, lambda: lakefs.merge(repository, twice, "main"))
     assert "- orders: keys: 1 key(s) written more than once by the change: order_id=201 (2 rows)" in report, report
     assert "- orders: keys: 1 key(s) the change writes are already in the table: order_id=150" in report, report
-    summary, shown = open_checks(f"{service}/diff?repository={repository}&left=main&right={twice}",
+    summary, shown, rows = open_checks(f"{service}/diff?repository={repository}&left=main&right={twice}",
                                  (config.lakefs.access_key_id, config.lakefs.secret_access_key.get_secret_value()),
                                  "merge-gate-diff-page.png")
     assert summary == "Blocked: 2 finding(s) over 1 table(s) checked.", summary
     assert shown == ["orders\tkeys\t1 key(s) written more than once by the change: order_id=201 (2 rows)",
                      "orders\tkeys\t1 key(s) the change writes are already in the table: order_id=150"], shown
+    # under each finding, the rows it is about: the appended rows of the keys it names
+    assert rows == [["order_id\tstatus", "201\tnew", "201\tnew"], ["order_id\tstatus", "150\tnew"]], rows
 
     lost = branch_appending("status-lost", orders([300, 301], "lost"))
     report = blocked(lakefs, repository, lambda: lakefs.merge(repository, lost, "main"))

@@ -511,7 +511,11 @@ def test_a_merge_gates_row_rules_past_the_workers_limits_run_as_a_spark_job_with
         ("keys", "1 key(s) the change writes are already in the table: id=150"),
         ("columns", "1 added or updated row(s) with `status` null"),
         ("columns", "2 added or updated row(s) with `status` not one of new, paid: 'lost' (2)")]
-    assert job == in_process
+    assert [f.rows for f in in_process] == [  # the rows each is about, shown on the diff page
+        ({"id": None, "status": "new"},), ({"id": 400, "status": "new"}, {"id": 400, "status": "paid"}),
+        ({"id": 150, "status": "new"},), ({"id": 401, "status": None},),
+        ({"id": 402, "status": "lost"}, {"id": 403, "status": "lost"})]
+    assert job == in_process  # the job reads the appended rows again for them: it found some
 
     # an update rewrites a file: its 99 unchanged rows, removed and added again, cancel (id 11's 'old'
     # among them: not checked); the changed one is (the job's path with removed rows to match)
@@ -523,4 +527,9 @@ def test_a_merge_gates_row_rules_past_the_workers_limits_run_as_a_spark_job_with
         ("keys", "1 key(s) the change writes are already in the table: id=150"),
         ("columns", "1 added or updated row(s) with `status` null"),
         ("columns", "3 added or updated row(s) with `status` not one of new, paid: 'lost' (3)")]
+    assert [f.rows for f in in_process][1:] == [  # of the rewritten file's rows only the updated one
+        ({"id": 400, "status": "new"}, {"id": 400, "status": "paid"}, {"id": 401, "status": "lost"},
+         {"id": 401, "status": None}),
+        ({"id": 150, "status": "new"},), ({"id": 401, "status": None},),
+        ({"id": 401, "status": "lost"}, {"id": 402, "status": "lost"}, {"id": 403, "status": "lost"})]
     assert job == in_process

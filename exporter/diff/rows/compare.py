@@ -76,8 +76,8 @@ class Changes:
                     partition = row.pop("__partition")
                     if prior is not None:
                         prior.pop("__partition")
-                    batch.append({"id": number, "change": change, "partition": partition, "values": _json(row),
-                                  "before": None if prior is None else _json(prior)})
+                    batch.append({"id": number, "change": change, "partition": partition, "values": row_json(row),
+                                  "before": None if prior is None else row_json(prior)})
                     number += 1
                 yield batch
 
@@ -145,7 +145,8 @@ def as_text(column: pa.ChunkedArray) -> pa.Array:
                         pa.string())
 
 
-def _json(row: dict) -> str:
+def row_json(row: dict) -> str:
+    """A row as the rows file and the merge gate's findings hold it: JSON of its columns' values."""
     return json.dumps({name: _jsonable(value) for name, value in row.items()})
 
 

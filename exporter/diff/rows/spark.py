@@ -306,6 +306,7 @@ def _checks(spark, plan: dict) -> dict:
     moving = _cancelled(rows.filter(F.col("side") != "kept"), [f"m_{i}" for i in range(len(common))])
     changed = moving.filter(F.col("side") == "added")
     found: dict = {"columns": {}}
+    written_when, changed_when = {}, {}  # the rows each finding is about: (kind -> condition) on written, changed rows
     if keys:
         null_key = reduce(lambda a, b: a | b, [F.col(k) == "[null]" for k in keys])
         # added keys against each other and against kept ones in one grouping (one shuffle of the rows,
@@ -316,19 +317,59 @@ def _checks(spark, plan: dict) -> dict:
                    .filter("count > 1 OR (count > 0 AND kept > 0)").persist())
         repeated = grouped.filter("count > 1").orderBy(*keys)
         clashes = grouped.filter("count > 0 AND kept > 0").select(*keys).orderBy(*keys)
+        named_repeated, named_clashes = repeated.limit(shown).collect(), clashes.limit(shown).collect()
         found.update(null_keys=changed.filter(null_key).count(),
-                     repeated=(repeated.count(), [([_value(r[k]) for k in keys], r["count"])
-                                                  for r in repeated.limit(shown).collect()]),
-                     clashes=(clashes.count(), [[_value(r[k]) for k in keys] for r in clashes.limit(shown).collect()]))
+                     repeated=(repeated.count(), [([_value(r[k]) for k in keys], r["count"]) for r in named_repeated]),
+                     clashes=(clashes.count(), [[_value(r[k]) for k in keys] for r in named_clashes]))
+        if found["null_keys"]:
+            changed_when["null_keys"] = null_key
+        for kind, named in (("repeated", named_repeated), ("clashes", named_clashes)):
+            if named:
+                written_when[kind] = reduce(lambda a, b: a | b, [reduce(lambda a, b: a & b, [F.col(k) == r[k] for k in keys])
+                                                                for r in named])
     for column, rule in checks["columns"].items():
         value = F.col(f"c_{checked[column]}")
         seen = {"nulls": changed.filter(value == "[null]").count()}
+        if rule["not_null"] and seen["nulls"]:
+            changed_when[f"nulls:{column}"] = value == "[null]"
         if rule["accepted"] is not None:
-            outside = changed.filter((value != "[null]") & ~value.isin(rule["accepted"])).groupBy(value.alias("v")).count()
+            not_accepted = (value != "[null]") & ~value.isin(rule["accepted"])
+            outside = changed.filter(not_accepted).groupBy(value.alias("v")).count()
             seen["outside"] = (outside.agg(F.sum("count")).first()[0] or 0,
                                [(_value(r["v"]), r["count"]) for r in outside.orderBy(F.desc("count")).limit(shown).collect()])
+            if seen["outside"][0]:
+                changed_when[f"outside:{column}"] = not_accepted
         found["columns"][column] = seen
+    if written_when or changed_when:
+        if cancelling:  # the rows were read with their values
+            frames = [(rows.filter(F.col("side") == "added"), written_when), (changed, changed_when)]
+        else:  # an append, read without them: its added rows again, now with them (only when a rule found some)
+            again = [_file_rows(spark, entry, {**described("added"), "values": True}) for entry in plan["files"]
+                     if entry["side"] == "added"]
+            frames = [(reduce(lambda a, b: a.unionByName(b), again), {**written_when, **changed_when})]
+        found["rows"] = _offending(frames, plan["checks"]["rows_shown"])
     return found
+
+
+def _offending(frames: list, rows_shown: int) -> dict[str, list[str]]:
+    """The rows each finding is about, at most `rows_shown` of each kind (the first by their JSON),
+    as JSON texts, in one Spark job: `frames` pairs a frame of rows with `values` with the kinds'
+    conditions on it."""
+    from functools import reduce
+
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    labelled = reduce(lambda a, b: a.unionByName(b), [
+        frame.select("values", F.explode(F.array(*[F.when(condition, F.lit(kind)) for kind, condition in when.items()]))
+                     .alias("kind"))
+        for frame, when in frames if when]).filter(F.col("kind").isNotNull())
+    picked = labelled.withColumn("n", F.row_number().over(Window.partitionBy("kind").orderBy("values"))) \
+        .filter(F.col("n") <= rows_shown)
+    rows: dict[str, list[str]] = {}
+    for row in picked.collect():
+        rows.setdefault(row["kind"], []).append(row["values"])
+    return rows
 
 
 def _value(text: str):

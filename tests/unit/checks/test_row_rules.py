@@ -40,12 +40,27 @@ def test_new_unique_keys_pass_and_a_key_written_twice_or_already_there_or_null_i
     base = write(events, [1, 2, 3]).commit()
     assert findings(lakefs, base, write(events, [4, 5]).commit(), KEYS) == []
 
-    again = write(events, [7, 7, 8, 3]).commit()
-    assert findings(lakefs, base, again, KEYS) == [
-        RowFinding("keys", "1 key(s) written more than once by the change: id=7 (2 rows)"),
-        RowFinding("keys", "1 key(s) the change writes are already in the table: id=3")]
+    again = write(events, [7, 7, 8, 3], ["paid", "new", "new", "lost"]).commit()
+    assert findings(lakefs, base, again, KEYS) == [  # each with the written rows of the keys it names
+        RowFinding("keys", "1 key(s) written more than once by the change: id=7 (2 rows)",
+                   ({"id": 7, "status": "new"}, {"id": 7, "status": "paid"})),
+        RowFinding("keys", "1 key(s) the change writes are already in the table: id=3",
+                   ({"id": 3, "status": "lost"},))]
     null = write(events, [None, 9]).commit()
-    assert findings(lakefs, again, null, KEYS) == [RowFinding("keys", "1 added or updated row(s) with a null key (id)")]
+    assert findings(lakefs, again, null, KEYS) == [RowFinding("keys", "1 added or updated row(s) with a null key (id)",
+                                                              ({"id": None, "status": "new"},))]
+
+
+def test_a_finding_carries_at_most_ten_of_its_rows_in_the_order_of_their_json(lakefs, events):
+    from exporter.checks.rows import ROWS_SHOWN
+
+    base = write(events, [1]).commit()
+    change = write(events, [None] * 12 + [5, 5], [f"s{n:02}" for n in range(14)]).commit()
+    null_keys, repeated = findings(lakefs, base, change, KEYS)
+    assert null_keys.found == "12 added or updated row(s) with a null key (id)"
+    assert len(null_keys.rows) == ROWS_SHOWN == 10
+    assert [row["status"] for row in null_keys.rows] == [f"s{n:02}" for n in range(10)]
+    assert repeated.rows == ({"id": 5, "status": "s12"}, {"id": 5, "status": "s13"})
 
 
 def test_only_kept_files_whose_statistics_could_hold_a_written_key_are_read_and_only_their_keys(
@@ -76,7 +91,8 @@ def test_a_partition_key_reads_only_the_partitions_written(lakefs, events, monke
                         read.append(add["path"]) or rows(self, commit, add, columns))
 
     assert findings(lakefs, base, change, TableChecks(keys=("part", "id"))) == [
-        RowFinding("keys", "1 key(s) the change writes are already in the table: part=b, id=2")]
+        RowFinding("keys", "1 key(s) the change writes are already in the table: part=b, id=2",
+                   ({"id": 2, "part": "b", "status": "new"},))]
     assert all("part=b" in path for path in read)
 
 
@@ -89,16 +105,17 @@ def test_column_rules_hold_the_added_and_updated_rows_only(lakefs, events):
     assert findings(lakefs, base, events.commit(), STATUS) == []
 
     bad = write(events, [5, 6, 7], ["lost", None, "lost"]).commit()
-    assert findings(lakefs, base, bad, STATUS) == [
-        RowFinding("columns", "1 added or updated row(s) with `status` null"),
-        RowFinding("columns", "2 added or updated row(s) with `status` not one of new, paid: 'lost' (2)")]
+    assert findings(lakefs, base, bad, STATUS) == [  # 'lost' of the rewritten row 2 is not among them
+        RowFinding("columns", "1 added or updated row(s) with `status` null", ({"id": 6, "status": None},)),
+        RowFinding("columns", "2 added or updated row(s) with `status` not one of new, paid: 'lost' (2)",
+                   ({"id": 5, "status": "lost"}, {"id": 7, "status": "lost"}))]
 
 
 def test_accepted_values_are_compared_in_the_column_type(lakefs, events):
     base = write(events, [1]).commit()
     change = write(events, [2, 3]).commit()
     assert findings(lakefs, base, change, TableChecks(columns={"id": ColumnRule(accepted=(1, 2))})) == [
-        RowFinding("columns", "1 added or updated row(s) with `id` not one of 1, 2: 3 (1)")]
+        RowFinding("columns", "1 added or updated row(s) with `id` not one of 1, 2: 3 (1)", ({"id": 3, "status": "new"},))]
     assert findings(lakefs, base, change, TableChecks(columns={"id": ColumnRule(accepted=("2", "3"))})) == []
 
 
