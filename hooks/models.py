@@ -157,6 +157,12 @@ class RowCount(BaseModel):
     left: int | None
     right: int | None
     difference: int | None
+    in_files_removed: int | None = Field(None, description=(
+        "rows in the files only the left side has (a file whose deletion vector changed: the rows it newly "
+        "deletes): at most the rows the change removes; null when the logs cannot tell"))
+    in_files_added: int | None = Field(None, description=(
+        "rows in the files only the right side has (or that a changed deletion vector brings back): at most "
+        "the rows the change adds; null when the logs cannot tell"))
 
 
 class FileCount(BaseModel):

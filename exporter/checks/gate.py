@@ -11,8 +11,10 @@ computed here is cached for the diff page. Key and column rules read the changed
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlencode
 
@@ -20,9 +22,10 @@ import redis
 
 from exporter.checks.readers import unreadable
 from exporter.checks.rows import row_findings
-from exporter.checks.rules import TableChecks, parse_checks
+from exporter.checks.rules import Amount, TableChecks, parse_checks
+from exporter.diff.rows.compute import RowDiffQuery, RowDiffTooLarge, count_changes
 from exporter.diff.table import DiffCache, compute_diff
-from exporter.errors import DescriptorError
+from exporter.errors import BadRequest, DescriptorError
 from exporter.lakefs.client import PAGE_SIZE, commit_id_of
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, discover_tables
 from exporter.lakefs.lake import Lake
@@ -119,7 +122,8 @@ def check_change(lake: Lake, repository: str, source: str, destination: str, sta
         report.tables.append(table.name)
         report.table_paths[table.name] = table.path
         diff = _table_diff(lake, None if staged else diffs, repository, destination_commit, source_commit, table.path)
-        findings = table_findings(table.name, checks, diff)
+        query = RowDiffQuery(repository, destination_commit, source_commit, table.path, checks.keys)
+        findings = table_findings(table.name, checks, diff, functools.cache(lambda query=query: count_changes(lake, query)))
         if checks.reads_files:
             findings += [Finding(table.name, found.rule, found.found, rows=found.rows) for found in
                          row_findings(lake, repository, destination_commit, source_commit, table.path, checks)]
@@ -147,29 +151,52 @@ def _table_diff(lake: Lake, diffs: DiffCache | None, repository: str, left: str,
     return diff
 
 
-def table_findings(name: str, checks: TableChecks, diff: dict) -> list[Finding]:
-    """The table's rules against its history diff (`exporter.diff.history.diff_history`)."""
+def table_findings(name: str, checks: TableChecks, diff: dict,
+                   counted: Callable[[], dict[str, int]] | None = None) -> list[Finding]:
+    """The table's rules against its history diff (`exporter.diff.history.diff_history`). `counted`:
+    the changed rows' counts (`exporter.diff.rows.compute.count_changes`), asked only when the logs
+    cannot tell a rows rule's answer."""
     findings = []
     if checks.schema:
         findings += [Finding(name, "schema", found) for found in _schema(diff["schema_changes"], checks.schema_allowed)]
-    rows = diff["row_count"]
-    for amount, sign, words in ((checks.removed_at_most, -1, "removed"), (checks.added_at_most, 1, "added")):
-        if amount is None:
-            continue
-        if rows["left"] is None or rows["right"] is None:
-            findings.append(Finding(name, "rows", f"the row count is unknown (a file without numRecords statistics): "
-                                                  f"cannot hold rows {words} to at most {amount}"))
-            continue
-        changed = sign * (rows["right"] - rows["left"])
-        if changed > amount.limit(rows["left"]):
-            share = f" ({100 * changed / rows['left']:.1f}% of {rows['left']:,})" if rows["left"] else ""
-            findings.append(Finding(name, "rows", f"{changed:,} rows {words}{share}: more than {amount}"))
+    for amount, words in ((checks.removed_at_most, "removed"), (checks.added_at_most, "added")):
+        if amount is not None:
+            findings += [Finding(name, "rows", found) for found in _rows(diff, amount, words, counted)]
     protocol = diff["protocol_changed"]
     if checks.readers and protocol is not None:
         for consumer, features in unreadable(protocol.get("left") or {}, protocol.get("right") or {}, checks.readers):
             findings.append(Finding(name, "readers", f"{consumer} cannot read {', '.join(features)}, "
                                                      f"which this change brings"))
     return findings
+
+
+def _rows(diff: dict, amount: Amount, words: str, counted: Callable[[], dict[str, int]] | None) -> list[str]:
+    """A rows rule: the rows the change removes (or adds) against `amount`. The logs bound them: at
+    least the row count's net change, at most the rows of the files only one side has. When the
+    bounds do not settle it (a rewrite: a MERGE deleting as many rows as it inserts leaves the count
+    as it was), the changed rows are counted (`counted`; an update is one when the table declares
+    keys, else a removed and an added row)."""
+    rows, versions = diff["row_count"], diff["versions"]
+    before = 0 if versions["left"] is None else rows["left"]  # no table before: none of its rows
+    after = 0 if versions["right"] is None else rows["right"]
+    if before is None or after is None:
+        return [f"the row count is unknown (a file without numRecords statistics): cannot hold rows {words} to "
+                f"at most {amount}"]
+    limit = amount.limit(before)
+    changed = max(0, (after - before) * (1 if words == "added" else -1))  # at least this many
+    at_most = rows.get(f"in_files_{words}")
+    how = ""
+    if changed <= limit and (at_most is None or at_most > limit):
+        if counted is None:
+            return [f"the rows {words} cannot be told from the logs: cannot hold them to at most {amount}"]
+        try:
+            changed, how = counted()[words], " (counted in the changed rows)"
+        except (RowDiffTooLarge, BadRequest) as exceeded:  # too many rows to read; a key not in the schema
+            return [f"the rows {words} could not be counted: {exceeded}: cannot hold them to at most {amount}"]
+    if changed <= limit:
+        return []
+    share = f" ({100 * changed / before:.1f}% of {before:,})" if before else ""
+    return [f"{changed:,} rows {words}{share}{how}: more than {amount}"]
 
 
 def _schema(changes: list[dict], allowed: frozenset[str]) -> list[str]:

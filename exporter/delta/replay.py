@@ -51,6 +51,12 @@ class TableState:
     num_rows: int | None  # None when any live add lacks numRecords: never guessed
     # version -> digest of its actions, for commits without commitInfo only: the content to match on.
     commit_digests: dict[int, str] = field(default_factory=dict)
+    # The live files followed one by one (those the log names after its parquet checkpoint, and those
+    # other logs replayed with it from the same checkpoint name; every file without one), by logical
+    # file: their rows, None when unknown. What the replays of one checkpoint share (`snapshot_states`),
+    # None without a checkpoint: two states of one group differ only among their followed files.
+    followed: dict[tuple[str, str], int | None] = field(default_factory=dict, repr=False, compare=False)
+    replay_group: object | None = field(default=None, repr=False, compare=False)
 
 
 # The first key of a stats object, so unambiguous: a nested "numRecords" (a column's name) is never first.
@@ -101,6 +107,7 @@ class _Replay:
         self.summed = _Sum()  # every other file the checkpoint holds
         self.metadata: dict | None = None
         self.protocol: dict | None = None
+        self.group: object | None = None  # set by `_read_checkpoint`: the logs replayed from the same checkpoint
 
     def state(self) -> TableState:
         metadata, protocol, live = self.metadata, self.protocol, self.live
@@ -111,6 +118,7 @@ class _Replay:
                 metadata, protocol = _apply(action, live, metadata, protocol)
         for live_file in live.values():
             self.summed.add(live_file)
+        followed = {key: _rows_of(live_file) for key, live_file in live.items()}
         if metadata is None:
             raise CorruptLog(f"no metaData action in the log up to version {self.head}")
         if protocol is None:
@@ -129,6 +137,8 @@ class _Replay:
             size_bytes=self.summed.size,
             num_rows=self.summed.rows,
             commit_digests=commit_digests,
+            followed=followed,
+            replay_group=self.group,
         )
 
 
@@ -136,6 +146,9 @@ def _read_checkpoint(group: list[_Replay]) -> None:
     """The checkpoint the group's logs start from, read once, a row group at a time."""
     named = sorted({path for replay in group for path, _ in replay.named_later})
     shared = _Sum()  # the files no log of the group names later
+    token = object() if group[0].log.checkpoint else None  # without a parquet one, every file is followed
+    for replay in group:
+        replay.group = token
     for name, source in group[0].log.checkpoint:
         for row_group in checkpoint_row_groups(name, source, _REPLAYED_COLUMNS):
             if any(replay.metadata is None or replay.protocol is None for replay in group):
@@ -160,6 +173,28 @@ def with_older_commits(state: TableState, commits: Iterable[tuple[int, list[dict
     history, commit_digests = _history(older)
     return dataclasses.replace(state, earliest_version=min(older), history={**history, **state.history},
                                commit_digests={**commit_digests, **state.commit_digests})
+
+
+def files_differing_rows(left: TableState, right: TableState) -> tuple[int | None, int | None]:
+    """The rows in the files only `left` has, and in those only `right` has (a file whose deletion
+    vector changed: the rows it newly deletes, or brings back): at most the rows a change from left
+    to right removes, and adds. (None, None) when the logs cannot tell: the two were not replayed
+    together from one checkpoint (nor both without one), or such a file has no `numRecords`."""
+    if left.replay_group is not right.replay_group:
+        return None, None
+    totals = []
+    for this, other in ((left, right), (right, left)):
+        other_paths = {path: rows for (path, _), rows in other.followed.items()}
+        total = 0
+        for key, rows in this.followed.items():
+            if key in other.followed:
+                continue
+            before = other_paths.get(key[0], 0)
+            if rows is None or before is None:
+                return None, None
+            total += max(0, rows - before)
+        totals.append(total)
+    return totals[0], totals[1]
 
 
 def _history(commits: Mapping[int, list[dict]]) -> tuple[dict[int, dict | None], dict[int, str]]:
@@ -276,12 +311,15 @@ def _split_adds(adds: pa.ChunkedArray, named: list[str], group: list[_Replay], s
     paths = pc.struct_field(adds, "path")
     is_named = pc.fill_null(pc.is_in(paths, value_set=pa.array(named, paths.type)), False)
     for key, live_file in _add_columns(adds.filter(is_named)) if pc.any(is_named).as_py() else ():
-        for replay in group:
-            if key in replay.named_later:
-                replay.live[key] = live_file
-            else:
-                replay.summed.add(live_file)
+        for replay in group:  # followed by each log, so that the files the logs differ by are all followed
+            replay.live[key] = live_file
     shared.add_columns(adds.filter(pc.invert(is_named)))
+
+
+def _rows_of(live_file: _LiveFile) -> int | None:
+    size, stats, cardinality = live_file
+    records = num_records(stats)
+    return None if records is None else records - cardinality
 
 
 class _Sum:

@@ -8,7 +8,7 @@ Pure logic: the caller replays each ref's `_delta_log` (`exporter.delta.replay`)
 import json
 from typing import Any
 
-from exporter.delta.replay import TableState
+from exporter.delta.replay import TableState, files_differing_rows
 from exporter.diff.operations import operation
 from exporter.diff.schema import schema_changes
 
@@ -201,10 +201,17 @@ def _properties_changed(left: TableState | None, right: TableState | None) -> di
 
 
 def _row_count(left: TableState | None, right: TableState | None) -> dict:
+    """Each side's rows and the difference; and the rows in the files only one side has (at most
+    the rows the change removes, and adds: `files_differing_rows`), None when the logs cannot tell."""
     left_rows = left.num_rows if left else None
     right_rows = right.num_rows if right else None
     difference = None if left_rows is None or right_rows is None else right_rows - left_rows
-    return {"left": left_rows, "right": right_rows, "difference": difference}
+    if left and right:
+        in_removed, in_added = files_differing_rows(left, right)
+    else:  # one side has no table: all of the other's rows are the change's
+        in_removed, in_added = (left_rows if left else 0), (right_rows if right else 0)
+    return {"left": left_rows, "right": right_rows, "difference": difference,
+            "in_files_removed": in_removed, "in_files_added": in_added}
 
 
 def _files(state: TableState | None) -> dict | None:

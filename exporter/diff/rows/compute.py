@@ -162,14 +162,45 @@ class RowPlan:
         return self.whole() + [self.right_paths[path] for path in self.vector_changed]
 
 
+def count_changes(lake: Lake, query: RowDiffQuery) -> dict[str, int]:
+    """The row diff's counts alone (removed, added, updated: a removed and an added row of the same
+    `key` are one update), its rows neither kept nor stored: read in this process within the row
+    diff's limits, past them as the Spark job when `row_diff.spark.master` is set, else
+    RowDiffTooLarge."""
+    config = lake.config
+    store = lake.store(query.repository)
+    plan, _ = plan_row_diff(lake, store, query)
+    reader = Reader(store, lake.lakefs, query.repository, query.table_path.strip("/") + "/",
+                    lake.read_scope(query.repository))
+    rows, to_read = rows_to_read(reader, plan), plan.to_read()
+    reason = _too_large(config, config.row_diff.max_bytes, len(to_read), sum(int(add.get("size") or 0) for add in to_read),
+                        rows)
+    if reason is None:
+        try:
+            return _changes(reader, plan, Limit(config))[0].counts["total"]
+        except Exceeded as exceeded:
+            reason = str(exceeded)
+    if not config.row_diff.spark.master:
+        raise RowDiffTooLarge(reason)
+    from exporter.diff.rows.spark import run_job  # PySpark stays out of processes that never need it
+
+    job = _job_plan(reader, plan, rows)
+    return run_job(config, store, job, None)["counts"] if job["files"] else dict.fromkeys(("removed", "added", "updated"), 0)
+
+
+def _changes(reader: Reader, plan: RowPlan, limit: Limit):
+    """The changed rows (`compare.changes`, updates paired by the plan's key) and how many each file
+    gave, read in this process; `Exceeded` past `limit`."""
+    removed_rows, added_rows, files = read_differing_rows(reader, plan, limit)
+    removed_left, added_left = unmatched(removed_rows, added_rows, plan.common)
+    return changes(removed_rows.take(removed_left), added_rows.take(added_left),
+                   [k for k in plan.key if k in plan.common]), files
+
+
 def _in_process(config: Config, store: ObjectStore, reader: Reader, plan: RowPlan, prefix: str) -> dict:
     """The diff in this process; its rows stored as the rows file. `Exceeded` past the limits."""
     left, right = plan.left, plan.right
-    removed_rows, added_rows, files = read_differing_rows(reader, plan, Limit(config))
-    removed_left, added_left = unmatched(removed_rows, added_rows, plan.common)
-    changed = changes(removed_rows.take(removed_left), added_rows.take(added_left),
-                      [k for k in plan.key if k in plan.common])
-    del removed_rows, added_rows
+    changed, files = _changes(reader, plan, Limit(config))
     counts = changed.counts
     location = None
     if any(counts["total"].values()):
@@ -238,13 +269,12 @@ def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: RowPla
     from exporter.diff.rows.spark import run_job  # PySpark stays out of processes that never need it
 
     left, right, left_paths, right_paths = plan.left, plan.right, plan.left_paths, plan.right_paths
-    vector_changed, common, key = plan.vector_changed, plan.common, plan.key
+    vector_changed, key = plan.vector_changed, plan.key
 
-    files = job_files(reader, plan)
-    sides = {"removed": job_side(left), "added": job_side(right)}
-    plan = {"sides": sides, "files": files, "common": common, "key": [k for k in key if k in common], "rows": rows}
+    job = _job_plan(reader, plan, rows)
+    files = job["files"]
     location = row_diff_location(config, left.commit_id, right.commit_id, reader.prefix, key_part(key))
-    summary = run_job(config, store, plan, location, progress) if files else \
+    summary = run_job(config, store, job, location, progress) if files else \
         {"counts": {"added": 0, "removed": 0, "updated": 0}, "partitions": {}, "file_rows": {}}
     counted = summary["file_rows"]
 
@@ -262,6 +292,12 @@ def _with_spark(config: Config, store: ObjectStore, reader: Reader, plan: RowPla
                                                    "rows_restored": found.get("added", 0)})
     return {"counts": summary["counts"], "partitions": summary["partitions"], "files": changed, "engine": "spark",
             "rows_location": location if files else None}
+
+
+def _job_plan(reader: Reader, plan: RowPlan, rows: int | None) -> dict:
+    """The row diff's plan as the Spark job reads it; `rows`: how many it reads, when counted."""
+    return {"sides": {"removed": job_side(plan.left), "added": job_side(plan.right)}, "files": job_files(reader, plan),
+            "common": plan.common, "key": [k for k in plan.key if k in plan.common], "rows": rows}
 
 
 def job_files(reader: Reader, plan: RowPlan) -> list[dict]:

@@ -58,10 +58,15 @@ def test_a_rule_file_with_a_typo_is_an_error_naming_it(section, says):
     assert says in str(error.value) and str(error.value).startswith(DESCRIPTOR)
 
 
-def diff(schema_changes=(), rows=(100, 100), before=None, after=None) -> dict:
+def diff(schema_changes=(), rows=(100, 100), before=None, after=None, in_files=None) -> dict:
+    """A history diff; `in_files`: the rows of the files only each side has, by default those of a
+    change that only deletes or only appends (as many as the count moved)."""
     protocol = None if before == after else {"left": before, "right": after}
-    return {"schema_changes": list(schema_changes), "row_count": {"left": rows[0], "right": rows[1]},
-            "protocol_changed": protocol}
+    net = None if None in rows else rows[1] - rows[0]
+    in_files = in_files or ((None, None) if net is None else (max(0, -net), max(0, net)))
+    return {"schema_changes": list(schema_changes), "protocol_changed": protocol, "versions": {"left": 1, "right": 2},
+            "row_count": {"left": rows[0], "right": rows[1], "in_files_removed": in_files[0],
+                          "in_files_added": in_files[1]}}
 
 
 def change(kind: str, column: str, left, right) -> dict:
@@ -91,6 +96,28 @@ def test_rows_removed_or_added_past_their_bound_are_found():
         "11 rows added (1.1% of 1,000): more than 10 rows"]
     unknown = table_findings("t", checks, diff(rows=(None, 5)))
     assert len(unknown) == 2 and "the row count is unknown" in unknown[0].found
+    created = {**diff(rows=(None, 20), in_files=(0, 20)), "versions": {"left": None, "right": 1}}  # no table before: 0 rows
+    assert [f.found for f in table_findings("t", checks, created)] == ["20 rows added: more than 10 rows"]
+
+
+def test_a_rewrite_that_leaves_the_count_as_it_was_is_counted_in_its_rows_only_when_the_logs_cannot_tell():
+    checks = TableChecks(removed_at_most=Amount(percent=5))
+    asked = []
+
+    def counted(removed: int):
+        return lambda: asked.append(removed) or {"removed": removed, "added": 300, "updated": 0}
+
+    merge = diff(rows=(1000, 1000), in_files=(400, 400))  # 400 rows' files rewritten: up to 400 removed
+    assert [f.found for f in table_findings("t", checks, merge, counted(300))] == [
+        "300 rows removed (30.0% of 1,000) (counted in the changed rows): more than 5% of the rows"]
+    assert table_findings("t", checks, merge, counted(20)) == []
+    assert asked == [300, 20]
+    assert table_findings("t", checks, diff(rows=(1000, 1000), in_files=(50, 50)), counted(0)) == []  # at most 50
+    assert [f.found for f in table_findings("t", checks, diff(rows=(1000, 900), in_files=(400, 300)), counted(0))] == [
+        "100 rows removed (10.0% of 1,000): more than 5% of the rows"]  # at least the net change: no count needed
+    assert asked == [300, 20]
+    [unknown] = table_findings("t", checks, merge)  # nothing to count with: never a silent pass
+    assert unknown.found == "the rows removed cannot be told from the logs: cannot hold them to at most 5% of the rows"
 
 
 def test_a_feature_a_declared_reader_cannot_read_is_found_naming_both():

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from exporter.delta.replay import TableLog, TableState, snapshot_state
+from exporter.delta.replay import TableLog, TableState, snapshot_state, snapshot_states
 from exporter.diff.history import diff_history
 from exporter.diff.operations import operation_type
 from exporter.errors import CorruptLog
@@ -239,7 +239,42 @@ def test_a_file_without_stats_makes_the_row_count_unknown() -> None:
 
     assert left.num_rows == 10
     assert right.num_rows is None
-    assert diff_history(left, right)["row_count"] == {"left": 10, "right": None, "difference": None}
+    assert diff_history(left, right)["row_count"] == {"left": 10, "right": None, "difference": None,
+                                                      "in_files_removed": None, "in_files_added": None}
+
+
+def test_the_rows_in_the_files_one_side_has_bound_what_a_change_removes_and_adds() -> None:
+    """A merge that deletes as many rows as it inserts leaves the count as it was: the files the
+    sides differ by say how many rows it may have removed and added (a deletion vector's: exactly
+    the rows it newly deletes)."""
+    shared = [created(), [write(BASE_TIME + 1), add("a.parquet", records=10), add("b.parquet", records=20)]]
+    left = state(*shared)
+    rewritten = state(*shared, [write(BASE_TIME + 2), remove("a.parquet"), add("c.parquet", records=10),
+                                remove("b.parquet"), add("b.parquet", records=20, dv=deletion_vector("dv", 5)),
+                                add("d.parquet", records=5)])
+    counted = diff_history(left, rewritten)["row_count"]
+    assert (counted["difference"], counted["in_files_removed"], counted["in_files_added"]) == (0, 10 + 5, 10 + 5)
+    assert diff_history(rewritten, left)["row_count"]["in_files_removed"] == 15  # and back: the deleted rows return
+
+
+def test_two_sides_of_one_checkpoint_differ_only_by_files_replayed_together() -> None:
+    """Sides from one checkpoint sum the files neither names later: replayed together, each follows
+    the files either names, so a checkpoint file one side removes is counted; replayed apart, the
+    logs cannot tell (None), never 0."""
+    checkpoint = checkpoint_table([checkpoint_add("a.parquet", 10, 7), checkpoint_add("b.parquet", 10, 3),
+                                   checkpoint_metadata({}), {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}])
+
+    def log(*commits: list[dict]) -> TableLog:
+        return TableLog(2, [checkpoint], [], [(3 + n, actions) for n, actions in enumerate(commits)], ("cp",))
+
+    left_log = log([write(BASE_TIME), add("c.parquet", records=4)])
+    right_log = log([write(BASE_TIME), remove("a.parquet"), add("d.parquet", records=7)])
+    left, right = snapshot_states([left_log, right_log])
+    counted = diff_history(left, right)["row_count"]
+    assert (counted["left"], counted["right"], counted["difference"]) == (14, 10, -4)
+    assert (counted["in_files_removed"], counted["in_files_added"]) == (7 + 4, 7)
+    apart = diff_history(snapshot_state(left_log), snapshot_state(right_log))["row_count"]
+    assert (apart["in_files_removed"], apart["in_files_added"]) == (None, None)
 
 
 def test_a_checkpoint_file_without_stats_makes_the_row_count_unknown() -> None:
@@ -281,7 +316,8 @@ def test_a_table_only_on_right_is_created_with_every_version_an_operation() -> N
     assert [result["operation_type"] for result in diff["results"]] == ["update", "create"]
     assert diff["history_truncated"] is False
     assert [change["change"] for change in diff["schema_changes"]] == ["added", "added"]
-    assert diff["row_count"] == {"left": None, "right": 5, "difference": None}
+    assert diff["row_count"] == {"left": None, "right": 5, "difference": None, "in_files_removed": 0,
+                                 "in_files_added": 5}
     assert diff["files"] == {"left": None, "right": {"count": 1, "bytes": 100}}
     assert diff["versions"] == {"left": None, "right": 1, "base": None}
     json.dumps(diff)
@@ -321,7 +357,7 @@ def test_right_ahead_of_left_reports_only_the_new_versions() -> None:
 
     assert diff["diff_type"] == "changed"
     assert ids(diff) == ["2"]
-    assert diff["row_count"] == {"left": 10, "right": 14, "difference": 4}
+    assert diff["row_count"] == {"left": 10, "right": 14, "difference": 4, "in_files_removed": 0, "in_files_added": 4}
     assert diff["files"] == {"left": {"count": 1, "bytes": 100}, "right": {"count": 2, "bytes": 150}}
 
 
