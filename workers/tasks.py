@@ -25,7 +25,7 @@ from exporter.export.job import ExportAt
 from exporter.export.commit import find_table
 from exporter.export.log_writer import ExportOutcome
 from exporter.export.manifest import IcebergState, iceberg_state
-from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableDescriptor, tables_to_export
+from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableChanges, TableDescriptor, known_changes, tables_to_export
 from exporter.state.status import COMMIT_RECORD, StatusStore
 from exporter.upkeep.catch_up import CatchUpPlan, catch_up as find_missing_exports
 from exporter.upkeep.retention import prune as prune_exports
@@ -102,8 +102,10 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
                 queue = export_queue(config, _checkpoint_files(lakefs, repository, commit_id, table.path))
                 status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path,
                                  **({"queue": queue} if queue else {}))
+                known = known_changes(lakefs, repository, commit_id, table)  # not asked of lakeFS again there
                 export_table.apply_async((repository, ref, commit_id, table.name, table.path),
-                                         {"branch_table": branch_table}, queue=queue)
+                                         {"branch_table": branch_table,
+                                          **({"changes": known.as_message()} if known else {})}, queue=queue)
             status.set_table(repository, ref, commit_id, COMMIT_RECORD, "done", reason="",
                              tables=[t.name for t in tables], all_tables=all_tables)
     except TASK_ERRORS as exc:
@@ -153,8 +155,10 @@ class ExportTableTask(RetriedTask):
 
 @app.task(bind=True, base=ExportTableTask, name="lakefs_delta.export_table")
 def export_table(self, repository: str, ref: str, commit_id: str, table_name: str, table_path: str = "",
-                 branch_table: bool = False) -> dict:
-    """`table_path` comes from the descriptor `export_commit` already read; without it the descriptor is read again."""
+                 branch_table: bool = False, changes: dict | None = None) -> dict:
+    """`table_path` comes from the descriptor `export_commit` already read; without it the descriptor is
+    read again. `changes`: the commit's parent and the table's changes since, as `export_commit` found
+    them (`TableChanges`); without them the export asks lakeFS."""
     config = current_config()
     status, _ = _services(config)
     started = time.monotonic()
@@ -164,7 +168,7 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
             if not held:  # another delivery is exporting it
                 return _look_again_later(self, (repository, ref, commit_id, table_name, table_path), line,
                                          "another delivery holds the lock", config.tasks.lock_ttl_seconds / 3,
-                                         {"branch_table": branch_table})
+                                         {"branch_table": branch_table, "changes": changes})
             with delivery(self, repository, ref, commit_id, table_name) as starts:
                 status.set_table(repository, ref, commit_id, table_name, "running", worker=self.request.hostname,
                                  starts=starts)
@@ -177,7 +181,8 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
                 done_under = tuple(other for other, tables in status.tables(repository, commit_id).items()
                                    if other != ref and tables.get(table_name, {}).get("state") == "done")
                 outcome = export_one_table(_lake(config), ExportAt(repository, ref, commit_id), table,
-                                           copy_from=done_under, still_held=held.still_held)
+                                           copy_from=done_under, still_held=held.still_held,
+                                           known=TableChanges.from_message(changes) if changes else None)
     except TASK_ERRORS as exc:
         reason = _transient_reason(exc)
         outcome = ExportOutcome(table=table_name, table_path=table_path, ok=False, error=reason or str(exc),

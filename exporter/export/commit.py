@@ -16,7 +16,7 @@ from exporter.export.incremental import ColdExportNeeded, copy_export, export_in
 from exporter.export.job import ExportAt, ExportJob
 from exporter.export.log_writer import ExportOutcome, discard_export
 from exporter.lakefs.client import LakeFS
-from exporter.lakefs.descriptors import TableDescriptor, discover_tables, tables_to_export
+from exporter.lakefs.descriptors import TableChanges, TableDescriptor, discover_tables, tables_to_export
 from exporter.lakefs.lake import Lake
 from exporter.progress import Progress, Step, counted, quiet
 from exporter.storage.layout import MANIFEST, export_location, exports_root, location_segment
@@ -118,20 +118,22 @@ def find_table(lakefs: LakeFS, repository: str, commit_id: str, name: str) -> Ta
 
 
 def export_table(lake: Lake, at: ExportAt, table: TableDescriptor, copy_from: tuple[str, ...] = (),
-                 still_held: Callable[[], None] | None = None, progress: Progress = quiet) -> ExportOutcome:
+                 still_held: Callable[[], None] | None = None, progress: Progress = quiet,
+                 known: TableChanges | None = None) -> ExportOutcome:
     """Export one table at `at.commit_id`; failures come back as an outcome with the reason, never
     half-marked as done.
 
     Cheapest first: a copy of this commit's export under one of the refs `copy_from` (a tag on an
     exported commit), else the parent's export plus the new commits, else a cold export.
     `still_held()` raises LockLost once the caller's lock on this export is no longer its own: it
-    runs before each commit point (the file that makes the log a table, the manifest)."""
+    runs before each commit point (the file that makes the log a table, the manifest). `known`: the
+    commit's parent and the table's changes since, when the caller holds them (`known_changes`)."""
     config, lakefs = lake.config, lake.lakefs
     started, calls_before = time.monotonic(), lakefs.calls
     outcome = ExportOutcome(table=table.name, table_path=table.path, ok=False)
     try:
         job = ExportJob(config, lakefs, lake.store(at.repository), at.repository, at.ref,
-                        at.commit_id, table, still_held, progress, started)
+                        at.commit_id, table, still_held, progress, started, known)
         outcome = job.outcome
         try:  # already exported: its Iceberg record says whether that table is still to be written
             outcome.iceberg = ExportManifest.read(job.store, job.target).iceberg

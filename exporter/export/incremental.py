@@ -96,17 +96,22 @@ def copy_export(job: ExportJob, from_ref: str) -> None:
 def _parent_export(job: ExportJob) -> tuple[str, ExportManifest]:
     """The parent's complete export of the table (its folder and manifest) when this commit only
     added objects under the table since; else ColdExportNeeded saying why."""
-    commit = job.lakefs.commit(job.repository, job.commit_id)
-    if not commit.parents:
-        raise ColdExportNeeded("the commit has no parent")
-    source = job.location(job.ref, commit.parents[0])
+    if job.known is not None:  # handed over by the task that chose the tables: not asked again
+        parent_id, changes = job.known.parent, job.known.changes
+    else:
+        commit = job.lakefs.commit(job.repository, job.commit_id)
+        if not commit.parents:
+            raise ColdExportNeeded("the commit has no parent")
+        parent_id = commit.parents[0]
+        changes = changes_under(job.lakefs, job.repository, parent_id, commit.id, job.table.prefix)
+    source = job.location(job.ref, parent_id)
     try:
         parent = ExportManifest.read(job.store, source)
     except NotFound:
         raise ColdExportNeeded("the parent commit has no complete export under this ref") from None
     if (why := parent.not_reusable_for(job.table.path)) is not None:
         raise ColdExportNeeded(f"the parent's export cannot be built on: {why}")
-    for change in changes_under(job.lakefs, job.repository, commit.parents[0], commit.id, job.table.prefix):
+    for change in changes:
         if change.get("type") != "added":
             raise ColdExportNeeded(f"{change['path']} was {change.get('type')} since the parent")
         if change["path"] == job.table.prefix + LOG_DIR + LAST_CHECKPOINT:

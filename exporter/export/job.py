@@ -16,7 +16,7 @@ from exporter.export.iceberg_metadata import WrittenExport, light_iceberg_step
 from exporter.export.log_writer import ExportOutcome, write_manifest
 from exporter.export.manifest import ExportManifest
 from exporter.lakefs.client import LakeFS
-from exporter.lakefs.descriptors import TableDescriptor
+from exporter.lakefs.descriptors import TableChanges, TableDescriptor
 from exporter.progress import Progress, Step, counted, quiet
 from exporter.storage.layout import export_location
 from exporter.storage.objectstore import ObjectStore
@@ -44,6 +44,7 @@ class ExportJob:
     still_held: Callable[[], None] | None = None  # raises LockLost once the export's lock is not its own
     progress: Progress = quiet
     started: float = field(default_factory=time.monotonic)
+    known: TableChanges | None = None  # the commit's parent and the table's changes, when the caller holds them
     outcome: ExportOutcome = field(init=False)
     written: WrittenExport | None = field(init=False, default=None)  # set by `complete` when its Iceberg step is light
 

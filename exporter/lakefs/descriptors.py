@@ -145,6 +145,40 @@ def changes_under(lakefs: LakeFS, repository: str, parent_id: str, commit_id: st
     return lakefs.diff(repository, parent_id, commit_id, prefix=prefix)
 
 
+@dataclass(frozen=True)
+class TableChanges:
+    """A commit's first parent and the diff entries under one table's folder since it (`path`,
+    `type`): immutable facts the process that chose the tables to export holds, handed to each
+    table's export (`known_changes`) instead of being asked of lakeFS again there."""
+
+    parent: str
+    changes: tuple[dict, ...]
+
+    def as_message(self) -> dict:
+        return {"parent": self.parent, "changes": [{"path": c["path"], "type": c.get("type")} for c in self.changes]}
+
+    @classmethod
+    def from_message(cls, message: dict) -> TableChanges:
+        return cls(message["parent"], tuple(message["changes"]))
+
+
+MAX_KNOWN_CHANGES = 200  # more changes under a table are not handed over: its export lists them itself
+
+
+def known_changes(lakefs: LakeFS, repository: str, commit_id: str, table: TableDescriptor) -> TableChanges | None:
+    """The table's changes since the commit's first parent, when this process holds the commit's
+    whole diff (`commit_changes`, as `changed_tables` read it) and they are at most MAX_KNOWN_CHANGES;
+    else None."""
+    commit = lakefs.commit(repository, commit_id)
+    if not commit.parents:
+        return None
+    whole = _commit_diffs.get((repository, commit.parents[0], commit.id))
+    if whole is None:
+        return None
+    under = tuple(change for change in whole if change["path"].startswith(table.prefix))
+    return TableChanges(commit.parents[0], under) if len(under) <= MAX_KNOWN_CHANGES else None
+
+
 @dataclass
 class Selection:
     """The tables a commit exports, and what was asked for but cannot be."""

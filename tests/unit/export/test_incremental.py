@@ -78,6 +78,37 @@ def test_a_commit_that_only_gained_files_copies_the_parents_export_and_writes_wh
     assert {k: manifest(lakefs, "main", second)[k] for k in kept} == {k: manifest(lakefs, "cold", second)[k] for k in kept}
 
 
+def test_the_changes_handed_over_by_the_task_that_chose_the_tables_are_not_asked_again(lakefs, events):
+    """`export_commit` found the commit's parent and its changes choosing the tables: each table's
+    export takes them from its message (`known`), and asks lakeFS for neither; its export is the
+    same. Changes that are not only additions still export cold."""
+    from exporter.lakefs.descriptors import commit_changes, known_changes
+
+    first = events.append(1).commit()
+    export(lakefs, "main", first, events)
+    second = events.append(2).commit()
+    parent = lakefs.commit("repo", second).parents[0]
+    commit_changes(lakefs, "repo", parent, second)  # as `changed_tables` read it in the choosing process
+    known = known_changes(lakefs, "repo", second, events.descriptor)
+    assert known is not None and known.parent == parent
+    assert sorted(c["path"] for c in known.changes) == sorted(
+        ["tables/events/_delta_log/00000000000000000001.json", events.data_files()[-1]])
+    calls_before = len(lakefs.requests)
+
+    outcome = export(lakefs, "main", second, events, known=known)
+
+    assert outcome.incremental
+    assert not [r for r in lakefs.requests[calls_before:] if r[0] in ("commit", "diff")]
+    assert exported(lakefs, "main", second).keys() == exported(lakefs, "main", first).keys() | {
+        "_delta_log/00000000000000000001.json"}
+    overwritten = dataclasses.replace(known, changes=(*known.changes, {"path": events.data_files()[0],
+                                                                       "type": "changed"}))
+    store = namespace(lakefs)
+    with pytest.raises(ColdExportNeeded, match="was changed since the parent"):
+        export_incrementally(ExportJob(CONFIG, lakefs, store, "repo", "main", second, events.descriptor,
+                                       known=overwritten))
+
+
 def test_each_added_path_resolves_to_the_objects_physical_address(lakefs, events):
     first = events.append(1).commit()
     export(lakefs, "main", first, events)

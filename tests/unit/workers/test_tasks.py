@@ -130,10 +130,17 @@ def test_a_commit_fans_out_one_export_per_changed_table_and_records_refused_desc
     result = tasks.export_commit.apply(("repo", "main", commit))
 
     assert result.get() == ["big", "events"]
+    parent = worker.lakefs.commit("repo", commit).parents[0]
+
+    def changes(*paths: str) -> dict:  # the commit's parent and the table's changes, as found choosing the tables
+        return {"parent": parent, "changes": [{"path": path, "type": "added"} for path in paths]}
+
     assert [(s.name, s.args, s.kwargs, s.options["queue"]) for s in worker.sent] == [
-        ("lakefs_delta.export_table", ("repo", "main", commit, "big", "tables/big"), {"branch_table": False},
+        ("lakefs_delta.export_table", ("repo", "main", commit, "big", "tables/big"),
+         {"branch_table": False, "changes": changes("tables/big/_delta_log/_last_checkpoint")},
          "lakefs_delta.large"),  # 7 files in its newest checkpoint: the large tables' queue
-        ("lakefs_delta.export_table", ("repo", "main", commit, "events", "tables/events"), {"branch_table": False}, None)]
+        ("lakefs_delta.export_table", ("repo", "main", commit, "events", "tables/events"),
+         {"branch_table": False, "changes": changes("tables/events/_delta_log/00000000000000000000.json")}, None)]
     records = worker.status.tables("repo", commit)["main"]
     assert (records["events"]["state"], records["events"]["table_path"]) == ("queued", "tables/events")
     assert records["big"]["queue"] == "lakefs_delta.large"
@@ -178,7 +185,7 @@ def exports(worker, monkeypatch):
     to raise); each call's arguments in `exports.calls`."""
     script = SimpleNamespace(outcomes=[], calls=[])
 
-    def export_one_table(config, at, table, lakefs=None, copy_from=(), still_held=None):
+    def export_one_table(config, at, table, lakefs=None, copy_from=(), still_held=None, known=None):
         script.calls.append({"ref": at.ref, "table": table, "copy_from": copy_from, "still_held": still_held})
         outcome = script.outcomes.pop(0)
         if isinstance(outcome, BaseException):
@@ -306,7 +313,8 @@ def test_an_export_another_delivery_is_writing_is_requeued_without_spending_a_re
     assert result.get() == {"ok": None, "requeued": True}
     assert exports.calls == [] and worker.status.record("repo", "main", "c" * 64, "events") is None
     [again] = worker.sent
-    assert (again.name, again.args, again.kwargs) == ("lakefs_delta.export_table", ARGS, {"branch_table": False})
+    assert (again.name, again.args, again.kwargs) == ("lakefs_delta.export_table", ARGS,
+                                                      {"branch_table": False, "changes": None})
     assert again.options["countdown"] == worker.config.tasks.lock_ttl_seconds / 3 and again.options["retries"] == 1
 
 
