@@ -5,6 +5,9 @@ object requests and bytes read, peak RSS.
   logs: schema, rows, readers): cold, with no cache, and as the service answers once the workers
   have cached the source commit's diff against its parent (after its export), which is the whole
   change when the branch is one commit on the destination's head;
+- the gate's answer for a branch that compacts 10 of those files into one (the same rows) under
+  `rows: removed_at_most: 0`: the logs say only that up to the 10 files' rows may be gone, so the
+  gate counts the changed rows (the 11 files), as the row diff does;
 - a key rule over a branch that appends N rows (Spark-written) to a table of N rows: the gate in
   the worker and as the Spark job, beside the full scan a generic check takes (Spark reads the
   table whole and counts repeated keys).
@@ -14,9 +17,17 @@ object requests and bytes read, peak RSS.
 
 from __future__ import annotations
 
+import io
+import itertools
+import json
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from bench.isolated import measure
 from bench.measure import driver_peak
-from bench.synthetic import add_files, gateway_client, new_repository, running_stack, synthetic_table
+from bench.synthetic import add_files, data_file, gateway_client, new_repository, running_stack, synthetic_table
 
 RULES = "checks:\n  schema: true\n  rows:\n    removed_at_most: 5%\n    added_at_most: 10%\n  readers: [delta-sharing, duckdb]\n"
 NEW_FILES = 10
@@ -27,7 +38,8 @@ def bench_gates(sizes: list[int]) -> list[dict]:
     gateway = gateway_client(state)
     rows = []
     for files in sizes:
-        repository, _ = synthetic_table(lakefs, gateway, "bench-gate", files)
+        # data files that read (10 ids each, as the adds' stats say): the compaction's rows are counted
+        repository, _ = synthetic_table(lakefs, gateway, "bench-gate", files, body=data_file())
         lakefs.upload_object(repository, "main", f"_lakefs_tables/t{files}.yaml",
                              f"name: t{files}\ntype: delta\npath: tables/t{files}\n{RULES}".encode())
         lakefs.commit_branch(repository, "main", "rules")
@@ -49,7 +61,40 @@ def bench_gates(sizes: list[int]) -> list[dict]:
                      "seconds": found["seconds"], "files_per_s": None, "lakefs_calls": found["lakefs_calls"],
                      "peak_rss_mib": found["peak_rss_mib"]})
         print(rows[-1], flush=True)
+        compact_files(lakefs, gateway, repository, files, NEW_FILES)
+        found = measure("gate", repository, "compaction", "main")
+        assert found["tables"] == [f"t{files}"] and found["findings"] == [], found
+        rows.append({"benchmark": f"merge gate, a compaction of {NEW_FILES} files into one on a table of {files:,} "
+                                  f"files under removed_at_most: 0 (the rows counted, none removed; "
+                                  f"{_requests(found['requests'])})",
+                     "seconds": found["seconds"], "files_per_s": None, "lakefs_calls": found["lakefs_calls"],
+                     "peak_rss_mib": found["peak_rss_mib"]})
+        print(rows[-1], flush=True)
     return rows
+
+
+def compact_files(lakefs, gateway, repository: str, files: int, count: int) -> str:
+    """A branch `compaction` off main whose one commit replaces `count` of the table's files by one
+    holding their rows (OPTIMIZE's shape), its descriptor allowing no row removed."""
+    prefix = f"tables/t{files}/"
+    lakefs.create_branch(repository, "compaction", "main")
+    replaced = [entry["path"][len(prefix):] for entry in itertools.islice(
+        (e for e in lakefs.list_objects(repository, "main", prefix) if e["path"].endswith(".parquet")
+         and "_delta_log/" not in e["path"]), count)]
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"id": pa.array(list(range(10)) * count, pa.int64())}), sink)
+    name = f"part-compacted-{uuid.uuid4().hex[:8]}.parquet"
+    gateway.put_object(Bucket=repository, Key=f"compaction/{prefix}{name}", Body=sink.getvalue())
+    actions = [{"commitInfo": {"operation": "OPTIMIZE"}},
+               *({"remove": {"path": path, "deletionTimestamp": 0, "dataChange": False}} for path in replaced),
+               {"add": {"path": name, "partitionValues": {}, "size": len(sink.getvalue()), "modificationTime": 0,
+                        "dataChange": False, "stats": json.dumps({"numRecords": 10 * count})}}]
+    lakefs.upload_object(repository, "compaction", f"{prefix}_delta_log/{52:020d}.json",
+                         "".join(json.dumps(action) + "\n" for action in actions).encode())
+    lakefs.upload_object(repository, "compaction", f"_lakefs_tables/t{files}.yaml",
+                         f"name: t{files}\ntype: delta\npath: tables/t{files}\n"
+                         f"checks:\n  rows:\n    removed_at_most: 0\n".encode())
+    return lakefs.commit_branch(repository, "compaction", f"{count} files compacted into one")
 
 
 def bench_key_rule(rows: int) -> list[dict]:

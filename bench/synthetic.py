@@ -26,9 +26,9 @@ def data_file(rows: int = 10) -> bytes:
     return sink.getvalue()
 
 
-def synthetic_checkpoint(names: list[str]) -> pa.Table:
+def synthetic_checkpoint(names: list[str], size: int = 100) -> pa.Table:
     # stats as writers record them (per-file bounds), so a checkpoint has a realistic size per add
-    adds = pa.array([{"path": n, "partitionValues": [], "size": 100, "modificationTime": 0, "dataChange": False,
+    adds = pa.array([{"path": n, "partitionValues": [], "size": size, "modificationTime": 0, "dataChange": False,
                       "stats": f'{{"numRecords":10,"minValues":{{"id":{i * 10}}},"maxValues":{{"id":{i * 10 + 9}}},'
                                f'"nullCount":{{"id":0}}}}'} for i, n in enumerate(names)], type=ADD_TYPE)
     protocol_type = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
@@ -62,12 +62,13 @@ def build_table(lakefs, gateway, repository: str, files: int, commits_after: int
                           + json.dumps(METADATA) + "\n").encode())
     sink = io.BytesIO()
     # row groups of 65,536 rows, about the 16 MiB Spark's checkpoints of such adds get
-    pq.write_table(synthetic_checkpoint(names[:files]), sink, row_group_size=65_536)
+    readable = len(body) > 1  # a data file a reader may open: the adds give its size
+    pq.write_table(synthetic_checkpoint(names[:files], len(body) if readable else 100), sink, row_group_size=65_536)
     lakefs.upload_object(repository, "main", log + f"{1:020d}.checkpoint.parquet", sink.getvalue())
     lakefs.upload_object(repository, "main", log + f"{1:020d}.json",
                          json.dumps({"commitInfo": {"operation": "WRITE"}}).encode() + b"\n")
     for v, name in enumerate(names[files:], start=2):
-        add = {"add": {"path": name, "partitionValues": {}, "size": 1, "modificationTime": 0, "dataChange": True,
+        add = {"add": {"path": name, "partitionValues": {}, "size": len(body), "modificationTime": 0, "dataChange": True,
                        "stats": '{"numRecords":10}'}}  # as writers record them (the placeholders have no footer)
         lakefs.upload_object(repository, "main", log + f"{v:020d}.json",
                              (json.dumps({"commitInfo": {"operation": "WRITE"}}) + "\n" + json.dumps(add) + "\n").encode())
