@@ -6,7 +6,8 @@ row counts come from the logs and their statistics, no data file is read. A merg
 cached one when there is one: the workers cache each exported commit's diff against its parent,
 which is a merge's whole change when the source is one commit on the destination's head; a diff
 computed here is cached for the diff page. Key and column rules read the changed rows
-(`exporter.checks.rows`).
+(`exporter.checks.rows`), and so does a rows rule the logs' bounds cannot settle (`_rows`: a
+rewrite deleting as many rows as it inserts), counting them as the row diff does.
 """
 
 from __future__ import annotations
