@@ -22,6 +22,7 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,7 +32,7 @@ from exporter.config import Config
 from exporter.delta.columns import matched_by_id, paired_fields, physical_name
 from exporter.delta.live_files import LiveFiles
 from exporter.delta.replay import num_records
-from exporter.diff.rows.compare import changes, unmatched
+from exporter.diff.rows.compare import CHANGES, changes, unmatched
 from exporter.diff.rows.file import store_rows
 from exporter.diff.rows.read import (Exceeded, Limit, Reader, RowsOf, Side, file_entry, partition_label,
                                       partition_values)
@@ -44,6 +45,8 @@ from exporter.lakefs.table_log import LoadedLog, checkpoint_files_hint
 from exporter.state.results import ResultCache
 from exporter.storage.layout import row_diff_location
 from exporter.storage.objectstore import ObjectStore
+
+T = TypeVar("T")
 
 
 class RowDiffTooLarge(ExporterError):
@@ -99,25 +102,32 @@ def compute_row_diff(lake: Lake, query: RowDiffQuery, max_bytes: int | None = No
     store = lake.store(query.repository)
     plan, renamed = plan_row_diff(lake, store, query)
     left, right, prefix = plan.left, plan.right, table_path.strip("/") + "/"
-    to_read = plan.to_read()
-    size = sum(int(add.get("size") or 0) for add in to_read)
+    size = sum(int(add.get("size") or 0) for add in plan.to_read())
     reader = Reader(store, lake.lakefs, query.repository, prefix, lake.read_scope(query.repository))
-    rows = rows_to_read(reader, plan)
-    too_large = _too_large(config, max_bytes, len(to_read), size, rows)
-    if too_large and not use_spark:
-        raise RowDiffTooLarge(too_large)
-    answer = None
-    if not too_large:
-        try:
-            answer = _in_process(config, store, reader, plan, prefix)
-        except Exceeded as exceeded:
-            if not use_spark:
-                raise RowDiffTooLarge(str(exceeded)) from None
-    if answer is None:
-        answer = _with_spark(config, store, reader, plan, progress, rows)
+    answer = _in_process_or_spark(config, reader, plan, max_bytes, use_spark,
+                                  lambda: _in_process(config, store, reader, plan, prefix),
+                                  lambda rows: _with_spark(config, store, reader, plan, progress, rows))
     return {"table_path": table_path, "left_commit": left_commit, "right_commit": right_commit, "key": list(key),
             "columns": {"left": left.columns, "right": right.columns, "matched_on": plan.common, "renamed": renamed},
             **answer, "bytes_read": size, "computed_seconds": round(time.monotonic() - started, 4)}
+
+
+def _in_process_or_spark(config: Config, reader: Reader, plan: RowPlan, max_bytes: int, use_spark: bool,
+                         in_process: Callable[[], T], with_spark: Callable[[int | None], T]) -> T:
+    """The one rule for where a plan's rows are read: `in_process()` unless the rows counted before
+    reading (`rows_to_read`) or the bytes to read are past the limits (`_too_large`) or reading
+    passes them (`Exceeded`); then `with_spark(rows)` when `use_spark`, else RowDiffTooLarge."""
+    to_read = plan.to_read()
+    rows = rows_to_read(reader, plan)
+    reason = _too_large(config, max_bytes, len(to_read), sum(int(add.get("size") or 0) for add in to_read), rows)
+    if reason is None:
+        try:
+            return in_process()
+        except Exceeded as exceeded:
+            reason = str(exceeded)
+    if not use_spark:
+        raise RowDiffTooLarge(reason)
+    return with_spark(rows)
 
 
 def plan_row_diff(lake: Lake, store: ObjectStore, query: RowDiffQuery) -> tuple[RowPlan, list[dict]]:
@@ -172,20 +182,15 @@ def count_changes(lake: Lake, query: RowDiffQuery) -> dict[str, int]:
     plan, _ = plan_row_diff(lake, store, query)
     reader = Reader(store, lake.lakefs, query.repository, query.table_path.strip("/") + "/",
                     lake.read_scope(query.repository))
-    rows, to_read = rows_to_read(reader, plan), plan.to_read()
-    reason = _too_large(config, config.row_diff.max_bytes, len(to_read), sum(int(add.get("size") or 0) for add in to_read),
-                        rows)
-    if reason is None:
-        try:
-            return _changes(reader, plan, Limit(config))[0].counts["total"]
-        except Exceeded as exceeded:
-            reason = str(exceeded)
-    if not config.row_diff.spark.master:
-        raise RowDiffTooLarge(reason)
-    from exporter.diff.rows.spark import run_job  # PySpark stays out of processes that never need it
 
-    job = _job_plan(reader, plan, rows)
-    return run_job(config, store, job, None)["counts"] if job["files"] else dict.fromkeys(("removed", "added", "updated"), 0)
+    def with_spark(rows: int | None) -> dict[str, int]:
+        from exporter.diff.rows.spark import run_job  # PySpark stays out of processes that never need it
+
+        job = _job_plan(reader, plan, rows)
+        return run_job(config, store, job, None)["counts"] if job["files"] else dict.fromkeys(CHANGES, 0)
+
+    return _in_process_or_spark(config, reader, plan, config.row_diff.max_bytes, bool(config.row_diff.spark.master),
+                                lambda: _changes(reader, plan, Limit(config))[0].counts["total"], with_spark)
 
 
 def _changes(reader: Reader, plan: RowPlan, limit: Limit):
