@@ -116,9 +116,9 @@ class _Replay:
         for version in self.replayed:
             for action in self.commits[version]:
                 metadata, protocol = _apply(action, live, metadata, protocol)
-        for live_file in live.values():
-            self.summed.add(live_file)
-        followed = {key: _rows_of(live_file) for key, live_file in live.items()}
+        followed = {key: _rows_of(live_file) for key, live_file in live.items()}  # each file's stats read once
+        for (size, _, _), rows in zip(live.values(), followed.values()):
+            self.summed.add(size, rows)
         if metadata is None:
             raise CorruptLog(f"no metaData action in the log up to version {self.head}")
         if protocol is None:
@@ -317,7 +317,8 @@ def _split_adds(adds: pa.ChunkedArray, named: list[str], group: list[_Replay], s
 
 
 def _rows_of(live_file: _LiveFile) -> int | None:
-    size, stats, cardinality = live_file
+    """A live file's rows: its `numRecords` less its deletion vector's cardinality; None when unknown."""
+    _, stats, cardinality = live_file
     records = num_records(stats)
     return None if records is None else records - cardinality
 
@@ -328,12 +329,11 @@ class _Sum:
     def __init__(self) -> None:
         self.files, self.size, self.rows = 0, 0, 0
 
-    def add(self, live_file: _LiveFile) -> None:
-        size, stats, cardinality = live_file
+    def add(self, size: int, rows: int | None) -> None:
+        """One live file of `size` bytes holding `rows` rows (`_rows_of`; None: unknown)."""
         self.files += 1
         self.size += size
-        records = num_records(stats)
-        self.rows = None if records is None or self.rows is None else self.rows + records - cardinality
+        self.rows = None if rows is None or self.rows is None else self.rows + rows
 
     def merge(self, other: "_Sum") -> None:
         self.files, self.size = self.files + other.files, self.size + other.size
