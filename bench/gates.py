@@ -45,32 +45,35 @@ def bench_gates(sizes: list[int]) -> list[dict]:
         lakefs.commit_branch(repository, "main", "rules")
         lakefs.create_branch(repository, "change", "main")
         add_files(lakefs, gateway, repository, files, NEW_FILES, branch="change")
-        found = measure("gate", repository, "change", "main")
-        assert found["tables"] == [f"t{files}"] and found["findings"] == [], found
-        rows.append({"benchmark": f"merge gate, a {NEW_FILES}-file change to a table of {files:,} files "
-                                  f"(schema, rows, readers; {_requests(found['requests'])})",
-                     "seconds": found["seconds"], "files_per_s": None, "lakefs_calls": found["lakefs_calls"],
-                     "peak_rss_mib": found["peak_rss_mib"]})
-        print(rows[-1], flush=True)
+        found = passing_gate(repository, "change", f"t{files}")
+        rows.append(gate_row(f"merge gate, a {NEW_FILES}-file change to a table of {files:,} files "
+                             f"(schema, rows, readers; {_requests(found['requests'])})", found))
         precomputed = measure("precompute", repository, "change", f"tables/t{files}")
-        found = measure("gate", repository, "change", "main", "diffs")
-        assert found["tables"] == [f"t{files}"] and found["findings"] == [], found
-        rows.append({"benchmark": f"merge gate, a {NEW_FILES}-file change to a table of {files:,} files, its diff "
-                                  f"cached by the workers after the commit's export ({precomputed['seconds']:.2f} s "
-                                  f"there; {_requests(found['requests'])})",
-                     "seconds": found["seconds"], "files_per_s": None, "lakefs_calls": found["lakefs_calls"],
-                     "peak_rss_mib": found["peak_rss_mib"]})
-        print(rows[-1], flush=True)
+        found = passing_gate(repository, "change", f"t{files}", "diffs")
+        rows.append(gate_row(f"merge gate, a {NEW_FILES}-file change to a table of {files:,} files, its diff cached by "
+                             f"the workers after the commit's export ({precomputed['seconds']:.2f} s there; "
+                             f"{_requests(found['requests'])})", found))
         compact_files(lakefs, gateway, repository, files, NEW_FILES)
-        found = measure("gate", repository, "compaction", "main")
-        assert found["tables"] == [f"t{files}"] and found["findings"] == [], found
-        rows.append({"benchmark": f"merge gate, a compaction of {NEW_FILES} files into one on a table of {files:,} "
-                                  f"files under removed_at_most: 0 (the rows counted, none removed; "
-                                  f"{_requests(found['requests'])})",
-                     "seconds": found["seconds"], "files_per_s": None, "lakefs_calls": found["lakefs_calls"],
-                     "peak_rss_mib": found["peak_rss_mib"]})
-        print(rows[-1], flush=True)
+        found = passing_gate(repository, "compaction", f"t{files}")
+        rows.append(gate_row(f"merge gate, a compaction of {NEW_FILES} files into one on a table of {files:,} files "
+                             f"under removed_at_most: 0 (the rows counted, none removed; "
+                             f"{_requests(found['requests'])})", found))
     return rows
+
+
+def passing_gate(repository: str, source: str, table: str, *options: str) -> dict:
+    """The gate's answer for merging `source` into main (`bench.isolated gate`): `table` checked, no finding."""
+    found = measure("gate", repository, source, "main", *options)
+    assert found["tables"] == [table] and found["findings"] == [], found
+    return found
+
+
+def gate_row(label: str, found: dict) -> dict:
+    """A gate's measurement as a row of the results table, printed as it is made."""
+    row = {"benchmark": label, "seconds": found["seconds"], "files_per_s": None, "lakefs_calls": found["lakefs_calls"],
+           "peak_rss_mib": found["peak_rss_mib"]}
+    print(row, flush=True)
+    return row
 
 
 def compact_files(lakefs, gateway, repository: str, files: int, count: int) -> str:
