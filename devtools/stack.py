@@ -425,8 +425,11 @@ def up(stack_dir: Path = STACK_DIR) -> StackState:
     if _running_pid(stack_dir, "redis") is None:
         _say(f"starting Redis on {state.redis_url}")
         _start(stack_dir, "redis", [redis, "--bind", HOST, "--port", str(state.redis_port), "--save", "",
-                                    # durable queue: answered events and retry countdowns survive a restart
-                                    "--appendonly", "yes", "--appendfsync", "everysec", "--dir", str(stack_dir)], base_env, [state.redis_port])
+                                    # durable queue: answered events and retry countdowns survive a crash.
+                                    # `always`: Redis answers a write once it is in the file; `everysec`
+                                    # answers before that while an fsync runs, and a crash then loses it
+                                    "--appendonly", "yes", "--appendfsync", "always", "--dir", str(stack_dir)],
+               base_env, [state.redis_port])
     _wait_healthy(stack_dir, "redis", lambda: HEALTH["redis"](state))
     _say("stack is up")
     return state

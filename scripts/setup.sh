@@ -20,6 +20,7 @@ builds=$!
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 [[ -x /usr/bin/chromium ]] || missing+=(chromium)  # the diff page's browser test (driven by Playwright)
+command -v strace >/dev/null || missing+=(strace)  # a test holds Redis's fsync as a busy disk would
 if (( ${#missing[@]} )); then
   say "installing Debian packages: ${missing[*]}"
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi

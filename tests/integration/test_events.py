@@ -12,6 +12,7 @@ import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -257,7 +258,36 @@ def test_a_frozen_lakefs_makes_the_task_retry_in_time_and_the_export_completes_a
 # ---------------------------------------------------------------- a durable queue
 
 
-def test_events_answered_before_a_redis_restart_are_all_exported(processes, lakefs, repository, stack_env, s3):
+@contextmanager
+def held_fsync(pid: int, seconds: float):
+    """Each fdatasync of process `pid` (Redis's append-only file) held `seconds`, as a busy disk holds
+    it (strace's fault injection, attached to every thread until the process ends or the block does)."""
+    import subprocess
+
+    tracer = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-p", str(pid), "-e", "trace=fdatasync",
+                               "-e", f"inject=fdatasync:delay_enter={int(seconds * 1e6)}"])
+    try:
+        deadline = time.monotonic() + 10
+        while not all(_traced(status) for status in Path(f"/proc/{pid}/task").glob("*/status")):
+            assert time.monotonic() < deadline and tracer.poll() is None, "strace did not attach"
+            time.sleep(0.05)
+        yield
+    finally:
+        tracer.kill()  # not SIGTERM: strace waits on a killed tracee's held call, and the tracee's port with it
+        tracer.wait(timeout=30)
+
+
+def _traced(status: Path) -> bool:
+    try:
+        return any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in status.read_text().splitlines())
+    except FileNotFoundError:  # a thread that ended
+        return True
+
+
+def test_events_answered_before_a_redis_crash_are_all_exported(processes, lakefs, repository, stack_env, s3):
+    """The last event is answered while the disk holds Redis's fsync, and Redis is killed at once: an
+    answered event is in the append-only file (`appendfsync always`), so it is exported after the
+    restart. Under `everysec` Redis answers it first and the crash loses it (the CI run of stop 65)."""
     redis_url = stack_env["LAKEFS_DELTA_REDIS_URL"].rsplit("/", 1)[0] + "/7"  # a queue no other worker reads
     env = {"LAKEFS_DELTA_REDIS_URL": redis_url}
     port = SERVICE_PORT + 12
@@ -268,9 +298,13 @@ def test_events_answered_before_a_redis_restart_are_all_exported(processes, lake
     for i in range(4):
         lakefs.create_tag(repository, f"r{i}", commit_id)
 
-    answers = [post_event(e, url=url + "/webhooks/lakefs").status_code for e in events]
+    answers = [post_event(e, url=url + "/webhooks/lakefs").status_code for e in events[:-1]]
+    with held_fsync(stack._running_pid(stack.STACK_DIR, "redis"), seconds=2.0):
+        redis.Redis.from_url(redis_url).set("unsynced", 1)  # the AOF's next fsync starts within a second
+        time.sleep(1.1)  # and is held: Redis under `everysec` would answer the next event before writing it
+        answers.append(post_event(events[-1], url=url + "/webhooks/lakefs").status_code)
+        stack.stop_service("redis")  # a crash (SIGKILL) while the disk still holds the fsync
     assert answers == [202] * 5
-    stack.stop_service("redis")
     stack.up()
     processes.revive()  # the session's other workers, as their supervisor would
     processes.worker("db7", extra_env=env)
