@@ -35,8 +35,9 @@ CACHE_DIR = Path(os.environ.get("LAKEFS_DELTA_CACHE", Path.home() / ".cache" / "
 STACK_DIR = Path(os.environ.get("LAKEFS_DELTA_STACK_DIR", CACHE_DIR / "stack"))
 BUCKET = "lakefs-data"  # must differ from every repository name
 # Where MinIO keeps its objects and Redis its append-only file when set (CI sets a tmpfs, `.ci/run`):
-# folders named after the stack's directory (`minio_data`, `redis_data`). MinIO stored 50,000 small objects in 8-10 s and 15-19 s of its CPU on
-# tmpfs where it took 33-43 s and 39-58 s on this machine's disk. Unset: in the stack's directory,
+# folders named after the stack's directory (`minio_data`, `redis_data`). MinIO stored 50,000 small
+# objects in 8-10 s and 15-19 s of its CPU on tmpfs where it took 33-43 s and 39-58 s on this
+# machine's disk. Unset: in the stack's directory,
 # on disk, kept across restarts of the machine (a local stack's lakeFS names them).
 OBJECTS_ROOT = os.environ.get("LAKEFS_DELTA_STACK_OBJECTS_ROOT", "")
 HOST = "127.0.0.1"
@@ -111,21 +112,21 @@ def _port(name: str, default: int) -> int:
     return int(os.environ.get(f"LAKEFS_DELTA_STACK_{name}_PORT", default))
 
 
-def minio_data(stack_dir: Path) -> Path:
-    """MinIO's data folder: `<OBJECTS_ROOT>/<stack folder's name>-<its path's hash>-minio-data` (what
-    `.ci/run` removes), else in the stack's folder."""
-    if not OBJECTS_ROOT:
-        return stack_dir / "minio-data"
+def _in_objects_root(stack_dir: Path, service: str) -> Path:
+    """`<OBJECTS_ROOT>/<stack folder's name>-<its path's hash>-<service>-data` (what `.ci/run` removes)."""
     folder = stack_dir.resolve()
-    return Path(OBJECTS_ROOT) / f"{folder.name}-{hashlib.sha256(str(folder).encode()).hexdigest()[:8]}-minio-data"
+    return Path(OBJECTS_ROOT) / f"{folder.name}-{hashlib.sha256(str(folder).encode()).hexdigest()[:8]}-{service}-data"
+
+
+def minio_data(stack_dir: Path) -> Path:
+    """MinIO's data folder: in OBJECTS_ROOT when set, else in the stack's folder."""
+    return _in_objects_root(stack_dir, "minio") if OBJECTS_ROOT else stack_dir / "minio-data"
 
 
 def redis_data(stack_dir: Path) -> Path:
-    """The folder of Redis's append-only file: beside MinIO's objects in OBJECTS_ROOT when set (each
-    answer waits for an fsync there, which a tmpfs does at once), else the stack's folder."""
-    if not OBJECTS_ROOT:
-        return stack_dir
-    return minio_data(stack_dir).with_name(minio_data(stack_dir).name.removesuffix("minio-data") + "redis-data")
+    """The folder of Redis's append-only file: in OBJECTS_ROOT when set (each answer waits for an
+    fsync there, which a tmpfs does at once), else the stack's folder."""
+    return _in_objects_root(stack_dir, "redis") if OBJECTS_ROOT else stack_dir
 
 
 def load_state(stack_dir: Path = STACK_DIR) -> StackState:
@@ -437,7 +438,8 @@ def up(stack_dir: Path = STACK_DIR) -> StackState:
                                     # durable queue: answered events and retry countdowns survive a crash.
                                     # `always`: Redis answers a write once it is in the file; `everysec`
                                     # answers before that while an fsync runs, and a crash then loses it
-                                    "--appendonly", "yes", "--appendfsync", "always", "--dir", str(redis_data(stack_dir))],
+                                    "--appendonly", "yes", "--appendfsync", "always",
+                                    "--dir", str(redis_data(stack_dir))],
                base_env, [state.redis_port])
     _wait_healthy(stack_dir, "redis", lambda: HEALTH["redis"](state))
     _say("stack is up")

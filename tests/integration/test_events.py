@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -262,8 +263,6 @@ def test_a_frozen_lakefs_makes_the_task_retry_in_time_and_the_export_completes_a
 def held_fsync(pid: int, seconds: float):
     """Each fdatasync of process `pid` (Redis's append-only file) held `seconds`, as a busy disk holds
     it (strace's fault injection, attached to every thread until the process ends or the block does)."""
-    import subprocess
-
     tracer = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-p", str(pid), "-e", "trace=fdatasync",
                                "-e", f"inject=fdatasync:delay_enter={int(seconds * 1e6)}"])
     try:
@@ -493,8 +492,6 @@ def hanging_worker(processes, stack_env, db: int, **extra_env: str):
 
 def kill_pool_processes(processes, node: str) -> None:
     """What the kernel's OOM killer does to a worker's pool processes."""
-    import subprocess
-
     worker = processes.workers[node.split("@")[0]]
     children = subprocess.run(["pgrep", "-P", str(worker.pid)], capture_output=True, text=True).stdout
     for child in children.split():
