@@ -15,7 +15,7 @@ import urllib3.exceptions
 from exporter.config import Config
 from exporter.delta.paths import physical_uri
 from exporter.errors import ExporterError, NotFound, ServiceUnavailable
-from exporter.storage.requests import RequestFailed, SignedRequests, store_endpoint, transient
+from exporter.storage.requests import CONNECTION_ERRORS, RequestFailed, SignedRequests, store_endpoint, transient
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -221,7 +221,7 @@ class ObjectStore:
             if transient(status, code):
                 raise ServiceUnavailable(f"object store answered {status} {code} to {what} {location}") from None
             raise ExporterError(f"object store refused {what} {location}: {code} {exc}") from None
-        except (botocore.exceptions.BotoCoreError, urllib3.exceptions.HTTPError, OSError) as exc:
+        except (botocore.exceptions.BotoCoreError, urllib3.exceptions.HTTPError, *CONNECTION_ERRORS) as exc:
             raise ServiceUnavailable(f"object store unreachable during {what} {location}: {exc}") from None
 
 

@@ -1,4 +1,5 @@
-"""Single-object requests (GET, PUT, server-side copy, HEAD) and listings, signed here and sent on urllib3.
+"""Single-object requests (GET, PUT, server-side copy, HEAD) and listings, signed here and sent on
+keep-alive http.client connections.
 
 boto3 costs 4.0-4.5 ms of CPU a request on the benchmark machine whatever the request (its event
 hooks and models), and an export is a dozen small requests, an Iceberg step thirty: in a commit
@@ -6,7 +7,9 @@ storm the workers' object requests were half of their CPU. Signed here (Signatur
 headers) one costs 0.8-1.5 ms (bench/results/2026-11-29-object-requests.md). A listing too: boto3
 parsed each object's time with dateutil, 25-40 ms of CPU for a page of 60 objects, the largest part
 of a small table's Iceberg step. Batch deletes and multipart uploads stay boto3's: rare, their answers
-documents boto3 parses.
+documents boto3 parses. Sent on urllib3, a small GET to MinIO cost 330-520 us of the client's CPU;
+on http.client's connections, kept here (`Connections`), 180-200 us: a third of the workers' CPU in
+a commit storm was these requests.
 https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html
 """
 
@@ -14,17 +17,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import os
 import random
 import re
+import select
+import ssl
+import threading
 import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import quote, unquote_plus, urlsplit
 from urllib.request import getproxies, proxy_bypass
-
-import urllib3
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 UNRESERVED = "-_.~"  # with letters and digits, never encoded (RFC 3986); S3 keeps `/` in a key's path
@@ -95,8 +100,99 @@ def canonical_query(query: dict[str, str]) -> str:
                     for name, value in sorted(query.items()))
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A store's answer to a request: its HTTP status and body."""
+
+    status: int
+    data: bytes
+
+
+# what a connection that failed raises: the request is tried again (`SignedRequests.request`)
+CONNECTION_ERRORS = (http.client.HTTPException, OSError)
+
+
+class Connections:
+    """Keep-alive HTTP/1.1 connections to one store's origin, straight or through the environment's
+    proxy (an HTTP proxy: a tunnel for https, as boto3 has it), each carrying one request at a time
+    and kept for the next; thread-safe. A connection the store closed while it was idle is dropped
+    before it is used, and one a request failed on is never used again (its state is unknown)."""
+
+    KEPT = 32  # idle connections kept at most (as many as a process's request threads)
+
+    def __init__(self, origin: str, proxy: str | None, connect_timeout: float, read_timeout: float):
+        parts = urlsplit(origin)
+        self.origin, self.proxy = origin, proxy
+        self.https = parts.scheme == "https"
+        self.address = (parts.hostname or "", parts.port or (443 if self.https else 80))
+        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
+        self.context = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or None) \
+            if self.https else None  # the store's own CA, as boto3 takes it
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def request(self, method: str, target: str, body: bytes | None, headers: dict[str, str]) -> Answer:
+        """`target`: the path and query. A connection error raises (CONNECTION_ERRORS); a reused
+        connection the store had closed meanwhile is replaced once, at once."""
+        connection, reused = self._take()
+        try:
+            return self._send(connection, method, target, body, headers)
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            if not reused:
+                raise
+        return self._send(self._connect(), method, target, body, headers)
+
+    def _send(self, connection: http.client.HTTPConnection, method: str, target: str, body: bytes | None,
+              headers: dict[str, str]) -> Answer:
+        try:
+            connection.request(method, self.origin + target if self.proxy and not self.https else target,
+                               body=body, headers=headers)
+            response = connection.getresponse()
+            answer = Answer(response.status, response.read())
+        except BaseException:  # a time limit raised into it too: the connection's state is unknown
+            connection.close()
+            raise
+        if response.will_close:
+            connection.close()
+        else:
+            with self._lock:
+                if len(self._idle) < self.KEPT:
+                    self._idle.append(connection)
+                    return answer
+            connection.close()
+        return answer
+
+    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle connection the store has not closed (its socket has nothing to read), else a new one."""
+        while True:
+            with self._lock:
+                connection = self._idle.pop() if self._idle else None
+            if connection is None:
+                return self._connect(), False
+            if connection.sock is not None and not select.select([connection.sock], [], [], 0)[0]:
+                return connection, True
+            connection.close()
+
+    def _connect(self) -> http.client.HTTPConnection:
+        host, port = self.address
+        if self.proxy:
+            proxy = urlsplit(self.proxy)
+            at = (proxy.hostname or "", proxy.port or 80)
+        else:
+            at = (host, port)
+        if self.https:
+            connection = http.client.HTTPSConnection(*at, timeout=self.connect_timeout, context=self.context)
+            if self.proxy:
+                connection.set_tunnel(host, port)
+        else:
+            connection = http.client.HTTPConnection(*at, timeout=self.connect_timeout)
+        connection.connect()
+        connection.sock.settimeout(self.read_timeout)
+        return connection
+
+
 class SignedRequests:
-    """One store's object requests, path-style; thread-safe (urllib3's pool), one per store and process.
+    """One store's object requests, path-style; thread-safe (`Connections`), one per store and process.
 
     `credentials` is boto3's (static keys, or the environment's chain, refreshed by boto3), or None
     for unsigned requests."""
@@ -105,12 +201,9 @@ class SignedRequests:
         parts = urlsplit(endpoint)
         self.origin, self.host, self.region, self.credentials = f"{parts.scheme}://{parts.netloc}", parts.netloc, region, \
             credentials
-        options = {"maxsize": 32, "retries": False, "timeout": urllib3.Timeout(connect=connect_timeout, read=read_timeout)}
-        if os.environ.get("AWS_CA_BUNDLE"):  # as boto3 takes a store's own CA
-            options["ca_certs"] = os.environ["AWS_CA_BUNDLE"]
         # the environment's proxy for the store, as boto3 honours HTTP(S)_PROXY and NO_PROXY
         proxy = None if proxy_bypass(parts.hostname or "") else getproxies().get(parts.scheme)
-        self.pool = urllib3.ProxyManager(proxy, **options) if proxy else urllib3.PoolManager(**options)
+        self.connections = Connections(self.origin, proxy, connect_timeout, read_timeout)
         self._key: tuple[str, str, bytes] | None = None  # (day, secret, key)
 
     def get(self, bucket: str, key: str, byte_range: str | None = None) -> bytes:
@@ -141,18 +234,18 @@ class SignedRequests:
         return _list_page(answer.data)
 
     def request(self, method: str, bucket: str, key: str | None, headers: dict[str, str], body: bytes = b"",
-                query: dict[str, str] | None = None):
+                query: dict[str, str] | None = None) -> Answer:
         """The answer of a 2xx, else RequestFailed; a connection error, 5xx or throttling answer tried
         `ATTEMPTS` times in all. What a signal handler raises into it (a task's time limit) goes up as
         itself, never retried. `key` None: a request of the bucket (a listing), with `query`."""
         path = quoted_path(bucket, key)
         signed_query = canonical_query(query or {})
-        url = self.origin + path + (f"?{signed_query}" if signed_query else "")
+        target = path + (f"?{signed_query}" if signed_query else "")
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                answer = self.pool.request(method, url, body=body or None,
-                                           headers=self._signed(method, path, headers, body, signed_query))
-            except (urllib3.exceptions.HTTPError, OSError):
+                answer = self.connections.request(method, target, body or None,
+                                                  self._signed(method, path, headers, body, signed_query))
+            except CONNECTION_ERRORS:
                 if attempt == ATTEMPTS:
                     raise
             else:

@@ -117,12 +117,10 @@ def test_the_store_maps_answers_to_the_projects_errors(store, monkeypatch):
 
 
 def test_the_environments_proxy_is_used_for_the_store_as_boto3_uses_it(monkeypatch):
-    import urllib3
-
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
     monkeypatch.setenv("NO_PROXY", "minio.internal")
-    assert isinstance(SignedRequests("http://s3.example:9000", "us-east-1", KEYS).pool, urllib3.ProxyManager)
-    assert not isinstance(SignedRequests("http://minio.internal:9000", "us-east-1", KEYS).pool, urllib3.ProxyManager)
+    assert SignedRequests("http://s3.example:9000", "us-east-1", KEYS).connections.proxy == "http://proxy.example:3128"
+    assert SignedRequests("http://minio.internal:9000", "us-east-1", KEYS).connections.proxy is None
 
 
 @pytest.mark.parametrize("query", [
@@ -165,3 +163,66 @@ def test_a_listing_answer_is_read_with_its_keys_decoded_and_its_next_page():
     assert _list_page(LISTED.replace(b"<IsTruncated>true", b"<IsTruncated>false")).next_token is None
     with pytest.raises(RequestFailed, match="without a continuation token"):
         _list_page(LISTED.replace(b"<NextContinuationToken>next+token=</NextContinuationToken>", b""))
+
+
+class _KeptAlive(_Store):
+    """HTTP/1.1: a connection carries request after request; with `close_after_answer`, the store
+    closes each one after its answer without saying so, as a store whose idle time-out passed."""
+
+    protocol_version = "HTTP/1.1"
+    close_after_answer = False
+    connections = 0
+
+    def setup(self):
+        super().setup()
+        type(self).connections += 1
+
+    def _answer(self):
+        super()._answer()
+        if self.close_after_answer:
+            self.close_connection = True
+
+    do_GET = do_PUT = do_HEAD = _answer
+
+
+@pytest.fixture
+def kept_alive():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeptAlive)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _KeptAlive.answers, _KeptAlive.asked, _KeptAlive.connections, _KeptAlive.close_after_answer = [], [], 0, False
+    yield SignedRequests(f"http://127.0.0.1:{server.server_address[1]}", "us-east-1", KEYS), _KeptAlive
+    server.shutdown()
+
+
+def test_requests_share_one_kept_connection(kept_alive):
+    requests, store = kept_alive
+    store.answers = [(200, b"a"), (200, b""), (404, b"<Error><Code>NoSuchKey</Code></Error>"), (200, b"d")]
+    assert requests.get("bucket", "a") == b"a"
+    requests.put("bucket", "b", b"body", "application/json")
+    with pytest.raises(RequestFailed):
+        requests.get("bucket", "c")
+    assert requests.get("bucket", "d") == b"d"
+    assert store.connections == 1 and len(store.asked) == 4
+
+
+def test_a_connection_the_store_closed_while_idle_is_replaced_without_a_retry(kept_alive, monkeypatch):
+    requests, store = kept_alive
+    store.close_after_answer = True
+    monkeypatch.setattr(time, "sleep", lambda _: pytest.fail("a closed idle connection cost an attempt"))
+    store.answers = [(200, b"1"), (200, b"2"), (200, b"3")]
+    assert [requests.get("bucket", "k") for _ in range(3)] == [b"1", b"2", b"3"]
+    assert store.connections == 3 and len(store.asked) == 3
+
+
+def test_a_request_through_an_http_proxy_names_the_store_in_its_target(monkeypatch):
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Store)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    _Store.answers, _Store.asked = [(200, b"through")], []
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.server_address[1]}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    try:
+        assert SignedRequests("http://s3.example:9000", "us-east-1", KEYS).get("bucket", "k") == b"through"
+    finally:
+        proxy.shutdown()
+    assert _Store.asked == ["GET http://s3.example:9000/bucket/k"]
