@@ -381,19 +381,29 @@ def bench_presign(urls: int) -> list[dict]:
 
 def bench_object_requests(requests: int) -> list[dict]:
     """`requests` of each single-object request the exports make (PUT, GET, server-side copy, HEAD) to
-    MinIO: as the exporter sends them (`exporter.storage.requests`, signed in-process, on urllib3)
-    beside boto3's client as it was used before; CPU and wall time a request."""
+    MinIO: as the exporter sends them (`exporter.storage.requests`, signed in-process, on http.client's
+    kept connections) beside the same requests sent on urllib3's pool (as they were before) and boto3's
+    client (as it was used before that); CPU and wall time a request."""
+    import copy
+
     from devtools import stack
     from exporter.config import load_config
     from exporter.storage.objectstore import ObjectStore
 
     running_stack()
     store = ObjectStore(load_config(), f"s3://{stack.BUCKET}/bench-requests/{uuid.uuid4().hex}")
+    on_urllib3 = copy.copy(store)
+    on_urllib3.requests = copy.copy(store.requests)
+    on_urllib3.requests.connections = Urllib3Connections(store.requests.origin)
     body = b"{}" * 500  # a commit file's size
     ways = {
         "exporter.storage.requests.SignedRequests": {
             "PUT": lambda i: store.put(f"a/{i}.json", body), "GET": lambda i: store.get(f"a/{i}.json"),
             "copy": lambda i: store.copy(f"a/{i}.json", f"b/{i}.json"), "HEAD": lambda i: store.exists(f"b/{i}.json")},
+        "alternative: the same requests on urllib3's pool": {
+            "PUT": lambda i: on_urllib3.put(f"e/{i}.json", body), "GET": lambda i: on_urllib3.get(f"e/{i}.json"),
+            "copy": lambda i: on_urllib3.copy(f"e/{i}.json", f"f/{i}.json"),
+            "HEAD": lambda i: on_urllib3.exists(f"f/{i}.json")},
         "alternative: boto3's client": {
             "PUT": lambda i: store.client.put_object(Bucket=store.bucket, Key=store.key(f"c/{i}.json"), Body=body),
             "GET": lambda i: store.client.get_object(Bucket=store.bucket, Key=store.key(f"c/{i}.json"))["Body"].read(),
@@ -413,6 +423,21 @@ def bench_object_requests(requests: int) -> list[dict]:
             print(rows[-1], flush=True)
     store.delete(store.list_keys(""))
     return rows
+
+
+class Urllib3Connections:
+    """`exporter.storage.requests.Connections` as it was: the signed requests sent on urllib3's pool."""
+
+    def __init__(self, origin: str):
+        import urllib3
+
+        self.origin, self.pool = origin, urllib3.PoolManager(maxsize=32, retries=False)
+
+    def request(self, method: str, target: str, body: bytes | None, headers: dict[str, str]):
+        from exporter.storage.requests import Answer
+
+        answer = self.pool.request(method, self.origin + target, body=body, headers=headers)
+        return Answer(answer.status, answer.data)
 
 
 def bench_sharing(sizes: list[int], repository: str | None = None, queries: int = 60) -> list[dict]:
@@ -864,7 +889,7 @@ def plot_grant(rows: list[dict], path: Path) -> Path | None:
 
 
 def plot_object_requests(rows: list[dict], path: Path) -> Path | None:
-    """CPU a single-object request, the exporter's own signing beside boto3's client, per request kind."""
+    """CPU a single-object request, the exporter's own requests beside the ways they were sent before, per request kind."""
     import re
 
     measured: dict[str, dict[str, float]] = {}
@@ -881,9 +906,10 @@ def plot_object_requests(rows: list[dict], path: Path) -> Path | None:
 
     operations = list(next(iter(measured.values())))
     figure, axes = plt.subplots(figsize=(6, 4))
+    width = 0.8 / len(measured)
     for i, (way, cpu) in enumerate(measured.items()):
-        axes.bar([x + 0.4 * i for x in range(len(operations))], [cpu.get(o, 0) for o in operations], 0.4, label=way)
-    axes.set_xticks([x + 0.2 for x in range(len(operations))], operations)
+        axes.bar([x + width * i for x in range(len(operations))], [cpu.get(o, 0) for o in operations], width, label=way)
+    axes.set_xticks([x + width * (len(measured) - 1) / 2 for x in range(len(operations))], operations)
     axes.set(ylabel="ms of CPU a request", title="Single-object requests to MinIO")
     axes.legend(fontsize=7)
     figure.tight_layout()
