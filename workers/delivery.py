@@ -13,6 +13,7 @@ from contextlib import contextmanager, nullcontext
 import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_process_init
+from kombu import Producer
 
 from exporter.config import SOLE_DELIVERY_KINDS, Config
 from exporter.diff.table import DiffCache
@@ -22,7 +23,7 @@ from exporter.lakefs.client import LakeFS
 from exporter.lakefs.lake import Lake
 from exporter.lakefs.table_log import checkpoint_files_hint
 from exporter.state.connection import length_prefixed
-from exporter.state.status import StatusStore
+from exporter.state.status import Counted, StatusStore, counted
 from exporter.storage.objectstore import warm
 from workers.app import app, current_config
 
@@ -51,6 +52,15 @@ def _warm(**_) -> None:
         _services(config), _lake(config), warm(config)
     except Exception as exc:  # noqa: BLE001 (the first task meets it again, and says why)
         log.warning("clients not built as the worker process started: %s", exc)
+
+
+@contextmanager
+def sending() -> Iterator[Producer]:
+    """A producer for a task's follow-up tasks (`apply_async(..., producer=...)`): their messages go to
+    Redis together as the block ends, in one round trip where each took its own (a send cost the
+    sending process 0.6-0.8 ms of CPU alone, 0.4-0.5 ms so); a block that raises sends none."""
+    with app.producer_or_acquire() as producer, producer.batch():
+        yield producer
 
 
 class Transient(Exception):
@@ -220,8 +230,9 @@ def _record(status: StatusStore, repository: str, ref: str, commit_id: str, tabl
     log.error("status %s/%s/%s/%s=%s lost: Redis unavailable", repository, ref, commit_id, table, state)
 
 
-def status_count(status: StatusStore, task: str, outcome: str) -> None:
+def status_count(status: StatusStore, task: str, outcome: str, *also: Counted) -> None:
+    """The task's outcome counted, and the counters `also` names with it (one round trip)."""
     try:
-        status.count("lakefs_delta_tasks_total", {"task": task, "outcome": outcome})
+        status.tally([counted("lakefs_delta_tasks_total", {"task": task, "outcome": outcome}), *also])
     except redis.RedisError:
         pass  # a counter is not worth failing a task for

@@ -26,14 +26,14 @@ from exporter.export.commit import find_table
 from exporter.export.log_writer import ExportOutcome
 from exporter.export.manifest import IcebergState, iceberg_state
 from exporter.lakefs.descriptors import DESCRIPTORS_PREFIX, TableChanges, TableDescriptor, known_changes, tables_to_export
-from exporter.state.status import COMMIT_RECORD, StatusStore
+from exporter.state.status import COMMIT_RECORD, StatusStore, counted, observed
 from exporter.upkeep.catch_up import CatchUpPlan, catch_up as find_missing_exports
 from exporter.upkeep.retention import prune as prune_exports
 from workers.answers import precompute_diff
 from workers.app import app, current_config
 from workers.delivery import (BACKGROUND, ICEBERG_STEP, TASK_ERRORS, RetriedTask, _checkpoint_files,
                               _delivered_from, _lake, _look_again_later, _record, _services, _transient_reason,
-                              delivery, export_queue, retry_if_transient, retrying,
+                              delivery, export_queue, retry_if_transient, retrying, sending,
                               status_count)
 
 log = logging.getLogger("lakefs_delta.worker")
@@ -98,14 +98,16 @@ def export_commit(self, repository: str, ref: str, commit_id: str, all_tables: b
             for descriptor, reason in selection.refused.items():
                 status.set_table(repository, ref, commit_id, descriptor, "failed", reason=reason, permanent=True)
                 log.warning("commit %s/%s: %s", repository, commit_id, reason)
-            for table in tables:
-                queue = export_queue(config, _checkpoint_files(lakefs, repository, commit_id, table.path))
-                status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path,
-                                 **({"queue": queue} if queue else {}))
-                known = known_changes(lakefs, repository, commit_id, table)  # not asked of lakeFS again there
-                export_table.apply_async((repository, ref, commit_id, table.name, table.path),
-                                         {"branch_table": branch_table,
-                                          **({"changes": known.as_message()} if known else {})}, queue=queue)
+            with sending() as producer:
+                for table in tables:
+                    queue = export_queue(config, _checkpoint_files(lakefs, repository, commit_id, table.path))
+                    status.set_table(repository, ref, commit_id, table.name, "queued", table_path=table.path,
+                                     **({"queue": queue} if queue else {}))
+                    known = known_changes(lakefs, repository, commit_id, table)  # not asked of lakeFS again there
+                    export_table.apply_async((repository, ref, commit_id, table.name, table.path),
+                                             {"branch_table": branch_table,
+                                              **({"changes": known.as_message()} if known else {})}, queue=queue,
+                                             producer=producer)
             status.set_table(repository, ref, commit_id, COMMIT_RECORD, "done", reason="",
                              tables=[t.name for t in tables], all_tables=all_tables)
     except TASK_ERRORS as exc:
@@ -196,24 +198,25 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
     line += f" seconds={time.monotonic() - started:.2f}"
     if outcome.ok:
         _record(status, repository, ref, commit_id, table_name, "done", reason="", skipped=outcome.skipped, **facts)
-        status_count(status, "export_table", "succeeded")
-        if iceberg_now:
-            status.count("lakefs_delta_iceberg_metadata_total", {"outcome": iceberg["state"]})
-        if not outcome.skipped:
-            status.observe("lakefs_delta_export_seconds", outcome.seconds)
-            status.count("lakefs_delta_versions_read_total", amount=outcome.versions)
-            status.count("lakefs_delta_files_rewritten_total", amount=outcome.files_rewritten)
+        status_count(status, "export_table", "succeeded",
+                     *([counted("lakefs_delta_iceberg_metadata_total", {"outcome": iceberg["state"]})] if iceberg_now else []),
+                     *([] if outcome.skipped else
+                       [*observed("lakefs_delta_export_seconds", outcome.seconds),
+                        counted("lakefs_delta_versions_read_total", amount=outcome.versions),
+                        counted("lakefs_delta_files_rewritten_total", amount=outcome.files_rewritten)]))
         log.info("%s outcome=%s", line, "exists" if outcome.skipped else "done")
         # not written with the export (the default; with iceberg.same_task, one not light or one a retry may
         # write): a task of its own, behind the exports; also when the export existed: a lost task is made up
         # by the event delivered again
-        if iceberg_state(outcome.iceberg) is IcebergState.PENDING:
-            export_iceberg.apply_async((repository, ref, commit_id, table_name), priority=ICEBERG_STEP,
-                                       queue=_delivered_from(self))
-        if outcome.table_path:
-            precompute_diff.apply_async((repository, commit_id, outcome.table_path), priority=BACKGROUND)
-        if branch_table:  # also when the export existed: a lost append is made up by the event delivered again
-            append_branch_table.delay(repository, ref, commit_id, table_name)
+        with sending() as producer:
+            if iceberg_state(outcome.iceberg) is IcebergState.PENDING:
+                export_iceberg.apply_async((repository, ref, commit_id, table_name), priority=ICEBERG_STEP,
+                                           queue=_delivered_from(self), producer=producer)
+            if outcome.table_path:
+                precompute_diff.apply_async((repository, commit_id, outcome.table_path), priority=BACKGROUND,
+                                            producer=producer)
+            if branch_table:  # also when the export existed: a lost append is made up by the event delivered again
+                append_branch_table.apply_async((repository, ref, commit_id, table_name), producer=producer)
         return {"ok": True, **facts}
     if not outcome.permanent:  # when this was the last retry, on_failure records the end
         _record(status, repository, ref, commit_id, table_name, "retrying", reason=outcome.error)
@@ -273,10 +276,10 @@ def export_iceberg(self, repository: str, ref: str, commit_id: str, table_name: 
         log.info("%s outcome=gone seconds=%.2f reason=the export was pruned", line, seconds)
         return {"ok": None}
     _note_iceberg(status, repository, ref, commit_id, table_name, record)
-    status.observe("lakefs_delta_iceberg_seconds", seconds)
-    status.count("lakefs_delta_iceberg_metadata_total", {"outcome": record["state"]})
     written = iceberg_state(record) is IcebergState.WRITTEN
-    status_count(status, "export_iceberg", "succeeded" if written else "failed")
+    status_count(status, "export_iceberg", "succeeded" if written else "failed",
+                 *observed("lakefs_delta_iceberg_seconds", seconds),
+                 counted("lakefs_delta_iceberg_metadata_total", {"outcome": record["state"]}))
     log.info("%s outcome=%s seconds=%.2f%s", line, record["state"], seconds,
              f" reason={record['reason']}" if record.get("reason") else "")
     return {"ok": written, "iceberg": record}
@@ -351,9 +354,9 @@ def append_branch_table(self, repository: str, branch: str, commit_id: str, tabl
                        {"state": "unchanged" if outcome.skipped else "appended", "reason": outcome.skipped or outcome.synthetic,
                         "head_version": outcome.head_version, "appended": outcome.appended,
                         **({"iceberg": outcome.iceberg} if outcome.iceberg is not None else {})})
-    if outcome.iceberg is not None:
-        status.count("lakefs_delta_iceberg_metadata_total", {"outcome": outcome.iceberg["state"]})
-    status_count(status, "append_branch_table", "succeeded")
+    status_count(status, "append_branch_table", "succeeded",
+                 *([counted("lakefs_delta_iceberg_metadata_total", {"outcome": outcome.iceberg["state"]})]
+                   if outcome.iceberg is not None else []))
     log.info("%s outcome=%s", line, outcome.summary())
     return {"ok": True, "head_version": outcome.head_version, "appended": outcome.appended,
             "synthetic": outcome.synthetic, "skipped": outcome.skipped}

@@ -6,7 +6,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import redis
@@ -129,8 +129,10 @@ class StatusStore:
         """Count a start of `work`; the count is how many times it started without `finished`: a
         worker killed mid-task (out of memory, say) leaves it raised."""
         key = f"{PREFIX}:started:{work}"
-        count = self.redis.incr(key)
-        self.redis.expire(key, RECORD_TTL_SECONDS)
+        pipe = self.redis.pipeline()  # one round trip
+        pipe.incr(key)
+        pipe.expire(key, RECORD_TTL_SECONDS)
+        count, _ = pipe.execute()
         return int(count)
 
     def finished(self, work: str) -> None:
@@ -181,13 +183,16 @@ class StatusStore:
     # ------------------------------------------------------------ counters (rendered by GET /metrics)
 
     def count(self, metric: str, labels: dict[str, str] | None = None, amount: float = 1) -> None:
-        self.redis.hincrbyfloat(f"{PREFIX}:metrics", _series(metric, labels), amount)
+        self.tally([counted(metric, labels, amount)])
 
     def observe(self, metric: str, value: float, labels: dict[str, str] | None = None) -> None:
-        """A summary: `_sum` and `_count` series, enough for rates and means."""
-        pipe = self.redis.pipeline()
-        pipe.hincrbyfloat(f"{PREFIX}:metrics", _series(metric + "_sum", labels), value)
-        pipe.hincrbyfloat(f"{PREFIX}:metrics", _series(metric + "_count", labels), 1)
+        self.tally(observed(metric, value, labels))
+
+    def tally(self, counts: Iterable[Counted]) -> None:
+        """Counters raised together, in one round trip (`counted`, `observed`)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for series, amount in counts:
+            pipe.hincrbyfloat(f"{PREFIX}:metrics", series, amount)
         pipe.execute()
 
     def set_gauge(self, metric: str, value: float, labels: dict[str, str] | None = None) -> None:
@@ -216,6 +221,18 @@ def _by_ref(fields: dict[bytes, bytes], ref: str | None) -> dict[str, dict[str, 
         if ref is None or record["ref"] == ref:
             found.setdefault(record["ref"], {})[record["table"]] = record
     return found
+
+
+Counted = tuple[str, float]  # (series, amount)
+
+
+def counted(metric: str, labels: dict[str, str] | None = None, amount: float = 1) -> Counted:
+    return _series(metric, labels), amount
+
+
+def observed(metric: str, value: float, labels: dict[str, str] | None = None) -> list[Counted]:
+    """A summary: `_sum` and `_count` series, enough for rates and means."""
+    return [(_series(metric + "_sum", labels), value), (_series(metric + "_count", labels), 1)]
 
 
 def _series(metric: str, labels: dict[str, str] | None) -> str:
