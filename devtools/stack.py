@@ -38,7 +38,9 @@ BUCKET = "lakefs-data"  # must differ from every repository name
 # folders named after the stack's directory (`minio_data`, `redis_data`). MinIO stored 50,000 small
 # objects in 8-10 s and 15-19 s of its CPU on tmpfs where it took 33-43 s and 39-58 s on this
 # machine's disk. Unset: in the stack's directory,
-# on disk, kept across restarts of the machine (a local stack's lakeFS names them).
+# on disk, kept across restarts of the machine (a local stack's lakeFS names them). Read when a
+# stack directory is first used and kept in its `stack.json`: a service restarted later (a test's
+# restart, `up` from another shell) finds its data where the stack began, whatever this says then.
 OBJECTS_ROOT = os.environ.get("LAKEFS_DELTA_STACK_OBJECTS_ROOT", "")
 HOST = "127.0.0.1"
 
@@ -60,6 +62,7 @@ class StackState:
     lakefs_secret_access_key: str
     lakefs_encrypt_secret: str
     webhook_token: str
+    objects_root: str = ""  # OBJECTS_ROOT as the stack was first started ("": the stack's directory)
 
     @property
     def lakefs_endpoint(self) -> str:
@@ -112,21 +115,21 @@ def _port(name: str, default: int) -> int:
     return int(os.environ.get(f"LAKEFS_DELTA_STACK_{name}_PORT", default))
 
 
-def _in_objects_root(stack_dir: Path, service: str) -> Path:
-    """`<OBJECTS_ROOT>/<stack folder's name>-<its path's hash>-<service>-data` (what `.ci/run` removes)."""
+def _in_objects_root(root: str, stack_dir: Path, service: str) -> Path:
+    """`<root>/<stack folder's name>-<its path's hash>-<service>-data` (what `.ci/run` removes)."""
     folder = stack_dir.resolve()
-    return Path(OBJECTS_ROOT) / f"{folder.name}-{hashlib.sha256(str(folder).encode()).hexdigest()[:8]}-{service}-data"
+    return Path(root) / f"{folder.name}-{hashlib.sha256(str(folder).encode()).hexdigest()[:8]}-{service}-data"
 
 
-def minio_data(stack_dir: Path) -> Path:
-    """MinIO's data folder: in OBJECTS_ROOT when set, else in the stack's folder."""
-    return _in_objects_root(stack_dir, "minio") if OBJECTS_ROOT else stack_dir / "minio-data"
+def minio_data(state: StackState, stack_dir: Path) -> Path:
+    """MinIO's data folder: in the stack's objects root when it has one, else in the stack's folder."""
+    return _in_objects_root(state.objects_root, stack_dir, "minio") if state.objects_root else stack_dir / "minio-data"
 
 
-def redis_data(stack_dir: Path) -> Path:
-    """The folder of Redis's append-only file: in OBJECTS_ROOT when set (each answer waits for an
-    fsync there, which a tmpfs does at once), else the stack's folder."""
-    return _in_objects_root(stack_dir, "redis") if OBJECTS_ROOT else stack_dir
+def redis_data(state: StackState, stack_dir: Path) -> Path:
+    """The folder of Redis's append-only file: in the stack's objects root when it has one (each answer
+    waits for an fsync there, which a tmpfs does at once), else the stack's folder."""
+    return _in_objects_root(state.objects_root, stack_dir, "redis") if state.objects_root else stack_dir
 
 
 def load_state(stack_dir: Path = STACK_DIR) -> StackState:
@@ -145,7 +148,13 @@ def load_state(stack_dir: Path = STACK_DIR) -> StackState:
         lakefs_secret_access_key=saved.get("lakefs_secret_access_key") or secrets.token_urlsafe(30),
         lakefs_encrypt_secret=saved.get("lakefs_encrypt_secret") or secrets.token_urlsafe(32),
         webhook_token=saved.get("webhook_token") or secrets.token_urlsafe(24),
+        # a stack begun before this was kept has its objects in its folder when they are there
+        objects_root=saved["objects_root"] if "objects_root" in saved else
+        "" if (stack_dir / "minio-data").exists() else OBJECTS_ROOT,
     )
+    if OBJECTS_ROOT and state.objects_root != OBJECTS_ROOT:
+        _say(f"LAKEFS_DELTA_STACK_OBJECTS_ROOT={OBJECTS_ROOT} is for a new stack: this one keeps its objects in "
+             f"{state.objects_root or stack_dir}, where it began")
     stack_dir.mkdir(parents=True, exist_ok=True)
     state_file.write_text(json.dumps(asdict(state), indent=2))
     state_file.chmod(0o600)
@@ -404,14 +413,14 @@ def up(stack_dir: Path = STACK_DIR) -> StackState:
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LAKEFS_"))}
 
     if _running_pid(stack_dir, "minio") is None:
-        minio_data(stack_dir).mkdir(parents=True, exist_ok=True)
+        minio_data(state, stack_dir).mkdir(parents=True, exist_ok=True)
         _say(f"starting MinIO on {state.minio_endpoint}")
         env = {**base_env, "MINIO_ROOT_USER": state.minio_user, "MINIO_ROOT_PASSWORD": state.minio_password,
                "MINIO_BROWSER": "off", "MINIO_UPDATE": "off",
                # the scanner (usage totals, lifecycle, healing: none of which a local stack uses) walks every
                # object each minute by default; after the 200,000-file tests it took a fifth of a core for good
                "MINIO_SCANNER_SPEED": "slowest"}
-        _start(stack_dir, "minio", [str(minio), "server", str(minio_data(stack_dir)), "--quiet",
+        _start(stack_dir, "minio", [str(minio), "server", str(minio_data(state, stack_dir)), "--quiet",
                                     "--address", f"{HOST}:{state.minio_port}",
                                     "--console-address", f"{HOST}:{state.minio_console_port}"],
                env, [state.minio_port, state.minio_console_port])
@@ -433,13 +442,13 @@ def up(stack_dir: Path = STACK_DIR) -> StackState:
 
     if _running_pid(stack_dir, "redis") is None:
         _say(f"starting Redis on {state.redis_url}")
-        redis_data(stack_dir).mkdir(parents=True, exist_ok=True)
+        redis_data(state, stack_dir).mkdir(parents=True, exist_ok=True)
         _start(stack_dir, "redis", [redis, "--bind", HOST, "--port", str(state.redis_port), "--save", "",
                                     # durable queue: answered events and retry countdowns survive a crash.
                                     # `always`: Redis answers a write once it is in the file; `everysec`
                                     # answers before that while an fsync runs, and a crash then loses it
                                     "--appendonly", "yes", "--appendfsync", "always",
-                                    "--dir", str(redis_data(stack_dir))],
+                                    "--dir", str(redis_data(state, stack_dir))],
                base_env, [state.redis_port])
     _wait_healthy(stack_dir, "redis", lambda: HEALTH["redis"](state))
     _say("stack is up")
