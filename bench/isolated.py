@@ -123,7 +123,7 @@ def _iceberg(repository: str, ref: str, commit_id: str, table_name: str) -> dict
     location = export_location(config, ref, commit_id, table_name)
     manifest = ExportManifest.read(store, location)
     started, cpu = time.perf_counter(), time.process_time()
-    record = write_iceberg_metadata(store, location, manifest.source_timestamps)
+    record = write_iceberg_metadata(store, location, manifest.source_timestamps, log_files=manifest.log_files)
     return {"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu,
             "state": record["state"], "reason": record.get("reason", ""), "snapshots": len(record.get("snapshot_ids", {})),
             "peak_rss_mib": peak_rss_mib()}

@@ -69,7 +69,9 @@ def export_cold(job: ExportJob) -> None:
     finally:
         rewrite.abort()
     job.complete(job.manifest(segment, timestamps, log_files_written=files_written, read_at=read,
-                              rewritten_at=rewritten_at), held=rewrite.outputs)
+                              rewritten_at=rewritten_at,
+                              log_files={name: rewrite.written_size(name) for name in [*rewrite.outputs, *rewrite.uploads]}),
+                 held=rewrite.outputs)
 
 
 class _SourceLog:

@@ -112,7 +112,7 @@ def complete_iceberg_metadata(store: ObjectStore, location: str, still_held: Cal
             return manifest.iceberg
         derived_from = _derived_from(store, manifest.derived_from)
     record = write_iceberg_metadata(store, location, manifest.source_timestamps, still_held, derived_from, scope,
-                                    written.held if written is not None else {})
+                                    written.held if written is not None else {}, manifest.log_files)
     if still_held is not None:
         still_held()
     manifest.changed(**{ICEBERG: record}).write(store, location)
@@ -134,15 +134,16 @@ def _derived_from(store: ObjectStore, uri: str | None) -> tuple[str, ExportManif
 def write_iceberg_metadata(store: ObjectStore, location: str, source_timestamps: Mapping[int, int],
                            still_held: Callable[[], None] | None = None,
                            derived_from: tuple[str, ExportManifest] | None = None, scope: ReadScope | None = None,
-                           held: Mapping[str, bytes] = {}) -> dict:
+                           held: Mapping[str, bytes] = {}, log_files: Mapping[str, int] | None = None) -> dict:
     """The complete export at `location` as an Iceberg table; its record: `state` `written` with
     `metadata_location` and `snapshot_ids` (Delta version -> snapshot id), or `refused` (Iceberg
     cannot represent the table) / `failed` (another permanent error) with the `reason`. Transient
     errors raise: the export is retried, as for any write of it. `derived_from`: (location, manifest)
     of the export this one was derived from, whose Iceberg table this one's starts from. `scope`:
     the objects the log may make it read (`confined_reads`). `held`: log files whose bytes the
-    caller holds (it wrote them), not read back."""
-    log = read_exported_log(store, location, held)
+    caller holds (it wrote them), not read back; `log_files`: the log's files and sizes as the
+    export's manifest records them (`ExportManifest.log_files`), not listed."""
+    log = read_exported_log(store, location, held, log_files)
     read_range = confined_reads(store, scope)
 
     def write(table: _ExportFiles) -> tuple[IcebergTable, str | None]:

@@ -21,7 +21,7 @@ from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogListing, select_segm
 from exporter.errors import MissingDataFiles, NotFound
 from exporter.export.job import ExportJob
 from exporter.export.log_writer import discard_export, write_log
-from exporter.export.manifest import ExportManifest
+from exporter.export.manifest import LOG_FILES, ExportManifest
 from exporter.export.resolve import PathResolver
 from exporter.export.rewrite import rewrite_commit
 from exporter.lakefs.client import LakeFS
@@ -80,7 +80,8 @@ def copy_export(job: ExportJob, from_ref: str) -> None:
         raise ColdExportNeeded(f"no complete export of this commit under {from_ref!r}") from None
     if (why := manifest.not_reusable_for(job.table.path)) is not None:
         raise ColdExportNeeded(f"the export under {from_ref!r} cannot be copied: {why}")
-    names = [key[len(source + LOG_DIR):] for key in store.list_keys(source + LOG_DIR)]
+    sizes = {key[len(source + LOG_DIR):]: size for key, size in store.list_sizes(source + LOG_DIR).items()}
+    names = list(sizes)
     segment = select_segment(LogListing.from_names((name, 0) for name in names))
     with _source_kept(store, source, target):
         write_log(segment, [n for n in names if n.startswith("_sidecars/")],
@@ -89,7 +90,8 @@ def copy_export(job: ExportJob, from_ref: str) -> None:
     outcome.checkpoint_version, outcome.head_version = manifest.checkpoint_version, manifest.head_version
     outcome.files_rewritten = manifest.files_rewritten
     job.complete(manifest.changed(ref=job.ref, location=outcome.location, derived_from=store.uri(source),
-                                  exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds")),
+                                  exported_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                  **{LOG_FILES: dict(sorted(sizes.items()))}),
                  derived_from=(source, manifest))
 
 
@@ -175,4 +177,14 @@ def export_incrementally(job: ExportJob) -> None:
     outcome.versions = len(new)
     outcome.files_rewritten = rewritten
     job.complete(job.manifest(segment, timestamps, log_files_written=written, read_at=read, rewritten_at=rewritten_at,
-                              derived_from=store.uri(source)), derived_from=(source, parent), held=outputs)
+                              derived_from=store.uri(source), log_files=_log_files(parent, outputs, written)),
+                 derived_from=(source, parent), held=outputs)
+
+
+def _log_files(parent: ExportManifest, outputs: dict[str, bytes], written: int) -> dict[str, int] | None:
+    """The export's log files and sizes: the new commits' (`outputs`) and the copies' as the
+    parent's manifest records them; None when it records none, or not `written` files in all."""
+    if parent.log_files is None:
+        return None
+    files = {**parent.log_files, **{name: len(raw) for name, raw in outputs.items()}}
+    return files if len(files) == written else None

@@ -14,7 +14,7 @@ from exporter.config import Config
 from exporter.delta.log import LogSegment
 from exporter.export.iceberg_metadata import WrittenExport, light_iceberg_step
 from exporter.export.log_writer import ExportOutcome, write_manifest
-from exporter.export.manifest import ExportManifest
+from exporter.export.manifest import LOG_FILES, ExportManifest
 from exporter.lakefs.client import LakeFS
 from exporter.lakefs.descriptors import TableChanges, TableDescriptor
 from exporter.progress import Progress, Step, counted, quiet
@@ -68,8 +68,11 @@ class ExportJob:
         return counted(self.progress, "export", self.table.path, stage, total, unit, every=max(1, total // 100))
 
     def manifest(self, segment: LogSegment, timestamps: dict[int, int], log_files_written: int,
-                 read_at: float, rewritten_at: float, derived_from: str | None = None) -> ExportManifest:
-        """`_lakefs_export.json`: what was exported, from where, and each version's source timestamp."""
+                 read_at: float, rewritten_at: float, derived_from: str | None = None,
+                 log_files: Mapping[str, int] | None = None) -> ExportManifest:
+        """`_lakefs_export.json`: what was exported, from where, and each version's source timestamp;
+        `log_files`, every file of the exported `_delta_log/` and its size when the export knows them
+        all (its Iceberg step then reads them from here instead of listing the log)."""
         outcome = self.outcome
         return ExportManifest({
             "repository": self.repository, "ref": self.ref, "commit_id": self.commit_id, "table": self.table.name,
@@ -80,7 +83,9 @@ class ExportJob:
             "source_timestamps_ms": {str(v): t for v, t in sorted(timestamps.items())},
             # an incremental export copies the parent's export and adds the new commits
             "derived_from": derived_from,
-            "log_files_written": log_files_written, "lakefs_calls": self.lakefs.calls,
+            "log_files_written": log_files_written,
+            **({LOG_FILES: dict(sorted(log_files.items()))} if log_files is not None else {}),
+            "lakefs_calls": self.lakefs.calls,
             "timings_seconds": {"list_and_read": round(read_at - self.started, 3),
                                 "rewrite": round(rewritten_at - read_at, 3),
                                 "write": round(time.monotonic() - rewritten_at, 3)},

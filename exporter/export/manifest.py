@@ -14,6 +14,7 @@ from exporter.storage.layout import MANIFEST
 from exporter.storage.objectstore import ObjectStore
 
 ICEBERG = "iceberg"  # the key of the Iceberg record in the manifest and the status record
+LOG_FILES = "log_files"  # the key of the exported log's files and sizes in the manifest
 
 
 class IcebergState(str, Enum):
@@ -62,6 +63,12 @@ class ExportManifest:
     @property
     def files_rewritten(self) -> int:
         return self.document.get("files_rewritten") or 0
+
+    @property
+    def log_files(self) -> dict[str, int] | None:
+        """Every file of the exported `_delta_log/` (name under it) and its size, as the export wrote
+        them; None when the export did not record them (its log is listed instead)."""
+        return self.document.get(LOG_FILES)
 
     @property
     def derived_from(self) -> str | None:

@@ -39,10 +39,14 @@ class ExportedLog:
                                 if name.endswith(".json") else self.source(name))
 
 
-def read_exported_log(store: ObjectStore, location: str, held: Mapping[str, bytes] = {}) -> ExportedLog | None:
-    """The log at `location`, listed; `held`: files of it whose bytes the caller holds."""
+def read_exported_log(store: ObjectStore, location: str, held: Mapping[str, bytes] = {},
+                      files: Mapping[str, int] | None = None) -> ExportedLog | None:
+    """The log at `location`, listed, or as `files` names it (its files under `_delta_log/` and their
+    sizes, as its export's manifest records them: no listing); `held`: files of it whose bytes the
+    caller holds."""
     prefix = location + LOG_DIR
-    sizes = {key[len(prefix):]: size for key, size in store.list_sizes(prefix).items()}
+    sizes = dict(files) if files is not None else \
+        {key[len(prefix):]: size for key, size in store.list_sizes(prefix).items()}
     if not sizes:
         return None
     listing = LogListing.from_names(sizes.items())

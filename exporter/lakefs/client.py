@@ -89,7 +89,7 @@ class LakeFS:
         A connection refused or reset is tried again as the SDK's retries did (twice, 0.2 s apart,
         then 0.4 s); a timeout is not."""
         self.calls += 1
-        parameters = "&".join(f"{name}={quote(str(value), safe='')}" for name, value in query.items() if value is not None)
+        parameters = "&".join(f"{name}={quote(str(value))}" for name, value in query.items() if value is not None)  # as the SDK
         target = self._api + resource + (f"?{parameters}" if parameters else "")
         for attempt in range(3):
             try:

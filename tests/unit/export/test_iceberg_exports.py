@@ -143,18 +143,20 @@ def test_incremental_and_copied_exports_write_their_own_metadata_file_and_only_t
 
 def test_an_incremental_exports_iceberg_table_reads_only_the_new_commits_of_the_log(lakefs, events):
     """The Delta metaData at the parent table's head is in its properties: the versions it has are
-    not read again (a storm's tables have no checkpoint: each export would read its whole log)."""
+    not read again (a storm's tables have no checkpoint: each export would read its whole log). Nor
+    is the log listed: the export's manifest names its files."""
     first = events.append(1).append(2).append(3).commit()  # versions 0-2
     export(lakefs, "main", first, events)
     second = events.append(4).commit()  # version 3
     store = namespace(lakefs)
-    before = len(store.reads)
+    before, listed_before = len(store.reads), len(store.listings)
 
     incremental = export(lakefs, "main", second, events)
 
     log = store.uri(export_location(ON, "main", second, "events") + "_delta_log/")
     assert incremental.incremental and sorted(map(int, incremental.iceberg["snapshot_ids"])) == [0, 1, 2, 3]
     assert [uri.removeprefix(log) for uri in store.reads[before:] if uri.startswith(log)] == [f"{3:020d}.json"]
+    assert [relative for relative, *_ in store.listings[listed_before:] if "_delta_log/" in relative] == []
 
 
 def test_with_same_task_a_small_tables_iceberg_table_is_written_in_the_same_call_right_after_its_export(

@@ -43,8 +43,15 @@ def manifest(lakefs: FakeLakeFS, ref: str, commit_id: str, table: str = "events"
 
 
 def export(lakefs: FakeLakeFS, ref: str, commit_id: str, table: SourceTable, **options) -> ExportOutcome:
+    """Exported, and its manifest names every file of its log with its size, as written (what its
+    Iceberg step reads instead of listing the log), whichever way it was written."""
     outcome = export_table(lake_of(CONFIG, lakefs), ExportAt("repo", ref, commit_id), table.descriptor, **options)
     assert outcome.ok, outcome.error
+    asked = len(lakefs.requests)
+    written = {name.removeprefix("_delta_log/"): len(raw) for name, raw in exported(lakefs, ref, commit_id, table.descriptor.name).items()
+               if name.startswith("_delta_log/")}
+    assert written and manifest(lakefs, ref, commit_id, table.descriptor.name)["log_files"] == written
+    del lakefs.requests[asked:]  # this check's own lookups are not the export's
     return outcome
 
 
@@ -148,6 +155,19 @@ def test_anything_but_new_objects_exports_cold_saying_why(lakefs, events, change
     if change in ("last_checkpoint", "checkpoint"):
         assert outcome.ok and outcome.checkpoint_version == 1
         assert "_delta_log/00000000000000000001.checkpoint.parquet" in exported(lakefs, "main", second)
+
+
+def test_an_export_after_a_checkpoint_copies_it_and_its_manifest_names_each_file_with_its_size(lakefs, events):
+    first = events.append(1).append(2).checkpoint().commit()
+    export(lakefs, "main", first, events)  # cold, its checkpoint rewritten (`export` checks the sizes named)
+    second = events.append(3).commit()
+
+    outcome = export(lakefs, "main", second, events)
+
+    assert outcome.incremental and outcome.checkpoint_version == 1
+    assert set(manifest(lakefs, "main", second)["log_files"]) == {
+        "00000000000000000001.checkpoint.parquet", "_last_checkpoint", "00000000000000000001.json",
+        "00000000000000000002.json"}
 
 
 def test_a_parent_exported_by_another_exporter_version_or_at_another_path_is_not_reused(lakefs, events, monkeypatch):
