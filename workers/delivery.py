@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 
 import redis
@@ -183,6 +183,23 @@ def _sole_delivery(status: StatusStore, key: str, ttl_seconds: int) -> Iterator[
 # higher one waits. An export's Iceberg table waits behind the exports, before the diffs.
 ICEBERG_STEP = 6
 BACKGROUND = 9
+
+
+# An export hands its Iceberg step's task the log files it wrote from memory (its new commits) in
+# the message when they are this small together: the step then does not read them back (in a commit
+# storm, one GET a table export of the object store's 20 or so).
+HELD_IN_MESSAGE_BYTES = 64 * 1024
+
+
+def held_for_message(held: Mapping[str, bytes]) -> dict[str, str]:
+    """`held` as a message carries it (the text of each file), or nothing when it is larger than
+    HELD_IN_MESSAGE_BYTES or not all UTF-8 (as Delta's JSON files are): the step reads them then."""
+    if sum(len(raw) for raw in held.values()) > HELD_IN_MESSAGE_BYTES:
+        return {}
+    try:
+        return {name: raw.decode() for name, raw in held.items()}
+    except UnicodeDecodeError:
+        return {}
 
 
 def export_queue(config: Config, checkpoint_files: int) -> str | None:

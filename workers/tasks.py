@@ -33,7 +33,7 @@ from workers.answers import precompute_diff
 from workers.app import app, current_config
 from workers.delivery import (BACKGROUND, ICEBERG_STEP, TASK_ERRORS, RetriedTask, _checkpoint_files,
                               _delivered_from, _lake, _look_again_later, _record, _services, _transient_reason,
-                              delivery, export_queue, retry_if_transient, retrying, sending,
+                              delivery, export_queue, retry_if_transient, retrying, sending, held_for_message,
                               status_count)
 
 log = logging.getLogger("lakefs_delta.worker")
@@ -210,7 +210,9 @@ def export_table(self, repository: str, ref: str, commit_id: str, table_name: st
         # by the event delivered again
         with sending() as producer:
             if iceberg_state(outcome.iceberg) is IcebergState.PENDING:
-                export_iceberg.apply_async((repository, ref, commit_id, table_name), priority=ICEBERG_STEP,
+                held = held_for_message(outcome.held)
+                export_iceberg.apply_async((repository, ref, commit_id, table_name), {"held": held} if held else {},
+                                           kwargsrepr=f"{{'held': {sorted(held)}}}", priority=ICEBERG_STEP,
                                            queue=_delivered_from(self), producer=producer)
             if outcome.table_path:
                 precompute_diff.apply_async((repository, commit_id, outcome.table_path), priority=BACKGROUND,
@@ -252,22 +254,25 @@ class AppendTask(RetriedTask):
 
 
 @app.task(bind=True, base=ExportIcebergTask, name="lakefs_delta.export_iceberg")
-def export_iceberg(self, repository: str, ref: str, commit_id: str, table_name: str) -> dict:
+def export_iceberg(self, repository: str, ref: str, commit_id: str, table_name: str,
+                   held: dict[str, str] | None = None) -> dict:
     """Write the Iceberg table of a complete export (`iceberg.enabled`), under the export's lock,
-    the one prune deletes it under; the record goes on the export's status record."""
+    the one prune deletes it under; the record goes on the export's status record. `held`: the log
+    files the export handed over (`held_for_message`), not read back."""
     config = current_config()
     status, _ = _services(config)
     started = time.monotonic()
     line = f"iceberg {repository}/{ref}/{commit_id}/{table_name} attempt={self.request.retries + 1}"
     try:
-        with status.lock(status.export_lock(repository, ref, commit_id, table_name), config.tasks.lock_ttl_seconds) as held:
-            if not held:  # the export is written again, or pruned
+        with status.lock(status.export_lock(repository, ref, commit_id, table_name), config.tasks.lock_ttl_seconds) as lock:
+            if not lock:  # the export is written again, or pruned
                 return _look_again_later(self, (repository, ref, commit_id, table_name), line,
                                          "another delivery holds the export's lock", config.tasks.lock_ttl_seconds / 3,
-                                         priority=ICEBERG_STEP)
+                                         {"held": held} if held else None, priority=ICEBERG_STEP)
             with delivery(self, repository, ref, commit_id, table_name):
                 record = complete_iceberg(_lake(config), repository, ref, commit_id, table_name,
-                                          still_held=held.still_held)
+                                          still_held=lock.still_held,
+                                          held={name: text.encode() for name, text in (held or {}).items()})
     except TASK_ERRORS as exc:
         retry_if_transient(self, exc, line)
         record = {"state": IcebergState.FAILED.value, "reason": str(exc)}

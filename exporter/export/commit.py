@@ -5,7 +5,7 @@ the parent's plus the new commits, else cold); failures come back as outcomes, n
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.errors import ExporterError, NotFound, TableNotFound
@@ -52,13 +52,14 @@ def export_commit(lake: Lake, at: ExportAt, tables: list[str] | None = None, exp
 
 
 def export_iceberg(lake: Lake, repository: str, ref: str, commit_id: str, table_name: str,
-                   still_held: Callable[[], None] | None = None) -> dict | None:
+                   still_held: Callable[[], None] | None = None, held: Mapping[str, bytes] = {}) -> dict | None:
     """The Iceberg table of a complete export whose manifest records it pending, written; its record
-    (`complete_iceberg_metadata`), None when the export is gone. `still_held`: the export's lock."""
+    (`complete_iceberg_metadata`), None when the export is gone. `still_held`: the export's lock;
+    `held`: log files of the export its writer handed over (`ExportOutcome.held`)."""
     config = lake.config
     store = lake.store(repository)
     return complete_iceberg_metadata(store, export_location(config, ref, commit_id, table_name), still_held,
-                                     lake.read_scope(repository))
+                                     lake.read_scope(repository), held=held)
 
 
 @dataclass

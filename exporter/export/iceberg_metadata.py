@@ -95,12 +95,14 @@ def continuable(manifest: ExportManifest) -> bool:
 
 
 def complete_iceberg_metadata(store: ObjectStore, location: str, still_held: Callable[[], None] | None = None,
-                              scope: ReadScope | None = None, written: WrittenExport | None = None) -> dict | None:
+                              scope: ReadScope | None = None, written: WrittenExport | None = None,
+                              held: Mapping[str, bytes] = {}) -> dict | None:
     """Write the Iceberg table of the complete export at `location` whose manifest records it
     `pending`, then the manifest with its record (`write_iceberg_metadata`); the record, also when
     it was written before; None without a complete export there (pruned meanwhile). The caller holds
     the export's lock (`still_held`), the one prune deletes it under; `scope`: what it may read.
-    `written`: what the process that just wrote the export knows of it, not read again."""
+    `written`: what the process that just wrote the export knows of it, not read again; `held`: log
+    files of the export whose bytes its writer handed over (`ExportOutcome.held`), not read back."""
     if written is not None:
         manifest, derived_from = written.manifest, written.derived_from
     else:
@@ -112,7 +114,7 @@ def complete_iceberg_metadata(store: ObjectStore, location: str, still_held: Cal
             return manifest.iceberg
         derived_from = _derived_from(store, manifest.derived_from)
     record = write_iceberg_metadata(store, location, manifest.source_timestamps, still_held, derived_from, scope,
-                                    written.held if written is not None else {}, manifest.log_files)
+                                    written.held if written is not None else held, manifest.log_files)
     if still_held is not None:
         still_held()
     manifest.changed(**{ICEBERG: record}).write(store, location)

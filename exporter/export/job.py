@@ -100,6 +100,7 @@ class ExportJob:
         step is light, `written` keeps what the step needs: the manifest, that export, and the log
         files `held` (written from memory)."""
         iceberg = self.config.iceberg
+        self.outcome.held = dict(held)
         manifest = write_manifest(self.store, self.target, manifest, self.outcome, iceberg.enabled, self.still_held)
         if iceberg.enabled and iceberg.same_task and light_iceberg_step(derived_from, self.outcome.files_rewritten):
             self.written = WrittenExport(manifest, derived_from, held)

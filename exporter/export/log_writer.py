@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exporter.delta.log import LAST_CHECKPOINT, LOG_DIR, LogSegment, commit_name
 from exporter.export.manifest import ICEBERG, PENDING, ExportManifest
@@ -41,6 +41,9 @@ class ExportOutcome:
     incremental: bool = False  # copied the parent's export and added the new commits
     cold_reason: str = ""  # why the parent's export could not be reused
     iceberg: dict | None = None  # with iceberg.enabled: the Iceberg table's record (`PENDING` until written)
+    # log files the export wrote from memory (the new commits), by name under _delta_log/: what its
+    # Iceberg step need not read back when it is handed them
+    held: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     def summary(self) -> str:
         if not self.ok:

@@ -233,12 +233,16 @@ def test_an_exports_iceberg_table_is_queued_after_it_behind_the_exports_then_rec
     assert [(s.name, s.args, s.options.get("priority")) for s in worker.sent][:1] == [
         ("lakefs_delta.export_iceberg", ("repo", "main", commit, "events"), tasks.ICEBERG_STEP)]
     assert 0 < tasks.ICEBERG_STEP < tasks.BACKGROUND  # behind the exports, before the diffs
+    assert list(worker.sent[0].kwargs["held"]) == [f"{0:020d}.json"]  # the commit it wrote, handed over
+    reads_before = len(worker.namespace.reads)
 
-    result = tasks.export_iceberg.apply(worker.sent[0].args)
+    result = tasks.export_iceberg.apply(worker.sent[0].args, worker.sent[0].kwargs)
 
     record = worker.status.record("repo", "main", commit, "events")
     location = export_location(worker.config, "main", commit, "events")
     assert result.get()["ok"] and record["state"] == "done"
+    log = worker.namespace.uri(location + "_delta_log/")
+    assert [uri for uri in worker.namespace.reads[reads_before:] if uri.startswith(log)] == []  # not read back
     iceberg = record["iceberg"]
     assert iceberg == {"state": "written", "metadata_location": worker.namespace.uri(location + "metadata/v0.metadata.json"),
                        "snapshot_ids": {"0": iceberg["snapshot_ids"]["0"]}, "recorded_at": iceberg["recorded_at"]}
