@@ -1,5 +1,5 @@
 """Single-object requests (GET, PUT, server-side copy, HEAD) and listings, signed here and sent on
-keep-alive http.client connections.
+kept connections (HTTP/1.1 keep-alive).
 
 boto3 costs 4.0-4.5 ms of CPU a request on the benchmark machine whatever the request (its event
 hooks and models), and an export is a dozen small requests, an Iceberg step thirty: in a commit
@@ -9,7 +9,10 @@ parsed each object's time with dateutil, 25-40 ms of CPU for a page of 60 object
 of a small table's Iceberg step. Batch deletes and multipart uploads stay boto3's: rare, their answers
 documents boto3 parses. Sent on urllib3, a small GET to MinIO cost 330-520 us of the client's CPU;
 on http.client's connections, kept here (`Connections`), 180-200 us: a third of the workers' CPU in
-a commit storm was these requests.
+a commit storm was these requests. Of what was left, a third went in http.client's reading of the
+answer's headers (it parses them with the email package) and in its checks of each header sent: a
+request is written and its answer read here (`_exchange`), on a socket http.client connects (the
+proxy's tunnel, TLS), and a GET costs 125-135 us where it cost 240-270.
 https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html
 """
 
@@ -116,7 +119,8 @@ class Connections:
     """Keep-alive HTTP/1.1 connections to one store's origin, straight or through the environment's
     proxy (an HTTP proxy: a tunnel for https, as boto3 has it), each carrying one request at a time
     and kept for the next; thread-safe. A connection the store closed while it was idle is dropped
-    before it is used, and one a request failed on is never used again (its state is unknown)."""
+    before it is used, and one a request failed on is never used again (its state is unknown).
+    http.client makes each connection (the tunnel, TLS); requests go as `_exchange` writes them."""
 
     KEPT = 32  # idle connections kept at most (as many as a process's request threads)
 
@@ -125,10 +129,11 @@ class Connections:
         self.origin, self.proxy = origin, proxy
         self.https = parts.scheme == "https"
         self.address = (parts.hostname or "", parts.port or (443 if self.https else 80))
+        self.host = parts.netloc.rpartition("@")[2]  # the Host header of a request that names none
         self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
         self.context = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or None) \
             if self.https else None  # the store's own CA, as boto3 takes it
-        self._idle: list[http.client.HTTPConnection] = []
+        self._idle: list[_Connection] = []
         self._lock = threading.Lock()
 
     def request(self, method: str, target: str, body: bytes | None, headers: dict[str, str]) -> Answer:
@@ -142,17 +147,15 @@ class Connections:
                 raise
         return self._send(self._connect(), method, target, body, headers)
 
-    def _send(self, connection: http.client.HTTPConnection, method: str, target: str, body: bytes | None,
+    def _send(self, connection: _Connection, method: str, target: str, body: bytes | None,
               headers: dict[str, str]) -> Answer:
         try:
-            connection.request(method, self.origin + target if self.proxy and not self.https else target,
-                               body=body, headers=headers)
-            response = connection.getresponse()
-            answer = Answer(response.status, response.read())
+            answer, will_close = _exchange(connection, method, self.origin + target if self.proxy and not self.https
+                                           else target, self.host, headers, body)
         except BaseException:  # a time limit raised into it too: the connection's state is unknown
             connection.close()
             raise
-        if response.will_close:
+        if will_close:
             connection.close()
         else:
             with self._lock:
@@ -162,18 +165,18 @@ class Connections:
             connection.close()
         return answer
 
-    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
+    def _take(self) -> tuple[_Connection, bool]:
         """An idle connection the store has not closed (its socket has nothing to read), else a new one."""
         while True:
             with self._lock:
                 connection = self._idle.pop() if self._idle else None
             if connection is None:
                 return self._connect(), False
-            if connection.sock is not None and not select.select([connection.sock], [], [], 0)[0]:
+            if not select.select([connection.sock], [], [], 0)[0]:
                 return connection, True
             connection.close()
 
-    def _connect(self) -> http.client.HTTPConnection:
+    def _connect(self) -> _Connection:
         host, port = self.address
         if self.proxy:
             proxy = urlsplit(self.proxy)
@@ -188,7 +191,89 @@ class Connections:
             connection = http.client.HTTPConnection(*at, timeout=self.connect_timeout)
         connection.connect()
         connection.sock.settimeout(self.read_timeout)
-        return connection
+        return _Connection(connection)
+
+
+class _Connection:
+    """A connected socket (http.client made it: a proxy's tunnel, TLS) and the buffered reader of its answers."""
+
+    def __init__(self, made: http.client.HTTPConnection):
+        self.made, self.sock = made, made.sock
+        self.reader = made.sock.makefile("rb")
+
+    def close(self) -> None:
+        self.reader.close()
+        self.made.close()
+
+
+_MAX_LINE = 65536  # as http.client: a longer status or header line is no HTTP answer
+
+
+def _exchange(connection: _Connection, method: str, target: str, host: str, headers: dict[str, str],
+              body: bytes | None) -> tuple[Answer, bool]:
+    """Write one HTTP/1.1 request on the connection and read its answer (RFC 9112): the answer, and
+    whether the connection ends with it. A body is read by its Content-Length, chunked, or up to
+    the connection's end; an interim (1xx) answer is skipped. A connection that ends before the
+    status line raises RemoteDisconnected (a kept one the store closed), a malformed answer
+    another http.client.HTTPException: CONNECTION_ERRORS both."""
+    lines = [f"{method} {target} HTTP/1.1\r\n"]
+    if not any(name.lower() == "host" for name in headers):
+        lines.append(f"Host: {host}\r\n")
+    lines += [f"{name}: {value}\r\n" for name, value in headers.items()]
+    if body is not None or method in ("PUT", "POST"):
+        lines.append(f"Content-Length: {len(body or b'')}\r\n")
+    head = "".join(lines).encode("latin-1") + b"\r\n"
+    connection.sock.sendall(head + body if body else head)
+    reader = connection.reader
+    while True:
+        line = reader.readline(_MAX_LINE + 1)
+        if not line:
+            raise http.client.RemoteDisconnected("the store closed the connection without an answer")
+        version, _, rest = line.partition(b" ")
+        if not version.startswith(b"HTTP/1.") or not rest[:3].isdigit() or len(line) > _MAX_LINE:
+            raise http.client.BadStatusLine(line[:200].decode("latin-1"))
+        status = int(rest[:3])
+        length, chunked, will_close = None, False, version == b"HTTP/1.0"
+        while (line := reader.readline(_MAX_LINE + 1)) not in (b"\r\n", b"\n", b""):
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = _number(value, 10)
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif name == b"connection":
+                will_close = b"close" in value.lower() or (will_close and b"keep-alive" not in value.lower())
+        if not 100 <= status < 200:
+            break
+    if method == "HEAD" or status in (204, 304):
+        return Answer(status, b""), will_close
+    if chunked:
+        parts = []
+        while size := _number(reader.readline(_MAX_LINE + 1).split(b";", 1)[0], 16):
+            parts.append(_read_exactly(reader, size))
+            reader.readline(_MAX_LINE + 1)  # the chunk's CRLF
+        while reader.readline(_MAX_LINE + 1) not in (b"\r\n", b"\n", b""):  # trailer fields
+            pass
+        return Answer(status, b"".join(parts)), will_close
+    if length is not None:
+        return Answer(status, _read_exactly(reader, length)), will_close
+    return Answer(status, reader.read()), True  # delimited by the connection's end
+
+
+def _number(text: bytes, base: int) -> int:
+    """A length in an answer (Content-Length, a chunk's size); a connection that ended, or anything
+    else, raises http.client.HTTPException."""
+    try:
+        return int(text.strip(), base)
+    except ValueError:
+        raise http.client.HTTPException(f"not a length in the answer: {text[:40]!r}") from None
+
+
+def _read_exactly(reader, size: int) -> bytes:
+    data = reader.read(size)
+    if len(data) < size:
+        raise http.client.IncompleteRead(data, size - len(data))
+    return data
 
 
 class SignedRequests:
