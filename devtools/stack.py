@@ -39,7 +39,7 @@ BUCKET = "lakefs-data"  # must differ from every repository name
 # objects in 8-10 s and 15-19 s of its CPU on tmpfs where it took 33-43 s and 39-58 s on this
 # machine's disk. Unset: in the stack's directory,
 # on disk, kept across restarts of the machine (a local stack's lakeFS names them). Read when a
-# stack directory is first used and kept in its `stack.json`: a service restarted later (a test's
+# stack directory is first used and kept in it (`_objects_root`): a service restarted later (a test's
 # restart, `up` from another shell) finds its data where the stack began, whatever this says then.
 OBJECTS_ROOT = os.environ.get("LAKEFS_DELTA_STACK_OBJECTS_ROOT", "")
 HOST = "127.0.0.1"
@@ -62,7 +62,7 @@ class StackState:
     lakefs_secret_access_key: str
     lakefs_encrypt_secret: str
     webhook_token: str
-    objects_root: str = ""  # OBJECTS_ROOT as the stack was first started ("": the stack's directory)
+    objects_root: str = ""  # OBJECTS_ROOT as the stack was first started ("": the stack's directory), `_objects_root`
 
     @property
     def lakefs_endpoint(self) -> str:
@@ -132,6 +132,17 @@ def redis_data(state: StackState, stack_dir: Path) -> Path:
     return _in_objects_root(state.objects_root, stack_dir, "redis") if state.objects_root else stack_dir
 
 
+def _objects_root(stack_dir: Path) -> str:
+    """The stack's objects root, recorded in its folder (`objects-root`) when first asked: OBJECTS_ROOT
+    then, or "" for a stack begun before it was recorded whose objects are in its folder. A file of
+    its own, not a field of `stack.json`, which an older checkout writes without it."""
+    recorded = stack_dir / "objects-root"
+    if not recorded.exists():
+        stack_dir.mkdir(parents=True, exist_ok=True)
+        recorded.write_text("" if (stack_dir / "minio-data").exists() else OBJECTS_ROOT)
+    return recorded.read_text()
+
+
 def load_state(stack_dir: Path = STACK_DIR) -> StackState:
     """Keys are generated once per stack directory and reused; ports follow the environment."""
     state_file = stack_dir / "stack.json"
@@ -148,9 +159,7 @@ def load_state(stack_dir: Path = STACK_DIR) -> StackState:
         lakefs_secret_access_key=saved.get("lakefs_secret_access_key") or secrets.token_urlsafe(30),
         lakefs_encrypt_secret=saved.get("lakefs_encrypt_secret") or secrets.token_urlsafe(32),
         webhook_token=saved.get("webhook_token") or secrets.token_urlsafe(24),
-        # a stack begun before this was kept has its objects in its folder when they are there
-        objects_root=saved["objects_root"] if "objects_root" in saved else
-        "" if (stack_dir / "minio-data").exists() else OBJECTS_ROOT,
+        objects_root=_objects_root(stack_dir),
     )
     if OBJECTS_ROOT and state.objects_root != OBJECTS_ROOT:
         _say(f"LAKEFS_DELTA_STACK_OBJECTS_ROOT={OBJECTS_ROOT} is for a new stack: this one keeps its objects in "
