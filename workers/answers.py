@@ -3,7 +3,6 @@ diff precomputed after an export: each puts its answer, or why there is none, wh
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 
@@ -23,7 +22,7 @@ from exporter.errors import ServiceUnavailable
 from exporter.state.results import ResultCache
 from workers.app import app, current_config
 from workers.delivery import (TASK_ERRORS, RetriedTask, RunningElsewhere, _lake, _services, _transient_reason,
-                              delivery, retry_if_transient)
+                              delivery, once_per_config, retry_if_transient)
 
 log = logging.getLogger("lakefs_delta.worker")
 
@@ -94,12 +93,12 @@ def compare_refs(self, repository: str, left_commit: str, right_commit: str) -> 
                             lambda: overview_of(_lake(config), diffs, repository, left_commit, right_commit))
 
 
-@functools.cache
+@once_per_config
 def _overview_cache(config: Config) -> OverviewCache:
     return OverviewCache(config.redis, config.api.diff_cache_ttl_seconds)
 
 
-@functools.cache
+@once_per_config
 def _row_diff_cache(config: Config) -> RowDiffCache:
     return RowDiffCache(config.redis, config.api.diff_cache_ttl_seconds)
 
@@ -112,7 +111,7 @@ def list_datasets(self, repository: str, commit_id: str) -> bool:
                             lambda: find_datasets(_lake(config).lakefs, repository, commit_id))
 
 
-@functools.cache
+@once_per_config
 def _datasets_cache(config: Config) -> DatasetsCache:
     return DatasetsCache(config.redis, config.api.diff_cache_ttl_seconds)
 
