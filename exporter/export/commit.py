@@ -166,7 +166,7 @@ def _light_iceberg(lake: Lake, job: ExportJob) -> dict:
     stops it (the export stands: its Iceberg table is written when asked again)."""
     try:
         return complete_iceberg_metadata(job.store, job.target, job.still_held, lake.read_scope(job.repository),
-                                         job.written)
+                                         job.written, job.outcome.held)
     except ExporterError as exc:
         return {**PENDING, "reason": f"not written yet: {exc}"}
 

@@ -76,7 +76,6 @@ class WrittenExport:
 
     manifest: ExportManifest  # the export's, as written (`pending`)
     derived_from: tuple[str, ExportManifest] | None  # the export it was built on: its location and manifest
-    held: Mapping[str, bytes]  # log files it wrote from memory, by name under _delta_log/
 
 
 def light_iceberg_step(derived_from: tuple[str, ExportManifest] | None, paths_rewritten: int) -> bool:
@@ -114,7 +113,7 @@ def complete_iceberg_metadata(store: ObjectStore, location: str, still_held: Cal
             return manifest.iceberg
         derived_from = _derived_from(store, manifest.derived_from)
     record = write_iceberg_metadata(store, location, manifest.source_timestamps, still_held, derived_from, scope,
-                                    written.held if written is not None else held, manifest.log_files)
+                                    held, manifest.log_files)
     if still_held is not None:
         still_held()
     manifest.changed(**{ICEBERG: record}).write(store, location)

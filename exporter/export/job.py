@@ -97,10 +97,10 @@ class ExportJob:
                  held: Mapping[str, bytes] = {}) -> None:
         """Write the manifest, the export's last file (`write_manifest`). `derived_from`: the export
         this one was built on (its location and manifest). With `iceberg.same_task`, when its Iceberg
-        step is light, `written` keeps what the step needs: the manifest, that export, and the log
-        files `held` (written from memory)."""
+        step is light, `written` keeps what the step needs besides the log files `held` (written from
+        memory; on the outcome, for whichever step writes the Iceberg table): the manifest and that export."""
         iceberg = self.config.iceberg
         self.outcome.held = dict(held)
         manifest = write_manifest(self.store, self.target, manifest, self.outcome, iceberg.enabled, self.still_held)
         if iceberg.enabled and iceberg.same_task and light_iceberg_step(derived_from, self.outcome.files_rewritten):
-            self.written = WrittenExport(manifest, derived_from, held)
+            self.written = WrittenExport(manifest, derived_from)
