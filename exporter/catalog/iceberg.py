@@ -41,7 +41,7 @@ from exporter.storage.objectstore import ObjectStore
 from exporter.storage.presign import Presigner
 from exporter.storage.scope import S3_SCHEMES, folders, plain_address, within
 from exporter.storage.vended import repository_data, vend
-from exporter.threads import io_threads
+from exporter.threads import io_pool
 
 SIGNED_SECONDS = 900  # a signed request's lifetime: readers use it at once
 SIGNED_METHODS = ("GET", "HEAD")
@@ -228,7 +228,7 @@ class IcebergCatalog:
         records = {record["manifest_path"]: record for uri in lists for record in read_manifest_list(store.get_uri(uri))}
         manifests = list(records)
         hashed = (metadata.get("properties") or {}).get(PATH_HASHES) == "true"
-        with io_threads(8) as pool:
+        with io_pool(8) as pool:
             hashes = list(pool.map(lambda path: self._manifest_files.keep(path, lambda: _named_files(
                 store, path, hashed and records[path]["content"] == DATA and keeps_path_hashes(records[path]))),
                 manifests))

@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import Future
 from typing import Protocol
 
-from exporter.threads import io_threads
+from exporter.threads import IoPool
 
 
 class IcebergFiles(Protocol):
@@ -29,7 +29,7 @@ class WrittenBehind:
 
     def __init__(self, files: IcebergFiles, threads: int):
         self.files, self.location = files, files.location
-        self._pool = io_threads(threads)
+        self._pool = IoPool(threads)
         self._pending: dict[str, bytes] = {}  # URI -> body, while its put runs
         self._puts: list[Future] = []
         self._lock = threading.Lock()
@@ -64,4 +64,7 @@ class WrittenBehind:
 
     def __exit__(self, kind, error, trace) -> None:
         # after an error the puts still queued are dropped (no metadata file names them); else all were flushed
-        self._pool.shutdown(wait=kind is None, cancel_futures=kind is not None)
+        if kind is None:
+            self._pool.join()
+        else:
+            self._pool.cancel()
