@@ -175,10 +175,17 @@ def test_killed_worker_task_is_finished_by_another_worker(service, processes, la
             time.sleep(0.2)
             state = table_status(service, repository, commit_id, "events")
         assert state.get("state") == "running", state
+        running = time.monotonic()
         node = state["worker"].split("@")[0]
         processes.kill_worker(node)
     finally:
         os.kill(minio, signal.SIGCONT)
+    # kombu hands a message unacknowledged past the visibility timeout (15 s, SERVICE_ENV) back to the
+    # queue when a worker starts polling, then every 100 s: the workers alive now started before it
+    # passed (the killed one's replacement at once), so one started past it does, instead of the next
+    # scan (the test took 30-118 s by when that fell)
+    time.sleep(max(0.0, running + 16 - time.monotonic()))
+    processes.worker("late")
     done = wait_for_export(service, repository, commit_id, {"events"}, timeout=180)["events"]
     assert done["state"] == "done", done
     assert done["worker"].split("@")[0] != node
