@@ -47,6 +47,7 @@ if [[ ! -e $stamp ]]; then
   if ! { .venv/bin/pip install -q uv && UV_LINK_MODE=${UV_LINK_MODE:-hardlink} \
            .venv/bin/uv pip install --python .venv/bin/python --find-links "$wheels" -e ".[spark,test,bench]"; } >.venv/pip.log 2>&1; then
     tail -n 40 .venv/pip.log >&2
+    rm -f "$installing"
     say "ERROR: installing the Python dependencies failed (the whole output: .venv/pip.log)"
     exit 1
   fi

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 import redis
 
 from exporter.errors import LockLost
-from exporter.threads import process_threads
 from exporter.state.connection import PREFIX, connection
+from exporter.threads import process_threads
 
 STATES = ("queued", "running", "retrying", "done", "failed")
 COMMIT_RECORD = "_commit"  # the commit-level record of a ref: which tables were queued, or why none

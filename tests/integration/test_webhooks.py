@@ -19,7 +19,7 @@ from exporter.config import load_config
 from devtools import stack
 from workers.app import configure
 from lakefs_delta.client import export_status, wait_for_exports
-from tests.conftest import SERVICE_PORT
+from tests.conftest import SERVICE_ENV, SERVICE_PORT
 from tests.integration.deltatables import read_version, rows, table_uri
 from tests.fakes import lake_of
 
@@ -180,11 +180,12 @@ def test_killed_worker_task_is_finished_by_another_worker(service, processes, la
         processes.kill_worker(node)
     finally:
         os.kill(minio, signal.SIGCONT)
-    # kombu hands a message unacknowledged past the visibility timeout (15 s, SERVICE_ENV) back to the
-    # queue when a worker starts polling, then every 100 s: the workers alive now started before it
-    # passed (the killed one's replacement at once), so one started past it does, instead of the next
-    # scan (the test took 30-118 s by when that fell)
-    time.sleep(max(0.0, running + 16 - time.monotonic()))
+    # kombu hands a message unacknowledged past the visibility timeout back to the queue when a worker
+    # starts polling, then every 100 s: the workers alive now started before it passed (the killed
+    # one's replacement at once), so one started past it does, instead of the next scan (the test
+    # took 30-118 s by when that fell)
+    visibility_timeout = int(SERVICE_ENV["LAKEFS_DELTA_TASKS_VISIBILITY_TIMEOUT_SECONDS"])
+    time.sleep(max(0.0, running + visibility_timeout + 1 - time.monotonic()))
     processes.worker("late")
     done = wait_for_export(service, repository, commit_id, {"events"}, timeout=180)["events"]
     assert done["state"] == "done", done
