@@ -1,5 +1,10 @@
 .PHONY: setup demo test unit bench stack-up stack-down
 
+# Python writes the bytecode of what it imports (into `__pycache__`, ignored by git), so each later process
+# loads it instead of compiling again, whatever the shell says (this machine's sets PYTHONDONTWRITEBYTECODE):
+# a worker's imports took 2.7 s of CPU compiled from source, 1.5 s from bytecode; the unit tests 59 s, 49 s
+unexport PYTHONDONTWRITEBYTECODE
+
 setup:
 	bash scripts/setup.sh
 

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 import fastavro
 import numpy as np
+# `pa.array` of a numpy array imports numpy.ma on first use: imported here, when a worker starts, not
+# inside its first Iceberg step (0.02 s from bytecode, 0.08 s from source: a third of a 10,000-file table's step)
+import numpy.ma  # noqa: F401
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
