@@ -84,6 +84,8 @@ def caller_of(authorization: str, config: Config, session: str | None = None) ->
             raise Unauthenticated("the basic credentials are not base64 of ACCESS_KEY_ID:SECRET") from None
         if not separator or not key_id or not secret:
             raise Unauthenticated("basic auth takes a lakeFS access key id and its secret")
+        if not possible_key_id(key_id):
+            raise Unauthenticated(NO_SUCH_KEY)
         return Caller(key=_digest(authorization), authorization=f"Basic {credentials}")
     if scheme.lower() == "bearer" and credentials:
         matched = matching_token(credentials, [entry.token for entry in config.api.tokens])
@@ -92,6 +94,17 @@ def caller_of(authorization: str, config: Config, session: str | None = None) ->
         return Caller(key=_digest(authorization), authorization=f"Bearer {credentials}")  # a lakeFS token
     raise Unauthenticated("sign in with your lakeFS identity: HTTP basic auth with a lakeFS access key id and "
                           "secret, or `Authorization: Bearer` with a lakeFS token (or a service API token)")
+
+
+# lakeFS answers 500 to an access key id of "." or ".." (its auth server looks the key up by a path, which
+# such a name leaves): no key lakeFS makes or accepts is one, so they are refused here as the wrong keys
+# they are, not answered as lakeFS being down (a fuzzed sign-in found it)
+IMPOSSIBLE_KEY_IDS = frozenset({".", ".."})
+NO_SUCH_KEY = "lakeFS has no such access key id"
+
+
+def possible_key_id(key_id: str) -> bool:
+    return key_id not in IMPOSSIBLE_KEY_IDS
 
 
 def matching_token(offered: str | None, tokens: Sequence[SecretStr]) -> int | None:
@@ -283,6 +296,8 @@ class RepositoryAccess:
     async def login(self, access_key_id: str, secret_access_key: str) -> tuple[str, int]:
         """lakeFS's login API: keys -> (a lakeFS token, its expiry in epoch seconds). SignInRefused
         when lakeFS refuses the keys; httpx.HTTPError when it cannot be reached or fails (5xx)."""
+        if not possible_key_id(access_key_id):
+            raise SignInRefused(NO_SUCH_KEY)
         answer = await self.client.post(f"{self.endpoint}/auth/login",
                                         json={"access_key_id": access_key_id, "secret_access_key": secret_access_key})
         if answer.status_code >= 500:

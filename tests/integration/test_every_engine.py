@@ -33,7 +33,7 @@ from lakefs_delta.client import lakefs_token
 from tests.conftest import SERVICE_PORT
 from tests.integration.deltatables import add_descriptor, export_one, table_uri
 from tests.integration.lakefs_policy import PrefixPolicies
-from tests.integration.test_api_auth import basic, new_user
+from tests.integration.test_api_auth import basic, lakefs_admin, new_user
 from tests.integration.test_iceberg_catalog import no_bucket_keys  # noqa: F401 (a fixture)
 from tests.integration.test_iceberg_exports import spark_rows, write_orders
 from tests.integration.test_one_grant import write_table
@@ -82,7 +82,7 @@ def lake(spark, lakefs, config, stack_env, tmp_path_factory) -> Lake:
 @pytest.fixture(scope="module")
 def reader(lakefs) -> tuple[str, str]:
     """The keys of a user who reads every repository (through its group's ACL)."""
-    return new_user(lakefs, reads=True)
+    return new_user(reads=True)
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def catalog(processes, stack_env, lakefs, reader):
     behind a proxy that records each request; its URL."""
     user = httpx.get(f"{stack_env['LAKEFS_DELTA_LAKEFS_ENDPOINT']}/api/v1/user", headers=basic(*reader),
                      timeout=30).json()["user"]["id"]
-    group = lakefs_sdk.AuthApi(lakefs.client).list_user_groups(user).results[0].id
+    group = lakefs_sdk.AuthApi(lakefs_admin()).list_user_groups(user).results[0].id
     service = processes.serve("service-vending", VENDING_PORT, extra_env={
         "LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS": "true",
         "LAKEFS_DELTA_ICEBERG_VENDED_CREDENTIALS_READERS": f"group:{group}"})

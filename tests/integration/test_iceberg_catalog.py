@@ -73,7 +73,7 @@ def test_pyiceberg_reads_an_export_through_the_catalog_without_bucket_keys(servi
     outcomes = {ref: export_one(iceberg, lakefs, repository, ref, commit, "orders") for ref in ("main", TAG)}
     assert all(outcome.ok and outcome.iceberg["state"] == "written" for outcome in outcomes.values()), outcomes
     endpoint = stack_env["LAKEFS_DELTA_LAKEFS_ENDPOINT"]
-    reader, stranger = new_user(lakefs, reads=True), new_user(lakefs, reads=False)
+    reader, stranger = new_user(reads=True), new_user(reads=False)
 
     catalog = load_catalog("lakefs", **{"type": "rest", "uri": f"{service}/iceberg",
                                         "token": lakefs_token(endpoint, *reader)})

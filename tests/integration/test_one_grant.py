@@ -32,7 +32,7 @@ from exporter.branch_tables.table import append_commit
 from tests.conftest import SERVICE_PORT
 from tests.integration.deltatables import add_descriptor, export_one
 from tests.integration.lakefs_policy import PrefixPolicies
-from tests.integration.test_api_auth import basic, new_user
+from tests.integration.test_api_auth import basic, lakefs_admin, new_user
 from exporter.lakefs.lake import Lake
 from tests.fakes import lake_of
 
@@ -113,7 +113,7 @@ def policies(stack_env):
 
 @pytest.fixture(scope="module")
 def people(lakefs, lake, policies, stack_env) -> dict[str, dict[str, str]]:
-    reader, carol, dave = (new_user(lakefs, reads=True) for _ in range(3))
+    reader, carol, dave = (new_user(reads=True) for _ in range(3))
     ids = {name: user_id(stack_env, keys) for name, keys in (("reader", reader), ("carol", carol), ("dave", dave))}
     policies.deny(ids["carol"], lake.a, ["restricted/"])
     policies.deny(ids["dave"], lake.a, ["private/"])
@@ -248,7 +248,7 @@ def test_a_credential_is_vended_only_to_a_named_whole_repository_reader_and_reac
             (who, refused.text)
 
     bucket = stack_env["LAKEFS_DELTA_STACK_BUCKET"]
-    metarange = f"{lake.a}/_lakefs/" + lakefs_sdk.CommitsApi(lakefs.client).get_commit(lake.a, lake.commit).meta_range_id
+    metarange = f"{lake.a}/_lakefs/" + lakefs_sdk.CommitsApi(lakefs_admin()).get_commit(lake.a, lake.commit).meta_range_id
     assert s3.head_object(Bucket=bucket, Key=metarange)  # the premise: lakeFS keeps it there
     secret = lakefs.physical_address(lake.a, lake.commit, PRIVATE).removeprefix(f"s3://{bucket}/")
     for who in ("reader", "bound"):
@@ -390,7 +390,7 @@ def test_a_folder_refused_inside_a_table_refuses_the_table_at_every_door(guarded
     handed her every row, those of `region=eu/` too. Now no door hands out the table: loadTable, the
     signer (for either partition's file), the history and row diffs answer 403 naming the folder,
     and datasets leaves it out; `reader`, denied nothing, reads it."""
-    erin_keys = new_user(lakefs, reads=True)
+    erin_keys = new_user(reads=True)
     erin = basic(*erin_keys)
     policies.deny(user_id(stack_env, erin_keys), repository, ["tables/orders/region=eu/"])
     folder = tmp_path / "orders"

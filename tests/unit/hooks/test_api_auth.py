@@ -53,6 +53,22 @@ def test_credentials_are_parsed_or_refused_with_what_is_expected():
     assert "s3cret" not in caller_of(basic("AKIA1", "s3cret"), settings).key  # the cache key holds no secret
 
 
+@pytest.mark.parametrize("key_id", [".", ".."])
+def test_a_key_id_lakefs_cannot_hold_is_refused_without_asking_lakefs(key_id):
+    """lakeFS answers 500 to these (`hooks.auth.IMPOSSIBLE_KEY_IDS`): asked, they read as an outage (503)."""
+    from hooks.auth import SignInRefused
+
+    asked = []
+    access = RepositoryAccess(config(), httpx.AsyncClient(transport=httpx.MockTransport(
+        lambda request: asked.append(request.url.path) or httpx.Response(500))))
+    with pytest.raises(Unauthenticated, match="no such access key id"):
+        caller_of(basic(key_id, "s3cret"), config())
+    with pytest.raises(SignInRefused, match="no such access key id"):
+        asyncio.run(access.login(key_id, "s3cret"))
+    assert asked == []
+    assert caller_of(basic("...", "s3cret"), config()).authorization == basic("...", "s3cret")  # lakeFS: a 401
+
+
 def test_lakefs_decides_once_per_caller_and_repository_within_the_cache_time():
     asked = []
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from lakefs_sdk.exceptions import ApiException
-
 from exporter.config import LakeFSConfig
 from exporter.errors import BadRequest, CredentialsRefused, NotFound, ServiceUnavailable
 from exporter.lakefs.client import LakeFS
@@ -14,48 +12,46 @@ from exporter.lakefs.client import LakeFS
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("status,body,error,permanent", [
-    (401, '{"message": "error authenticating request"}', CredentialsRefused, False),  # also while lakeFS recovers
-    (404, '{"message": "not found"}', NotFound, True),
-    (400, '{"message": "bad ref"}', BadRequest, True),
-    (503, '{"message": "busy"}', ServiceUnavailable, False),
-])
-def test_lakefs_answers_become_errors_a_task_retries_or_not(status, body, error, permanent):
-    def answered(**_):
-        error = ApiException(status=status, reason="")
-        error.body = body
-        raise error
-
-    with pytest.raises(error) as raised:
-        LakeFS(LakeFSConfig())._call("get repository r", answered)
-    assert raised.value.permanent is permanent
-    assert str(raised.value).endswith(json.loads(body)["message"])
-
-
 @pytest.fixture
 def answering():
-    """A local HTTP server standing in for lakeFS's API: it answers each GET with the (status, body)
-    set on it and records the request's target and Authorization header."""
+    """A local HTTP server standing in for lakeFS's API: it answers each request with the (status, body)
+    set on it (None: it closes the connection without an answer) and records the request's method,
+    target, Authorization and Content-Type headers and body (`requests`; `asked`: target and
+    Authorization of each)."""
     import http.server
     import threading
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's name)
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            server.requests.append((self.command, self.path, self.headers.get("Content-Type"), body))
             server.asked.append((self.path, self.headers.get("Authorization")))
-            status, body = server.answer
+            if server.answer is None:
+                self.close_connection = True
+                return
+            status, answer = server.answer
             self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(answer)
+
+        do_GET = do_POST = do_DELETE = _answer  # noqa: N815 (http.server's names)
 
         def log_message(self, *_):
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.asked, server.answer = [], (200, b"{}")
+    server.asked, server.requests, server.answer = [], [], (200, b"{}")
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
     server.shutdown()
+
+
+def client(answering) -> LakeFS:
+    return LakeFS(LakeFSConfig(endpoint=f"http://127.0.0.1:{answering.server_port}", access_key_id="AKID",
+                               secret_access_key="shh"))
 
 
 @pytest.mark.parametrize("status,body,error,permanent", [
@@ -64,9 +60,8 @@ def answering():
     (500, b'{"message": "could not parse modifier ~x: ref: invalid value: validation error"}', BadRequest, True),
     (503, b"busy", ServiceUnavailable, False),
 ])
-def test_the_reads_sent_without_the_sdk_map_lakefs_answers_as_the_sdk_calls_do(answering, status, body, error, permanent):
-    lakefs = LakeFS(LakeFSConfig(endpoint=f"http://127.0.0.1:{answering.server_port}", access_key_id="AKID",
-                                 secret_access_key="shh"))
+def test_lakefs_answers_to_a_read_become_errors_a_task_retries_or_not(answering, status, body, error, permanent):
+    lakefs = client(answering)
     answering.answer = (status, body)
     with pytest.raises(error) as raised:
         lakefs.commit("repo", "main~x")
@@ -76,7 +71,7 @@ def test_the_reads_sent_without_the_sdk_map_lakefs_answers_as_the_sdk_calls_do(a
     assert answering.asked == [("/api/v1/repositories/repo/commits/main~x", "Basic QUtJRDpzaGg=")]
 
 
-def test_a_listing_sent_without_the_sdk_quotes_its_parameters_and_follows_its_pages(answering):
+def test_a_listing_quotes_its_parameters(answering):
     lakefs = LakeFS(LakeFSConfig(endpoint=f"http://127.0.0.1:{answering.server_port}/"))
     answering.answer = (200, b'{"results": [{"path": "t/a b"}], "pagination": {"has_more": false}}')
     assert [entry["path"] for entry in lakefs.list_objects("repo", "feature@x", "t/a b&c", delimiter="/")] == ["t/a b"]
@@ -92,3 +87,50 @@ def test_lakefs_not_listening_is_an_outage_a_task_retries():
         port = unused.getsockname()[1]
     with pytest.raises(ServiceUnavailable, match="lakeFS unreachable during get commit repo@main"):
         LakeFS(LakeFSConfig(endpoint=f"http://127.0.0.1:{port}")).commit("repo", "main")
+
+
+@pytest.mark.parametrize("status,body,error,permanent", [
+    (401, b'{"message": "error authenticating request"}', CredentialsRefused, False),  # also while lakeFS recovers
+    (404, b'{"message": "branch not found"}', NotFound, True),
+    (400, b'{"message": "commit message required"}', BadRequest, True),
+    (503, b'{"message": "busy"}', ServiceUnavailable, False),
+])
+def test_lakefs_answers_to_a_write_become_errors_a_task_retries_or_not(answering, status, body, error, permanent):
+    answering.answer = (status, body)
+    with pytest.raises(error) as raised:
+        client(answering).commit_branch("repo", "main", "m")
+    assert raised.value.permanent is permanent
+    assert str(raised.value).endswith(json.loads(body)["message"])
+
+
+def test_a_write_sends_its_fields_as_json_and_an_upload_the_objects_bytes(answering):
+    lakefs = client(answering)
+    answering.answer = (201, b'{"id": "c1", "parents": [], "creation_date": 1, "message": "m", "metadata": {}}')
+    assert lakefs.commit_branch("repo", "feature/x", "add t", {"source": "test"}) == "c1"
+    answering.answer = (201, b"{}")
+    lakefs.upload_object("repo", "main", "t/_delta_log/0.json", b"\x00{}\n")
+    (method, target, content_type, body), (upload, upload_target, upload_type, uploaded) = answering.requests
+    assert (method, target, content_type) == ("POST", "/api/v1/repositories/repo/branches/feature%2Fx/commits",
+                                              "application/json")
+    assert json.loads(body) == {"message": "add t", "metadata": {"source": "test"}}
+    assert (upload, upload_target, upload_type, uploaded) == (
+        "POST", "/api/v1/repositories/repo/branches/main/objects?path=t/_delta_log/0.json", "application/octet-stream",
+        b"\x00{}\n")
+
+
+def test_a_boolean_parameter_is_sent_as_lakefs_writes_one(answering):
+    answering.answer = (200, b'{"results": [], "pagination": {"has_more": false}}')
+    assert client(answering).log("repo", "main", amount=5, first_parent=True) == []
+    assert answering.asked[0][0] == "/api/v1/repositories/repo/refs/main/commits?amount=5&limit=true&first_parent=true"
+
+
+def test_a_read_whose_connection_drops_is_asked_again_and_a_write_is_not(answering):
+    answering.answer = None  # every request: the connection closed, no answer
+    lakefs = client(answering)
+    with pytest.raises(ServiceUnavailable, match="lakeFS unreachable during get commit repo@main"):
+        lakefs.commit("repo", "main")
+    assert len(answering.requests) == 3  # the read, asked three times
+    answering.requests.clear()
+    with pytest.raises(ServiceUnavailable, match="lakeFS unreachable during commit repo/main"):
+        lakefs.commit_branch("repo", "main", "m")
+    assert [method for method, *_ in answering.requests] == ["POST"]  # lakeFS may have committed it: never twice
