@@ -168,8 +168,6 @@ def import_objects(lakefs, repository: str, branch: str, destination: str, names
     import tarfile
     import time
 
-    import lakefs_sdk
-
     from devtools import stack
 
     s3 = object_store_client()
@@ -183,18 +181,14 @@ def import_objects(lakefs, repository: str, branch: str, destination: str, names
                 tar.addfile(info, io.BytesIO(body))
         s3.put_object(Bucket=stack.BUCKET, Key=f"{source}batch-{start}.tar", Body=archive.getvalue(),
                       Metadata={"Snowball-Auto-Extract": "true"})
-    imports = lakefs_sdk.ImportApi(lakefs.client)
-    creation = lakefs_sdk.ImportCreation(
-        paths=[lakefs_sdk.ImportLocation(type="common_prefix", path=f"s3://{stack.BUCKET}/{source}",
-                                         destination=destination.rstrip("/") + "/")],
-        commit=lakefs_sdk.CommitCreation(message=f"import {len(names):,} objects"))
-    job = imports.import_start(repository, branch, creation).id
+    job = lakefs.import_prefix(repository, branch, f"s3://{stack.BUCKET}/{source}", destination.rstrip("/") + "/",
+                               f"import {len(names):,} objects")
     while True:
-        status = imports.import_status(repository, branch, job)
-        if status.completed:
+        status = lakefs.import_status(repository, branch, job)
+        if status["completed"]:
             return
-        if status.error:
-            raise RuntimeError(f"lakeFS import of {len(names):,} objects failed: {status.error.message}")
+        if status.get("error"):
+            raise RuntimeError(f"lakeFS import of {len(names):,} objects failed: {status['error']['message']}")
         time.sleep(0.5)
 
 

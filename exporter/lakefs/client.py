@@ -265,6 +265,20 @@ class LakeFS:
                       f"/repositories/{_segment(repository)}/branches/{_segment(branch)}/objects", bytes(content),
                       path=path)
 
+    def import_prefix(self, repository: str, branch: str, source: str, destination: str, message: str) -> str:
+        """lakeFS's import of every object under the store's prefix `source` (a URI) to `destination/` on
+        `branch`, committed with `message`, in one job (metadata only: no object is copied); the job's
+        id, for `import_status`."""
+        return self._json(f"import {source} to {repository}/{branch}/{destination}", "POST",
+                          f"/repositories/{_segment(repository)}/branches/{_segment(branch)}/import",
+                          {"paths": [{"type": "common_prefix", "path": source, "destination": destination}],
+                           "commit": {"message": message}})["id"]
+
+    def import_status(self, repository: str, branch: str, job: str) -> dict:
+        """An import job's status: `completed`, and `error` (with its `message`) when it failed."""
+        return self._json(f"import status {repository}/{branch} {job}", "GET",
+                          f"/repositories/{_segment(repository)}/branches/{_segment(branch)}/import", id=job)
+
     def delete_object(self, repository: str, branch: str, path: str) -> None:
         self._request(f"delete {repository}/{branch}/{path}", "DELETE",
                       f"/repositories/{_segment(repository)}/branches/{_segment(branch)}/objects", path=path)
