@@ -141,17 +141,6 @@ def seconds_between(start: str, end: str) -> float:
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
-def run_hooks(lakefs, repository: str, run_id: str) -> list[dict]:
-    response = lakefs.actions.list_run_hooks_with_http_info(repository, run_id, _preload_content=False)
-    return json.loads(response.raw_data)["results"]
-
-
-def hook_output(lakefs, repository: str, run_id: str, hook_run_id: str) -> str:
-    response = lakefs.actions.get_run_hook_output_with_http_info(repository, run_id, hook_run_id,
-                                                                 _preload_content=False)
-    return response.raw_data.decode(errors="replace")
-
-
 def read_back(state, location: str, project_location: str | None) -> dict:
     """What the hook wrote in MinIO, and its latest snapshot: delta-rs's, or our replay when delta-rs refuses."""
     import boto3
@@ -247,9 +236,9 @@ def bench_lua_export(lakefs, state, repository: str, files: int, commit_id: str,
         return {**row, "benchmark": f"{label} (timeout after {timeout:.0f} s; still running in lakeFS)",
                 "seconds": observed, "files_per_s": (files + 50) / observed, "timeout": True}
     run = runs[0]
-    hook = next(h for h in run_hooks(lakefs, repository, run["run_id"]) if h["hook_id"] == HOOK_ID)
+    hook = next(h for h in lakefs.hook_runs(repository, run["run_id"]) if h["hook_id"] == HOOK_ID)
     details.update(status=run["status"], run_id=run["run_id"],
-                   output=hook_output(lakefs, repository, run["run_id"], hook["hook_run_id"]).strip())
+                   output=lakefs.hook_output(repository, run["run_id"], hook["hook_run_id"]).strip())
     seconds = seconds_between(hook["start_time"], hook["end_time"])
     details["hook_seconds"] = seconds
     if run["status"] != "completed":
