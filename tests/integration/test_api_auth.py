@@ -131,6 +131,20 @@ def test_a_name_lakefs_rejects_is_a_client_error_not_an_outage(service, lakefs, 
         assert answer.status_code in (400, 404), answer.text
 
 
+@pytest.mark.parametrize("key_id", [".", ".."])
+def test_a_key_id_lakefs_answers_500_to_is_refused_as_unknown_not_as_an_outage(service, stack_env, key_id):
+    """lakeFS itself answers 500 to these (asked here first: the premise); the API answers 401, at its
+    sign-in and as basic credentials, never 503 ("lakeFS cannot be reached")."""
+    lakefs_api = stack_env["LAKEFS_DELTA_LAKEFS_ENDPOINT"].rstrip("/") + "/api/v1"
+    premise = httpx.post(lakefs_api + "/auth/login", json={"access_key_id": key_id, "secret_access_key": "x"},
+                         timeout=30)
+    assert premise.status_code == 500, premise.text
+    sign_in = httpx.post(f"{service}/session", json={"access_key_id": key_id, "secret_access_key": "x"}, timeout=30)
+    as_basic = httpx.get(service + diff_path("any-repository"), headers=basic(key_id, "x"), timeout=30)
+    assert (sign_in.status_code, as_basic.status_code) == (401, 401), (sign_in.text, as_basic.text)
+    assert "no such access key id" in sign_in.text and "no such access key id" in as_basic.text
+
+
 def test_what_is_not_cached_is_computed_by_a_worker_and_the_api_says_ask_again(processes, service, lakefs,
                                                                                repository, config):
     """With no wait at all, the first ask is 202 (queued on the workers); the diff then comes from
