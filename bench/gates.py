@@ -81,9 +81,9 @@ def compact_files(lakefs, gateway, repository: str, files: int, count: int) -> s
     holding their rows (OPTIMIZE's shape), its descriptor allowing no row removed."""
     prefix = f"tables/t{files}/"
     lakefs.create_branch(repository, "compaction", "main")
-    replaced = [entry["path"][len(prefix):] for entry in itertools.islice(
-        (e for e in lakefs.list_objects(repository, "main", prefix) if e["path"].endswith(".parquet")
-         and "_delta_log/" not in e["path"]), count)]
+    replaced = [entry.path[len(prefix):] for entry in itertools.islice(
+        (e for e in lakefs.list_objects(repository, "main", prefix) if e.path.endswith(".parquet")
+         and "_delta_log/" not in e.path), count)]
     sink = io.BytesIO()
     pq.write_table(pa.table({"id": pa.array(list(range(10)) * count, pa.int64())}), sink)
     name = f"part-compacted-{uuid.uuid4().hex[:8]}.parquet"

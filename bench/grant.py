@@ -108,7 +108,7 @@ def _signer(lake, config, repository: str, head: str, name: str, path: str, file
     exported = measure("export", repository, "main", head, name, env={"LAKEFS_DELTA_ICEBERG_ENABLED": "true"})
     print(f"exported with Iceberg: {exported}", flush=True)
     endpoint = config.object_store.endpoint.rstrip("/") + "/"
-    urls = [entry["physical_address"].replace("s3://", endpoint)
+    urls = [entry.physical_address.replace("s3://", endpoint)
             for folder in ("p=0000/", "p=0001/") for entry in lake.lakefs.list_objects(repository, head, f"{path}/{folder}")]
     catalog = IcebergCatalog(lake)
     table = catalog.table(repository, "main", head, name)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from exporter.delta.paths import physical_uri
 from exporter.errors import ExporterError, NotFound
-from exporter.lakefs.client import PAGE_SIZE, Commit, LakeFS
+from exporter.lakefs.client import PAGE_SIZE, Commit, LakeFS, ObjectStats
 from exporter.lakefs.lake import Lake, ObjectStores
 from exporter.storage.objectstore import Upload, split_uri
 
@@ -260,25 +260,31 @@ class FakeLakeFS:
         return found.commits[self._commit_id(found, repository, ref)]
 
     def list_objects(self, repository: str, ref: str, prefix: str, delimiter: str | None = None,
-                     after: str = "") -> Iterator[dict]:
+                     after: str = "") -> Iterator[ObjectStats]:
+        for page in self.object_pages(repository, ref, prefix, delimiter, after):
+            yield from page
+
+    def object_pages(self, repository: str, ref: str, prefix: str, delimiter: str | None = None,
+                     after: str = "") -> Iterator[list[ObjectStats]]:
         found = self._repository("list_objects", repository, ref, prefix)  # a generator: called when read, as the client's
         tree = self._tree(found, repository, ref)
-        entries: dict[str, dict] = {}
+        entries: dict[str, ObjectStats] = {}
         for path, entry in sorted(tree.items()):
             if not path.startswith(prefix):
                 continue
             rest = path[len(prefix):]
             if delimiter and delimiter in rest:
                 folder = prefix + rest.split(delimiter, 1)[0] + delimiter
-                entries.setdefault(folder, {"path": folder, "path_type": "common_prefix"})
+                entries.setdefault(folder, ObjectStats(folder, "common_prefix"))
             else:
-                entries[path] = {"path": path, "path_type": "object", "physical_address": entry.physical_address,
-                                 "checksum": hashlib.md5(self.store._buckets.read(entry.physical_address)).hexdigest(),
-                                 "size_bytes": entry.size_bytes, "mtime": entry.mtime}
+                entries[path] = ObjectStats(
+                    path, "object", entry.physical_address,
+                    hashlib.md5(self.store._buckets.read(entry.physical_address)).hexdigest(), entry.size_bytes,
+                    entry.mtime)
         listed = [entries[path] for path in sorted(entries) if path > after]
-        for n, entry in enumerate(listed):
-            self.calls += n > 0 and n % PAGE_SIZE == 0  # one call per page of 1000, as each is read
-            yield entry
+        for start in range(0, max(len(listed), 1), PAGE_SIZE):
+            self.calls += start > 0  # one call per page of 1000, as each is read (the first counted above)
+            yield listed[start:start + PAGE_SIZE]
 
     def physical_address(self, repository: str, ref: str, path: str) -> str | None:
         found = self._repository("physical_address", repository, ref, path)

@@ -189,8 +189,8 @@ def _commits_between(lakefs: LakeFS, repository: str, table_path: str, between: 
 def _log_checksums(lakefs: LakeFS, repository: str, ref: str, table_path: str, after: int) -> dict[int, str]:
     """Checksums of the table's commit files above version `after` at a ref."""
     log = log_folder(table_path)
-    entries = {e["path"][len(log):]: e.get("checksum") for e in
+    entries = {e.path[len(log):]: e.checksum for e in
                lakefs.list_objects(repository, ref, log, delimiter="/", after=log + commit_name(after))
-               if e.get("path_type", "object") == "object"}
+               if e.path_type == "object"}
     listing = LogListing.from_names((name, 0) for name in entries)
     return {version: entries[name] for version, name in listing.commits.items()}

@@ -13,7 +13,7 @@ MAX_FOLDERS = 2000  # a bound on the walk for repositories with very many folder
 
 def latest_version(lakefs: LakeFS, repository: str, ref: str, table_path: str) -> int | None:
     prefix = f"{table_path.strip('/')}/_delta_log/"
-    listing = LogListing.from_names((e["path"][len(prefix):], e.get("size_bytes", 0))
+    listing = LogListing.from_names((e.path[len(prefix):], e.size_bytes or 0)
                                     for e in lakefs.list_objects(repository, ref, prefix))
     versions = list(listing.commits) + list(listing.checkpoints)
     return max(versions) if versions else None
@@ -29,13 +29,13 @@ def detect_delta_tables(lakefs: LakeFS, repository: str, ref: str) -> list[str]:
             if visited > MAX_FOLDERS:
                 return sorted(found)
             for entry in lakefs.list_objects(repository, ref, folder, delimiter="/"):
-                if entry.get("path_type") != "common_prefix":
+                if entry.path_type != "common_prefix":
                     continue
-                name = entry["path"][len(folder):].rstrip("/")
+                name = entry.path[len(folder):].rstrip("/")
                 if name == "_delta_log":
                     found.append(folder.rstrip("/"))
                 elif "=" not in name and not name.startswith(("_lakefs", ".")):
-                    next_frontier.append(entry["path"])
+                    next_frontier.append(entry.path)
         frontier = next_frontier
     return sorted(found)
 

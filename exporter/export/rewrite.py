@@ -325,8 +325,11 @@ def rewrite_checkpoint_to(file_name: str, source: ParquetSource, resolver: PathR
 
     def rewrite_row_group(group: pa.Table) -> pa.Table | None:
         nonlocal files_rewritten
-        # A big row group is resolved in slices: what one resolution holds (its hash table, the
-        # addresses) stays bounded; each slice costs one pass over the listing.
+        # Row groups are resolved up to _ROWS_PER_PASS rows together, a big one in slices: what one
+        # resolution holds (its hash table, the addresses) stays bounded, and each resolution costs
+        # one pass over the listing (a checkpoint in random path order: all of it). A checkpoint of
+        # 1,000,000 adds in row groups of 65,536 was 16 passes of 0.15 s over a 1,000,000-file
+        # listing, now 4.
         pieces = [rewrite_checkpoint(group.slice(start, _ROWS_PER_PASS), resolver)
                   for start in range(0, max(group.num_rows, 1), _ROWS_PER_PASS)]
         table = pa.concat_tables([piece for piece, _, _ in pieces]) if len(pieces) > 1 else pieces[0][0]
@@ -337,7 +340,7 @@ def rewrite_checkpoint_to(file_name: str, source: ParquetSource, resolver: PathR
         return table if count or resized else None
 
     leaves = CHECKPOINT_LEAVES + (_SIDECAR_LEAVES if sidecar_sizes is not None else [])
-    changed = splice_leaves_to(source, file_name, leaves, rewrite_row_group, sink)
+    changed = splice_leaves_to(source, file_name, leaves, rewrite_row_group, sink, rows_at_once=_ROWS_PER_PASS)
     return RewriteResult(b"", files_rewritten, list(dict.fromkeys(missing)), changed=changed)
 
 

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 # Below this many distinct keys, binary search (about 20 µs a key) beats one pass over the listing.
 _BINARY_SEARCH_LIMIT = 2000
-_PAGE = 16_384  # entries collected as Python strings before they become Arrow arrays
+_PAGE = 16_384  # entries made Arrow arrays at a time (`from_pairs`) and read back at a time (`__iter__`)
 
 
 class AddressIndex(Mapping[str, str]):
@@ -32,13 +32,13 @@ class AddressIndex(Mapping[str, str]):
     @classmethod
     def from_pairs(cls, pairs: Mapping[str, str] | Iterable[tuple[str, str]]) -> "AddressIndex":
         builder = AddressIndexBuilder()
-        if isinstance(pairs, Mapping):  # already in memory: two arrays at once
-            builder.add_arrays(pa.array(list(pairs.keys()), pa.string()), pa.array(list(pairs.values()), pa.string()))
+        if isinstance(pairs, Mapping):  # already in memory: one page
+            builder.add_page(list(pairs.keys()), list(pairs.values()))
             return builder.build()
         pairs = iter(pairs)
         while chunk := list(itertools.islice(pairs, _PAGE)):  # a page of Arrow at a time, not an object each
             keys, addresses = zip(*chunk)
-            builder.add_arrays(pa.array(keys, pa.string()), pa.array(addresses, pa.string()))
+            builder.add_page(list(keys), list(addresses))
         return builder.build()
 
     def __len__(self) -> int:
@@ -121,46 +121,32 @@ class _SortedKeys(Sequence[str]):
 
 
 class AddressIndexBuilder:
-    """Collects listing entries page by page as Arrow arrays: no Python object per entry outlives its page."""
+    """Collects listing entries a page at a time as Arrow arrays: no Python object per entry outlives its page."""
 
-    def __init__(self, page: int = _PAGE) -> None:
-        self.page = page  # entries collected as Python strings before they become Arrow arrays
+    def __init__(self) -> None:
         self._keys: list[pa.Array] = []
         self._folders: list[pa.DictionaryArray] = []
         self._names: list[pa.Array] = []
-        self._page_keys: list[str] = []
-        self._page_addresses: list[str] = []
 
-    def add(self, key: str, address: str) -> None:
-        self._page_keys.append(key)
-        self._page_addresses.append(address)
-        if len(self._page_keys) >= self.page:
-            self.flush()
+    def add_page(self, keys: list[str], addresses: list[str]) -> None:
+        """A page of entries (lists of equal length)."""
+        if keys:
+            folders, names = _split(addresses)
+            self._keys.append(pa.array(keys, pa.string()))
+            self._folders.append(folders)
+            self._names.append(names)
 
     def add_arrays(self, keys: pa.Array, addresses: pa.Array) -> None:
         """Many entries at once (string arrays of equal length)."""
-        if len(keys):
-            addresses = addresses.cast(pa.string())
-            self._keys.append(keys.cast(pa.string()))
-            # `data/<id>/` is shared by many objects: each folder string is kept once
-            self._folders.append(pc.replace_substring_regex(addresses, r"[^/]*$", "").dictionary_encode())
-            self._names.append(pc.replace_substring_regex(addresses, r"^.*/", ""))
+        self.add_page(keys.cast(pa.string()).to_pylist(), addresses.cast(pa.string()).to_pylist())
 
     def extend(self, other: "AddressIndexBuilder") -> None:
         """Append what `other` collected (a folder listed on another thread)."""
-        other.flush()
-        self.flush()
         self._keys += other._keys
         self._folders += other._folders
         self._names += other._names
 
-    def flush(self) -> None:
-        if self._page_keys:
-            self.add_arrays(pa.array(self._page_keys, pa.string()), pa.array(self._page_addresses, pa.string()))
-            self._page_keys, self._page_addresses = [], []
-
     def build(self) -> AddressIndex:
-        self.flush()
         if not self._keys:
             empty = pa.chunked_array([], pa.string())
             return AddressIndex(empty, pa.chunked_array([], pa.dictionary(pa.int32(), pa.string())), empty)
@@ -175,3 +161,12 @@ class AddressIndexBuilder:
             order = pc.sort_indices(keys)
             keys, folders, names = keys.take(order), folders.take(order), names.take(order)
         return AddressIndex(keys, folders, names)
+
+
+def _split(addresses: list[str]) -> tuple[pa.DictionaryArray, pa.Array]:
+    """Each address as its folder (up to its last `/`, each distinct folder kept once: `data/<id>/` is
+    shared by many objects) and its name. In Python: 0.4 ms for a page of 1000, where two of Arrow's
+    regular expressions over the same strings took 0.8-0.9 ms."""
+    parts = [address.rpartition("/") for address in addresses]
+    return (pa.array([folder + slash for folder, slash, _ in parts], pa.string()).dictionary_encode(),
+            pa.array([name for _, _, name in parts], pa.string()))

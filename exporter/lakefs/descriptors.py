@@ -73,10 +73,10 @@ def discover_tables(lakefs: LakeFS, repository: str, ref: str) -> Discovery:
     errors: list[DescriptorError] = []
     duplicates: set[str] = set()
     for entry in lakefs.list_objects(repository, ref, DESCRIPTORS_PREFIX, delimiter="/"):
-        descriptor = entry["path"]
-        if entry.get("path_type") != "object" or not descriptor.endswith((".yaml", ".yml")):
+        descriptor = entry.path
+        if entry.path_type != "object" or not descriptor.endswith((".yaml", ".yml")):
             continue
-        parsed = _read_descriptor(lakefs, repository, ref, descriptor, entry.get("checksum"))
+        parsed = _read_descriptor(lakefs, repository, ref, descriptor, entry.checksum)
         if isinstance(parsed, DescriptorError):
             errors.append(parsed)
             continue

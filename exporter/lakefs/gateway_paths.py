@@ -48,7 +48,7 @@ class LakeFSPaths:
                     f"({len(named)} such path(s)). Rewrite the table with paths relative to its root, or at a commit id")
             prefix = posixpath.commonpath([key for _, key in named]) if len(named) > 1 else posixpath.dirname(named[0][1])
             prefix = prefix + "/" if prefix else ""
-            listed = {entry["path"]: entry["physical_address"]
+            listed = {entry.path: entry.physical_address
                       for entry in self.lakefs.list_objects(repository, ref, prefix)}
             for path, key in named:
                 answers[path] = physical_uri(listed[key]) if key in listed else None

@@ -7,7 +7,6 @@ themselves are read straight from the object store, in parallel, so lakeFS sees 
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 from collections import OrderedDict
@@ -19,7 +18,7 @@ from exporter.delta.log import (LAST_CHECKPOINT, LOG_DIR, LogListing, LogSegment
                                 select_segment)
 from exporter.errors import ExporterError, NotFound, TableNotFound
 from exporter.lakefs.addresses import AddressIndex, AddressIndexBuilder
-from exporter.lakefs.client import PAGE_SIZE, LakeFS
+from exporter.lakefs.client import PAGE_SIZE, LakeFS, ObjectStats
 from exporter.parquet.splice import BytesSource, ParquetSource
 from exporter.storage.objectstore import ObjectSource, ObjectStore
 from exporter.threads import IO_THREADS, io_pool
@@ -103,20 +102,24 @@ def _list_table(lakefs: LakeFS, repository: str, commit_id: str, prefix: str) ->
     folders (partitions, `_delta_log/`), each run one stream of full pages from its first folder to
     the next run's, `LIST_THREADS` runs at a time: a partitioned table is neither one serial chain of
     pages nor a call for each of its (perhaps ten thousand, mostly small) folders."""
-    first_page = list(itertools.islice(lakefs.list_objects(repository, commit_id, prefix), PAGE_SIZE))
-    if len(first_page) < PAGE_SIZE:
-        return [_folder_of(first_page, prefix)]
-    top = _Folder(AddressIndexBuilder(), [], {})
+    first: list[ObjectStats] = []
+    for page in lakefs.object_pages(repository, commit_id, prefix):
+        first += page
+        if len(first) >= PAGE_SIZE:
+            break
+    if len(first) < PAGE_SIZE:
+        return [_folder_of([first], prefix)]
     folders: list[str] = []
+    files: list[ObjectStats] = []
     for entry in lakefs.list_objects(repository, commit_id, prefix, delimiter="/"):
-        if entry.get("path_type") == "common_prefix":
-            folders.append(entry["path"])
+        if entry.path_type == "common_prefix":
+            folders.append(entry.path)
         else:
-            top.addresses.add(entry["path"][len(prefix):], entry["physical_address"])
+            files.append(entry)
     with io_pool(LIST_THREADS) as pool:
         listed = list(pool.map(lambda run: _folder_of(_list_run(lakefs, repository, commit_id, prefix, *run), prefix),
                                folder_runs(folders, LIST_RUNS)))
-    return [top, *listed]
+    return [_folder_of([files], prefix), *listed]
 
 
 def folder_runs(folders: list[str], runs: int) -> list[tuple[str, str]]:
@@ -130,34 +133,33 @@ def folder_runs(folders: list[str], runs: int) -> list[tuple[str, str]]:
     return list(zip(firsts, [*firsts[1:], folders[-1][:-1] + "0"]))
 
 
-def _list_run(lakefs: LakeFS, repository: str, commit_id: str, prefix: str, first: str, end: str) -> Iterator[dict]:
+def _list_run(lakefs: LakeFS, repository: str, commit_id: str, prefix: str, first: str,
+              end: str) -> Iterator[list[ObjectStats]]:
     """The objects inside folders from `first` up to the key `end` (excluded), read a page at a time
     and no further. Listing starts after `first` without its `/`, before every key inside it; files
     of the table's top level that sort among the folders are the top-level listing's, not a run's."""
-    for entry in lakefs.list_objects(repository, commit_id, prefix, after=first[:-1]):
-        path = entry["path"]
-        if path >= end:
+    for page in lakefs.object_pages(repository, commit_id, prefix, after=first[:-1]):
+        yield [entry for entry in page if first <= entry.path < end and "/" in entry.path[len(prefix):]]
+        if page and page[-1].path >= end:
             return
-        if path >= first and "/" in path[len(prefix):]:
-            yield entry
 
 
 def _list_folder(lakefs: LakeFS, repository: str, commit_id: str, table_prefix: str, folder: str) -> _Folder:
-    return _folder_of(lakefs.list_objects(repository, commit_id, folder), table_prefix)
+    return _folder_of(lakefs.object_pages(repository, commit_id, folder), table_prefix)
 
 
-def _folder_of(entries: Iterable[dict], table_prefix: str) -> _Folder:
-    """Entries made Arrow arrays a listing page at a time: `LIST_THREADS` runs at once hold a page of
-    Python strings each, not `AddressIndexBuilder`'s default (8 x 16,384 entries: 25-55 MiB more at
-    peak, measured)."""
-    listed = _Folder(AddressIndexBuilder(page=PAGE_SIZE), [], {})
-    for entry in entries:
-        key = entry["path"][len(table_prefix):]
-        listed.addresses.add(key, entry["physical_address"])
-        if key.startswith(LOG_DIR):
-            listed.log_entries.append((key[len(LOG_DIR):], entry.get("size_bytes", 0)))
-            listed.modification_times[key[len(LOG_DIR):]] = entry.get("mtime", 0)
-    listed.addresses.flush()
+def _folder_of(pages: Iterable[list[ObjectStats]], table_prefix: str) -> _Folder:
+    """Pages of entries made Arrow arrays a page at a time: `LIST_THREADS` runs at once hold a page
+    of Python objects each, not the whole listing."""
+    listed = _Folder(AddressIndexBuilder(), [], {})
+    cut, log = len(table_prefix), table_prefix + LOG_DIR
+    for page in pages:
+        listed.addresses.add_page([entry.path[cut:] for entry in page], [entry.physical_address for entry in page])
+        for entry in page:
+            if entry.path.startswith(log):
+                name = entry.path[len(log):]
+                listed.log_entries.append((name, entry.size_bytes or 0))
+                listed.modification_times[name] = entry.mtime
     return listed
 
 

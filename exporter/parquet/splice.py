@@ -61,14 +61,17 @@ class BytesSource:
 
 
 def splice_leaves_to(source: ParquetSource, name: str, leaves: list[str], rewrite: RowGroupRewrite,
-                     sink: BinaryIO) -> bool:
+                     sink: BinaryIO, rows_at_once: int = 0) -> bool:
     """Write `source` to `sink` with the column chunks of `leaves` (dotted leaf paths) replaced by
     `rewrite`'s output, one row group at a time; True when anything changed.
 
-    `rewrite` gets each row group's `leaves` as an Arrow table and returns a table of the same
-    schema and length, or None to keep the row group's values. Memory is one row group (its bytes
-    and its decoded leaves), whatever the file's size. When nothing changes, what was written to
-    `sink` is the same file re-framed (page indexes dropped): the caller keeps the source instead.
+    `rewrite` gets row groups' `leaves` as an Arrow table and returns a table of the same schema and
+    length, or None to keep their values: one row group's, or with `rows_at_once` those of
+    consecutive row groups of up to that many rows together (a rewrite whose cost has a part per
+    call, e.g. a pass over a listing, pays it once for them). Memory is that many rows (their bytes
+    and their decoded leaves), or one row group, whatever the file's size. When nothing changes,
+    what was written to `sink` is the same file re-framed (page indexes dropped): the caller keeps
+    the source instead.
     """
     file = _SourceFile(source, name)
     footer, footer_start = file.footer()
@@ -82,42 +85,68 @@ def splice_leaves_to(source: ParquetSource, name: str, leaves: list[str], rewrit
     written = len(MAGIC)
     changed = False
     row_groups = []
-    for index, group in enumerate(footer.get(_FILE_ROW_GROUPS).items):
-        source_chunks = group.get(_RG_COLUMNS).items
-        ranges = [_chunk_range(chunk, footer_start, name) for chunk in source_chunks]
-        span_start = min((start for start, _ in ranges), default=footer_start)
-        span = file.window(span_start, max((end for _, end in ranges), default=footer_start))
-        rewritten = rewrite(read_row_group(parquet_file, index, present, name))
-        new_chunks: list[ThriftStruct] = []
-        replacement = replacement_limit = None
-        if rewritten is not None:
-            changed = True
-            replacement = _encode_leaves(parquet_file, index, present, rewritten, name)
-            replacement_limit = len(replacement) - 8 - int.from_bytes(replacement[-8:-4], "little")
-            new_chunks = read_footer(replacement, name).get(_FILE_ROW_GROUPS).items[0].get(_RG_COLUMNS).items
-        chunks = []
-        for chunk, (start, end) in zip(source_chunks, ranges):
-            path = tuple(p.decode() for p in chunk.get(_CC_META_DATA).get(_CMD_PATH_IN_SCHEMA).items)
-            position = replaced_paths.get(path) if replacement is not None else None
-            if position is None:
-                body, origin = span[start - span_start:end - span_start], chunk
-            else:
-                origin = new_chunks[position]
-                start, end = _chunk_range(origin, replacement_limit, name)
-                body = replacement[start:end]
-            moved = _moved(origin, start, end, written)
-            if position is not None:
-                _as_the_source(moved, chunk, name, path)
-            sink.write(body)
-            written += len(body)
-            chunks.append(moved)
-        row_groups.append(_row_group(group, chunks))
-        del span, rewritten, replacement
-        pa.default_memory_pool().release_unused()  # give the row group's buffers back before the next
+    groups = footer.get(_FILE_ROW_GROUPS).items
+    for together in _consecutive(parquet_file.metadata, rows_at_once):
+        ranges, spans = {}, {}
+        for index in together:
+            ranges[index] = [_chunk_range(chunk, footer_start, name) for chunk in groups[index].get(_RG_COLUMNS).items]
+            span_start = min((start for start, _ in ranges[index]), default=footer_start)
+            spans[index] = (span_start, file.read_range(span_start, max((end for _, end in ranges[index]),
+                                                                        default=footer_start)))
+        file.hold(list(spans.values()))
+        tables = [read_row_group(parquet_file, index, present, name) for index in together]
+        rewritten = rewrite(tables[0] if len(tables) == 1 else pa.concat_tables(tables))
+        offset = 0
+        for index, table in zip(together, tables):
+            group, (span_start, span) = groups[index], spans.pop(index)
+            new_chunks: list[ThriftStruct] = []
+            replacement = replacement_limit = None
+            if rewritten is not None:
+                changed = True
+                replacement = _encode_leaves(parquet_file, index, present, rewritten.slice(offset, table.num_rows), name)
+                replacement_limit = len(replacement) - 8 - int.from_bytes(replacement[-8:-4], "little")
+                new_chunks = read_footer(replacement, name).get(_FILE_ROW_GROUPS).items[0].get(_RG_COLUMNS).items
+            offset += table.num_rows
+            chunks = []
+            for chunk, (start, end) in zip(group.get(_RG_COLUMNS).items, ranges[index]):
+                path = tuple(p.decode() for p in chunk.get(_CC_META_DATA).get(_CMD_PATH_IN_SCHEMA).items)
+                position = replaced_paths.get(path) if replacement is not None else None
+                if position is None:
+                    body, origin = span[start - span_start:end - span_start], chunk
+                else:
+                    origin = new_chunks[position]
+                    start, end = _chunk_range(origin, replacement_limit, name)
+                    body = replacement[start:end]
+                moved = _moved(origin, start, end, written)
+                if position is not None:
+                    _as_the_source(moved, chunk, name, path)
+                sink.write(body)
+                written += len(body)
+                chunks.append(moved)
+            row_groups.append(_row_group(group, chunks))
+            del span, replacement
+        del tables, rewritten
+        file.hold([])
+        pa.default_memory_pool().release_unused()  # give the row groups' buffers back before the next
     footer.set(_FILE_ROW_GROUPS, LIST, ThriftList(STRUCT, row_groups))
     encoded = encode_struct(footer)
     sink.write(encoded + len(encoded).to_bytes(4, "little") + MAGIC)
     return changed
+
+
+def _consecutive(metadata: pq.FileMetaData, rows: int) -> list[list[int]]:
+    """The file's row groups (indexes) cut into runs of consecutive ones of at most `rows` rows
+    together, a row group bigger than that alone (every row group alone when `rows` is 0)."""
+    runs: list[list[int]] = []
+    held = 0
+    for index in range(metadata.num_row_groups):
+        count = metadata.row_group(index).num_rows
+        if not runs or held + count > rows:
+            runs.append([])
+            held = 0
+        runs[-1].append(index)
+        held += count
+    return runs
 
 
 def _as_the_source(moved: ThriftStruct, chunk: ThriftStruct, name: str, path: tuple[str, ...]) -> None:
@@ -145,8 +174,8 @@ def _shown(name: str) -> str:
 
 
 class _SourceFile(io.RawIOBase):
-    """A seekable file over a `ParquetSource` for pyarrow: reads inside the footer or the current
-    row group's window come from memory, anything else is one ranged read."""
+    """A seekable file over a `ParquetSource` for pyarrow: reads inside the footer or the row groups
+    held (`hold`) come from memory, anything else is one ranged read."""
 
     _TAIL = 64 << 10
 
@@ -176,11 +205,12 @@ class _SourceFile(io.RawIOBase):
         self._windows = [self._tail]
         return decode_struct(tail[footer_start - tail_start:-8]), footer_start
 
-    def window(self, start: int, end: int) -> bytes:
-        """Read bytes `start`..`end` once and serve pyarrow's reads from them (the previous window is dropped)."""
-        data = self.source.read_range(start, end)
-        self._windows = [self._tail, (start, data)]
-        return data
+    def read_range(self, start: int, end: int) -> bytes:
+        return self.source.read_range(start, end)
+
+    def hold(self, windows: list[tuple[int, bytes]]) -> None:
+        """Serve pyarrow's reads from these (start, bytes) windows too, instead of the ones held before."""
+        self._windows = [self._tail, *windows]
 
     def readable(self) -> bool:
         return True

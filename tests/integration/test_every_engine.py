@@ -59,7 +59,7 @@ class Lake:
         write_orders(spark, table_uri(self.a, "main", PATH))  # versions 0-4, a checkpoint at 3
         add_descriptor(lakefs, self.a, "orders", PATH)
         self.commit = lakefs.commit_branch(self.a, "main", "orders")
-        assert any("deletion_vector_" in e["path"] for e in lakefs.list_objects(self.a, self.commit, PATH + "/"))
+        assert any("deletion_vector_" in e.path for e in lakefs.list_objects(self.a, self.commit, PATH + "/"))
         iceberg = config.model_copy(update={"iceberg": IcebergConfig(enabled=True)})
         self.orders = export_one(iceberg, lakefs, self.a, "main", self.commit, "orders")
         assert self.orders.ok and self.orders.iceberg["state"] == "written", self.orders.error

@@ -30,7 +30,7 @@ def create(spark, uri: str, columns: str, properties: dict[str, str] | None = No
 
 
 def log_names(lakefs, repository: str, ref: str, path: str) -> list[str]:
-    return [e["path"].rsplit("_delta_log/", 1)[1] for e in lakefs.list_objects(repository, ref, f"{path}/_delta_log/")]
+    return [e.path.rsplit("_delta_log/", 1)[1] for e in lakefs.list_objects(repository, ref, f"{path}/_delta_log/")]
 
 
 def test_table_without_checkpoint_exports_every_version(spark, lakefs, config, repository, s3):
@@ -119,7 +119,7 @@ def test_deletion_vectors_and_column_mapping(spark, lakefs, config, repository):
     assert any("checkpoint" in n for n in log_names(lakefs, repository, "main", "tables/features"))
     add_descriptor(lakefs, repository, "features", "tables/features")
     commit_id = lakefs.commit_branch(repository, "main", "features table")
-    assert any("deletion_vector_" in e["path"] for e in lakefs.list_objects(repository, commit_id, "tables/features/"))
+    assert any("deletion_vector_" in e.path for e in lakefs.list_objects(repository, commit_id, "tables/features/"))
 
     outcome = export_one(config, lakefs, repository, "main", commit_id, "features")
 
@@ -137,7 +137,7 @@ def test_change_data_feed_files(spark, lakefs, config, repository):
                "WHEN MATCHED THEN UPDATE SET note = s.note")
     add_descriptor(lakefs, repository, "cdf", "tables/cdf")
     commit_id = lakefs.commit_branch(repository, "main", "cdf table")
-    assert any("_change_data/" in e["path"] for e in lakefs.list_objects(repository, commit_id, "tables/cdf/"))
+    assert any("_change_data/" in e.path for e in lakefs.list_objects(repository, commit_id, "tables/cdf/"))
 
     outcome = export_one(config, lakefs, repository, "main", commit_id, "cdf")
 
@@ -172,7 +172,7 @@ def test_vacuumed_file_referenced_by_a_remove_keeps_its_path(spark, lakefs, conf
     uri = table_uri(repository, "main", "tables/vacuumed")
     create(spark, uri, "id INT")
     sql(spark, f"INSERT INTO delta.`{uri}` VALUES (1), (2)")
-    first_files = {e["path"] for e in lakefs.list_objects(repository, "main", "tables/vacuumed/") if e["path"].endswith(".parquet")}
+    first_files = {e.path for e in lakefs.list_objects(repository, "main", "tables/vacuumed/") if e.path.endswith(".parquet")}
     spark.createDataFrame([(3,)], "id INT").write.format("delta").mode("overwrite").save(uri)
     for path in first_files:  # what VACUUM does to files only a `remove` still names
         lakefs.delete_object(repository, "main", path)
@@ -189,7 +189,7 @@ def test_missing_add_file_fails_the_export_naming_it(spark, lakefs, config, repo
     uri = table_uri(repository, "main", "tables/broken")
     create(spark, uri, "id INT")
     sql(spark, f"INSERT INTO delta.`{uri}` VALUES (1), (2)")
-    lost = next(e["path"] for e in lakefs.list_objects(repository, "main", "tables/broken/") if e["path"].endswith(".parquet"))
+    lost = next(e.path for e in lakefs.list_objects(repository, "main", "tables/broken/") if e.path.endswith(".parquet"))
     lakefs.delete_object(repository, "main", lost)
     add_descriptor(lakefs, repository, "broken", "tables/broken")
     commit_id = lakefs.commit_branch(repository, "main", "lost a data file")

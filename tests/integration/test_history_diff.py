@@ -86,7 +86,7 @@ def test_reverse_diff_after_more_commits_on_main_shows_only_mains_operations(spa
 def test_table_created_on_branch_and_table_dropped(spark, config, lakefs, story):
     spark.createDataFrame([(1,)], "id INT").write.format("delta").save(table_uri(story, "exp1", "tables/fresh"))
     for entry in list(lakefs.list_objects(story, "exp1", "tables/transactions/")):
-        lakefs.delete_object(story, "exp1", entry["path"])
+        lakefs.delete_object(story, "exp1", entry.path)
     lakefs.commit_branch(story, "exp1", "new table, old one dropped")
 
     assert diff(config, lakefs, story, "main", "exp1", "tables/fresh")["diff_type"] == "created"
@@ -102,7 +102,7 @@ def test_row_counts_are_net_of_deletion_vectors(spark, config, lakefs, repositor
     lakefs.create_branch(repository, "cleanup", "main")
     spark.sql(f"DELETE FROM delta.`{table_uri(repository, 'cleanup', 'tables/dv')}` WHERE id % 10 = 0")
     lakefs.commit_branch(repository, "cleanup", "delete every tenth row")
-    assert any("deletion_vector_" in e["path"] for e in lakefs.list_objects(repository, "cleanup", "tables/dv/"))
+    assert any("deletion_vector_" in e.path for e in lakefs.list_objects(repository, "cleanup", "tables/dv/"))
 
     result = diff(config, lakefs, repository, "main", "cleanup", "tables/dv")
 
@@ -215,14 +215,14 @@ def test_a_table_dropped_and_created_again_on_a_branch_is_replaced_with_its_whol
     lakefs.commit_branch(repository, "main", "table t, versions 0-2")
     lakefs.create_branch(repository, "recreate", "main")
     for entry in list(lakefs.list_objects(repository, "recreate", "tables/t/")):  # DROP: the folder deleted
-        lakefs.delete_object(repository, "recreate", entry["path"])
+        lakefs.delete_object(repository, "recreate", entry.path)
     uri = table_uri(repository, "recreate", "tables/t")
     spark.sql(f"CREATE TABLE delta.`{uri}` (name STRING, score DOUBLE) USING delta "
               "TBLPROPERTIES ('delta.checkpointInterval' = '2')")
     for score in range(1, 6):
         spark.sql(f"INSERT INTO delta.`{uri}` VALUES ('n{score}', {score}.5)")
     lakefs.commit_branch(repository, "recreate", "table t dropped and created again, versions 0-5")
-    log = [e["path"].rsplit("/", 1)[-1] for e in lakefs.list_objects(repository, "recreate", "tables/t/_delta_log/")]
+    log = [e.path.rsplit("/", 1)[-1] for e in lakefs.list_objects(repository, "recreate", "tables/t/_delta_log/")]
     assert {f"{v:020d}.checkpoint.parquet" for v in (2, 4)} <= set(log)
 
     result = diff(config, lakefs, repository, "main", "recreate", "tables/t")

@@ -62,7 +62,7 @@ def test_a_new_checkpoint_or_a_removed_file_exports_cold(spark, lakefs, config, 
 
     assert checkpointed.ok and not checkpointed.incremental
     assert "checkpoint" in checkpointed.cold_reason, checkpointed.cold_reason
-    stray = next(e["path"] for e in lakefs.list_objects(repository, "main", "tables/churn/") if e["path"].endswith(".crc"))
+    stray = next(e.path for e in lakefs.list_objects(repository, "main", "tables/churn/") if e.path.endswith(".crc"))
     lakefs.delete_object(repository, "main", stray)
     third = lakefs.commit_branch(repository, "main", "a file removed")
 

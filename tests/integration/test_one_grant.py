@@ -406,7 +406,7 @@ def test_a_folder_refused_inside_a_table_refuses_the_table_at_every_door(guarded
     export = export_one(config.model_copy(update={"iceberg": IcebergConfig(enabled=True)}), lakefs, repository,
                         "main", head, "orders")
     assert export.ok and export.iceberg["state"] == "written", export.error
-    files = {region: next(entry["path"] for entry in lakefs.list_objects(repository, head, f"tables/orders/region={region}/"))
+    files = {region: next(entry.path for entry in lakefs.list_objects(repository, head, f"tables/orders/region={region}/"))
              for region in ("eu", "us")}
     stat = f"{policies.url}/api/v1/repositories/{repository}/refs/{head}/objects/stat"
     assert get(stat, erin, path=files["eu"]).status_code == 401  # the premise: lakeFS refuses her the folder

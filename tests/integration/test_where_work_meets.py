@@ -226,9 +226,9 @@ def test_a_vacuumed_table_gets_an_iceberg_table_from_its_first_whole_version(spa
         spark.sql(f"VACUUM delta.`{uri}` RETAIN 0 HOURS")  # versions 1 and 2's files are gone
     add_descriptor(lakefs, repository, "vac", "tables/vac")
     commit_id = lakefs.commit_branch(repository, "main", "vacuumed")
-    head = int(max(e["path"].rsplit("/", 1)[1].split(".")[0]
+    head = int(max(e.path.rsplit("/", 1)[1].split(".")[0]
                    for e in lakefs.list_objects(repository, commit_id, "tables/vac/_delta_log/")
-                   if e["path"].endswith(".json")))
+                   if e.path.endswith(".json")))
 
     outcome = export_one(config, lakefs, repository, "main", commit_id, "vac")
 

@@ -251,3 +251,32 @@ def test_untouched_json_lines_are_byte_identical() -> None:
     raw = b'{"commitInfo":{"timestamp":1.10,"n":1e400}}\n{"txn":{"appId":"a","version":3}}\n'
     assert rewrite_commit("1.json", raw, resolver()).content == raw
     assert json.loads(raw.split(b"\n")[0])["commitInfo"]["timestamp"] == 1.1  # what re-serialising would lose
+
+
+def test_row_groups_are_rewritten_together_up_to_a_number_of_rows_with_the_same_file_as_one_at_a_time() -> None:
+    from exporter.parquet.splice import BytesSource, splice_leaves_to
+
+    raw = write_checkpoint(checkpoint_rows(14))  # 19 rows in row groups of 3: 6 of 3 and one of 1
+    handed: dict[int, list[int]] = {}
+
+    def upper(rows_at_once: int):
+        def rewrite(leaves: pa.Table) -> pa.Table:
+            handed.setdefault(rows_at_once, []).append(leaves.num_rows)
+            add = leaves.column("add").combine_chunks()  # a struct of the one leaf asked for
+            upper_paths = pa.compute.utf8_upper(add.field("path"))
+            return leaves.set_column(0, "add", pa.StructArray.from_arrays([upper_paths], fields=[add.type.field("path")],
+                                                                          mask=add.is_null()))
+        return rewrite
+
+    written = {}
+    for rows_at_once in (0, 7, 1000):
+        sink = io.BytesIO()
+        assert splice_leaves_to(BytesSource(raw), "x.checkpoint.parquet", ["add.path"], upper(rows_at_once), sink,
+                                rows_at_once=rows_at_once)
+        written[rows_at_once] = sink.getvalue()
+    assert handed == {0: [3, 3, 3, 3, 3, 3, 1], 7: [6, 6, 7], 1000: [19]}
+    assert written[7] == written[0] and written[1000] == written[0]  # the same bytes, row group by row group
+    after = pq.ParquetFile(io.BytesIO(written[0]))
+    assert [after.metadata.row_group(i).num_rows for i in range(after.metadata.num_row_groups)] == [3] * 6 + [1]
+    assert [a["path"] for a in pq.read_table(io.BytesIO(written[0])).column("add").to_pylist() if a] == \
+        [f"PART-{i}.PARQUET" for i in range(14)]

@@ -61,8 +61,7 @@ def test_folders_listed_apart_merge_into_one_index_in_any_order():
 
     def folder(pairs):
         builder = AddressIndexBuilder()
-        for key, address in pairs:
-            builder.add(key, address)
+        builder.add_page([key for key, _ in pairs], [address for _, address in pairs])
         return builder
 
     merged = AddressIndexBuilder()

@@ -74,9 +74,46 @@ def test_lakefs_answers_to_a_read_become_errors_a_task_retries_or_not(answering,
 def test_a_listing_quotes_its_parameters(answering):
     lakefs = LakeFS(LakeFSConfig(endpoint=f"http://127.0.0.1:{answering.server_port}/"))
     answering.answer = (200, b'{"results": [{"path": "t/a b"}], "pagination": {"has_more": false}}')
-    assert [entry["path"] for entry in lakefs.list_objects("repo", "feature@x", "t/a b&c", delimiter="/")] == ["t/a b"]
+    assert [entry.path for entry in lakefs.list_objects("repo", "feature@x", "t/a b&c", delimiter="/")] == ["t/a b"]
     assert answering.asked[0][0] == ("/api/v1/repositories/repo/refs/feature%40x/objects/ls"
                                      "?prefix=t/a%20b%26c&after=&amount=1000&delimiter=/")
+
+
+def test_a_listing_page_becomes_typed_entries_and_a_garbled_one_an_outage(answering):
+    lakefs = client(answering)
+    answering.answer = (200, json.dumps({"results": [
+        {"path": "t/p=1/", "path_type": "common_prefix", "physical_address": "", "checksum": "", "mtime": 0},
+        {"path": "t/a.parquet", "path_type": "object", "physical_address": "s3://b/data/g1/c1", "checksum": "c0ffee",
+         "size_bytes": 12, "mtime": 1700000000, "metadata": {"k": "v"}, "content_type": "application/octet-stream"}],
+        "pagination": {"has_more": False, "next_offset": "", "results": 2, "max_per_page": 1000}}).encode())
+    folder, entry = lakefs.list_objects("repo", "main", "t/", delimiter="/")
+    assert (folder.path, folder.path_type, folder.size_bytes) == ("t/p=1/", "common_prefix", None)
+    assert (entry.path, entry.path_type, entry.physical_address, entry.checksum, entry.size_bytes, entry.mtime) == \
+        ("t/a.parquet", "object", "s3://b/data/g1/c1", "c0ffee", 12, 1700000000)
+    for garbled in (b"<html>gateway</html>", b'{"results": [{"path": 7}], "pagination": {"has_more": false}}',
+                    b'{"results": []}'):
+        answering.answer = (200, garbled)
+        with pytest.raises(ServiceUnavailable, match="lakeFS answered list repo@main/t/ with what is not a listing"):
+            list(lakefs.list_objects("repo", "main", "t/"))
+
+
+def test_a_listing_of_several_pages_asks_each_from_the_last_offset(answering):
+    lakefs = client(answering)
+    pages = iter([{"results": [{"path": "t/a"}], "pagination": {"has_more": True, "next_offset": "t/a"}},
+                  {"results": [{"path": "t/b"}], "pagination": {"has_more": False, "next_offset": ""}}])
+    answering.answer = None
+    Handler = answering.RequestHandlerClass
+    original = Handler._answer
+
+    def answer(handler):
+        answering.answer = (200, json.dumps(next(pages)).encode())
+        original(handler)
+
+    Handler.do_GET = answer
+    assert [[entry.path for entry in page] for page in lakefs.object_pages("repo", "main", "t/")] == [["t/a"], ["t/b"]]
+    assert [target.split("?")[1] for target, _ in answering.asked] == ["prefix=t/&after=&amount=1000",
+                                                                       "prefix=t/&after=t/a&amount=1000"]
+    assert lakefs.calls == 2
 
 
 def test_lakefs_not_listening_is_an_outage_a_task_retries():
