@@ -15,7 +15,7 @@ def test_committed_object_is_readable_straight_from_minio(lakefs, repository, s3
     entries = list(lakefs.list_objects(repository, commit_id, "raw/"))
 
     assert [entry.path for entry in entries] == ["raw/hello.txt"]
-    bucket, _, key = entries[0]["physical_address"].removeprefix("s3://").partition("/")
+    bucket, _, key = entries[0].physical_address.removeprefix("s3://").partition("/")
     assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == b"hello from lakeFS"
 
 
