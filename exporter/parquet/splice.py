@@ -91,8 +91,8 @@ def splice_leaves_to(source: ParquetSource, name: str, leaves: list[str], rewrit
         for index in together:
             ranges[index] = [_chunk_range(chunk, footer_start, name) for chunk in groups[index].get(_RG_COLUMNS).items]
             span_start = min((start for start, _ in ranges[index]), default=footer_start)
-            spans[index] = (span_start, file.read_range(span_start, max((end for _, end in ranges[index]),
-                                                                        default=footer_start)))
+            spans[index] = (span_start, source.read_range(span_start, max((end for _, end in ranges[index]),
+                                                                          default=footer_start)))
         file.hold(list(spans.values()))
         tables = [read_row_group(parquet_file, index, present, name) for index in together]
         rewritten = rewrite(tables[0] if len(tables) == 1 else pa.concat_tables(tables))
@@ -204,9 +204,6 @@ class _SourceFile(io.RawIOBase):
         self._tail = (tail_start, tail)
         self._windows = [self._tail]
         return decode_struct(tail[footer_start - tail_start:-8]), footer_start
-
-    def read_range(self, start: int, end: int) -> bytes:
-        return self.source.read_range(start, end)
 
     def hold(self, windows: list[tuple[int, bytes]]) -> None:
         """Serve pyarrow's reads from these (start, bytes) windows too, instead of the ones held before."""
