@@ -79,13 +79,15 @@ class LiveFiles:
         for group in self._row_groups(columns):
             if "add" not in group.column_names:
                 continue
-            adds = group.column("add")
-            adds = adds.filter(adds.is_valid())
-            for start in range(0, len(adds), _SLICE):
-                chunk = adds.slice(start, _SLICE).combine_chunks()
-                keys = _keys(chunk)
-                live = pc.invert(pc.is_in(keys, value_set=later))
-                yield keys.filter(live), chunk.filter(live)
+            for adds in group.column("add").chunks:
+                for start in range(0, len(adds), _SLICE):
+                    chunk = adds.slice(start, _SLICE)  # no copy: a slice whose adds are all live is yielded as read
+                    keys = _keys(chunk)
+                    live = pc.and_(chunk.is_valid(), pc.invert(pc.is_in(keys, value_set=later)))
+                    if pc.all(live).as_py():
+                        yield keys, chunk
+                    elif pc.any(live).as_py():
+                        yield keys.filter(live), chunk.filter(live)  # one copy: the other actions' rows, the removed
 
     def keys(self) -> pa.Array:
         """Every live file's key."""

@@ -185,6 +185,14 @@ class _SourceFile(io.RawIOBase):
 
     def footer(self) -> tuple[ThriftStruct, int]:
         """The FileMetaData and where it starts; the file's tail stays in memory."""
+        tail_start, tail = self.tail()
+        footer_start = self.source.size - 8 - int.from_bytes(tail[-8:-4], "little")
+        return decode_struct(tail[footer_start - tail_start:-8]), footer_start
+
+    def tail(self) -> tuple[int, bytes]:
+        """The file's tail, from where it starts to the end, footer whole, checked and kept in memory
+        (pyarrow's reads of it are answered from there). Not decoded: pyarrow decodes it again anyway,
+        and this module's decoder took 0.02 s a checkpoint, three times a 100,000-file Iceberg step."""
         size, name = self.source.size, self.name
         if size < 12 or self.source.read_range(0, 4) != MAGIC:
             raise CorruptLog(f"{_shown(name)}: not a parquet file (no PAR1 header)")
@@ -203,7 +211,7 @@ class _SourceFile(io.RawIOBase):
             tail_start = footer_start
         self._tail = (tail_start, tail)
         self._windows = [self._tail]
-        return decode_struct(tail[footer_start - tail_start:-8]), footer_start
+        return self._tail
 
     def hold(self, windows: list[tuple[int, bytes]]) -> None:
         """Serve pyarrow's reads from these (start, bytes) windows too, instead of the ones held before."""
@@ -239,7 +247,7 @@ class _SourceFile(io.RawIOBase):
 def open_parquet(source: ParquetSource, name: str) -> pq.ParquetFile:
     """A parquet file read by byte ranges (columns and row groups read on demand), or CorruptLog."""
     file = _SourceFile(source, name)
-    file.footer()
+    file.tail()
     return _open(file, name)
 
 
