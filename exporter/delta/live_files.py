@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -83,11 +84,12 @@ class LiveFiles:
                 for start in range(0, len(adds), _SLICE):
                     chunk = adds.slice(start, _SLICE)  # no copy: a slice whose adds are all live is yielded as read
                     keys = _keys(chunk)
-                    live = pc.and_(chunk.is_valid(), pc.invert(pc.is_in(keys, value_set=later)))
-                    if pc.all(live).as_py():
-                        yield keys, chunk
-                    elif pc.any(live).as_py():
-                        yield keys.filter(live), chunk.filter(live)  # one copy: the other actions' rows, the removed
+                    live = np.flatnonzero(pc.and_(chunk.is_valid(), pc.invert(pc.is_in(keys, value_set=later)))
+                                          .to_numpy(zero_copy_only=False))
+                    if len(live) and live[-1] - live[0] + 1 == len(live):  # one run: the other actions' rows around it
+                        yield keys.slice(live[0], len(live)), chunk.slice(live[0], len(live))
+                    elif len(live):
+                        yield keys.take(live), chunk.take(live)  # one copy: the removed files left out
 
     def keys(self) -> pa.Array:
         """Every live file's key."""
