@@ -70,7 +70,7 @@ def manifest_entries(adds: pa.StructArray, columns: Sequence[StatsColumn], parti
     if "deletionVector" in names:
         left = pc.or_kleene(left, pc.is_valid(pc.struct_field(adds, "deletionVector")))
     left = pc.fill_null(left, True)
-    taken = adds.filter(pc.invert(left))
+    taken = adds.filter(pc.invert(left)) if pc.any(left).as_py() else adds  # no copy when every file is taken
     if _holds(pc.struct_field(taken, "stats"), "\n"):
         return None  # not one JSON document a line
     parsed = _parse_stats(pc.struct_field(taken, "stats"), columns)
