@@ -288,8 +288,12 @@ class ManifestSet:
             small = _tier(group)
             if len(small) < MERGE_AT:
                 continue
-            with io_pool(IO_THREADS) as pool:
-                bodies = list(pool.map(lambda m: m.body if m.body is not None else self.files.read(m.uri), small))
+            unread = [m for m in small if m.body is None]  # the others are in memory: no call on a thread for them
+            read: dict[int, bytes] = {}
+            if unread:
+                with io_pool(IO_THREADS) as pool:
+                    read = dict(zip(map(id, unread), pool.map(lambda m: self.files.read(m.uri), unread)))
+            bodies = [m.body if m.body is not None else read[id(m)] for m in small]
             entries = [{**entry, "status": EXISTING} for body in bodies for entry in read_manifest(body)
                        if entry["status"] != DELETED]
             merged = set(map(id, small))
