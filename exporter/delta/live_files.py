@@ -76,9 +76,9 @@ class LiveFiles:
 
     def _checkpoint_adds(self, columns: list[str], with_keys: bool = True
                          ) -> Iterable[tuple[pa.Array | None, pa.StructArray]]:
-        """(keys, adds) of the checkpoint's adds still live at the head, a slice at a time; keys None
-        unless `with_keys` when no later commit touched a file (nothing to look them up in: the keys
-        of a 1,000,000-file checkpoint took 0.3 s of its Iceberg step)."""
+        """(keys, adds) of the checkpoint's adds still live at the head, a slice at a time. Without
+        `with_keys`, keys are None when no later commit touched a file: none is made only to be looked
+        up in an empty set (at 1,000,000 files, 3 % of the Iceberg step's samples)."""
         later = pa.array([_joined(key) for key in self.later], pa.string())
         for group in self._row_groups(columns):
             if "add" not in group.column_names:

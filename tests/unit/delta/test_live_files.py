@@ -1,0 +1,96 @@
+"""A checkpoint's live adds, streamed a slice at a time (`LiveFiles`): the other actions' rows
+around and between the adds, files removed by later commits, deletion vectors and several row
+groups give the live files the reconciliation rule gives, whichever way they are asked for."""
+
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+import exporter.delta.live_files as live_files
+from exporter.delta.live_files import LiveFiles
+from exporter.delta.log import Checkpoint, LogSegment
+from exporter.parquet.splice import BytesSource
+
+pytestmark = pytest.mark.unit
+
+DV = pa.struct([("storageType", pa.string()), ("pathOrInlineDv", pa.string()), ("offset", pa.int32()),
+                ("sizeInBytes", pa.int32()), ("cardinality", pa.int64())])
+ADD = pa.struct([("path", pa.string()), ("size", pa.int64()), ("deletionVector", DV)])
+PROTOCOL = {"minReaderVersion": 3, "minWriterVersion": 7}
+METADATA = {"id": "t", "schemaString": '{"type":"struct","fields":[]}', "partitionColumns": []}
+
+
+def dv(name: str) -> dict:
+    return {"storageType": "u", "pathOrInlineDv": name, "offset": 1, "sizeInBytes": 4, "cardinality": 2}
+
+
+class Log:
+    """A checkpoint at version 1 (rows in `rows` order: None for another action's row) and commits after it."""
+
+    def __init__(self, rows: list[dict | None], commits: list[list[dict]], row_group_size: int):
+        protocol = [PROTOCOL if i == 0 else None for i in range(len(rows))]
+        metadata = [{**METADATA, "configuration": []} if i == 0 else None for i in range(len(rows))]
+        table = pa.table({"protocol": pa.array(protocol, pa.struct([("minReaderVersion", pa.int32()),
+                                                                     ("minWriterVersion", pa.int32())])),
+                          "metaData": pa.array(metadata, pa.struct([("id", pa.string()), ("schemaString", pa.string()),
+                                                                    ("partitionColumns", pa.list_(pa.string())),
+                                                                    ("configuration", pa.map_(pa.string(), pa.string()))])),
+                          "add": pa.array(rows, ADD)})
+        sink = io.BytesIO()
+        pq.write_table(table, sink, row_group_size=row_group_size)
+        self.files = {f"{1:020d}.checkpoint.parquet": sink.getvalue()}
+        names = []
+        for version, actions in enumerate(commits, start=2):
+            name = f"{version:020d}.json"
+            self.files[name] = "\n".join(json.dumps(a) for a in actions).encode()
+            names.append((version, name))
+        self.segment = LogSegment(Checkpoint(1, "classic", [f"{1:020d}.checkpoint.parquet"]), names, None,
+                                  1 + len(commits))
+
+    def raw(self, name: str) -> bytes:
+        return self.files[name]
+
+    def source(self, name: str) -> BytesSource:
+        return BytesSource(self.files[name])
+
+    def checkpoint_files(self) -> list[str]:
+        return list(self.segment.checkpoint.files)
+
+
+def adds(count: int) -> list[dict]:
+    return [{"path": f"part-{i}.parquet", "size": i, "deletionVector": dv(f"dv{i}") if i % 3 == 0 else None}
+            for i in range(count)]
+
+
+def key(add: dict) -> str:
+    vector = add.get("deletionVector")
+    return add["path"] + "\0" + ("" if not vector else vector["storageType"] + vector["pathOrInlineDv"] + "@1")
+
+
+@pytest.mark.parametrize("later", ["none", "removes", "removes and adds"])
+@pytest.mark.parametrize("slice_rows", [4, 1000])
+def test_the_checkpoints_live_adds_are_the_reconciled_ones_however_sliced(monkeypatch, later, slice_rows):
+    monkeypatch.setattr(live_files, "_SLICE", slice_rows)  # slices cross the other actions' rows and the removed files
+    files = adds(20)
+    rows = [None, None, *files[:7], None, *files[7:]]  # protocol and metaData first, a txn-like row between
+    commits = [] if later == "none" else [[{"remove": {"path": "part-3.parquet", "deletionVector": dv("dv3")}},
+                                           {"remove": {"path": "part-8.parquet"}}, {"remove": {"path": "part-11.parquet"}}]]
+    if later == "removes and adds":
+        commits.append([{"add": {"path": "part-99.parquet", "size": 99}}, {"remove": {"path": "part-0.parquet",
+                                                                                      "deletionVector": dv("dv0")}}])
+    live = LiveFiles(Log(rows, commits, row_group_size=9))
+    removed = {"none": set(), "removes": {3, 8, 11}, "removes and adds": {0, 3, 8, 11}}[later]
+    expected = [f for i, f in enumerate(files) if i not in removed]
+    added = [{"path": "part-99.parquet", "size": 99}] if later == "removes and adds" else []
+
+    batches = list(live.checkpoint_batches())
+    assert [p for batch in batches for p in pc.struct_field(batch, "path").to_pylist()] == [f["path"] for f in expected]
+    assert sorted(f["path"] for f in live.files()) == sorted(f["path"] for f in expected + added)
+    assert sorted(live.keys().to_pylist()) == sorted(key(f) for f in expected + added)
+    wanted = pa.array([key(expected[1]), key(expected[-1])])
+    assert [a["path"] for a in live.adds(wanted)] == [expected[1]["path"], expected[-1]["path"]]
+    assert (live.protocol, live.metadata["id"]) == (PROTOCOL, "t")
