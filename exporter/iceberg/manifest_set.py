@@ -289,12 +289,11 @@ class ManifestSet:
             if len(small) < MERGE_AT:
                 continue
             unread = [m for m in small if m.body is None]  # the others are in memory: no call on a thread for them
-            read: dict[int, bytes] = {}
             if unread:
                 with io_pool(IO_THREADS) as pool:
-                    read = dict(zip(map(id, unread), pool.map(lambda m: self.files.read(m.uri), unread)))
-            bodies = [m.body if m.body is not None else read[id(m)] for m in small]
-            entries = [{**entry, "status": EXISTING} for body in bodies for entry in read_manifest(body)
+                    for manifest, body in zip(unread, pool.map(lambda m: self.files.read(m.uri), unread)):
+                        manifest.body = body  # merged below, then dropped
+            entries = [{**entry, "status": EXISTING} for manifest in small for entry in read_manifest(manifest.body)
                        if entry["status"] != DELETED]
             merged = set(map(id, small))
             self.manifests = [m for m in self.manifests if id(m) not in merged]
