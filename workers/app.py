@@ -22,8 +22,8 @@ TASK_NAMES = tuple(f"lakefs_delta.{kind}" for kind in TASK_KINDS)
 def configure(config: Config) -> Celery:
     """Point the app at the config's Redis and set its delivery and time-limit rules."""
     global _config
-    moved = _config is not None and _config.redis != config.redis
-    _config = config
+    moved = _config is None or _config.redis != config.redis  # None: a connection opened before any
+    _config = config                                              # configure() went to Celery's default broker
     if moved:  # Celery keeps its broker connections: without this, tasks still went to the first Redis
         app._pool = None
         app.amqp._producer_pool = None
