@@ -5,7 +5,9 @@ Spark cluster and test services, so no test sees another's queue, repositories o
     python -m devtools.parallel N    the variables of process N's stack, as `export` lines
 
 Process 0 keeps the environment's stack. Process N's lives in a directory beside it, every port
-10,000 × N higher. Nothing here imports `devtools.stack`: it reads its directory and ports on import.
+5,000 × N higher, below the kernel's ephemeral ports (32768 and up here): a listening port there
+can be taken by any connection's own end (a third process's at 10,000 × N had a test service
+refused its port, 38140: "address already in use"). Nothing here imports `devtools.stack`: it reads its directory and ports on import.
 """
 
 from __future__ import annotations
@@ -22,7 +24,17 @@ PORTS = {"LAKEFS_DELTA_STACK_LAKEFS_PORT": 18000, "LAKEFS_DELTA_STACK_ACL_PORT":
          "LAKEFS_DELTA_STACK_REDIS_PORT": 16379, "LAKEFS_DELTA_STACK_SPARK_MASTER_PORT": 17077,
          "LAKEFS_DELTA_STACK_SPARK_MASTER_UI_PORT": 17080, "LAKEFS_DELTA_STACK_SPARK_WORKER_UI_PORT": 17081,
          "LAKEFS_DELTA_TEST_SERVICE_PORT": 18080, "LAKEFS_DELTA_DEMO_PORT": 18080}
-SHIFT = 10_000
+SHIFT = 5_000
+SERVICES_ABOVE = 100  # the tests' services take ports up to this far above LAKEFS_DELTA_TEST_SERVICE_PORT
+
+
+def ephemeral_ports() -> range:
+    """The ports the kernel gives connections' own ends."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
 
 
 def stack_of_process(number: int, environ: dict[str, str]) -> dict[str, str]:
@@ -31,8 +43,13 @@ def stack_of_process(number: int, environ: dict[str, str]) -> dict[str, str]:
         return {}
     first = environ.get("LAKEFS_DELTA_STACK_DIR") or str(
         Path(environ.get("LAKEFS_DELTA_CACHE", Path.home() / ".cache" / "lakefs-delta-exporter")) / "stack")
-    return {"LAKEFS_DELTA_STACK_DIR": f"{first.rstrip('/')}-{number}",
-            **{name: str(int(environ.get(name, default)) + SHIFT * number) for name, default in PORTS.items()}}
+    ports = {name: int(environ.get(name, default)) + SHIFT * number for name, default in PORTS.items()}
+    ephemeral = ephemeral_ports()
+    if max(ports.values()) + SERVICES_ABOVE >= ephemeral.start:
+        raise ValueError(f"test process {number}'s ports would reach {max(ports.values()) + SERVICES_ABOVE}, among "
+                         f"the kernel's ephemeral ports ({ephemeral.start}-{ephemeral.stop - 1}), which any "
+                         "connection may hold: run fewer test processes (LAKEFS_DELTA_TEST_PROCESSES)")
+    return {"LAKEFS_DELTA_STACK_DIR": f"{first.rstrip('/')}-{number}", **{name: str(port) for name, port in ports.items()}}
 
 
 if __name__ == "__main__":

@@ -53,40 +53,6 @@ SLOWEST_MODULES = ("test_branch_tables", "test_row_diff", "test_export_trust", "
                    "test_branch_table_seams", "test_where_work_meets", "test_demo")
 
 
-# The integration modules whose tests mostly wait (on workers, retries and timeouts, a browser, other
-# engines' processes) rather than compute: in a CI run here `test_events` took 256 s and 43 s of CPU,
-# `test_every_engine` 98 s and 22 s, `test_demo` 48 s and 12 s. With three test processes or more the
-# last one takes these first (`WaitersApart`), while the others run the Spark-heavy modules on the
-# machine's two cores.
-WAITING_MODULES = ("test_events", "test_every_engine", "test_webhooks", "test_demo", "test_spark_iceberg_reader",
-                   "test_merge_gates", "test_packaging")
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """With `--dist loadfile` and three processes or more, modules go out by what they spend: the
-    last process takes the waiting modules first, then what is left from the back of the queue
-    (the quickest); the others take the rest from the front (the slowest first), then the waiting
-    ones if any are left. Each module still runs whole in one process."""
-    processes = config.getoption("numprocesses")
-    if config.getoption("dist") != "loadfile" or not isinstance(processes, int) or processes < 3:
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class WaitersApart(LoadFileScheduling):
-        def _assign_work_unit(self, node) -> None:
-            waiter = node.gateway.id == f"gw{processes - 1}"
-            scopes = list(self.workqueue)
-            waiting = [scope for scope in scopes if Path(scope).stem in WAITING_MODULES]
-            if waiter:
-                scope = waiting[0] if waiting else scopes[-1]
-            else:
-                scope = next((scope for scope in scopes if scope not in waiting), scopes[0])
-            self.workqueue.move_to_end(scope, last=False)  # the unit the base class takes next
-            super()._assign_work_unit(node)
-
-    return WaitersApart(config, log)
-
-
 @pytest.fixture(scope="session")
 def stack_env() -> dict[str, str]:
     from devtools import stack
