@@ -12,7 +12,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/lint-imports --no-logo  # the layering check (contracts in pyproject.toml): a wrong-way import fails the run
 mkdir -p tests/artifacts
-.venv/bin/pytest -m unit -q -n 2 --junitxml=tests/artifacts/unit.xml "$@"  # no stack: they need none; two processes
 
 # The tests' JVMs (Spark sessions, row diff jobs, the standalone cluster) are short-lived: compiled
 # by the client compiler alone, with the serial collector, a small Spark job took 55 s of CPU where
@@ -46,18 +45,33 @@ stacks_down() {
     (eval "$(.venv/bin/python -m devtools.parallel "$n")" && .venv/bin/python -m devtools.stack down >/dev/null 2>&1) || true
   done
 }
-trap 'stacks_down; rm -rf "$SPARK_LOCAL_DIRS" "$archive_log"' EXIT
-.venv/bin/python -m devtools.stack up >/dev/null
-for ((n = 1; n < processes; n++)); do
-  (eval "$(.venv/bin/python -m devtools.parallel "$n")" && .venv/bin/python -m devtools.stack up >/dev/null)
-done
+# The stacks start while the unit tests run (they need none; two processes): on a warm machine the
+# unit tests are half a minute, the stacks a few seconds, the class archive a minute when it is new.
+stacks_log=$(mktemp)
+stacks_up() {
+  .venv/bin/python -m devtools.stack up >/dev/null
+  for ((n = 1; n < processes; n++)); do
+    (eval "$(.venv/bin/python -m devtools.parallel "$n")" && .venv/bin/python -m devtools.stack up >/dev/null)
+  done
+}
+stacks_up >"$stacks_log" 2>&1 &
+stacks_maker=$!
+trap 'wait "$stacks_maker" 2>/dev/null; stacks_down; rm -rf "$SPARK_LOCAL_DIRS" "$archive_log" "$stacks_log"' EXIT
+phase_started=$SECONDS
+.venv/bin/pytest -m unit -q -n 2 --junitxml=tests/artifacts/unit.xml "$@"
+echo "[test] unit tests: $((SECONDS - phase_started)) s"
+phase_started=$SECONDS
+wait "$stacks_maker" || { echo "[test] the stacks did not start: $(tail -c 3000 "$stacks_log")" >&2; exit 1; }
 eval "$(.venv/bin/python -m devtools.stack env)"
 if wait "$archive_maker"; then
   export JAVA_TOOL_OPTIONS="$JAVA_TOOL_OPTIONS $(tail -1 "$archive_log")"  # -XX:SharedArchiveFile=...
 else
   echo "class archive: not made, the tests' JVMs start without it: $(tail -c 1500 "$archive_log")" >&2
 fi
+echo "[test] stacks and class archive ready $((SECONDS - phase_started)) s after the unit tests"
+phase_started=$SECONDS
 parallel=()
 ((processes > 1)) && parallel=(-n "$processes" --dist loadfile --no-loadscope-reorder)  # modules in collection order: the slowest first (tests/conftest.py)
 .venv/bin/pytest -m integration -v "${parallel[@]}" --durations=30 --junitxml=tests/artifacts/integration.xml "$@"
+echo "[test] integration tests: $((SECONDS - phase_started)) s"
 .venv/bin/python scripts/check_junit.py tests/artifacts/unit.xml tests/artifacts/integration.xml
