@@ -3,7 +3,7 @@
 # Fails on an import against the layering contracts, or when the integration suite collected
 # nothing or skipped anything.
 #
-# The integration tests run in LAKEFS_DELTA_TEST_PROCESSES processes (default 2; pytest-xdist, a
+# The integration tests run in LAKEFS_DELTA_TEST_PROCESSES processes (default 3; pytest-xdist, a
 # module at a time, the next module to whichever process is free), each against a stack of its own
 # (`devtools/parallel.py`): process 0 the usual one, process N one on ports 5,000 x N higher,
 # started here and stopped at the end.
@@ -39,7 +39,7 @@ archive_maker=$!
 # run of them (2.6 GiB) had filled this machine's disk over two days.
 export SPARK_LOCAL_DIRS
 SPARK_LOCAL_DIRS=$(mktemp -d "${TMPDIR:-/tmp}/lakefs-delta-spark.XXXXXX")
-processes=${LAKEFS_DELTA_TEST_PROCESSES:-2}
+processes=${LAKEFS_DELTA_TEST_PROCESSES:-3}
 stacks_down() {
   for ((n = 1; n < processes; n++)); do
     (eval "$(.venv/bin/python -m devtools.parallel "$n")" && .venv/bin/python -m devtools.stack down >/dev/null 2>&1) || true
