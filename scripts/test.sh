@@ -4,8 +4,9 @@
 # nothing or skipped anything.
 #
 # The integration tests run in LAKEFS_DELTA_TEST_PROCESSES processes (default 3; pytest-xdist, a
-# module at a time, the next module to whichever process is free), each against a stack of its own
-# (`devtools/parallel.py`): process 0 the usual one, process N one on ports 5,000 x N higher,
+# module at a time, the next module to whichever process is free; with three, the last one runs only
+# the modules that mostly wait, `WAITING_MODULES` in tests/conftest.py), each against a stack of its
+# own (`devtools/parallel.py`): process 0 the usual one, process N one on ports 5,000 x N higher,
 # started here and stopped at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
