@@ -40,20 +40,26 @@ def test_a_time_limit_raised_into_a_request_is_not_retried(client):
     black_hole.bind(("127.0.0.1", 0))
     black_hole.listen(8)
     main = threading.main_thread().ident
+    attempts: list[socket.socket] = []
 
     def signal_once_asked() -> None:
         """The time limit, sent to the thread making the request once the request has arrived (a
         process-wide timer may be taken by another thread: pytest-xdist's has its own, and then no
-        request is interrupted; the exporter's own pools block these signals, `exporter.threads`)."""
-        connection, _ = black_hole.accept()
-        connection.recv(65536)
-        signal.pthread_kill(main, signal.SIGALRM)
-        held.append(connection)
+        request is interrupted; the exporter's own pools block these signals, `exporter.threads`).
+        Every later connection is counted: a retry would make one."""
+        try:
+            while True:
+                connection, _ = black_hole.accept()
+                attempts.append(connection)
+                if len(attempts) == 1:
+                    connection.recv(65536)
+                    signal.pthread_kill(main, signal.SIGALRM)
+        except OSError:  # closed at the end
+            pass
 
     def time_limit(*_):
         raise SoftTimeLimit()
 
-    held: list[socket.socket] = []
     get = client(f"http://127.0.0.1:{black_hole.getsockname()[1]}")
     previous = signal.signal(signal.SIGALRM, time_limit)
     threading.Thread(target=signal_once_asked, daemon=True).start()
@@ -63,10 +69,16 @@ def test_a_time_limit_raised_into_a_request_is_not_retried(client):
             get()
     finally:
         signal.signal(signal.SIGALRM, previous)
-        for connection in held:
-            connection.close()
+        took = time.monotonic() - started
+        black_hole.shutdown(socket.SHUT_RDWR)  # wakes the accept
         black_hole.close()
-    assert time.monotonic() - started < 5  # not three attempts of 30 s each
+        for connection in attempts:
+            connection.close()
+    assert len(attempts) == 1, attempts  # not retried
+    # At once, but for one case: a signal that lands just before the request starts waiting for its
+    # answer is handled when that wait ends, at the read timeout (30 s), as CPython checks for signals
+    # before it blocks. A CI run met it once in some 1,000 runs; three attempts would take 90 s.
+    assert took < 30 + 5, took
 
 
 def test_the_request_threads_leave_the_time_limit_signals_to_the_main_thread():
