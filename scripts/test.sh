@@ -61,7 +61,7 @@ stacks_up() {
 unit_tests() {
   local started=$SECONDS status=0
   .venv/bin/pytest -m unit -q -p no:cacheprovider --junitxml=tests/artifacts/unit.xml "$@" >"$unit_log" 2>&1 || status=$?
-  echo "[test] unit tests ($((SECONDS - started)) s, beside the rest): $(tail -1 "$unit_log")"
+  printf '\n[test] unit tests (%s s, beside the rest): %s\n' "$((SECONDS - started))" "$(tail -1 "$unit_log")"
   return "$status"
 }
 stacks_up >"$stacks_log" 2>&1 &
