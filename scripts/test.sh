@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite: unit, then integration against real stacks (started here if not running).
+# The whole test suite: unit tests beside integration tests against real stacks (started here if not running).
 # Fails on an import against the layering contracts, or when the integration suite collected
 # nothing or skipped anything.
 #
 # The integration tests run in LAKEFS_DELTA_TEST_PROCESSES processes (default 3; pytest-xdist, a
-# module at a time, the next module to whichever process is free; with three, the last one runs only
-# the modules that mostly wait, `WAITING_MODULES` in tests/conftest.py), each against a stack of its
+# module at a time, the next module to whichever process is free; with three, the last one runs the
+# modules that mostly wait first, `WAITING_MODULES` in tests/conftest.py), each against a stack of its
 # own (`devtools/parallel.py`): process 0 the usual one, process N one on ports 5,000 x N higher,
 # started here and stopped at the end.
 set -euo pipefail
