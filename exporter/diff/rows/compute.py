@@ -324,7 +324,8 @@ def job_entry(reader: Reader, side: Side, name: str, add: dict, mode: str, rows:
     """A file as a Spark job's plan names it: by physical address, with the rows it reads (`only`
     those, or all `except` them), its partition and the part of the plan it is (`name`)."""
     return {"side": name, "address": reader.address(side.commit_id, add["path"]), "mode": mode, "rows": list(rows),
-            "partition": partition_values(side, add), "label": partition_label(side, add), "path": add["path"]}
+            "partition": partition_values(side, add), "label": partition_label(side, add), "path": add["path"],
+            "size": int(add["size"])}
 
 
 def job_side(side: Side, columns: list[str] | None = None) -> dict:

@@ -142,3 +142,37 @@ def test_a_failed_jobs_reason_is_its_python_exception_not_the_jvms_shutdown_trac
 def test_a_failed_job_without_a_traceback_is_told_by_its_last_lines():
     errors = [f"line {n}\n" for n in range(40)]
     assert rows_spark.failure(errors) == "".join(errors[-15:]).strip()
+
+
+def _parquet(table, spark_schema: bytes | None = None) -> bytes:
+    import io
+
+    import pyarrow.parquet as pq
+
+    if spark_schema is not None:
+        table = table.replace_schema_metadata({b"org.apache.spark.sql.parquet.row.metadata": spark_schema})
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    return out.getvalue()
+
+
+def test_files_are_grouped_by_the_schema_spark_would_infer_from_their_footers():
+    """One Spark schema inference per distinct footer, not per file: files whose parquet schema and
+    stored Spark schema are the same share a number; a type, a name or a Spark schema apart do not."""
+    import pyarrow as pa
+
+    from exporter.diff.rows.spark import schema_groups
+    from tests.fakes import MemoryStore
+
+    ints = pa.table({"id": pa.array([1, 2], pa.int32()), "name": ["a", "b"]})
+    bodies = {"a": _parquet(ints), "b": _parquet(ints.slice(1)), "widened": _parquet(ints.cast(pa.schema(
+        [("id", pa.int64()), ("name", pa.string())]))), "renamed": _parquet(ints.rename_columns(["key", "name"])),
+        "written by spark": _parquet(ints, b'{"type":"struct","fields":[]}'), "c": _parquet(ints)}
+    store = MemoryStore({f"s3://bucket/t/{name}.parquet": body for name, body in bodies.items()})
+    files = [{"address": f"s3://bucket/t/{name}.parquet", "path": f"{name}.parquet", "size": len(body), "side": "added"}
+             for name, body in bodies.items()]
+
+    grouped = schema_groups(store, files)
+
+    assert [entry["schema"] for entry in grouped] == [0, 0, 1, 2, 3, 0]
+    assert [{k: v for k, v in entry.items() if k != "schema"} for entry in grouped] == files  # the rest as planned
