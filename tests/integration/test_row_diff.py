@@ -22,7 +22,7 @@ from exporter.storage.objectstore import ObjectStore
 from exporter.diff.rows.compute import RowDiffCache, RowDiffQuery, compute_row_diff
 from exporter.diff.rows.file import rows_page
 from tests.fakes import lake_of
-from tests.integration.deltatables import table_uri
+from tests.integration.deltatables import COMPILED, spark_settings, table_uri
 from tests.integration.test_webhooks import api
 
 pytestmark = pytest.mark.integration
@@ -346,9 +346,11 @@ print(json.dumps({"diff": diff, "peak_rss_mib": resource.getrusage(resource.RUSA
 def test_a_table_rewritten_whole_is_diffed_within_its_row_bound_or_refused_naming_the_rows(spark, lakefs, config,
                                                                                             repository, service):
     uri = table_uri(repository, "main", "tables/narrow")
-    spark.range(0, 1_000_000, numPartitions=8).write.format("delta").save(uri)
+    with spark_settings(spark, COMPILED):
+        spark.range(0, 1_000_000, numPartitions=8).write.format("delta").save(uri)
     first = lakefs.commit_branch(repository, "main", "1,000,000 rows")
-    spark.range(500_000, 1_500_000, numPartitions=8).write.format("delta").mode("overwrite").save(uri)
+    with spark_settings(spark, COMPILED):
+        spark.range(500_000, 1_500_000, numPartitions=8).write.format("delta").mode("overwrite").save(uri)
     rewritten = lakefs.commit_branch(repository, "main", "rewritten whole: half the rows kept, half replaced")
 
     # 2,000,000 rows read (every file differs), the default bound: computed in process
@@ -368,7 +370,8 @@ def test_a_table_rewritten_whole_is_diffed_within_its_row_bound_or_refused_namin
     assert removed < 500_000 and all(1_000_000 <= i < 1_500_000 for i in added) and page["pagination"]["has_more"]
 
     # 5,000,000 rows more, and no Spark job configured: refused before a data file is read, naming the rows
-    spark.range(0, 5_000_000, numPartitions=8).write.format("delta").mode("overwrite").save(uri)
+    with spark_settings(spark, COMPILED):
+        spark.range(0, 5_000_000, numPartitions=8).write.format("delta").mode("overwrite").save(uri)
     bigger = lakefs.commit_branch(repository, "main", "5,000,000 rows")
     without_spark = config.model_copy(update={"row_diff": config.row_diff.model_copy(
         update={"spark": config.row_diff.spark.model_copy(update={"master": ""})})})
