@@ -201,19 +201,13 @@ def test_missing_add_file_fails_the_export_naming_it(spark, lakefs, config, repo
     assert not manifest_exists(s3, outcome)
 
 
-def test_listing_cost_is_one_call_per_thousand_files(lakefs, config, repository, stack_env):
+def test_listing_cost_is_one_call_per_thousand_files(lakefs, config, repository):
     """A synthetic table of 2,500 data files: the export lists them in pages of 1000, never stats each."""
-    import boto3
+    from bench.synthetic import import_objects
 
     files = 2500
-    gateway = boto3.client("s3", endpoint_url=stack_env["LAKEFS_DELTA_LAKEFS_ENDPOINT"], region_name="us-east-1",
-                           aws_access_key_id=stack_env["LAKEFS_DELTA_LAKEFS_ACCESS_KEY_ID"],
-                           aws_secret_access_key=stack_env["LAKEFS_DELTA_LAKEFS_SECRET_ACCESS_KEY"])
-    from concurrent.futures import ThreadPoolExecutor
-
     names = [f"part-{i:05d}-{uuid.uuid4().hex[:8]}.parquet" for i in range(files)]
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda n: gateway.put_object(Bucket=repository, Key=f"main/tables/wide/{n}", Body=b"x"), names))
+    import_objects(lakefs, repository, "main", "tables/wide/", names)  # one lakeFS import, not 2,500 PUTs
     protocol = '{"protocol":{"minReaderVersion":1,"minWriterVersion":2}}'
     metadata = ('{"metaData":{"id":"wide","format":{"provider":"parquet","options":{}},'
                 '"schemaString":"{\\"type\\":\\"struct\\",\\"fields\\":[]}","partitionColumns":[],"configuration":{}}}')
