@@ -11,7 +11,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/lint-imports --no-logo  # the layering check (contracts in pyproject.toml): a wrong-way import fails the run
 mkdir -p tests/artifacts
 
 # The tests' JVMs (Spark sessions, row diff jobs, the standalone cluster) are short-lived: compiled
@@ -58,10 +57,12 @@ stacks_up() {
     (eval "$(.venv/bin/python -m devtools.parallel "$n")" && .venv/bin/python -m devtools.stack up >/dev/null)
   done
 }
-unit_tests() {
+unit_tests() {  # after the layering check (contracts in pyproject.toml): a wrong-way import fails the run
   local started=$SECONDS status=0
-  .venv/bin/pytest -m unit -q -p no:cacheprovider --junitxml=tests/artifacts/unit.xml "$@" >"$unit_log" 2>&1 || status=$?
-  printf '\n[test] unit tests (%s s, beside the rest): %s\n' "$((SECONDS - started))" "$(tail -1 "$unit_log")"
+  .venv/bin/lint-imports --no-logo >"$unit_log" 2>&1 || status=$?
+  .venv/bin/pytest -m unit -q -p no:cacheprovider --junitxml=tests/artifacts/unit.xml "$@" >>"$unit_log" 2>&1 || status=$?
+  printf '\n[test] layering check and unit tests (%s s, beside the rest): %s %s\n' "$((SECONDS - started))" \
+    "$(grep '^Contracts: ' "$unit_log")" "$(tail -1 "$unit_log")"
   return "$status"
 }
 stacks_up >"$stacks_log" 2>&1 &
