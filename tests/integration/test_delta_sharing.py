@@ -383,11 +383,10 @@ def test_a_branch_table_of_twenty_thousand_versions_is_listed_from_the_checkpoin
     list its log from the newest checkpoint at or below the version asked, not from its start:
     LIST calls counted at the real object store's client (before: one per 1,000 log files)."""
     import io
-    import tarfile
 
     import pyarrow.parquet as pq
 
-    from bench.synthetic import METADATA, PROTOCOL, object_store_client, synthetic_checkpoint
+    from bench.synthetic import METADATA, PROTOCOL, put_extracted, synthetic_checkpoint
     from exporter.sharing.versions import Schema, branch_table
     from exporter.storage.layout import STATE, branch_table_location
     from exporter.storage.objectstore import ObjectStore
@@ -397,26 +396,21 @@ def test_a_branch_table_of_twenty_thousand_versions_is_listed_from_the_checkpoin
     location = branch_table_location(config, "main", "long")
     data = [store.uri(f"data/part-{v:05d}.parquet") for v in range(versions)]
 
-    # the log's 20,040 objects in one tar that MinIO extracts (its snowball auto-extract): the test
-    # took 12 s of the machine's CPU so, 20 s with a PUT for each object (run alone, one run each)
-    archive = io.BytesIO()
-    with tarfile.open(fileobj=archive, mode="w") as tar:
-        def add(relative: str, body: bytes) -> None:
-            info = tarfile.TarInfo(store.key(relative))
-            info.size = len(body)
-            tar.addfile(info, io.BytesIO(body))
-
+    def log():
         for version in range(versions):
             actions = [PROTOCOL, METADATA] if version == 0 else []
             actions.append({"add": {"path": data[version], "partitionValues": {}, "size": 100, "modificationTime": 0,
                                     "dataChange": True}})
-            add(f"{location}_delta_log/{version:020d}.json", "\n".join(map(json.dumps, actions)).encode())
+            yield f"{version:020d}.json", "\n".join(map(json.dumps, actions)).encode()
             if version % every == 0 and version:
                 sink = io.BytesIO()
                 pq.write_table(synthetic_checkpoint(data[:version + 1]), sink)
-                add(f"{location}_delta_log/{version:020d}.checkpoint.parquet", sink.getvalue())
-    object_store_client().put_object(Bucket=store.bucket, Key=store.key(f"{location}log.tar"), Body=archive.getvalue(),
-                                     Metadata={"Snowball-Auto-Extract": "true"})
+                yield f"{version:020d}.checkpoint.parquet", sink.getvalue()
+
+    # the log's 20,040 objects in one request: the test took 12 s of the machine's CPU so, 20 s with a
+    # PUT for each object (run alone, one run each)
+    put_extracted(store.bucket, store.key(f"{location}log.tar"),
+                  ((store.key(f"{location}_delta_log/{name}"), body) for name, body in log()))
     store.put(f"{location}_delta_log/_last_checkpoint", json.dumps({"version": 19_500, "size": 19_503}).encode())
     store.put(location + STATE, json.dumps({"head_version": versions - 1, "first_version": 0, "commits": []}).encode())
 
