@@ -203,22 +203,34 @@ def jar_settings(master: str, jars: str) -> dict[str, str]:
 
 def _report_progress(spark, stop: threading.Event, phase: list[str]) -> None:
     tracker = spark.sparkContext.statusTracker()
-    started = time.monotonic()
+    started, ran = time.monotonic(), {}
     while not stop.wait(1.0):
-        print("PROGRESS " + json.dumps(progress_line(tracker, phase[-1], time.monotonic() - started)), flush=True)
+        print("PROGRESS " + json.dumps(progress_line(tracker, phase[-1], time.monotonic() - started, ran)), flush=True)
 
 
-def progress_line(tracker, phase: str, seconds: float) -> dict:
+def progress_line(tracker, phase: str, seconds: float, ran: dict[int, tuple[int, int]]) -> dict:
     """What the job has done so far, counted over every Spark job it ran (not only the stages
     running now, which are none between two jobs): stages and tasks done of those known, without
-    the stages an ended Spark job skipped (their output was there already) and never ran."""
-    stages = [(info.status, tracker.getStageInfo(stage)) for job in tracker.getJobIdsForGroup(None)
-              if (info := tracker.getJobInfo(job)) is not None for stage in info.stageIds]
-    stages = [s for status, s in stages if s is not None and (status == "RUNNING" or s.numCompletedTasks)]
+    the stages an ended Spark job skipped (their output was there already) and never ran.
+
+    Each stage once, with the most it was seen to have done (`ran`, by stage id, kept between
+    calls): a later Spark job that reuses a stage's shuffle output lists that stage again, and
+    Spark's status store then shows it afresh, 0 tasks done, which made the count go back."""
+    known = {}
+    for job in tracker.getJobIdsForGroup(None):
+        if (info := tracker.getJobInfo(job)) is None:
+            continue
+        for stage in info.stageIds:
+            if (s := tracker.getStageInfo(stage)) is not None and (info.status == "RUNNING" or s.numCompletedTasks):
+                known[stage] = (s.numTasks, s.numCompletedTasks)
+    for stage, (tasks, done) in known.items():
+        if done:
+            ran[stage] = max(ran.get(stage, (0, 0)), (tasks, done))
+    stages = {**known, **ran}
     return {"engine": "spark", "phase": phase, "seconds": round(seconds),
             "active_stages": len(tracker.getActiveStageIds()), "stages": len(stages),
-            "stages_done": sum(s.numCompletedTasks == s.numTasks for s in stages),
-            "tasks": sum(s.numTasks for s in stages), "tasks_done": sum(s.numCompletedTasks for s in stages)}
+            "stages_done": sum(done == tasks for tasks, done in stages.values()),
+            "tasks": sum(tasks for tasks, _ in stages.values()), "tasks_done": sum(done for _, done in stages.values())}
 
 
 def _spark_path(address: str) -> str:

@@ -70,9 +70,29 @@ def test_progress_counts_every_spark_job_not_only_the_stages_running_now():
             SimpleNamespace(stageIds=[3], status="RUNNING")]
     tracker = SimpleNamespace(getJobIdsForGroup=lambda group: [0, 1, 2], getJobInfo=jobs.__getitem__,
                               getStageInfo=stages.get, getActiveStageIds=lambda: [3])
-    assert progress_line(tracker, "reading", 12.4) == {
+    assert progress_line(tracker, "reading", 12.4, {}) == {
         "engine": "spark", "phase": "reading", "seconds": 12, "active_stages": 1, "stages": 3, "stages_done": 2,
         "tasks": 216, "tasks_done": 19}
+
+
+def test_a_stage_a_later_spark_job_reuses_keeps_what_it_did():
+    """A Spark job reading a shuffle an earlier one wrote lists its stage again, and Spark's status
+    store then shows that stage afresh (0 tasks done, then skipped): the count never goes back."""
+    stage = lambda done, tasks: SimpleNamespace(numCompletedTasks=done, numTasks=tasks)  # noqa: E731
+    stages = {1: stage(8, 8)}
+    jobs = [SimpleNamespace(stageIds=[1], status="SUCCEEDED")]
+    tracker = SimpleNamespace(getJobIdsForGroup=lambda group: list(range(len(jobs))), getJobInfo=jobs.__getitem__,
+                              getStageInfo=stages.get, getActiveStageIds=lambda: [])
+    ran: dict = {}
+    first = progress_line(tracker, "reading", 1, ran)
+    jobs.append(SimpleNamespace(stageIds=[1, 2], status="RUNNING"))  # stage 1 reused, shown afresh
+    stages.update({1: stage(0, 8), 2: stage(1, 2)})
+    second = progress_line(tracker, "reading", 2, ran)
+    jobs[1].status = "SUCCEEDED"
+    stages.update({2: stage(2, 2)})
+    third = progress_line(tracker, "reading", 3, ran)
+    assert [line["tasks_done"] for line in (first, second, third)] == [8, 9, 10]
+    assert (third["stages"], third["stages_done"], third["tasks"]) == (2, 2, 10)
 
 
 @pytest.mark.parametrize("exit_with, runs, reason", [
