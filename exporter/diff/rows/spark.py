@@ -214,8 +214,9 @@ def progress_line(tracker, phase: str, seconds: float, ran: dict[int, tuple[int,
     the stages an ended Spark job skipped (their output was there already) and never ran.
 
     Each stage once, with the most it was seen to have done (`ran`, by stage id, kept between
-    calls): a later Spark job that reuses a stage's shuffle output lists that stage again, and
-    Spark's status store then shows it afresh, 0 tasks done, which made the count go back."""
+    calls): a Spark job may list a stage another job already ran (adaptive execution's jobs
+    overlap), and Spark's status store may then show that stage afresh, 0 tasks done, which made
+    the count go back (once in a CI run)."""
     known = {}
     for job in tracker.getJobIdsForGroup(None):
         if (info := tracker.getJobInfo(job)) is None:

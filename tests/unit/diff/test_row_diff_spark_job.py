@@ -76,8 +76,8 @@ def test_progress_counts_every_spark_job_not_only_the_stages_running_now():
 
 
 def test_a_stage_a_later_spark_job_reuses_keeps_what_it_did():
-    """A Spark job reading a shuffle an earlier one wrote lists its stage again, and Spark's status
-    store then shows that stage afresh (0 tasks done, then skipped): the count never goes back."""
+    """A Spark job may list a stage an earlier one ran, and Spark's status store may then show that
+    stage afresh (0 tasks done, then skipped): the count never goes back."""
     stage = lambda done, tasks: SimpleNamespace(numCompletedTasks=done, numTasks=tasks)  # noqa: E731
     stages = {1: stage(8, 8)}
     jobs = [SimpleNamespace(stageIds=[1], status="SUCCEEDED")]
