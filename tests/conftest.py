@@ -56,8 +56,9 @@ SLOWEST_MODULES = ("test_row_diff", "test_bench_smoke", "test_export_trust", "te
 
 # The integration modules whose tests mostly wait (on workers, retries, timeouts, a browser, other
 # engines' processes) rather than compute: in a CI run here `test_events` took 256 s and 43 s of
-# CPU, `test_every_engine` 98 s and 22 s, `test_demo` 48 s and 12 s, `test_webhooks` 44 s. With three test processes the last one runs these first
-# (`WaitersApart`) while the other two run the rest on the machine's two cores. The benchmark smoke
+# CPU, `test_every_engine` 98 s and 22 s, `test_demo` 48 s and 12 s, `test_webhooks` 44 s. With
+# three test processes the last one runs these first (`WaitersApart`), then what is left of the
+# rest, while the other two run the rest on the machine's two cores. The benchmark smoke
 # test with them too (its Spark jobs are JVMs of their own) made the run no shorter: 900 s against
 # 846 s without it.
 WAITING_MODULES = ("test_events", "test_every_engine", "test_webhooks", "test_demo", "test_merge_gates",
