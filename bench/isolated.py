@@ -49,7 +49,8 @@ def measure(*args: str, env: dict[str, str] | None = None) -> dict:
 
 def _export(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
     """The export; with `iceberg.enabled`, then its Iceberg table, as a worker's next task writes it
-    (`iceberg_seconds`; `seconds` is the export's alone, what the status waits for). The object-store
+    (`iceberg_seconds`; `seconds` is the export's alone, what the status waits for), handed the log
+    files the export's message carries (`held_for_message`). The object-store
     client is made before the clock starts, as a worker has it (a fresh one costs about 0.1 s)."""
     from exporter.config import load_config
     from exporter.export.commit import export_iceberg, export_table, find_table
@@ -66,9 +67,14 @@ def _export(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
     outcome = export_table(Lake.connect(config), ExportAt(repository, ref, commit_id), table)
     iceberg_seconds, iceberg, requests = 0.0, outcome.iceberg, {}
     if outcome.ok and not outcome.skipped and outcome.iceberg == PENDING:
+        from workers.delivery import held_for_message
+
+        # the log files the export hands its Iceberg step's task in the message, as the worker does
+        held = {name: text.encode() for name, text in held_for_message(outcome.held).items()}
         with _object_store_requests() as requests:
             started = time.monotonic()
-            iceberg = export_iceberg(Lake(config, lakefs, ObjectStores(config)), repository, ref, commit_id, table_name)
+            iceberg = export_iceberg(Lake(config, lakefs, ObjectStores(config)), repository, ref, commit_id, table_name,
+                                     held=held)
             iceberg_seconds = time.monotonic() - started
     return {"ok": outcome.ok, "error": outcome.error, "seconds": outcome.seconds, "lakefs_calls": outcome.lakefs_calls,
             "incremental": outcome.incremental, "skipped": outcome.skipped, "location": outcome.location,
