@@ -135,6 +135,41 @@ def _iceberg(repository: str, ref: str, commit_id: str, table_name: str) -> dict
             "peak_rss_mib": peak_rss_mib()}
 
 
+def _iceberg_objects(repository: str, ref: str, commit_id: str, table_name: str) -> dict:
+    """The floor of an export's Iceberg step in object writes: the files its Iceberg table wrote
+    (manifests, manifest lists, path hashes, its metadata file), read first, then written again to a
+    scratch folder as the step writes them (behind, `IO_THREADS` at once; the metadata file last, after
+    the others) with nothing else to do: the seconds, this process's CPU and MinIO's meanwhile."""
+    from bench.measure import cpu_seconds, cpu_used
+    from exporter.config import load_config
+    from exporter.export.iceberg_metadata import _ExportFiles
+    from exporter.iceberg.files import WrittenBehind
+    from exporter.lakefs.client import LakeFS
+    from exporter.storage.layout import export_location, iceberg_files_location, iceberg_location
+    from exporter.storage.objectstore import ObjectStore
+    from exporter.threads import IO_THREADS
+
+    config = load_config()
+    store = ObjectStore(config, LakeFS(config.lakefs).storage_namespace(repository))
+    location = export_location(config, ref, commit_id, table_name)
+    keys = [name for folder in dict.fromkeys([iceberg_files_location(location), iceberg_location(location) + "metadata/"])
+            for name, _, _ in store.list_objects(folder)]
+    scratch = f"_bench-floor/{uuid.uuid4().hex}/"
+    bodies = [(scratch + key.rsplit("/", 1)[-1], store.get(key)) for key in keys]
+    *files, last = sorted(bodies, key=lambda kv: kv[0].endswith(".metadata.json"))
+    before, started, cpu = cpu_seconds(), time.perf_counter(), time.process_time()
+    with WrittenBehind(_ExportFiles(store, ""), IO_THREADS) as behind:
+        for key, body in files:
+            behind.put(key, body)
+        behind.flush()
+    store.put(*last)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    used = cpu_used(before, cpu_seconds())
+    store.delete([key for key, _ in bodies])
+    return {"objects": len(bodies), "bytes": sum(len(body) for _, body in bodies), "seconds": seconds,
+            "cpu_seconds": cpu, "minio_cpu_seconds": used.get("MinIO", 0.0)}
+
+
 def _rewrite(checkpoint_file: str, addresses_file: str, mode: str) -> dict:
     import pyarrow.parquet as pq
 
@@ -688,7 +723,7 @@ def _profiler(profile: str | None):
 
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
-    print(json.dumps({"export": _export, "iceberg": _iceberg, "rewrite": _rewrite, "stream": _stream, "diff": _diff, "gate": _gate, "precompute": _precompute, "keyscan": _keyscan,
+    print(json.dumps({"export": _export, "iceberg": _iceberg, "iceberg-objects": _iceberg_objects, "rewrite": _rewrite, "stream": _stream, "diff": _diff, "gate": _gate, "precompute": _precompute, "keyscan": _keyscan,
                       "append": _append, "republish": _republish, "rowdiff": _rowdiff, "exceptall": _exceptall,
                       "presign": _presign, "livefiles": _livefiles,
                       "sharing-table": _sharing_table, "sharing-lines": _sharing_lines,
