@@ -120,20 +120,22 @@ DELTA_ONLY, WITH_ICEBERG = ({"LAKEFS_DELTA_ICEBERG_ENABLED": on} for on in ("fal
 
 
 def bench_exports(sizes: list[int], lua_sizes: Collection[int] = (), lua_timeout: float = 600.0,
-                  built: dict[int, tuple[str, str]] | None = None, rows: list[dict] | None = None) -> list[dict]:
+                  built: dict[int, tuple[str, str]] | None = None, rows: list[dict] | None = None,
+                  stats_parsed: bool = False) -> list[dict]:
     """Each export in its own process (its own peak RSS): cold (the Delta log alone, as shipped and
     what Lua writes; then with `iceberg.enabled`), warm (a no-op: the manifest exists), and
     incremental after a commit that adds 10 files (both ways); lakeFS's Lua exporter beside the cold
     one at the `lua_sizes`. A Lua hook that outlives its time-out is stopped by restarting lakeFS, so nothing after it
     shares the machine with it. `built` gets each table's repository and exported head commit, by size;
-    `rows` (returned) each table's rows as they are measured."""
+    `rows` (returned) each table's rows as they are measured. `stats_parsed`: the tables' checkpoints
+    carry them beside the stats JSON, as Delta Spark writes them by default."""
     state, config, lakefs = running_stack()
     gateway = gateway_client(state)
     rows = [] if rows is None else rows
     for files in sizes:
-        repository, commit_id = synthetic_table(lakefs, gateway, "bench", files)
+        repository, commit_id = synthetic_table(lakefs, gateway, "bench", files, stats_parsed=stats_parsed)
         table_rows, head = bench_table_exports(state, lakefs, gateway, repository, files, commit_id, files in lua_sizes,
-                                               lua_timeout)
+                                               lua_timeout, stats_parsed=stats_parsed)
         if built is not None:
             built[files] = repository, head
         rows += table_rows
@@ -203,12 +205,16 @@ def cold_export(repository: str, ref: str, commit_id: str, files: int, env: dict
 
 
 def bench_table_exports(state, lakefs, gateway, repository: str, files: int, commit_id: str, lua: bool = True,
-                        lua_timeout: float = 600.0, ref: str = "main", new_version: int = 52) -> tuple[list[dict], str]:
+                        lua_timeout: float = 600.0, ref: str = "main", new_version: int = 52,
+                        stats_parsed: bool = False) -> tuple[list[dict], str]:
     """The rows of `bench_exports` for one table `build_table` made (`t<files>` at `commit_id`),
     exported under `ref` (and with Iceberg metadata under `<ref>-iceberg`), and the 10-file commit
-    after it (exported both ways; it writes `new_version`)."""
+    after it (exported both ways; it writes `new_version`). `stats_parsed`: its checkpoint has them
+    (the rows say so)."""
     from bench.lua_exporter import bench_lua_export
     from bench.synthetic import add_files
+
+    table = f"{files:,}-file table" + (" (stats_parsed in its checkpoint)" if stats_parsed else "")
 
     with_iceberg = f"{ref}-iceberg"
     ways = ((ref, DELTA_ONLY, "the Delta log alone: what Lua writes"),
@@ -216,7 +222,7 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
     cold_rows = []
     for at, env, label in ways:
         measured = cold_export(repository, at, commit_id, files, env, samples=COLD_SAMPLES)
-        cold_rows.append({"benchmark": f"export {files:,}-file table + 50 commits (cold, {label}{split(measured)})",
+        cold_rows.append({"benchmark": f"export {table} + 50 commits (cold, {label}{split(measured)})",
                           "seconds": measured["seconds"] + measured["iceberg_seconds"],
                           "files_per_s": (files + 50) / (measured["seconds"] + measured["iceberg_seconds"]),
                           "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]})
@@ -226,7 +232,7 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
         print(cold_rows[-1], flush=True)
     # the floor of its Iceberg step in object writes: the same files written again, nothing else done
     floor = measure("iceberg-objects", repository, with_iceberg, commit_id, f"t{files}")
-    floor_row = {"benchmark": f"the Iceberg step's files alone ({files:,}-file table): its {floor['objects']} "
+    floor_row = {"benchmark": f"the Iceberg step's files alone ({table}): its {floor['objects']} "
                               f"objects ({floor['bytes']:,} bytes) written again as it writes them, nothing else "
                               f"done; CPU: this process {floor['cpu_seconds'] * 1000:.0f} ms, MinIO "
                               f"{floor['minio_cpu_seconds'] * 1000:.0f} ms",
@@ -238,7 +244,7 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
                                   cold_rows[0]["seconds"] <= 8 and cold_rows[0]["peak_rss_mib"] <= 512)
     measured = measure("export", repository, ref, commit_id, f"t{files}")
     assert measured["ok"] and measured["skipped"], measured
-    warm_row = {"benchmark": f"export {files:,}-file table + 50 commits (warm)", "seconds": measured["seconds"],
+    warm_row = {"benchmark": f"export {table} + 50 commits (warm)", "seconds": measured["seconds"],
                 "files_per_s": (files + 50) / measured["seconds"], "lakefs_calls": measured["lakefs_calls"],
                 "peak_rss_mib": measured["peak_rss_mib"]}
     print(warm_row, flush=True)
@@ -249,7 +255,7 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
         assert measured["ok"] and measured["incremental"], measured
         locations.append(measured["location"])
         incremental_rows.append({
-            "benchmark": f"export {files:,}-file table after a 10-file commit (incremental, {label.split(':')[0]}"
+            "benchmark": f"export {table} after a 10-file commit (incremental, {label.split(':')[0]}"
                          f"{split(measured)})",
             "seconds": measured["seconds"] + measured["iceberg_seconds"],
             "files_per_s": 10 / (measured["seconds"] + measured["iceberg_seconds"]),
@@ -261,14 +267,14 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
     # the Iceberg step alone, in its own process, over the Delta-only export: its CPU and peak memory
     measured = measure("iceberg", repository, ref, commit_id, f"t{files}")
     assert measured["state"] == "written", measured
-    iceberg_row = {"benchmark": f"Iceberg metadata of the cold export above ({files:,}-file table, "
+    iceberg_row = {"benchmark": f"Iceberg metadata of the cold export above ({table}, "
                                 f"{measured['snapshots']} snapshots), alone: {measured['cpu_seconds']:.2f} s of CPU",
                    "seconds": measured["seconds"], "files_per_s": (files + 50) / measured["seconds"],
                    "lakefs_calls": 1, "peak_rss_mib": measured["peak_rss_mib"]}
     print(iceberg_row, flush=True)
     rows = cold_rows + [floor_row, warm_row, iceberg_row, *incremental_rows]
     measured = measure("diff", repository, commit_id, child, f"tables/t{files}")
-    rows.append({"benchmark": f"history diff of the 10-file commit against its parent, {files:,}-file table (cold)",
+    rows.append({"benchmark": f"history diff of the 10-file commit against its parent, {table} (cold)",
                  "seconds": measured["seconds"], "files_per_s": measured["files"] / measured["seconds"],
                  "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]})
     print(rows[-1], flush=True)
@@ -688,6 +694,9 @@ def main() -> None:
     parser.add_argument("--gate-key-rows", type=int, default=1_000_000,
                         help="rows appended on a branch whose key rule the gate checks, beside a full scan (0: skip)")
     parser.add_argument("--no-lua", action="store_true", help="skip lakeFS's Lua Delta exporter")
+    parser.add_argument("--stats-parsed", action="store_true",
+                        help="the --sizes tables' checkpoints carry stats_parsed beside the stats JSON, as Delta "
+                             "Spark writes them by default")
     parser.add_argument("--lua-sizes", type=int, nargs="*",
                         help="the --sizes Lua's exporter runs beside (default: every one; at 1,000,000 files it "
                              "runs past any time-out worth waiting)")
@@ -730,7 +739,7 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
     if args.sizes:
         with part("exports"):
             lua_sizes = [] if args.no_lua else args.sizes if args.lua_sizes is None else args.lua_sizes
-            bench_exports(args.sizes, lua_sizes, args.lua_timeout, built, rows)
+            bench_exports(args.sizes, lua_sizes, args.lua_timeout, built, rows, args.stats_parsed)
     if args.diff_versions:
         with part("history diffs"):
             rows += bench_diffs(args.diff_versions)

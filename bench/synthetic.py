@@ -6,6 +6,7 @@ import io
 import json
 import uuid
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -26,11 +27,23 @@ def data_file(rows: int = 10) -> bytes:
     return sink.getvalue()
 
 
-def synthetic_checkpoint(names: list[str], size: int = 100) -> pa.Table:
+def synthetic_checkpoint(names: list[str], size: int = 100, stats_parsed: bool = False) -> pa.Table:
+    """With `stats_parsed`, the adds carry the stats as a struct too, as Delta Spark writes them by
+    default (`delta.checkpoint.writeStatsAsStruct`)."""
     # stats as writers record them (per-file bounds), so a checkpoint has a realistic size per add
     adds = pa.array([{"path": n, "partitionValues": [], "size": size, "modificationTime": 0, "dataChange": False,
                       "stats": f'{{"numRecords":10,"minValues":{{"id":{i * 10}}},"maxValues":{{"id":{i * 10 + 9}}},'
                                f'"nullCount":{{"id":0}}}}'} for i, n in enumerate(names)], type=ADD_TYPE)
+    if stats_parsed:
+        first = np.arange(len(names), dtype=np.int64) * 10
+
+        def by_column(values: np.ndarray) -> pa.StructArray:
+            return pa.StructArray.from_arrays([pa.array(values)], names=["id"])
+
+        parsed = pa.StructArray.from_arrays([pa.array(np.full(len(names), 10, np.int64)), by_column(first),
+                                             by_column(first + 9), by_column(np.zeros(len(names), np.int64))],
+                                            names=["numRecords", "minValues", "maxValues", "nullCount"])
+        adds = pa.StructArray.from_arrays([*adds.flatten(), parsed], names=[*ADD_TYPE.names, "stats_parsed"])
     protocol_type = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
     metadata_type = pa.struct([("id", pa.string()), ("schemaString", pa.string()),
                                ("partitionColumns", pa.list_(pa.string())),
@@ -38,7 +51,7 @@ def synthetic_checkpoint(names: list[str], size: int = 100) -> pa.Table:
                                ("configuration", pa.map_(pa.string(), pa.string())), ("createdTime", pa.int64())])
     rows = len(names) + 2
     nulls = lambda t: pa.nulls(rows - 1, type=t)  # noqa: E731
-    add_column = pa.concat_arrays([pa.nulls(2, type=ADD_TYPE), adds])
+    add_column = pa.concat_arrays([pa.nulls(2, type=adds.type), adds])
     protocol = pa.concat_arrays([pa.array([PROTOCOL["protocol"]], type=protocol_type), nulls(protocol_type)])
     meta = METADATA["metaData"]
     metadata = pa.concat_arrays([pa.nulls(1, type=metadata_type),
@@ -48,10 +61,10 @@ def synthetic_checkpoint(names: list[str], size: int = 100) -> pa.Table:
 
 
 def build_table(lakefs, gateway, repository: str, files: int, commits_after: int = 50, partitions: int = 0,
-                body: bytes = b"x") -> str:
+                body: bytes = b"x", stats_parsed: bool = False) -> str:
     """N tiny data objects (imported: see `import_objects`; each `body`, a placeholder byte unless a
     reader must read them), a checkpoint of N adds at version 1, then 50 commits of one add each;
-    with `partitions`, the files spread over `p=<k>/` folders."""
+    with `partitions`, the files spread over `p=<k>/` folders; `stats_parsed`: `synthetic_checkpoint`'s."""
     prefix = f"tables/t{files}/"
     folder = (lambda i: f"p={i % partitions:04d}/") if partitions else (lambda i: "")
     names = [f"{folder(i)}part-{i:07d}-{uuid.uuid4().hex[:8]}.parquet" for i in range(files + commits_after)]
@@ -63,7 +76,8 @@ def build_table(lakefs, gateway, repository: str, files: int, commits_after: int
     sink = io.BytesIO()
     # row groups of 65,536 rows, about the 16 MiB Spark's checkpoints of such adds get
     readable = len(body) > 1  # a data file a reader may open: the adds give its size
-    pq.write_table(synthetic_checkpoint(names[:files], len(body) if readable else 100), sink, row_group_size=65_536)
+    pq.write_table(synthetic_checkpoint(names[:files], len(body) if readable else 100, stats_parsed), sink,
+                   row_group_size=65_536)
     lakefs.upload_object(repository, "main", log + f"{1:020d}.checkpoint.parquet", sink.getvalue())
     lakefs.upload_object(repository, "main", log + f"{1:020d}.json",
                          json.dumps({"commitInfo": {"operation": "WRITE"}}).encode() + b"\n")
@@ -199,9 +213,11 @@ def import_objects(lakefs, repository: str, branch: str, destination: str, names
         time.sleep(0.5)
 
 
-def synthetic_table(lakefs, gateway, name_prefix: str, files: int, body: bytes = b"x") -> tuple[str, str]:
-    """A new repository holding `build_table`'s table of `files` files (each `body`): (repository, commit id)."""
+def synthetic_table(lakefs, gateway, name_prefix: str, files: int, body: bytes = b"x",
+                    stats_parsed: bool = False) -> tuple[str, str]:
+    """A new repository holding `build_table`'s table of `files` files (each `body`, `stats_parsed`):
+    (repository, commit id)."""
     repository = new_repository(lakefs, f"{name_prefix}-{files}")
     print(f"building a table of {files:,} files in {repository} ...", flush=True)
     return repository, build_table(lakefs, gateway, repository, files, partitions=100 if files >= 100_000 else 0,
-                                   body=body)
+                                   body=body, stats_parsed=stats_parsed)

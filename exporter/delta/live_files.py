@@ -110,10 +110,12 @@ class LiveFiles:
         """The live files the commits after the checkpoint added, as their add actions."""
         yield from (add for add in self.later.values() if add is not None)
 
-    def checkpoint_batches(self, whole: bool = False) -> Iterable[pa.StructArray]:
+    def checkpoint_batches(self, whole: bool = False, stats_parsed: bool = False) -> Iterable[pa.StructArray]:
         """The checkpoint's live adds as Arrow structs, a slice at a time (`files` as `_plain` dicts):
-        for answers built column by column."""
-        for _, adds in self._checkpoint_adds(_WHOLE_ADD_COLUMNS if whole else _KEY_COLUMNS, with_keys=False):
+        for answers built column by column. With `stats_parsed` (and `whole`), also the checkpoint's
+        typed stats where it has them (Delta Spark writes them by default)."""
+        columns = [*_WHOLE_ADD_COLUMNS, *(["add.stats_parsed"] if stats_parsed else [])] if whole else _KEY_COLUMNS
+        for _, adds in self._checkpoint_adds(columns, with_keys=False):
             yield adds
 
     def adds(self, wanted: pa.Array) -> Iterable[dict]:

@@ -3,8 +3,10 @@ slice of files at once, and the entries' Avro binary encoding (spec.md#avro) bui
 numpy, so a file costs no Python call of its own (a dict per file cost about 50 µs).
 
 Only what is taken exactly goes this way: stats parsed by Arrow's JSON reader against the types the
-columns must have (a value of another type fails the slice), bounds of integers, floating point
-numbers, booleans and strings packed as arrays, of dates and timestamps by `stats`' own functions.
+columns must have (a value of another type fails the slice), or read typed from the checkpoint's
+`stats_parsed` where it has them and no column is a timestamp (its JSON tells how far the writer cut
+it; the struct does not), bounds of integers, floating point numbers, booleans and strings packed as
+arrays, of dates and timestamps by `stats`' own functions.
 A slice with stats Arrow cannot read, a decimal column, or an int beyond its type returns None;
 a file with a deletion vector or without `numRecords` is left out (`Entries.left`). Those go file by
 file (`table._Builder._add`), as every file went before.
@@ -63,17 +65,25 @@ def manifest_entries(adds: pa.StructArray, columns: Sequence[StatsColumn], parti
     if any(c.iceberg_type not in _ARROW and c.iceberg_type != "binary" for c in columns):
         return None  # decimals (and any type added later): their JSON numbers need Python's Decimal
     names = {f.name for f in adds.type}
-    if "stats" not in names:  # a checkpoint with `stats_parsed` only (delta-kernel-rs writes them): file by file
+    typed = "stats_parsed" in names and _takes_typed(adds.type.field("stats_parsed").type, columns)
+    if typed:  # Delta Spark's checkpoints carry them (`checkpoint.writeStatsAsStruct`, on by default): no JSON read
+        stats = pc.struct_field(adds, "stats_parsed")
+        left = pc.is_null(stats)
+    elif "stats" in names:
+        stats = pc.struct_field(adds, "stats")
+        left = pc.or_kleene(pc.is_null(stats), pc.equal(stats, ""))
+    else:  # `stats_parsed` only (delta-kernel-rs writes them) with a column they cannot give exactly: file by file
         return None
-    stats = pc.struct_field(adds, "stats")
-    left = pc.or_kleene(pc.is_null(stats), pc.equal(stats, ""))
     if "deletionVector" in names:
         left = pc.or_kleene(left, pc.is_valid(pc.struct_field(adds, "deletionVector")))
     left = pc.fill_null(left, True)
     taken = adds.filter(pc.invert(left)) if pc.any(left).as_py() else adds  # no copy when every file is taken
-    if _holds(pc.struct_field(taken, "stats"), "\n"):
+    if typed:
+        parsed = _typed_stats(pc.struct_field(taken, "stats_parsed"), columns)
+    elif _holds(pc.struct_field(taken, "stats"), "\n"):
         return None  # not one JSON document a line
-    parsed = _parse_stats(pc.struct_field(taken, "stats"), columns)
+    else:
+        parsed = _parse_stats(pc.struct_field(taken, "stats"), columns)
     if parsed is None:
         return None
     records = parsed.column("numRecords").combine_chunks()
@@ -110,6 +120,61 @@ def _parse_stats(stats: pa.Array, columns: Sequence[StatsColumn]) -> pa.Table | 
                             parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None  # a value of another type, not JSON, ...: `stats` decides, file by file
+
+
+# the types `stats_parsed` may hold a column's stats in, taken exactly as its JSON would be; a
+# timestamp's is not (its JSON says how many digits the writer cut it to, the upper bound's widening)
+_TYPED = {"int": pa.types.is_integer, "long": pa.types.is_integer, "double": pa.types.is_floating,
+          "float": pa.types.is_floating, "boolean": pa.types.is_boolean,
+          "string": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "date": pa.types.is_date32}
+
+
+def _takes_typed(stats_type: pa.DataType, columns: Sequence[StatsColumn]) -> bool:
+    """Whether `stats_parsed` of this type gives every column's stats as its JSON would (`_typed_stats`)."""
+    if not pa.types.is_struct(stats_type) or stats_type.get_field_index("numRecords") < 0 or \
+            not pa.types.is_integer(stats_type.field("numRecords").type):
+        return False
+    if stats_type.get_field_index("tightBounds") >= 0 and not pa.types.is_boolean(stats_type.field("tightBounds").type):
+        return False
+    for kind in ("minValues", "maxValues", "nullCount"):
+        if stats_type.get_field_index(kind) < 0:
+            continue
+        values = stats_type.field(kind).type
+        if not pa.types.is_struct(values):
+            return False
+        for column in columns:
+            if values.get_field_index(column.physical_name) < 0:
+                continue
+            value_type = values.field(column.physical_name).type
+            if kind == "nullCount":
+                if not pa.types.is_integer(value_type):
+                    return False
+            elif column.iceberg_type != "binary" and not _TYPED.get(column.iceberg_type, lambda t: False)(value_type):
+                return False
+    return True
+
+
+def _typed_stats(stats: pa.Array, columns: Sequence[StatsColumn]) -> pa.Table:
+    """`stats_parsed` (of a type `_takes_typed` takes) as `_parse_stats` gives the JSON: each kind a
+    struct of every column's value in `_ARROW`'s type, null where the file has none."""
+    def field(parent: pa.Array, name: str, kind: pa.DataType) -> pa.Array:
+        if parent is None or parent.type.get_field_index(name) < 0:
+            return pa.nulls(len(stats), kind)
+        return pc.struct_field(parent, name).cast(kind)  # null where the parent is
+
+    def kind(name: str) -> pa.Array | None:
+        return pc.struct_field(stats, name) if stats.type.get_field_index(name) >= 0 else None
+
+    def struct(name: str) -> pa.StructArray:
+        parent = kind(name)
+        wanted = [(c.physical_name, pa.int64() if name == "nullCount" else _ARROW[c.iceberg_type])
+                  for c in columns if name == "nullCount" or c.iceberg_type in _ARROW]
+        return pa.StructArray.from_arrays([field(parent, n, t) for n, t in wanted] or [pa.nulls(len(stats))],
+                                          names=[n for n, _ in wanted] or ["-"])
+
+    return pa.table({"numRecords": field(stats, "numRecords", pa.int64()),
+                     "tightBounds": field(stats, "tightBounds", pa.bool_()),
+                     **{name: struct(name) for name in ("nullCount", "minValues", "maxValues")}})
 
 
 def _encode(adds: pa.StructArray, parsed: pa.Table, record_counts: np.ndarray, columns: Sequence[StatsColumn],

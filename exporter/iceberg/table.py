@@ -189,7 +189,7 @@ class _Builder:
         actions = parse_actions(commit, log.raw(commit)) if commit else []
         self.evolution.use(live.metadata, live.protocol)
         self._snapshot(version, actions, live.later_files(), set(), data_change=True,
-                       batches=live.checkpoint_batches(whole=True))
+                       batches=live.checkpoint_batches(whole=True, stats_parsed=True))
 
     def commit_snapshot(self, version: int, actions: list[dict]) -> None:
         check_protocol(actions)

@@ -48,12 +48,55 @@ GOOD = [
 WRONG_TYPE = GOOD[:2] + [stats(3, {"id": "4"}, {"id": 4.5})]  # the slice goes file by file
 
 
-def write_log(folder: Path, all_stats: list[str | None]) -> LocalLog:
+# the types Delta Spark gives `stats_parsed`'s values, by the column's Delta type
+_TYPED = {"long": pa.int64(), "integer": pa.int32(), "double": pa.float64(), "float": pa.float32(),
+          "boolean": pa.bool_(), "string": pa.string(), "date": pa.date32(), "timestamp": pa.timestamp("us", "UTC"),
+          "timestamp_ntz": pa.timestamp("us")}
+
+
+def typed_stats(all_stats: list[str | None], fields: list[tuple[str, str]]) -> pa.Array:
+    """`stats_parsed` as Delta Spark derives it from each file's stats JSON (`from_json` against the
+    table's schema): a value of another type is null; no stats, a null struct."""
+    def value(raw, delta_type: str):
+        arrow = _TYPED[delta_type]
+        try:
+            if delta_type == "date":
+                return None if not isinstance(raw, str) else pa.scalar(raw).cast(arrow).as_py()
+            if delta_type.startswith("timestamp"):
+                return None if not isinstance(raw, str) else pa.scalar(raw.replace("Z", "")[:23]).cast(arrow).as_py()
+            if isinstance(raw, bool) != pa.types.is_boolean(arrow) or isinstance(raw, (str, dict, list)) != \
+                    pa.types.is_string(arrow) or (isinstance(raw, float) and pa.types.is_integer(arrow)):
+                return None
+            return pa.scalar(raw, arrow).as_py()
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+            return None
+
+    values = pa.struct([(name, _TYPED[kind]) for name, kind in fields])
+    counts = pa.struct([(name, pa.int64()) for name, _ in fields])
+    typed = pa.struct([("numRecords", pa.int64()), ("minValues", values), ("maxValues", values),
+                       ("nullCount", counts), ("tightBounds", pa.bool_())])
+    rows = []
+    for text in all_stats:
+        document = json.loads(text) if text else None
+        if document is None:
+            rows.append(None)
+            continue
+        rows.append({"numRecords": document.get("numRecords"), "tightBounds": document.get("tightBounds"),
+                     **{kind: {name: value(document.get(kind, {}).get(name), delta_type) for name, delta_type in fields}
+                        for kind in ("minValues", "maxValues")},
+                     "nullCount": {name: count if isinstance(count := document.get("nullCount", {}).get(name), int)
+                                   else None for name, _ in fields}})
+    return pa.array(rows, typed)
+
+
+def write_log(folder: Path, all_stats: list[str | None], fields: list[tuple[str, str]] = FIELDS,
+              typed: bool = False) -> LocalLog:
+    """A checkpoint of a file for each of `all_stats`; with `typed`, its `stats_parsed` too."""
     log = folder / "export" / "_delta_log"
     log.mkdir(parents=True)
     footer = folder / "data.parquet"
     pq.write_table(pa.table({"id": pa.array(range(4), pa.int64())}), footer)
-    schema = {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in FIELDS]}
+    schema = {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields]}
     metadata = {"id": "columns", "format": {"provider": "parquet", "options": {}}, "schemaString": json.dumps(schema),
                 "partitionColumns": ["region", "bucket"], "configuration": {}, "createdTime": 0}
     (log / f"{0:020d}.json").write_text(json.dumps({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}})
@@ -63,7 +106,11 @@ def write_log(folder: Path, all_stats: list[str | None]) -> LocalLog:
              "partitionValues": partitions[i % 3], "size": footer.stat().st_size if i >= 4 else 100 + i,
              "modificationTime": 0, "dataChange": False,
              "stats": text} for i, text in enumerate(all_stats)]
-    add = pa.concat_arrays([pa.nulls(2, ADD), pa.array(adds, ADD)])
+    add = pa.array(adds, ADD)
+    if typed:
+        stats_parsed = typed_stats(all_stats, [(n, t) for n, t in fields if n not in ("region", "bucket")])
+        add = pa.StructArray.from_arrays([*add.flatten(), stats_parsed], names=[*ADD.names, "stats_parsed"])
+    add = pa.concat_arrays([pa.nulls(2, add.type), add])
     protocol = pa.array([{"minReaderVersion": 1, "minWriterVersion": 2}] + [None] * (len(adds) + 1))
     meta_type = pa.struct([("id", pa.string()), ("schemaString", pa.string()),
                            ("partitionColumns", pa.list_(pa.string())), ("configuration", pa.map_(pa.string(), pa.string())),
@@ -97,6 +144,37 @@ def test_columns_write_what_the_file_by_file_path_writes(tmp_path, monkeypatch, 
     assert any(entry["data_file"]["lower_bounds"] for entry in fast[0])
 
 
+UNCUT = [(name, kind) for name, kind in FIELDS if not kind.startswith("timestamp")]  # none the typed stats leave
+
+
+@pytest.mark.parametrize("fields", [UNCUT, FIELDS], ids=["typed-stats-taken", "a-timestamp-column-reads-the-json"])
+@pytest.mark.parametrize("all_stats", [GOOD, WRONG_TYPE], ids=["good", "a-value-of-another-type"])
+def test_columns_from_typed_stats_write_what_the_file_by_file_path_writes(tmp_path, monkeypatch, fields, all_stats):
+    """A checkpoint with `stats_parsed` (Delta Spark writes it by default) beside the JSON: the same
+    entries and totals as file by file from the JSON, whether the typed stats are read or not."""
+    import exporter.iceberg.columns as columns
+
+    log = write_log(tmp_path, all_stats, fields, typed=True)
+    parsed_json = []
+    parse = columns._parse_stats
+    monkeypatch.setattr(columns, "_parse_stats", lambda *arguments: parsed_json.append(1) or parse(*arguments))
+    read = []
+    real = manifest_set.manifest_entries
+    monkeypatch.setattr(manifest_set, "manifest_entries", lambda *arguments: read.append(real(*arguments)) or read[-1])
+    fast = written(tmp_path / "fast", log)
+    monkeypatch.setattr(manifest_set, "manifest_entries", lambda *arguments: None)
+    slow = written(tmp_path / "slow", log)
+
+    assert fast[0] == slow[0]
+    assert fast[2] == slow[2]
+    assert any(entry["data_file"]["lower_bounds"] for entry in fast[0])
+    # typed: the 4 files with numRecords taken, also the one whose JSON has a value of another type;
+    # with a timestamp column: the JSON path's answer (that slice goes file by file)
+    expected = ([4] if all_stats is GOOD else [3]) if fields is UNCUT else ([4] if all_stats is GOOD else [])
+    assert [len(entries.rows) for entries in read if entries is not None] == expected
+    assert bool(parsed_json) == (fields is not UNCUT)  # the JSON is read only where the typed stats are not
+
+
 def test_a_manifest_written_by_columns_sums_up_its_partitions(tmp_path):
     summaries = written(tmp_path / "fast", write_log(tmp_path, GOOD))[1]
     # the 4 files taken: (eu, 3), ("" = null, -1), (no value = null, 3), (eu, 3)
@@ -116,16 +194,25 @@ def test_the_fast_path_takes_good_stats(tmp_path, monkeypatch):
     assert [len(entries.rows) for entries in taken] == [4]
 
 
-def test_a_checkpoint_with_parsed_stats_only_goes_file_by_file_not_to_an_error():
+def test_a_checkpoint_with_parsed_stats_only_is_taken_by_columns_or_goes_file_by_file_not_to_an_error():
     """delta-kernel-rs's checkpoints may carry `add.stats_parsed` and no `add.stats` column: the
-    column path raised ArrowInvalid (No match for FieldRef.Name(stats)) and the table got no Iceberg table."""
+    column path raised ArrowInvalid (No match for FieldRef.Name(stats)) and the table got no Iceberg
+    table. The typed stats are taken; with a column they cannot give exactly (a timestamp), file by file."""
     from exporter.iceberg.columns import manifest_entries
+    from exporter.iceberg.stats import StatsColumn
 
-    adds = pa.StructArray.from_arrays(
-        [pa.array(["part-0.parquet"]), pa.array([10], pa.int64()),
-         pa.StructArray.from_arrays([pa.array([3], pa.int64())], names=["numRecords"])],
-        names=["path", "size", "stats_parsed"])
-    assert manifest_entries(adds, [], [], snapshot_id=1, sequence_number=1) is None
+    def adds(value_type: pa.DataType) -> pa.StructArray:
+        minimum = pa.StructArray.from_arrays([pa.array([1], value_type)], names=["at"])
+        return pa.StructArray.from_arrays(
+            [pa.array(["part-0.parquet"]), pa.array([10], pa.int64()),
+             pa.StructArray.from_arrays([pa.array([3], pa.int64()), minimum], names=["numRecords", "minValues"])],
+            names=["path", "size", "stats_parsed"])
+
+    entries = manifest_entries(adds(pa.int64()), [StatsColumn("at", 1, "long", True)], [], snapshot_id=1,
+                               sequence_number=1)
+    assert entries is not None and entries.record_counts.tolist() == [3] and not entries.left.to_pylist()[0]
+    assert manifest_entries(adds(pa.timestamp("us", "UTC")), [StatsColumn("at", 1, "timestamptz", True)], [],
+                            snapshot_id=1, sequence_number=1) is None
 
 
 def test_path_hashes_read_back_as_written_and_a_torn_object_is_refused():
