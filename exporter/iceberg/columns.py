@@ -122,9 +122,10 @@ def _parse_stats(stats: pa.Array, columns: Sequence[StatsColumn]) -> pa.Table | 
         return None  # a value of another type, not JSON, ...: `stats` decides, file by file
 
 
-# the types `stats_parsed` may hold a column's stats in, taken exactly as its JSON would be; a
-# timestamp's is not (its JSON says how many digits the writer cut it to, the upper bound's widening)
-_TYPED = {"int": pa.types.is_integer, "long": pa.types.is_integer, "double": pa.types.is_floating,
+# the types `stats_parsed` may hold a column's stats in, taken exactly as its JSON would be (each
+# cast to `_ARROW`'s type without loss: Delta has no unsigned integers); a timestamp's is not (its JSON
+# says how many digits the writer cut it to, the upper bound's widening)
+_TYPED = {"int": pa.types.is_signed_integer, "long": pa.types.is_signed_integer, "double": pa.types.is_floating,
           "float": pa.types.is_floating, "boolean": pa.types.is_boolean,
           "string": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), "date": pa.types.is_date32}
 
@@ -132,7 +133,7 @@ _TYPED = {"int": pa.types.is_integer, "long": pa.types.is_integer, "double": pa.
 def _takes_typed(stats_type: pa.DataType, columns: Sequence[StatsColumn]) -> bool:
     """Whether `stats_parsed` of this type gives every column's stats as its JSON would (`_typed_stats`)."""
     if not pa.types.is_struct(stats_type) or stats_type.get_field_index("numRecords") < 0 or \
-            not pa.types.is_integer(stats_type.field("numRecords").type):
+            not pa.types.is_signed_integer(stats_type.field("numRecords").type):
         return False
     if stats_type.get_field_index("tightBounds") >= 0 and not pa.types.is_boolean(stats_type.field("tightBounds").type):
         return False
@@ -147,7 +148,7 @@ def _takes_typed(stats_type: pa.DataType, columns: Sequence[StatsColumn]) -> boo
                 continue
             value_type = values.field(column.physical_name).type
             if kind == "nullCount":
-                if not pa.types.is_integer(value_type):
+                if not pa.types.is_signed_integer(value_type):
                     return False
             elif column.iceberg_type != "binary" and not _TYPED.get(column.iceberg_type, lambda t: False)(value_type):
                 return False

@@ -213,6 +213,9 @@ def test_a_checkpoint_with_parsed_stats_only_is_taken_by_columns_or_goes_file_by
     assert entries is not None and entries.record_counts.tolist() == [3] and not entries.left.to_pylist()[0]
     assert manifest_entries(adds(pa.timestamp("us", "UTC")), [StatsColumn("at", 1, "timestamptz", True)], [],
                             snapshot_id=1, sequence_number=1) is None
+    # a type Delta does not write (an unsigned count could exceed a long): not taken typed either
+    assert manifest_entries(adds(pa.uint64()), [StatsColumn("at", 1, "long", True)], [], snapshot_id=1,
+                            sequence_number=1) is None
 
 
 def test_path_hashes_read_back_as_written_and_a_torn_object_is_refused():
