@@ -105,13 +105,19 @@ def manifest_entries(adds: pa.StructArray, columns: Sequence[StatsColumn], parti
                    partitions, left)
 
 
-def _parse_stats(stats: pa.Array, columns: Sequence[StatsColumn]) -> pa.Table | None:
+def _stats_schema(columns: Sequence[StatsColumn]) -> pa.Schema:
+    """The stats of a slice as `_encode` takes them: each kind a struct of every column's value in
+    `_ARROW`'s type (the JSON read against it, `stats_parsed` cast to it)."""
     def struct(kind: str) -> pa.DataType:
         return pa.struct([(c.physical_name, pa.int64() if kind == "nullCount" else _ARROW[c.iceberg_type])
                           for c in columns if kind == "nullCount" or c.iceberg_type in _ARROW])
 
-    schema = pa.schema([("numRecords", pa.int64()), ("tightBounds", pa.bool_()),
-                        *((kind, struct(kind)) for kind in ("nullCount", "minValues", "maxValues"))])
+    return pa.schema([("numRecords", pa.int64()), ("tightBounds", pa.bool_()),
+                      *((kind, struct(kind)) for kind in ("nullCount", "minValues", "maxValues"))])
+
+
+def _parse_stats(stats: pa.Array, columns: Sequence[StatsColumn]) -> pa.Table | None:
+    schema = _stats_schema(columns)
     lines = pa.ListArray.from_arrays(pa.array([0, len(stats)], pa.int32()), stats.cast(pa.string()))
     body = pc.binary_join(lines, "\n").cast(pa.binary())[0].as_buffer()  # one JSON document a line
     try:
@@ -156,26 +162,19 @@ def _takes_typed(stats_type: pa.DataType, columns: Sequence[StatsColumn]) -> boo
 
 
 def _typed_stats(stats: pa.Array, columns: Sequence[StatsColumn]) -> pa.Table:
-    """`stats_parsed` (of a type `_takes_typed` takes) as `_parse_stats` gives the JSON: each kind a
-    struct of every column's value in `_ARROW`'s type, null where the file has none."""
-    def field(parent: pa.Array, name: str, kind: pa.DataType) -> pa.Array:
+    """`stats_parsed` (of a type `_takes_typed` takes) as `_parse_stats` gives the JSON (`_stats_schema`),
+    null where the file has none."""
+    def cast(parent: pa.Array | None, name: str, kind: pa.DataType) -> pa.Array:
         if parent is None or parent.type.get_field_index(name) < 0:
             return pa.nulls(len(stats), kind)
-        return pc.struct_field(parent, name).cast(kind)  # null where the parent is
+        value = pc.struct_field(parent, name)  # null where the parent is
+        if not pa.types.is_struct(kind):
+            return value.cast(kind)
+        if not kind.num_fields:
+            return pa.nulls(len(stats), kind)
+        return pa.StructArray.from_arrays([cast(value, field.name, field.type) for field in kind], fields=list(kind))
 
-    def kind(name: str) -> pa.Array | None:
-        return pc.struct_field(stats, name) if stats.type.get_field_index(name) >= 0 else None
-
-    def struct(name: str) -> pa.StructArray:
-        parent = kind(name)
-        wanted = [(c.physical_name, pa.int64() if name == "nullCount" else _ARROW[c.iceberg_type])
-                  for c in columns if name == "nullCount" or c.iceberg_type in _ARROW]
-        return pa.StructArray.from_arrays([field(parent, n, t) for n, t in wanted] or [pa.nulls(len(stats))],
-                                          names=[n for n, _ in wanted] or ["-"])
-
-    return pa.table({"numRecords": field(stats, "numRecords", pa.int64()),
-                     "tightBounds": field(stats, "tightBounds", pa.bool_()),
-                     **{name: struct(name) for name in ("nullCount", "minValues", "maxValues")}})
+    return pa.table({field.name: cast(stats, field.name, field.type) for field in _stats_schema(columns)})
 
 
 def _encode(adds: pa.StructArray, parsed: pa.Table, record_counts: np.ndarray, columns: Sequence[StatsColumn],
