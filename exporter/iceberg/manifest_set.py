@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,9 +33,16 @@ from exporter.iceberg.manifests import ADDED, DATA, DELETED, DELETES, EXISTING, 
 from exporter.iceberg.stats import file_metrics
 from exporter.iceberg.versions import GoneFile
 from exporter.parquet.splice import open_parquet
-from exporter.threads import IO_THREADS, io_pool
+from exporter.threads import IO_THREADS, io_pool, prefetched
 
 ReadRange = Callable[[str, int, int], bytes]  # (a log's absolute URI, start, end) -> those bytes
+# A checkpoint's adds are encoded (`columns.manifest_entries`) a slice of ENCODE_SLICE at a time, up
+# to ENCODE_AHEAD slices on threads while this one writes the manifests of those before: Arrow's JSON
+# reader, kernels and deflate leave the GIL, so the encoding of 100,000 files used the second core
+# (0.28 s -> 0.21 s of a cold step over a local folder, 0.22 s -> 0.17 s with `stats_parsed`).
+ENCODE_AHEAD = 2
+ENCODE_SLICE = 32_768
+T, R = TypeVar("T"), TypeVar("R")
 MERGE_AT = 8  # small manifests of one content and spec merged into one (`ManifestSet._merge_small`)
 
 
@@ -197,12 +205,15 @@ class ManifestSet:
         evolution = snapshot.evolution
         partition = evolution.partition_columns()
         pending: list[tuple[Entries, int, int]] = []  # (entries, start, stop) not in a manifest yet
-        for batch in batches:
+
+        def encoded(batch: pa.StructArray) -> tuple[pa.StructArray, Entries | None]:
             paths = pc.struct_field(batch, "path")
             if pc.any(pc.invert(absolute_column(paths))).as_py():
                 raise GoneFile(next(p for p in paths.to_pylist() if not is_absolute(p)))
-            entries = manifest_entries(batch, evolution.columns, partition, snapshot.snapshot_id,
-                                       snapshot.sequence_number)
+            return batch, manifest_entries(batch, evolution.columns, partition, snapshot.snapshot_id,
+                                           snapshot.sequence_number)
+
+        for batch, entries in _ahead(encoded, _slices(batches)):
             if entries is None:
                 yield from add_actions(batch)
                 continue
@@ -346,6 +357,21 @@ class _RangeSource:
 
     def read_range(self, start: int, end: int) -> bytes:
         return self.reader(self.uri, start, end)
+
+
+def _slices(batches: Iterable[pa.StructArray]) -> Iterator[pa.StructArray]:
+    for batch in batches:
+        for start in range(0, len(batch), ENCODE_SLICE):
+            yield batch.slice(start, ENCODE_SLICE)
+
+
+def _ahead(encode: Callable[[T], R], slices: Iterator[T]) -> Iterator[R]:
+    """`encode` of each slice, in order: ENCODE_AHEAD at once on threads when there are several, in
+    this thread when there is one (a 10,000-file checkpoint: a thread would only add its handoff)."""
+    first = list(itertools.islice(slices, 2))
+    if len(first) < 2:
+        return map(encode, first)
+    return prefetched(encode, itertools.chain(first, slices), ENCODE_AHEAD)
 
 
 def path_hashes(paths: Iterable[str]) -> np.ndarray:

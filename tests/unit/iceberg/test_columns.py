@@ -121,7 +121,7 @@ def write_log(folder: Path, all_stats: list[str | None], fields: list[tuple[str,
     return LocalLog(folder / "export")
 
 
-def written(folder: Path, log: LocalLog) -> tuple[list[dict], list, dict]:
+def written(folder: Path, log: LocalLog, sort: bool = True) -> tuple[list[dict], list, dict]:
     files = LocalFiles(folder)
     result = table_module.write_table(log, files, read_range)
     metadata = json.loads((folder / result.metadata_key).read_text())
@@ -129,11 +129,14 @@ def written(folder: Path, log: LocalLog) -> tuple[list[dict], list, dict]:
     entries = [entry for record in listed
                for entry in read_manifest((folder / record["manifest_path"][len(files.location):]).read_bytes())]
     summary = {k: v for k, v in metadata["snapshots"][-1]["summary"].items()}
-    return sorted(entries, key=lambda e: e["data_file"]["file_path"]), [r["partitions"] for r in listed], summary
+    ordered = sorted(entries, key=lambda e: e["data_file"]["file_path"]) if sort else entries
+    return ordered, [r["partitions"] for r in listed], summary
 
 
+@pytest.mark.parametrize("slice_size", [manifest_set.ENCODE_SLICE, 2], ids=["one-slice", "slices-on-threads"])
 @pytest.mark.parametrize("all_stats", [GOOD, WRONG_TYPE], ids=["taken", "left-to-the-slow-path"])
-def test_columns_write_what_the_file_by_file_path_writes(tmp_path, monkeypatch, all_stats):
+def test_columns_write_what_the_file_by_file_path_writes(tmp_path, monkeypatch, all_stats, slice_size):
+    monkeypatch.setattr(manifest_set, "ENCODE_SLICE", slice_size)
     log = write_log(tmp_path, all_stats)
     fast = written(tmp_path / "fast", log)
     monkeypatch.setattr(manifest_set, "manifest_entries", lambda *arguments: None)
@@ -173,6 +176,24 @@ def test_columns_from_typed_stats_write_what_the_file_by_file_path_writes(tmp_pa
     expected = ([4] if all_stats is GOOD else [3]) if fields is UNCUT else ([4] if all_stats is GOOD else [])
     assert [len(entries.rows) for entries in read if entries is not None] == expected
     assert bool(parsed_json) == (fields is not UNCUT)  # the JSON is read only where the typed stats are not
+
+
+def test_slices_encoded_on_threads_write_what_one_slice_writes_in_its_order(tmp_path, monkeypatch):
+    """A checkpoint of several slices (`ENCODE_SLICE`) is encoded ahead on threads: the same
+    manifest, entry for entry in the checkpoint's order, and totals as one slice in this thread."""
+    import threading
+
+    log = write_log(tmp_path, GOOD)
+    one = written(tmp_path / "one", log, sort=False)
+    threads = []
+    real = manifest_set.manifest_entries
+    monkeypatch.setattr(manifest_set, "manifest_entries",
+                        lambda *arguments: threads.append(threading.current_thread()) or real(*arguments))
+    monkeypatch.setattr(manifest_set, "ENCODE_SLICE", 2)
+    sliced = written(tmp_path / "sliced", log, sort=False)
+
+    assert sliced == one
+    assert len(threads) == 3 and threading.main_thread() not in threads  # 6 files: 3 slices, none here
 
 
 def test_a_manifest_written_by_columns_sums_up_its_partitions(tmp_path):
