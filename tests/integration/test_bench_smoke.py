@@ -27,6 +27,7 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
     table = out.read_text()
     for part in ("checkpoint file rewrite, 1,000 adds", "export 100-file table + 50 commits (cold, the Delta log alone",
                  "export 100-file table + 50 commits (cold, with iceberg.enabled", "| ≤ 6 s: ",
+                 "each the process's second export, its first ", "the Iceberg step's files alone (100-file table)",
                  "lakeFS Lua exporter, 100-file table + 50 commits", "history diff of the 10-file commit",
                  "cold diff, 20 versions", "cached diff through the API p99 (GET of the service", "branch table of a 100-file table: append a 10-file commit",
                  "presign 100 GET URLs", "object request, copy (20, 1 KB): exporter.storage.requests",
