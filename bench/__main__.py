@@ -879,11 +879,13 @@ def plot_exports(rows: list[dict], path: Path) -> Path | None:
     if not series["its Iceberg step (cold)"]:
         series["½ of that export"] = []
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    styles = {"½ of that export": {"linestyle": "--", "marker": None, "color": "tab:blue"},
-              "the Iceberg step's files alone": {"linestyle": ":", "marker": "s"}}
+    styles = {"lakefs-delta-exporter (cold)": {"color": "tab:blue"}, "lakeFS Lua exporter": {"color": "tab:orange"},
+              "½ of that export": {"linestyle": "--", "marker": "_", "markersize": 14, "color": "tab:blue"},
+              "its Iceberg step (cold)": {"color": "tab:green"},
+              "the Iceberg step's files alone": {"linestyle": ":", "marker": "s", "color": "tab:red"}}
     for label, points in series.items():
         if points:
-            axes.plot(*zip(*sorted(points)), label=label, **{"marker": "o", **styles.get(label, {})})
+            axes.plot(*zip(*sorted(points)), label=label, **{"marker": "o", **styles[label]})
     for files, seconds in bounds:
         axes.plot([files], [seconds], marker="^", markersize=10, color="tab:orange")  # a lower bound
         axes.annotate(f"time-out at {seconds:,.0f} s:\nLua still running", (files, seconds), xytext=(-10, -8),
