@@ -360,9 +360,12 @@ class _RangeSource:
 
 
 def _slices(batches: Iterable[pa.StructArray]) -> Iterator[pa.StructArray]:
+    """Each batch in the fewest slices of at most ENCODE_SLICE, of equal sizes: encoded two at once,
+    they end together (a 34,464-file row group as 32,768 and 1,696 kept a core idle for 30 ms)."""
     for batch in batches:
-        for start in range(0, len(batch), ENCODE_SLICE):
-            yield batch.slice(start, ENCODE_SLICE)
+        size = -(-len(batch) // -(-len(batch) // ENCODE_SLICE)) if len(batch) else 0
+        for start in range(0, len(batch), size or 1):
+            yield batch.slice(start, size)
 
 
 def _ahead(encode: Callable[[T], R], slices: Iterator[T]) -> Iterator[R]:

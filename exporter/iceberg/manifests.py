@@ -10,7 +10,6 @@ import io
 import json
 import math
 import os
-import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import fastavro
 import numpy as np
 import pyarrow as pa
+from isal import isal_zlib
 
 from exporter.iceberg.stats import FileMetrics
 from exporter.iceberg.values import avro_type, from_avro, single_value
@@ -26,8 +26,10 @@ FORMAT_VERSION = 2
 DATA, DELETES = 0, 1  # manifest content, and a file's: data, position deletes
 EXISTING, ADDED, DELETED = 0, 1, 2  # manifest entry status
 _CODEC = "deflate"
-# zlib's fastest level: a 100,000-entry manifest compressed in 30 ms, not 100 ms, for about a tenth
-# more bytes (its paths and stats repeat; deflate finds that at any level)
+# deflate's fastest level: a 100,000-entry manifest compressed in 30 ms, not 100 ms, for about a tenth
+# more bytes (its paths and stats repeat; deflate finds that at any level). A checkpoint's manifests
+# (`write_encoded_manifest`) are deflated by ISA-L's (`isal_zlib`): the same format and size as
+# zlib's at this level, in a fifth of the time (50,000 entries: 4 ms, not 21 ms), the GIL released
 _LEVEL = 1
 # a table property: each manifest has its live entries' data paths, hashed (`manifest_set.path_hashes`), at
 # `names.path_hashes_key` (8 bytes a file): an append finds the manifests a path is in without reading them
@@ -209,7 +211,7 @@ def write_encoded_manifest(rows: pa.Array, record_count: int, partition_values: 
                     metadata=_manifest_metadata(DATA, spec_id, partition_fields, schema), sync_marker=sync_marker)
     offsets = np.frombuffer(rows.buffers()[1], np.int32)[rows.offset:rows.offset + len(rows) + 1]
     data = memoryview(rows.buffers()[2])[offsets[0]:offsets[-1]] if len(rows) else b""
-    compressor = zlib.compressobj(_LEVEL, zlib.DEFLATED, -15)
+    compressor = isal_zlib.compressobj(_LEVEL, isal_zlib.DEFLATED, -15)
     block = compressor.compress(data) + compressor.flush()
     body = header.getvalue() + avro_long(len(rows)) + avro_long(len(block)) + block + sync_marker if len(rows) \
         else header.getvalue()

@@ -196,6 +196,16 @@ def test_slices_encoded_on_threads_write_what_one_slice_writes_in_its_order(tmp_
     assert len(threads) == 3 and threading.main_thread() not in threads  # 6 files: 3 slices, none here
 
 
+@pytest.mark.parametrize("rows, sizes", [(0, []), (3, [3]), (5, [3, 2]), (8, [4, 4]), (9, [3, 3, 3])])
+def test_a_batch_is_cut_into_the_fewest_slices_of_equal_sizes_in_order(monkeypatch, rows, sizes):
+    """Encoded two at once, slices of equal sizes end together (not 4, 4 and a lone 1 for 9 files)."""
+    monkeypatch.setattr(manifest_set, "ENCODE_SLICE", 4)
+    slices = list(manifest_set._slices([pa.array(range(rows))]))
+
+    assert [len(s) for s in slices] == sizes
+    assert [value for s in slices for value in s.to_pylist()] == list(range(rows))
+
+
 def test_a_manifest_written_by_columns_sums_up_its_partitions(tmp_path):
     summaries = written(tmp_path / "fast", write_log(tmp_path, GOOD))[1]
     # the 4 files taken: (eu, 3), ("" = null, -1), (no value = null, 3), (eu, 3)
