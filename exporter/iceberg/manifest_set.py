@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -363,8 +364,10 @@ def _slices(batches: Iterable[pa.StructArray]) -> Iterator[pa.StructArray]:
     """Each batch in the fewest slices of at most ENCODE_SLICE, of equal sizes: encoded two at once,
     they end together (a 34,464-file row group as 32,768 and 1,696 kept a core idle for 30 ms)."""
     for batch in batches:
-        size = -(-len(batch) // -(-len(batch) // ENCODE_SLICE)) if len(batch) else 0
-        for start in range(0, len(batch), size or 1):
+        if not len(batch):
+            continue
+        size = math.ceil(len(batch) / math.ceil(len(batch) / ENCODE_SLICE))
+        for start in range(0, len(batch), size):
             yield batch.slice(start, size)
 
 

@@ -26,10 +26,11 @@ FORMAT_VERSION = 2
 DATA, DELETES = 0, 1  # manifest content, and a file's: data, position deletes
 EXISTING, ADDED, DELETED = 0, 1, 2  # manifest entry status
 _CODEC = "deflate"
-# deflate's fastest level: a 100,000-entry manifest compressed in 30 ms, not 100 ms, for about a tenth
-# more bytes (its paths and stats repeat; deflate finds that at any level). A checkpoint's manifests
-# (`write_encoded_manifest`) are deflated by ISA-L's (`isal_zlib`): the same format and size as
-# zlib's at this level, in a fifth of the time (50,000 entries: 4 ms, not 21 ms), the GIL released
+# deflate's fastest level: with zlib (fastavro's writer) a 100,000-entry manifest compressed in 30 ms,
+# not 100 ms, for about a tenth more bytes (its paths and stats repeat; deflate finds that at any
+# level). A checkpoint's manifests (`write_encoded_manifest`) are deflated by ISA-L (`isal_zlib`): the
+# same format and size as zlib's at this level, in a fifth of the time (50,000 entries: 4 ms, not 21
+# ms), the GIL released
 _LEVEL = 1
 # a table property: each manifest has its live entries' data paths, hashed (`manifest_set.path_hashes`), at
 # `names.path_hashes_key` (8 bytes a file): an append finds the manifests a path is in without reading them
