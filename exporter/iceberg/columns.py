@@ -29,6 +29,7 @@ import pyarrow.json as pj
 
 from exporter.delta.paths import physical_address
 from exporter.iceberg.manifests import PartitionField, avro_long
+from exporter.iceberg.path_hashes import digests
 from exporter.iceberg.stats import StatsColumn, lower_bound, upper_bound
 from exporter.iceberg.values import avro_type, partition_value
 
@@ -45,7 +46,7 @@ class Entries:
     """Encoded manifest entries of the files a slice holds, but those `left` (a mask over the slice)."""
 
     rows: pa.Array  # binary: each entry's Avro encoding
-    paths: list[str]  # each entry's data file
+    path_hashes: np.ndarray  # each entry's data file, hashed (`path_hashes.digests`)
     record_counts: np.ndarray
     sizes: np.ndarray
     partitions: dict[str, tuple[np.ndarray, list]]  # field name -> (each file's index into values, values)
@@ -60,8 +61,9 @@ class PartitionColumn:
 
 
 def manifest_entries(adds: pa.StructArray, columns: Sequence[StatsColumn], partition: Sequence[PartitionColumn],
-                     snapshot_id: int, sequence_number: int) -> Entries | None:
-    """The ADDED entries (status 1) of a slice of add actions, or None when the slice must go file by file."""
+                     snapshot_id: int, sequence_number: int, hash_rule: str) -> Entries | None:
+    """The ADDED entries (status 1) of a slice of add actions, or None when the slice must go file by
+    file; their paths hashed by `hash_rule`."""
     if any(c.iceberg_type not in _ARROW and c.iceberg_type != "binary" for c in columns):
         return None  # decimals (and any type added later): their JSON numbers need Python's Decimal
     names = {f.name for f in adds.type}
@@ -96,12 +98,12 @@ def manifest_entries(adds: pa.StructArray, columns: Sequence[StatsColumn], parti
         records = parsed.column("numRecords").combine_chunks()
     record_counts = records.to_numpy()
     if not len(taken):
-        return Entries(pa.array([], pa.binary()), [], record_counts, np.zeros(0, np.int64), {}, left)
-    encoded = _encode(taken, parsed, record_counts, columns, partition, snapshot_id, sequence_number)
+        return Entries(pa.array([], pa.binary()), np.zeros(0, np.int64), record_counts, np.zeros(0, np.int64), {}, left)
+    encoded = _encode(taken, parsed, record_counts, columns, partition, snapshot_id, sequence_number, hash_rule)
     if encoded is None:
         return None
-    rows, paths, partitions = encoded
-    return Entries(rows, paths, record_counts, pc.struct_field(taken, "size").to_numpy(zero_copy_only=False),
+    rows, hashes, partitions = encoded
+    return Entries(rows, hashes, record_counts, pc.struct_field(taken, "size").to_numpy(zero_copy_only=False),
                    partitions, left)
 
 
@@ -178,7 +180,7 @@ def _typed_stats(stats: pa.Array, columns: Sequence[StatsColumn]) -> pa.Table:
 
 
 def _encode(adds: pa.StructArray, parsed: pa.Table, record_counts: np.ndarray, columns: Sequence[StatsColumn],
-            partition: Sequence[PartitionColumn], snapshot_id: int, sequence_number: int):
+            partition: Sequence[PartitionColumn], snapshot_id: int, sequence_number: int, hash_rule: str):
     tight = pc.fill_null(parsed.column("tightBounds"), True).to_numpy(zero_copy_only=False)
     null_counts, lowers, uppers = [], [], []
     for column in sorted(columns, key=lambda c: c.field_id):
@@ -210,7 +212,7 @@ def _encode(adds: pa.StructArray, parsed: pa.Table, record_counts: np.ndarray, c
                  *_map(null_counts), pa.scalar(_EMPTY_OPTIONAL),  # null counts, nan counts
                  *_map(lowers), *_map(uppers),
                  pa.scalar(_EMPTY_OPTIONAL * 4))  # key_metadata, split_offsets, equality_ids, sort_order_id
-    return rows, path_list, distinct
+    return rows, digests(path_list, hash_rule), distinct
 
 
 _NULL_ITEM = pa.scalar(None, pa.binary())

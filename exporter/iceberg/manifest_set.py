@@ -11,7 +11,6 @@ objects written.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator
@@ -29,6 +28,7 @@ from exporter.iceberg.columns import Entries, manifest_entries
 from exporter.iceberg.deletes import FILE_PATH_ID, position_deletes
 from exporter.iceberg.evolution import Evolution
 from exporter.iceberg.files import IcebergFiles
+from exporter.iceberg.path_hashes import MURMUR3, hashes_bytes, hashes_of, path_hashes
 from exporter.iceberg.manifests import ADDED, DATA, DELETED, DELETES, EXISTING, bound_of, data_file, \
     keeps_path_hashes, read_manifest, read_manifest_list_hashes, write_encoded_manifest, write_manifest
 from exporter.iceberg.stats import file_metrics
@@ -134,12 +134,12 @@ class ManifestSet:
         self.files, self.read_range, self.manifest_entries = files, read_range, manifest_entries
         self.location = files.location.rstrip("/")
         self.manifests: list[Manifest] = []
-        self.path_hashes = False  # whether a resumed table's manifests have their `path_hashes_key` objects
+        self.kept_hashes = False  # whether a resumed table's manifests have their `path_hashes_key` objects
 
-    def resume(self, manifest_list: str, path_hashes: bool) -> None:
+    def resume(self, manifest_list: str, kept_hashes: bool) -> None:
         """The manifests of a table's current snapshot (its manifest list's URI `manifest_list`), with
         the path hashes the list carries (`LISTED_PATH_HASHES`)."""
-        self.path_hashes = path_hashes  # else its manifests are read to find a path
+        self.kept_hashes = kept_hashes  # else its manifests are read to find a path
         records, listed = read_manifest_list_hashes(self.files.read(manifest_list))
         for record in records:
             path = record["manifest_path"]
@@ -212,7 +212,7 @@ class ManifestSet:
             if pc.any(pc.invert(absolute_column(paths))).as_py():
                 raise GoneFile(next(p for p in paths.to_pylist() if not is_absolute(p)))
             return batch, manifest_entries(batch, evolution.columns, partition, snapshot.snapshot_id,
-                                           snapshot.sequence_number)
+                                           snapshot.sequence_number, evolution.hash_rule)
 
         for batch, entries in _ahead(encoded, _slices(batches)):
             if entries is None:
@@ -233,7 +233,6 @@ class ManifestSet:
     def _write_encoded(self, segments: list[tuple[Entries, int, int]], snapshot: NextSnapshot) -> None:
         evolution, change = snapshot.evolution, snapshot.change
         rows = pa.concat_arrays([entries.rows.slice(start, stop - start) for entries, start, stop in segments])
-        paths = [path for entries, start, stop in segments for path in entries.paths[start:stop]]
         records = sum(int(entries.record_counts[start:stop].sum()) for entries, start, stop in segments)
         partitions = {field.name: [values[i] for entries, start, stop in segments
                                    for indices, values in [entries.partitions[field.name]]
@@ -242,7 +241,8 @@ class ManifestSet:
         body, record = write_encoded_manifest(rows, records, partitions, evolution.spec_id,
                                               evolution.spec_fields[evolution.spec_id], evolution.schema_document())
         record.update(min_sequence_number=snapshot.sequence_number)
-        self._keep(snapshot, body, record, path_hashes(paths))
+        self._keep(snapshot, body, record,
+                   np.sort(np.concatenate([entries.path_hashes[start:stop] for entries, start, stop in segments])))
         change.added.data_files += len(rows)
         change.added.records += records
         change.added.size += sum(int(entries.sizes[start:stop].sum()) for entries, start, stop in segments)
@@ -250,9 +250,10 @@ class ManifestSet:
     def _retire(self, paths: set[str], snapshot: NextSnapshot) -> None:
         """Mark the entries of `paths` (data files, and the delete files applying to them) deleted,
         rewriting only the manifests that hold one."""
-        wanted = path_hashes(paths)
+        rule = snapshot.evolution.hash_rule
+        wanted = path_hashes(paths, rule)
         unread = [m for m in self.manifests if m.hashes is None and keeps_path_hashes(m.record)] \
-            if self.path_hashes else []  # the others are read whole below
+            if self.kept_hashes else []  # the others are read whole below
         if unread:
             with io_pool(IO_THREADS) as pool:  # the path hashes not read yet, at once
                 for manifest, raw in zip(unread, pool.map(lambda m: self.files.read(names.path_hashes_key(m.uri)),
@@ -281,7 +282,7 @@ class ManifestSet:
                                                              snapshot, add=False)
             elif self._small(manifest):
                 manifest.body = body  # read whole: a merge of it reads it from here
-            self.manifests[index].hashes = path_hashes(live)
+            self.manifests[index].hashes = path_hashes(live, rule)
 
     def _merge_small(self, snapshot: NextSnapshot) -> None:
         """Once `MERGE_AT` small manifests (each under a tenth of `manifest_entries` live files) of one
@@ -322,7 +323,7 @@ class ManifestSet:
                                       evolution.schema_document())
         if record["min_sequence_number"] is None:
             record["min_sequence_number"] = snapshot.sequence_number
-        live = path_hashes([_data_path(e, content) for e in entries if e["status"] != DELETED])
+        live = path_hashes([_data_path(e, content) for e in entries if e["status"] != DELETED], evolution.hash_rule)
         return self._keep(snapshot, body, record, live, add)
 
     def _keep(self, snapshot: NextSnapshot, body: bytes, record: dict, hashes: np.ndarray, add: bool = True) -> Manifest:
@@ -378,32 +379,6 @@ def _ahead(encode: Callable[[T], R], slices: Iterator[T]) -> Iterator[R]:
     if len(first) < 2:
         return map(encode, first)
     return prefetched(encode, itertools.chain(first, slices), ENCODE_AHEAD)
-
-
-def path_hashes(paths: Iterable[str]) -> np.ndarray:
-    """8 bytes of each path's hash, sorted: what a manifest's paths are looked up by (a collision only
-    costs reading the manifest). The digests joined and read as one array: a Python int for each
-    path cost 0.1 s of a 100,000-file table's Iceberg step."""
-    blake2b = hashlib.blake2b
-    return np.sort(np.frombuffer(b"".join(blake2b(p.encode(), digest_size=8).digest() for p in paths), "<i8"))
-
-
-def hashes_of(raw: bytes) -> np.ndarray:
-    """A manifest's path hashes as stored (`hashes_bytes`): 8 bytes each, little-endian; sorted here
-    (an older writer kept them in its manifest's order)."""
-    if len(raw) % 8:
-        raise ValueError(f"path hashes of {len(raw)} bytes: not a whole number of 8-byte hashes")
-    return np.sort(np.frombuffer(raw, "<i8"))
-
-
-def hashes_bytes(hashes: np.ndarray) -> bytes:
-    """Path hashes as a manifest keeps them beside it: 8 bytes each, little-endian (`hashes_of`)."""
-    return hashes.astype("<i8").tobytes()
-
-
-def path_hash(path: str) -> int:
-    """A data path's hash (a manifest's `file_path`, as written): the path hashes' rule."""
-    return int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "little", signed=True)
 
 
 def _any_shared(a: np.ndarray, b: np.ndarray) -> bool:

@@ -253,7 +253,7 @@ class _Builder:
         self.snapshot_ids = {int(s["summary"][DELTA_VERSION]): s["snapshot-id"] for s in self.snapshots}
         head = next(s for s in self.snapshots if s["snapshot-id"] == metadata["current-snapshot-id"])
         self.totals.resume(head["summary"])
-        self.manifests.resume(head["manifest-list"], self.evolution.properties.get(PATH_HASHES) == "true")
+        self.manifests.resume(head["manifest-list"], PATH_HASHES in self.evolution.properties)
         return int(head["summary"][DELTA_VERSION])
 
     def expire_before(self, version: int) -> list[str]:
