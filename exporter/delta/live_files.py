@@ -58,11 +58,13 @@ class LiveFiles:
             actions = parse_actions(name, log.raw(name))
             self._apply(actions)
             self.in_commit_timestamp = in_commit_timestamp(actions) or 0
+        if self.metadata is not None and self.protocol is not None:
+            return
         for group in self._row_groups(["metaData", "protocol"]):
-            if self.metadata is not None and self.protocol is not None:
-                break  # one ranged read per row group: stop once both are known
             self.metadata = self.metadata or _first(group, "metaData")
             self.protocol = self.protocol or _first(group, "protocol")
+            if self.metadata is not None and self.protocol is not None:
+                break  # one ranged read per row group: none after the one both are known by
 
     def _apply(self, actions: list[dict]) -> None:
         for action in map(_plain, actions):

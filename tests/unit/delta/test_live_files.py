@@ -94,3 +94,20 @@ def test_the_checkpoints_live_adds_are_the_reconciled_ones_however_sliced(monkey
     wanted = pa.array([key(expected[1]), key(expected[-1])])
     assert [a["path"] for a in live.adds(wanted)] == [expected[1]["path"], expected[-1]["path"]]
     assert (live.protocol, live.metadata["id"]) == (PROTOCOL, "t")
+
+
+@pytest.mark.parametrize("commits_name_them", [False, True])
+def test_metadata_and_protocol_read_no_row_group_past_the_one_that_holds_them(monkeypatch, commits_name_them):
+    """The checkpoint's first row group holds metaData and protocol: no later row group is read for
+    them (each is a ranged read of the checkpoint); none at all when a later commit carries both."""
+    read: list[list[str]] = []
+    row_groups = live_files.checkpoint_row_groups
+    monkeypatch.setattr(live_files, "checkpoint_row_groups",
+                        lambda name, source, columns: (read.append(columns) or group
+                                                       for group in row_groups(name, source, columns)))
+    newer = {**METADATA, "id": "newer"}
+    commits = [[{"protocol": PROTOCOL}, {"metaData": newer}]] if commits_name_them else []
+    live = LiveFiles(Log([None, None, *adds(10)], commits, row_group_size=4))
+
+    assert live.metadata["id"] == ("newer" if commits_name_them else "t") and live.protocol == PROTOCOL
+    assert len(read) == (0 if commits_name_them else 1)
