@@ -34,7 +34,7 @@ from exporter.iceberg.manifests import ADDED, DATA, DELETED, DELETES, EXISTING, 
 from exporter.iceberg.stats import file_metrics
 from exporter.iceberg.versions import GoneFile
 from exporter.parquet.splice import open_parquet
-from exporter.threads import IO_THREADS, io_pool, prefetched
+from exporter.threads import IO_THREADS, io_pool, prefetched, read_ahead
 
 ReadRange = Callable[[str, int, int], bytes]  # (a log's absolute URI, start, end) -> those bytes
 # A checkpoint's adds are encoded (`columns.manifest_entries`) a slice of ENCODE_SLICE at a time, up
@@ -214,7 +214,7 @@ class ManifestSet:
             return batch, manifest_entries(batch, evolution.columns, partition, snapshot.snapshot_id,
                                            snapshot.sequence_number, evolution.hash_rule)
 
-        for batch, entries in _ahead(encoded, _slices(batches)):
+        for batch, entries in _ahead(encoded, _slices(read_ahead(batches))):  # the next row group read meanwhile
             if entries is None:
                 yield from add_actions(batch)
                 continue
