@@ -227,7 +227,10 @@ class _Item:
 
 
 def _item(valid: pa.Array, key: pa.Scalar, value: pa.Array, nulled: pa.Array | None = None) -> _Item:
-    """The item `key: value` of each file where `valid`; `nulled`, a last piece, is null already where not."""
+    """The item `key: value` of each file where `valid`; `nulled`, a last piece, is null already where
+    not. Where every file has it, the key is one scalar piece (`_join` joins it to its neighbours)."""
+    if not valid.false_count:
+        return _Item(valid, [key, value] if nulled is None else [key, value, nulled])
     pieces = [pc.if_else(valid, key, _NULL_ITEM), pc.if_else(valid, value, _NULL_ITEM)]
     return _Item(valid, pieces if nulled is None else [*pieces, nulled])
 
@@ -294,10 +297,13 @@ def _map(items: list[_Item]) -> list[pa.Array | pa.Scalar]:
     (joined here, a 100,000-file table's maps took a tenth of its Iceberg step)."""
     if not items:
         return [pa.scalar(_EMPTY_OPTIONAL)]
+    pieces = [piece for item in items for piece in item.pieces]
+    if not any(item.valid.false_count for item in items):  # every file has every item: one block of them all
+        return [pa.scalar(b"\x02" + avro_long(len(items))), *pieces, pa.scalar(b"\x00")]
     counts = sum(_mask(item.valid).astype(np.int64) for item in items)
     some = pa.array(counts > 0)
     start = pc.if_else(some, _join(pa.scalar(b"\x02"), _varints(counts)), pa.scalar(_EMPTY_OPTIONAL))
-    return [start, *(piece for item in items for piece in item.pieces), pc.if_else(some, pa.scalar(b"\x00"), _NULL_ITEM)]
+    return [start, *pieces, pc.if_else(some, pa.scalar(b"\x00"), _NULL_ITEM)]
 
 
 def _holds(texts: pa.Array, needle: str) -> bool:
@@ -315,7 +321,15 @@ def _mask(values: pa.Array) -> np.ndarray:
 
 
 def _join(*pieces) -> pa.Array:
-    return pc.binary_join_element_wise(*pieces, b"", null_handling="replace", null_replacement=b"")
+    """Each file's pieces joined, adjacent scalars first joined once (22 pieces for 33,334 files took
+    7.6 ms, the same as 13 pieces 3.9 ms)."""
+    joined: list = []
+    for piece in pieces:
+        if isinstance(piece, pa.Scalar) and joined and isinstance(joined[-1], pa.Scalar):
+            joined[-1] = pa.scalar(joined[-1].as_buffer().to_pybytes() + piece.as_buffer().to_pybytes(), pa.binary())
+        else:
+            joined.append(piece)
+    return pc.binary_join_element_wise(*joined, b"", null_handling="replace", null_replacement=b"")
 
 
 def _length_prefixed(values: pa.Array) -> tuple[pa.Array, pa.Array]:

@@ -50,6 +50,12 @@ GOOD = [
     '{"minValues": {"id": 1}}',  # no numRecords: likewise
 ]
 WRONG_TYPE = GOOD[:2] + [stats(3, {"id": "4"}, {"id": 4.5})]  # the slice goes file by file
+# every file has every column's bounds and null count: its maps are the same blocks for every file
+_LOWER = {"id": 1, "small": -2, "ratio": -1.5, "f": 1.5, "flag": False, "name": "abc", "day": "2024-01-02",
+          "at": "2024-01-02T03:04:05.123Z", "local": "2024-01-02T03:04:05.123", "region": "eu", "bucket": 3}
+_UPPER = {"id": 9, "small": 7, "ratio": 2.5, "f": 3.25, "flag": True, "name": "abd", "day": "2024-01-03",
+          "at": "2024-01-02T03:04:06Z", "local": "2024-01-02T03:04:06", "region": "eu", "bucket": 3}
+COMPLETE = [stats(10 + i, _LOWER, _UPPER, {name: i for name in _LOWER}) for i in range(4)]
 
 
 # the types Delta Spark gives `stats_parsed`'s values, by the column's Delta type
@@ -138,7 +144,7 @@ def written(folder: Path, log: LocalLog, sort: bool = True) -> tuple[list[dict],
 
 
 @pytest.mark.parametrize("slice_size", [manifest_set.ENCODE_SLICE, 2], ids=["one-slice", "slices-on-threads"])
-@pytest.mark.parametrize("all_stats", [GOOD, WRONG_TYPE], ids=["taken", "left-to-the-slow-path"])
+@pytest.mark.parametrize("all_stats", [GOOD, COMPLETE, WRONG_TYPE], ids=["taken", "complete", "left-to-the-slow-path"])
 def test_columns_write_what_the_file_by_file_path_writes(tmp_path, monkeypatch, all_stats, slice_size):
     monkeypatch.setattr(manifest_set, "ENCODE_SLICE", slice_size)
     log = write_log(tmp_path, all_stats)
