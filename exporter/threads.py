@@ -94,33 +94,34 @@ class IoPool:
         return results()
 
     def _start(self) -> None:
+        """Another thread taking the waiting calls (`_drain`), unless `threads` of them run."""
+        with self._changed:
+            if self._running >= self.threads or not self._waiting:
+                return
+            self._running += 1
+        process_threads().submit(self._drain)
+
+    def _drain(self) -> None:
+        """The waiting calls, one after another on this thread, until none waits: a call handed to a
+        thread of its own cost about 100 µs of CPU in handoffs (a 1.5 KB PUT to MinIO: 238 µs, 114 µs
+        in the caller's thread)."""
         while True:
             with self._changed:
-                if self._running >= self.threads or not self._waiting:
+                if not self._waiting:
+                    self._running -= 1
+                    self._changed.notify_all()
                     return
                 future, call, args = self._waiting.popleft()
-                self._running += 1
-            if future.set_running_or_notify_cancel():
-                process_threads().submit(self._run, future, call, args)
-            else:  # cancelled while it waited
-                self._ended()
-
-    def _run(self, future: Future, call: Callable, args: tuple) -> None:
-        try:
-            result = call(*args)
-        except BaseException as exc:  # noqa: BLE001 (the caller meets it in `result()`)
-            future.set_exception(exc)
-        else:
-            future.set_result(result)
-        finally:
-            self._ended()
-            self._start()
-
-    def _ended(self) -> None:
-        with self._changed:
-            self._running -= 1
-            self._unfinished -= 1
-            self._changed.notify_all()
+            if future.set_running_or_notify_cancel():  # else cancelled while it waited
+                try:
+                    result = call(*args)
+                except BaseException as exc:  # noqa: BLE001 (the caller meets it in `result()`)
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            with self._changed:
+                self._unfinished -= 1
+                self._changed.notify_all()
 
     def cancel(self) -> None:
         """Drop the calls not started; those running end on their own (their requests' timeouts)."""
