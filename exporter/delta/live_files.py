@@ -13,12 +13,13 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from exporter.delta.actions import in_commit_timestamp, parse_actions
 from exporter.delta.deletion_vectors import unique_ids
 from exporter.delta.log import LogSegment
-from exporter.delta.replay import checkpoint_row_groups, reconcile
-from exporter.parquet.splice import ParquetSource
+from exporter.delta.replay import opened_row_groups, reconcile
+from exporter.parquet.splice import ParquetSource, open_parquet
 
 _MAPS = {"partitionValues", "tags", "configuration", "options"}  # parquet maps read back as (key, value) lists
 _DERIVED = {"stats_parsed", "partitionValues_parsed"}  # checkpoint-only columns, not action fields
@@ -49,6 +50,7 @@ class LiveFiles:
         self.protocol: dict | None = None
         self.in_commit_timestamp = 0  # the head commit's, 0 without one
         self.checkpoint_parquet: list[str] = []
+        self._opened: dict[str, pq.ParquetFile] = {}
         for name in log.checkpoint_files():
             if name.endswith(".json"):
                 self._apply(parse_actions(name, log.raw(name)))
@@ -74,7 +76,9 @@ class LiveFiles:
 
     def _row_groups(self, columns: list[str]) -> Iterable[pa.Table]:
         for name in self.checkpoint_parquet:
-            yield from checkpoint_row_groups(name, self.log.source(name), columns)
+            if name not in self._opened:  # its footer read once: metaData and protocol first, then the adds
+                self._opened[name] = open_parquet(self.log.source(name), name)
+            yield from opened_row_groups(self._opened[name], name, columns)
 
     def _checkpoint_adds(self, columns: list[str], with_keys: bool = True
                          ) -> Iterable[tuple[pa.Array | None, pa.StructArray]]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from exporter.delta.deletion_vectors import unique_id, unique_ids
 from exporter.errors import CorruptLog
@@ -275,7 +276,11 @@ def _path(file_action: Mapping[str, Any], kind: str) -> str:
 def checkpoint_row_groups(name: str, source: ParquetSource, columns: list[str]) -> Iterable[pa.Table]:
     """A parquet checkpoint file's columns (those it has; `add.path` names a nested one), one row
     group in memory at a time."""
-    parquet_file = open_parquet(source, name)
+    yield from opened_row_groups(open_parquet(source, name), name, columns)
+
+
+def opened_row_groups(parquet_file: pq.ParquetFile, name: str, columns: list[str]) -> Iterable[pa.Table]:
+    """`checkpoint_row_groups` of a checkpoint file already open (its footer read once for several reads)."""
     present = [column for column in columns if _has_column(parquet_file.schema_arrow, column)]
     if not present:
         return

@@ -99,15 +99,21 @@ def test_the_checkpoints_live_adds_are_the_reconciled_ones_however_sliced(monkey
 @pytest.mark.parametrize("commits_name_them", [False, True])
 def test_metadata_and_protocol_read_no_row_group_past_the_one_that_holds_them(monkeypatch, commits_name_them):
     """The checkpoint's first row group holds metaData and protocol: no later row group is read for
-    them (each is a ranged read of the checkpoint); none at all when a later commit carries both."""
+    them (each is a ranged read of the checkpoint), none at all when a later commit carries both; its
+    footer is read once, for them and for the adds."""
     read: list[list[str]] = []
-    row_groups = live_files.checkpoint_row_groups
-    monkeypatch.setattr(live_files, "checkpoint_row_groups",
-                        lambda name, source, columns: (read.append(columns) or group
-                                                       for group in row_groups(name, source, columns)))
+    row_groups = live_files.opened_row_groups
+    monkeypatch.setattr(live_files, "opened_row_groups",
+                        lambda parquet_file, name, columns: (read.append(columns) or group
+                                                             for group in row_groups(parquet_file, name, columns)))
+    opened = []
+    open_parquet = live_files.open_parquet
+    monkeypatch.setattr(live_files, "open_parquet", lambda source, name: opened.append(name) or open_parquet(source, name))
     newer = {**METADATA, "id": "newer"}
     commits = [[{"protocol": PROTOCOL}, {"metaData": newer}]] if commits_name_them else []
     live = LiveFiles(Log([None, None, *adds(10)], commits, row_group_size=4))
 
     assert live.metadata["id"] == ("newer" if commits_name_them else "t") and live.protocol == PROTOCOL
     assert len(read) == (0 if commits_name_them else 1)
+    assert sum(len(batch) for batch in live.checkpoint_batches(whole=True)) == 10
+    assert opened == [f"{1:020d}.checkpoint.parquet"]  # its footer read once, for metaData and for the adds
