@@ -1,7 +1,7 @@
 """The manifests of an Iceberg table's current snapshot, and how the next snapshot changes them.
 
 Added files go into new manifests of at most `manifest_entries` files (a checkpoint's streamed a
-slice at a time, column by column); a retired path marks its entry deleted in the one manifest that
+slice at a time, column by column, a manifest each); a retired path marks its entry deleted in the one manifest that
 holds it, found by 8-byte hashes of each manifest's live paths (kept beside a large manifest, carried
 by the manifest list for the small ones), so no other manifest is read or rewritten. Small manifests
 (one commit's adds) are merged once there are `MERGE_AT` of them, so the manifests a table has stay
@@ -37,13 +37,13 @@ from exporter.parquet.splice import open_parquet
 from exporter.threads import IO_THREADS, io_pool, prefetched, read_ahead
 
 ReadRange = Callable[[str, int, int], bytes]  # (a log's absolute URI, start, end) -> those bytes
-# A checkpoint's adds are encoded (`columns.manifest_entries`) a slice of ENCODE_SLICE at a time, up
-# to ENCODE_AHEAD slices on threads while this one writes the manifests of those before: Arrow's JSON
-# reader, kernels and deflate leave the GIL, so the encoding of 100,000 files used the second core
-# (0.28 s -> 0.21 s of a cold step over a local folder, 0.22 s -> 0.17 s with `stats_parsed`). Three
-# ahead: the next slice is encoded while this thread writes a full manifest (13-22 ms) beside the one
-# in flight, not after it.
-ENCODE_AHEAD = 3
+# A checkpoint's adds are encoded (`columns.manifest_entries`) a slice of ENCODE_SLICE at a time, a
+# manifest each, up to ENCODE_AHEAD slices on threads while this one puts the manifests of those
+# before: Arrow's JSON reader, kernels, deflate and sort leave the GIL, so the encoding of 100,000
+# files used the second core (0.28 s -> 0.21 s of a cold step over a local folder, 0.22 s -> 0.17 s
+# with `stats_parsed`). Three ahead made no difference (15 exports alternating on the stack: median
+# 219 ms with two, 222 ms with three).
+ENCODE_AHEAD = 2
 ENCODE_SLICE = 32_768
 T, R = TypeVar("T"), TypeVar("R")
 MERGE_AT = 8  # small manifests of one content and spec merged into one (`ManifestSet._merge_small`)
@@ -203,51 +203,46 @@ class ManifestSet:
                 self._write_manifest(entries, content, evolution.spec_id, snapshot)
 
     def _add_columns(self, batches: Iterable[pa.StructArray], snapshot: NextSnapshot) -> Iterator[dict]:
-        """Slices of added files in manifests of at most `manifest_entries` files, written column by
-        column (`columns.manifest_entries`); yields the files that go one by one (`_add`)."""
-        evolution = snapshot.evolution
-        partition = evolution.partition_columns()
-        pending: list[tuple[Entries, int, int]] = []  # (entries, start, stop) not in a manifest yet
-
-        def encoded(batch: pa.StructArray) -> tuple[pa.StructArray, Entries | None]:
-            paths = pc.struct_field(batch, "path")
-            if pc.any(pc.invert(absolute_column(paths))).as_py():
-                raise GoneFile(next(p for p in paths.to_pylist() if not is_absolute(p)))
-            return batch, manifest_entries(batch, evolution.columns, partition, snapshot.snapshot_id,
-                                           snapshot.sequence_number, evolution.hash_rule)
-
-        for batch, entries in _ahead(encoded, _slices(read_ahead(batches))):  # the next row group read meanwhile
-            if entries is None:
+        """Each slice of added files (at most `manifest_entries`) in a manifest of its own, encoded
+        column by column and written whole on the slice's thread (`_encoded`); yields the files that go
+        one by one (`_add`)."""
+        change = snapshot.change
+        for batch, encoded in _ahead(lambda batch: (batch, self._encoded(batch, snapshot)),
+                                     _slices(read_ahead(batches), self.manifest_entries)):  # the next row group read meanwhile
+            if encoded is None:
                 yield from add_actions(batch)
                 continue
-            start = 0
-            while start < len(entries.rows):
-                room = self.manifest_entries - sum(stop - begin for _, begin, stop in pending)
-                pending.append((entries, start, min(len(entries.rows), start + room)))
-                start = pending[-1][2]
-                if start - pending[-1][1] == room:
-                    self._write_encoded(pending, snapshot)
-                    pending = []
+            entries, written = encoded
+            if written is not None:
+                body, record, hashes = written
+                self._keep(snapshot, body, record, hashes)
+                change.added.data_files += len(entries.rows)
+                change.added.records += record["added_rows_count"]
+                change.added.size += int(entries.sizes.sum())
             yield from add_actions(batch.filter(entries.left))
-        if pending:
-            self._write_encoded(pending, snapshot)
 
-    def _write_encoded(self, segments: list[tuple[Entries, int, int]], snapshot: NextSnapshot) -> None:
-        evolution, change = snapshot.evolution, snapshot.change
-        rows = pa.concat_arrays([entries.rows.slice(start, stop - start) for entries, start, stop in segments])
-        records = sum(int(entries.record_counts[start:stop].sum()) for entries, start, stop in segments)
-        partitions = {field.name: [values[i] for entries, start, stop in segments
-                                   for indices, values in [entries.partitions[field.name]]
-                                   for i in np.unique(indices[start:stop])]
-                      for field in evolution.spec_fields[evolution.spec_id]}
-        body, record = write_encoded_manifest(rows, records, partitions, evolution.spec_id,
-                                              evolution.spec_fields[evolution.spec_id], evolution.schema_document())
+    def _encoded(self, batch: pa.StructArray, snapshot: NextSnapshot
+                 ) -> tuple[Entries, tuple[bytes, dict, np.ndarray] | None] | None:
+        """A slice's entries (`columns.manifest_entries`; None: it goes file by file), and the manifest
+        of those taken: its bytes, its manifest list record and its path hashes (None when none is
+        taken). On the slice's thread: its deflate and sort leave the GIL, and the manifests of a
+        checkpoint are written while others are encoded, not one after another at its end."""
+        evolution = snapshot.evolution
+        paths = pc.struct_field(batch, "path")
+        if pc.any(pc.invert(absolute_column(paths))).as_py():
+            raise GoneFile(next(p for p in paths.to_pylist() if not is_absolute(p)))
+        entries = manifest_entries(batch, evolution.columns, evolution.partition_columns(), snapshot.snapshot_id,
+                                   snapshot.sequence_number, evolution.hash_rule)
+        if entries is None or not len(entries.rows):
+            return None if entries is None else (entries, None)
+        partitions = {field.name: [values[i] for i in np.unique(indices)]
+                      for field in evolution.spec_fields[evolution.spec_id]
+                      for indices, values in [entries.partitions[field.name]]}
+        body, record = write_encoded_manifest(entries.rows, int(entries.record_counts.sum()), partitions,
+                                              evolution.spec_id, evolution.spec_fields[evolution.spec_id],
+                                              evolution.schema_document())
         record.update(min_sequence_number=snapshot.sequence_number)
-        self._keep(snapshot, body, record,
-                   np.sort(np.concatenate([entries.path_hashes[start:stop] for entries, start, stop in segments])))
-        change.added.data_files += len(rows)
-        change.added.records += records
-        change.added.size += sum(int(entries.sizes[start:stop].sum()) for entries, start, stop in segments)
+        return entries, (body, record, np.sort(entries.path_hashes))
 
     def _retire(self, paths: set[str], snapshot: NextSnapshot) -> None:
         """Mark the entries of `paths` (data files, and the delete files applying to them) deleted,
@@ -363,13 +358,14 @@ class _RangeSource:
         return self.reader(self.uri, start, end)
 
 
-def _slices(batches: Iterable[pa.StructArray]) -> Iterator[pa.StructArray]:
-    """Each batch in the fewest slices of at most ENCODE_SLICE, of equal sizes: encoded two at once,
-    they end together (a 34,464-file row group as 32,768 and 1,696 kept a core idle for 30 ms)."""
+def _slices(batches: Iterable[pa.StructArray], most: int) -> Iterator[pa.StructArray]:
+    """Each batch in the fewest slices of at most ENCODE_SLICE (and `most`), of equal sizes: encoded
+    two at once, they end together (a 34,464-file row group as 32,768 and 1,696 kept a core idle for 30 ms)."""
+    most = min(most, ENCODE_SLICE)
     for batch in batches:
         if not len(batch):
             continue
-        size = math.ceil(len(batch) / math.ceil(len(batch) / ENCODE_SLICE))
+        size = math.ceil(len(batch) / math.ceil(len(batch) / most))
         for start in range(0, len(batch), size):
             yield batch.slice(start, size)
 

@@ -44,7 +44,7 @@ from exporter.threads import prefetched
 __all__ = ["DELTA_VERSION", "IcebergTable", "ReadRange", "append_table", "derive_table", "write_table"]
 
 DELTA_VERSION = "delta.version"  # in each snapshot's summary: the Delta version it is
-MANIFEST_ENTRIES = 50_000  # files per manifest written from a checkpoint (or a big commit)
+MANIFEST_ENTRIES = 50_000  # files per manifest written from a big commit; a checkpoint's: a slice's (`manifest_set.ENCODE_SLICE`)
 # puts of the table's files at once, behind its writing: 3, not the 16 an export writes with; each put's
 # thread takes the GIL from the one writing the snapshots, and 3 keep up with a commit's 2 files a
 # millisecond (a cold 100,000-file step on the stack, medians of 8 exports: 266-271 ms with 16,

@@ -189,8 +189,9 @@ def test_columns_from_typed_stats_write_what_the_file_by_file_path_writes(tmp_pa
 
 
 def test_slices_encoded_on_threads_write_what_one_slice_writes_in_its_order(tmp_path, monkeypatch):
-    """A checkpoint of several slices (`ENCODE_SLICE`) is encoded ahead on threads: the same
-    manifest, entry for entry in the checkpoint's order, and totals as one slice in this thread."""
+    """A checkpoint of several slices (`ENCODE_SLICE`) is encoded ahead on threads, each slice's
+    manifest written there: the same entries, entry for entry in the checkpoint's order, and totals
+    as one slice in this thread, in a manifest for each slice."""
     import threading
 
     log = write_log(tmp_path, GOOD)
@@ -202,15 +203,19 @@ def test_slices_encoded_on_threads_write_what_one_slice_writes_in_its_order(tmp_
     monkeypatch.setattr(manifest_set, "ENCODE_SLICE", 2)
     sliced = written(tmp_path / "sliced", log, sort=False)
 
-    assert sliced == one
+    assert sliced[0] == one[0] and sliced[2] == one[2]
+    # the 4 files taken: a manifest for each of their 2 slices, not one; the 2 left in one of their own
+    assert len(one[1]) == 2 and len(sliced[1]) == 3
     assert len(threads) == 3 and threading.main_thread() not in threads  # 6 files: 3 slices, none here
 
 
-@pytest.mark.parametrize("rows, sizes", [(0, []), (3, [3]), (5, [3, 2]), (8, [4, 4]), (9, [3, 3, 3])])
-def test_a_batch_is_cut_into_the_fewest_slices_of_equal_sizes_in_order(monkeypatch, rows, sizes):
-    """Encoded two at once, slices of equal sizes end together (not 4, 4 and a lone 1 for 9 files)."""
+@pytest.mark.parametrize("rows, most, sizes", [(0, 10, []), (3, 10, [3]), (5, 10, [3, 2]), (8, 10, [4, 4]),
+                                              (9, 10, [3, 3, 3]), (5, 2, [2, 2, 1])])
+def test_a_batch_is_cut_into_the_fewest_slices_of_equal_sizes_in_order(monkeypatch, rows, most, sizes):
+    """Encoded two at once, slices of equal sizes end together (not 4, 4 and a lone 1 for 9 files);
+    none larger than the files a manifest takes (`most`), each slice being a manifest."""
     monkeypatch.setattr(manifest_set, "ENCODE_SLICE", 4)
-    slices = list(manifest_set._slices([pa.array(range(rows))]))
+    slices = list(manifest_set._slices([pa.array(range(rows))], most))
 
     assert [len(s) for s in slices] == sizes
     assert [value for s in slices for value in s.to_pylist()] == list(range(rows))
