@@ -26,11 +26,10 @@ FORMAT_VERSION = 2
 DATA, DELETES = 0, 1  # manifest content, and a file's: data, position deletes
 EXISTING, ADDED, DELETED = 0, 1, 2  # manifest entry status
 _CODEC = "deflate"
-# deflate's fastest level: with zlib (fastavro's writer) a 100,000-entry manifest compressed in 30 ms,
-# not 100 ms, for about a tenth more bytes (its paths and stats repeat; deflate finds that at any
-# level). A checkpoint's manifests (`write_encoded_manifest`) are deflated by ISA-L (`isal_zlib`): the
-# same format and size as zlib's at this level, in a fifth of the time (50,000 entries: 4 ms, not 21
-# ms), the GIL released
+# deflate's fastest level: with zlib a 100,000-entry manifest compressed in 30 ms, not 100 ms, for
+# about a tenth more bytes (its paths and stats repeat; deflate finds that at any level). Deflated by
+# ISA-L (`isal_zlib`): the same format and size as zlib's at this level, in a fifth of the time (50,000
+# entries: 4 ms, not 21 ms), the GIL released
 _LEVEL = 1
 # a table property: each manifest has its live entries' data paths, hashed (`manifest_set.path_hashes`), at
 # `names.path_hashes_key` (8 bytes a file): an append finds the manifests a path is in without reading them
@@ -125,9 +124,11 @@ def manifest_entry_schema(partition_fields: list[PartitionField]) -> dict:
 
 
 @functools.lru_cache(maxsize=64)
-def _entry_schema(partition_fields: tuple[PartitionField, ...]) -> dict:
-    """`manifest_entry_schema` parsed for fastavro's writer, once per partition spec."""
-    return fastavro.parse_schema(manifest_entry_schema(list(partition_fields)))
+def _entry_schema(partition_fields: tuple[PartitionField, ...]) -> tuple[dict, str]:
+    """`manifest_entry_schema` parsed for fastavro's encoder, and as a file's header names it: once
+    per partition spec."""
+    schema = manifest_entry_schema(list(partition_fields))
+    return fastavro.parse_schema(schema), json.dumps(schema)
 
 
 MANIFEST_FILE_SCHEMA = {"type": "record", "name": "manifest_file", "fields": [
@@ -152,7 +153,7 @@ MANIFEST_FILE_SCHEMA = {"type": "record", "name": "manifest_file", "fields": [
             _field("upper_bound", 511, "bytes", optional=True)]}}, optional=True),
     _field("key_metadata", 519, "bytes", optional=True),
 ]}
-_PARSED_MANIFEST_FILE = fastavro.parse_schema(MANIFEST_FILE_SCHEMA)
+_MANIFEST_FILE = fastavro.parse_schema(MANIFEST_FILE_SCHEMA), json.dumps(MANIFEST_FILE_SCHEMA)
 
 
 def data_file(content: int, path: str, partition: dict, record_count: int, size: int,
@@ -183,11 +184,10 @@ def write_manifest(entries: list[dict], content: int, spec_id: int, partition_fi
                    schema: dict) -> tuple[bytes, dict]:
     """A manifest's bytes, and its manifest list record without path, length, sequence numbers or
     the snapshot that added it (the caller knows those)."""
-    out = io.BytesIO()
     renamed = {f.name: avro_name(f.name) for f in partition_fields if avro_name(f.name) != f.name}
     records = [_renamed_partition(entry, renamed) for entry in entries] if renamed else entries
-    fastavro.writer(out, _entry_schema(tuple(partition_fields)), records, codec=_CODEC, codec_compression_level=_LEVEL,
-                    metadata=_manifest_metadata(content, spec_id, partition_fields, schema))
+    body = _avro_file(_entry_schema(tuple(partition_fields)), _manifest_metadata(content, spec_id, partition_fields, schema),
+                      records)
     counts = {status: [0, 0] for status in (EXISTING, ADDED, DELETED)}  # files, rows
     for entry in entries:
         counts[entry["status"]][0] += 1
@@ -199,23 +199,17 @@ def write_manifest(entries: list[dict], content: int, spec_id: int, partition_fi
               "deleted_files_count": counts[DELETED][0], "added_rows_count": counts[ADDED][1],
               "existing_rows_count": counts[EXISTING][1], "deleted_rows_count": counts[DELETED][1],
               "partitions": _partition_summaries(live, partition_fields), "key_metadata": None}
-    return out.getvalue(), record
+    return body, record
 
 
 def write_encoded_manifest(rows: pa.Array, record_count: int, partition_values: dict[str, list], spec_id: int,
                            partition_fields: list[PartitionField], schema: dict) -> tuple[bytes, dict]:
     """`write_manifest` of ADDED data file entries already in Avro's binary encoding (`columns`),
     one block; `partition_values`: each partition field's distinct values among them."""
-    header = io.BytesIO()
-    sync_marker = os.urandom(16)
-    fastavro.writer(header, _entry_schema(tuple(partition_fields)), [], codec=_CODEC,
-                    metadata=_manifest_metadata(DATA, spec_id, partition_fields, schema), sync_marker=sync_marker)
     offsets = np.frombuffer(rows.buffers()[1], np.int32)[rows.offset:rows.offset + len(rows) + 1]
     data = memoryview(rows.buffers()[2])[offsets[0]:offsets[-1]] if len(rows) else b""
-    compressor = isal_zlib.compressobj(_LEVEL, isal_zlib.DEFLATED, -15)
-    block = compressor.compress(data) + compressor.flush()
-    body = header.getvalue() + avro_long(len(rows)) + avro_long(len(block)) + block + sync_marker if len(rows) \
-        else header.getvalue()
+    body = _avro_file(_entry_schema(tuple(partition_fields)), _manifest_metadata(DATA, spec_id, partition_fields, schema),
+                      (), (data, len(rows)))
     record = {"partition_spec_id": spec_id, "content": DATA, "min_sequence_number": None,
               "added_files_count": len(rows), "existing_files_count": 0, "deleted_files_count": 0,
               "added_rows_count": record_count, "existing_rows_count": 0, "deleted_rows_count": 0,
@@ -294,11 +288,37 @@ def _renamed_partition(entry: dict, renamed: dict[str, str]) -> dict:
 def write_manifest_list(records: list[dict], snapshot_id: int, parent_id: int | None, sequence_number: int,
                         path_hashes: dict[str, bytes] | None = None) -> bytes:
     """`path_hashes`: of the manifests that keep none beside them, by path (`LISTED_PATH_HASHES`)."""
-    out = io.BytesIO()
     metadata = {"snapshot-id": str(snapshot_id), "parent-snapshot-id": "null" if parent_id is None else str(parent_id),
                 "sequence-number": str(sequence_number), "format-version": str(FORMAT_VERSION)}
     if path_hashes:
         metadata[LISTED_PATH_HASHES] = json.dumps({path: base64.b64encode(hashes).decode()
                                                    for path, hashes in path_hashes.items()}, separators=(",", ":"))
-    fastavro.writer(out, _PARSED_MANIFEST_FILE, records, codec=_CODEC, codec_compression_level=_LEVEL, metadata=metadata)
-    return out.getvalue()
+    return _avro_file(_MANIFEST_FILE, metadata, records)
+
+
+def _avro_file(schema: tuple[dict, str], metadata: dict[str, str], records: Iterable[dict],
+               encoded: tuple[bytes | memoryview, int] | None = None) -> bytes:
+    """An Avro object container file (Avro's spec, "Object Container Files") of one deflated block:
+    `records` encoded by `schema` (parsed, and its JSON), or `encoded` (records already in Avro's
+    binary encoding, and how many); no block without records. Its header written here, the schema's
+    JSON made once: fastavro's writer made each header anew, 48 of the 70 µs of a commit's manifest."""
+    if encoded is None:
+        out = io.BytesIO()
+        count = 0
+        for record in records:
+            fastavro.schemaless_writer(out, schema[0], record)
+            count += 1
+        encoded = out.getbuffer(), count
+    data, count = encoded
+    items = [("avro.schema", schema[1]), ("avro.codec", _CODEC), *metadata.items()]
+    header = [b"Obj\x01", avro_long(len(items))]
+    for text in (text for item in items for text in item):  # strings as Avro's bytes: length, then UTF-8
+        raw = text.encode()
+        header += [avro_long(len(raw)), raw]
+    sync_marker = os.urandom(16)
+    header += [b"\x00", sync_marker]  # the metadata map's end
+    if not count:
+        return b"".join(header)
+    compressor = isal_zlib.compressobj(_LEVEL, isal_zlib.DEFLATED, -15)
+    block = compressor.compress(data) + compressor.flush()
+    return b"".join([*header, avro_long(count), avro_long(len(block)), block, sync_marker])
