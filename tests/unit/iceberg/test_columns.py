@@ -297,13 +297,16 @@ def test_each_rule_hashes_a_path_as_the_tables_it_wrote_keep_it():
         path_hashes([path], "sha1")
 
 
-def test_a_path_is_found_in_a_manifests_hashes_whichever_side_is_larger():
+@pytest.mark.parametrize("files", [1000, 10], ids=["bisected", "as-sets"])
+def test_a_path_is_found_in_a_manifests_hashes_whichever_side_is_larger(files):
     """A commit's retired paths against a manifest's hashes: looked up from the smaller side, the
-    same answer either way, and none for an empty side."""
-    manifest = path_hashes((f"s3://b/m/{i}.parquet" for i in range(1000)), MURMUR3)
+    same answer either way, and none for an empty side; two small sides compared as sets."""
+    manifest = path_hashes((f"s3://b/m/{i}.parquet" for i in range(files)), MURMUR3)
     for wanted, shared in ((["s3://b/m/7.parquet"], True), (["s3://b/new.parquet"], False),
+                           (["s3://b/new.parquet", "s3://b/m/9.parquet"], True),
                            ([f"s3://b/other/{i}" for i in range(5000)], False),
-                           ([*(f"s3://b/other/{i}" for i in range(5000)), "s3://b/m/999.parquet"], True), ([], False)):
+                           ([*(f"s3://b/other/{i}" for i in range(5000)), f"s3://b/m/{files - 1}.parquet"], True),
+                           ([], False)):
         hashes = path_hashes(wanted, MURMUR3)
         assert manifest_set._any_shared(hashes, manifest) is shared, (len(wanted), shared)
         assert manifest_set._any_shared(manifest, hashes) is shared
