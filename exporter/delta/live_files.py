@@ -7,7 +7,7 @@ still reads); all reconcile with `replay.reconcile`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -31,6 +31,10 @@ class SnapshotLog(Protocol):
     segment: LogSegment
 
     def raw(self, name: str) -> bytes: ...
+
+    def raws(self, names: list[str]) -> Iterator[bytes]:
+        """The files' bytes, in order (those it reads from a store read ahead, several at once)."""
+        ...
 
     def source(self, name: str) -> ParquetSource: ...
 
@@ -56,8 +60,9 @@ class LiveFiles:
                 self._apply(parse_actions(name, log.raw(name)))
             else:
                 self.checkpoint_parquet.append(name)
-        for _, name in log.segment.commits:
-            actions = parse_actions(name, log.raw(name))
+        names = [name for _, name in log.segment.commits]
+        for name, raw in zip(names, log.raws(names)):
+            actions = parse_actions(name, raw)
             self._apply(actions)
             self.in_commit_timestamp = in_commit_timestamp(actions) or 0
         if self.metadata is not None and self.protocol is not None:

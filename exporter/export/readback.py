@@ -3,13 +3,14 @@ store: its layout and its files (`exporter.delta.live_files` replays it)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from exporter.delta.checkpoint import checkpoint_files
 from exporter.delta.log import LOG_DIR, LogListing, LogSegment, select_segment
 from exporter.parquet.splice import BytesSource, ParquetSource
 from exporter.storage.objectstore import ObjectSource, ObjectStore
+from exporter.threads import prefetched
 
 
 @dataclass
@@ -26,6 +27,13 @@ class ExportedLog:
     def raw(self, name: str) -> bytes:
         known = self.held.get(name)
         return known if known is not None else self.store.get(self.location + LOG_DIR + name)
+
+    def raws(self, names: list[str]) -> Iterator[bytes]:
+        """Those held as they are, without a thread (handing 50 commits held to threads cost a cold
+        100,000-file Iceberg step about 8 ms), the others read ahead."""
+        if all(name in self.held for name in names):
+            return map(self.held.__getitem__, names)
+        return prefetched(self.raw, names)
 
     def source(self, name: str) -> ParquetSource:
         return ObjectSource(self.store, self.store.address(self.location + LOG_DIR + name), self.sizes[name])

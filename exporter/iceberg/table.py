@@ -39,7 +39,6 @@ from exporter.iceberg.files import IcebergFiles, WrittenBehind
 from exporter.iceberg.manifest_set import ManifestSet, NextSnapshot, ReadRange, Totals
 from exporter.iceberg.manifests import FORMAT_VERSION, PATH_HASHES, read_manifest_list, write_manifest_list
 from exporter.iceberg.versions import GoneFile, LogUpTo, first_whole_version
-from exporter.threads import prefetched
 
 __all__ = ["DELTA_VERSION", "IcebergTable", "ReadRange", "append_table", "derive_table", "write_table"]
 
@@ -98,7 +97,7 @@ def _write(log: SnapshotLog, start: int | None, files: IcebergFiles, read_range:
 
 def _commit_snapshots(builder: _Builder, log: SnapshotLog, commits: list[tuple[int, str]]) -> None:
     """A snapshot for each commit, in order; the commits read ahead, several at once."""
-    raws = prefetched(lambda commit: log.raw(commit[1]), commits)
+    raws = log.raws([name for _, name in commits])
     for (version, name), raw in zip(commits, raws):
         builder.commit_snapshot(version, parse_actions(name, raw))
 

@@ -4,6 +4,7 @@ objects, so none of a version that names a file lakeFS has no object for (its pa
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,9 @@ class LogUpTo:
 
     def raw(self, name: str) -> bytes:
         return self.log.raw(name)
+
+    def raws(self, names: list[str]) -> Iterator[bytes]:
+        return self.log.raws(names)
 
     def source(self, name: str):
         return self.log.source(name)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -68,6 +68,10 @@ class SourceLog:
         if name not in self.loaded.files:
             self.loaded.read_more(self.store, [name])
         return self.loaded.files[name]
+
+    def raws(self, names: list[str]) -> Iterator[bytes]:
+        self.loaded.read_more(self.store, [name for name in names if name not in self.loaded.files])
+        return map(self.loaded.files.__getitem__, names)
 
     def source(self, name: str):
         return self.loaded.source(self.store, name)

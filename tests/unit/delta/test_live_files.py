@@ -54,6 +54,9 @@ class Log:
     def raw(self, name: str) -> bytes:
         return self.files[name]
 
+    def raws(self, names: list[str]):
+        return map(self.raw, names)
+
     def source(self, name: str) -> BytesSource:
         return BytesSource(self.files[name])
 

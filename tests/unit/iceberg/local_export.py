@@ -5,6 +5,7 @@ log; the Iceberg table goes to a local folder too."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -46,6 +47,9 @@ class LocalLog:
 
     def raw(self, name: str) -> bytes:
         return (self.root / name).read_bytes()
+
+    def raws(self, names: list[str]) -> Iterator[bytes]:
+        return map(self.raw, names)
 
     def source(self, name: str) -> ParquetSource:
         return BytesSource(self.raw(name))
