@@ -61,10 +61,12 @@ def _export(repository: str, ref: str, commit_id: str, table_name: str, after_on
     from exporter.config import load_config
     from exporter.lakefs.client import LakeFS
     from exporter.storage.objectstore import ObjectStore
+    from workers.delivery import keep_what_the_start_made
 
     config = load_config()
     lakefs = LakeFS(config.lakefs)
     ObjectStore(config, lakefs.storage_namespace(repository))  # a worker makes its client once, not per export
+    keep_what_the_start_made()  # as a worker's process does once started
     first = _export_once(config, lakefs, repository, f"{ref}-first", commit_id, table_name) if after_one else {}
     measured = _export_once(config, lakefs, repository, ref, commit_id, table_name)
     if first:

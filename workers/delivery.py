@@ -5,6 +5,7 @@ records and counters every task writes."""
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -70,6 +71,14 @@ def _warm(**_) -> None:
         _services(config), _lake(config), warm(config)
     except Exception as exc:  # noqa: BLE001 (the first task meets it again, and says why)
         log.warning("clients not built as the worker process started: %s", exc)
+    keep_what_the_start_made()
+
+
+def keep_what_the_start_made() -> None:
+    """What a worker process's start made (modules, the app, its clients: about 107,000 objects)
+    lives as long as it does: out of the collector's reach, a full collection walks only what tasks
+    made since. Each walked it all: a pause of 63 ms in a cold 100,000-file Iceberg step of 220 ms."""
+    gc.freeze()
 
 
 @contextmanager

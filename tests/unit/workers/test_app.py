@@ -22,3 +22,22 @@ def test_a_process_configured_again_publishes_to_the_new_redis():
         second = producer.connection.as_uri()
 
     assert first.endswith("/1") and second.endswith("/2"), (first, second)
+
+
+def test_a_worker_process_start_leaves_what_it_made_out_of_the_collectors_reach(monkeypatch):
+    """`worker_process_init`: the start's objects frozen (a full collection walks only what tasks
+    made since), even when a client could not be built (the first task builds it and says why)."""
+    import gc
+
+    import workers.delivery as delivery
+
+    def unreachable(config):
+        raise ConnectionError("lakeFS not answering")
+
+    monkeypatch.setattr(delivery, "_services", unreachable)
+    gc.unfreeze()
+    try:
+        delivery._warm()
+        assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()
