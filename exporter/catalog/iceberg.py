@@ -29,9 +29,9 @@ from exporter.errors import NoSuchIcebergTable, NoSuchNamespace, NotFound, Signa
 from exporter.branch_tables.state import read_state
 from exporter.export.manifest import ICEBERG, ExportManifest, IcebergState, iceberg_state
 from exporter.iceberg import names
-from exporter.iceberg.path_hashes import digests, hashes_of, path_hash, table_rule
 from exporter.iceberg.manifests import DATA, DELETED, PATH_HASHES, keeps_path_hashes, read_manifest, \
     read_manifest_list
+from exporter.iceberg.path_hashes import hashes_of, path_hash
 from exporter.kept import Kept
 from exporter.lakefs.descriptors import discover_tables
 from exporter.lakefs.lake import Lake
@@ -81,7 +81,7 @@ class IcebergCatalog:
         self.lake, self.config, self.lakefs = lake, lake.config, lake.lakefs
         # what readers of a table read, by its metadata file (a new one for every change)
         self._objects: Kept[tuple[str, str], ReadersObjects] = Kept(entries=SIGNABLE_TABLES)
-        self._manifest_files: Kept[tuple[str, str], np.ndarray] = Kept(entries=MANIFESTS_KEPT)  # (path, rule)
+        self._manifest_files: Kept[str, np.ndarray] = Kept(entries=MANIFESTS_KEPT)
         self._namespaces: Kept[str, dict[str, str]] = Kept(entries=1, seconds=NAMESPACES_SECONDS)
         self._held: Kept[tuple[str, str], dict[str, str]] = Kept(entries=1024)  # a commit's tables: name -> path
         self._lines: Kept[tuple[str, str], list[str]] = Kept(entries=1024)  # a commit's first parents
@@ -227,14 +227,14 @@ class IcebergCatalog:
         lists = list(dict.fromkeys(snapshot["manifest-list"] for snapshot in metadata.get("snapshots") or []))
         records = {record["manifest_path"]: record for uri in lists for record in read_manifest_list(store.get_uri(uri))}
         manifests = list(records)
-        properties = metadata.get("properties") or {}
-        hashed, rule = PATH_HASHES in properties, table_rule(properties)
+        hashed = (metadata.get("properties") or {}).get(PATH_HASHES) == "true"
         with io_pool(8) as pool:
-            hashes = list(pool.map(lambda path: self._manifest_files.keep((path, rule), lambda: _named_files(
-                store, path, hashed and records[path]["content"] == DATA and keeps_path_hashes(records[path]), rule)),
+            hashes = list(pool.map(lambda path: self._manifest_files.keep(path, lambda: _named_files(
+                store, path, hashed and records[path]["content"] == DATA and keeps_path_hashes(records[path]))),
                 manifests))
-        files = np.unique(np.concatenate([digests([*lists, *manifests], rule), *hashes]))
-        return ReadersObjects(folders([store.uri(table.location)]), files, self._nested(table.repository), rule)
+        named = np.array([path_hash(uri) for uri in [*lists, *manifests]], np.int64)
+        files = np.unique(np.concatenate([named, *hashes]))
+        return ReadersObjects(folders([store.uri(table.location)]), files, self._nested(table.repository))
 
     def _nested(self, repository: str) -> tuple[str, ...]:
         """The storage namespaces of other repositories that lie inside this one's (lakeFS accepts them)."""
@@ -269,12 +269,11 @@ class IcebergCatalog:
 class ReadersObjects:
     """The objects readers of one Iceberg table read: under its own location (`folders`), or a file
     its snapshots name (`files`: hashes of plain addresses, sorted: manifest lists, manifests, delete
-    and data files, by the table's `rule`); never one of another repository nested inside (`excluded`)."""
+    and data files); never one of another repository nested inside (`excluded`)."""
 
     location: tuple[str, ...]
     files: np.ndarray
     excluded: tuple[str, ...]
-    rule: str
 
     def holds(self, address: str) -> bool:
         plain = plain_address(address)  # None: no object's address, or one with a dot or empty segment
@@ -285,14 +284,14 @@ class ReadersObjects:
         # the object's name decoded once, as a manifest names it, under each scheme naming S3's objects
         _, _, bucket_and_key = plain.partition("://")
         for scheme in S3_SCHEMES:
-            wanted = path_hash(f"{scheme}://{bucket_and_key}", self.rule)
+            wanted = path_hash(f"{scheme}://{bucket_and_key}")
             at = int(np.searchsorted(self.files, wanted))
             if at < len(self.files) and self.files[at] == wanted:
                 return True
         return False
 
 
-def _named_files(store: ObjectStore, manifest_path: str, hashed: bool, rule: str) -> np.ndarray:
+def _named_files(store: ObjectStore, manifest_path: str, hashed: bool) -> np.ndarray:
     """The hashes of the files a manifest's live entries name (data files, or delete files). A data
     manifest that keeps its path hashes (`PATH_HASHES`, `keeps_path_hashes`) is not read: the
     hashes beside it are these (8 bytes a file; decoding a manifest's Avro costs about 22 µs an
@@ -302,5 +301,5 @@ def _named_files(store: ObjectStore, manifest_path: str, hashed: bool, rule: str
             return hashes_of(store.get_uri(names.path_hashes_key(manifest_path)))
         except NotFound:
             pass  # a manifest written before its table kept path hashes
-    return digests([entry["data_file"]["file_path"] for entry in read_manifest(store.get_uri(manifest_path))
-                    if entry["status"] != DELETED], rule)
+    return np.array([path_hash(entry["data_file"]["file_path"])
+                     for entry in read_manifest(store.get_uri(manifest_path)) if entry["status"] != DELETED], np.int64)

@@ -61,9 +61,8 @@ class PartitionColumn:
 
 
 def manifest_entries(adds: pa.StructArray, columns: Sequence[StatsColumn], partition: Sequence[PartitionColumn],
-                     snapshot_id: int, sequence_number: int, hash_rule: str) -> Entries | None:
-    """The ADDED entries (status 1) of a slice of add actions, or None when the slice must go file by
-    file; their paths hashed by `hash_rule`."""
+                     snapshot_id: int, sequence_number: int) -> Entries | None:
+    """The ADDED entries (status 1) of a slice of add actions, or None when the slice must go file by file."""
     if any(c.iceberg_type not in _ARROW and c.iceberg_type != "binary" for c in columns):
         return None  # decimals (and any type added later): their JSON numbers need Python's Decimal
     names = {f.name for f in adds.type}
@@ -99,7 +98,7 @@ def manifest_entries(adds: pa.StructArray, columns: Sequence[StatsColumn], parti
     record_counts = records.to_numpy()
     if not len(taken):
         return Entries(pa.array([], pa.binary()), np.zeros(0, np.int64), record_counts, np.zeros(0, np.int64), {}, left)
-    encoded = _encode(taken, parsed, record_counts, columns, partition, snapshot_id, sequence_number, hash_rule)
+    encoded = _encode(taken, parsed, record_counts, columns, partition, snapshot_id, sequence_number)
     if encoded is None:
         return None
     rows, hashes, partitions = encoded
@@ -180,7 +179,7 @@ def _typed_stats(stats: pa.Array, columns: Sequence[StatsColumn]) -> pa.Table:
 
 
 def _encode(adds: pa.StructArray, parsed: pa.Table, record_counts: np.ndarray, columns: Sequence[StatsColumn],
-            partition: Sequence[PartitionColumn], snapshot_id: int, sequence_number: int, hash_rule: str):
+            partition: Sequence[PartitionColumn], snapshot_id: int, sequence_number: int):
     tight = pc.fill_null(parsed.column("tightBounds"), True).to_numpy(zero_copy_only=False)
     null_counts, lowers, uppers = [], [], []
     for column in sorted(columns, key=lambda c: c.field_id):
@@ -212,7 +211,7 @@ def _encode(adds: pa.StructArray, parsed: pa.Table, record_counts: np.ndarray, c
                  *_map(null_counts), pa.scalar(_EMPTY_OPTIONAL),  # null counts, nan counts
                  *_map(lowers), *_map(uppers),
                  pa.scalar(_EMPTY_OPTIONAL * 4))  # key_metadata, split_offsets, equality_ids, sort_order_id
-    return rows, digests(path_list, hash_rule), distinct
+    return rows, digests(path_list), distinct
 
 
 _NULL_ITEM = pa.scalar(None, pa.binary())

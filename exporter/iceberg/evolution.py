@@ -10,7 +10,6 @@ from exporter.delta.actions import check_protocol
 from exporter.errors import CorruptLog
 from exporter.iceberg.columns import PartitionColumn
 from exporter.iceberg.manifests import PATH_HASHES, PartitionField
-from exporter.iceberg.path_hashes import table_rule
 from exporter.iceberg.schema import NAME_MAPPING, TableSchema, field_ids_of, iceberg_primitive, iceberg_schema, \
     name_mapping_json
 from exporter.iceberg.stats import stats_columns
@@ -53,13 +52,8 @@ class Evolution:
         self.spec_id = self._spec_id([schema.column(name) for name in partition_columns])
         self.columns = stats_columns(schema.columns, partition_columns)
         self.properties[NAME_MAPPING] = name_mapping_json(schema, self.properties.get(NAME_MAPPING))
-        self.properties[PATH_HASHES] = table_rule(self.properties)
+        self.properties[PATH_HASHES] = "true"
         self.properties[DELTA_METADATA] = json.dumps(metadata, separators=(",", ":"))
-
-    @property
-    def hash_rule(self) -> str:
-        """What the table's path hashes are made by (`path_hashes`), once a metaData action is used."""
-        return self.properties[PATH_HASHES]
 
     def kept_metadata(self) -> dict | None:
         """The Delta metaData action a resumed table was written with (None: an older table, without it)."""

@@ -28,7 +28,7 @@ from exporter.iceberg.columns import Entries, manifest_entries
 from exporter.iceberg.deletes import FILE_PATH_ID, position_deletes
 from exporter.iceberg.evolution import Evolution
 from exporter.iceberg.files import IcebergFiles
-from exporter.iceberg.path_hashes import MURMUR3, hashes_bytes, hashes_of, path_hashes
+from exporter.iceberg.path_hashes import hashes_bytes, hashes_of, path_hashes
 from exporter.iceberg.manifests import ADDED, DATA, DELETED, DELETES, EXISTING, bound_of, data_file, \
     keeps_path_hashes, read_manifest, read_manifest_list_hashes, write_encoded_manifest, write_manifest
 from exporter.iceberg.stats import file_metrics
@@ -232,7 +232,7 @@ class ManifestSet:
         if pc.any(pc.invert(absolute_column(paths))).as_py():
             raise GoneFile(next(p for p in paths.to_pylist() if not is_absolute(p)))
         entries = manifest_entries(batch, evolution.columns, evolution.partition_columns(), snapshot.snapshot_id,
-                                   snapshot.sequence_number, evolution.hash_rule)
+                                   snapshot.sequence_number)
         if entries is None or not len(entries.rows):
             return None if entries is None else (entries, None)
         partitions = {field.name: [values[i] for i in np.unique(indices)]
@@ -247,8 +247,7 @@ class ManifestSet:
     def _retire(self, paths: set[str], snapshot: NextSnapshot) -> None:
         """Mark the entries of `paths` (data files, and the delete files applying to them) deleted,
         rewriting only the manifests that hold one."""
-        rule = snapshot.evolution.hash_rule
-        wanted = path_hashes(paths, rule)
+        wanted = path_hashes(paths)
         unread = [m for m in self.manifests if m.hashes is None and keeps_path_hashes(m.record)] \
             if self.kept_hashes else []  # the others are read whole below
         if unread:
@@ -279,7 +278,7 @@ class ManifestSet:
                                                              snapshot, add=False)
             elif self._small(manifest):
                 manifest.body = body  # read whole: a merge of it reads it from here
-            self.manifests[index].hashes = path_hashes(live, rule)
+            self.manifests[index].hashes = path_hashes(live)
 
     def _merge_small(self, snapshot: NextSnapshot) -> None:
         """Once `MERGE_AT` small manifests (each under a tenth of `manifest_entries` live files) of one
@@ -320,7 +319,7 @@ class ManifestSet:
                                       evolution.schema_document())
         if record["min_sequence_number"] is None:
             record["min_sequence_number"] = snapshot.sequence_number
-        live = path_hashes([_data_path(e, content) for e in entries if e["status"] != DELETED], evolution.hash_rule)
+        live = path_hashes([_data_path(e, content) for e in entries if e["status"] != DELETED])
         return self._keep(snapshot, body, record, live, add)
 
     def _keep(self, snapshot: NextSnapshot, body: bytes, record: dict, hashes: np.ndarray, add: bool = True) -> Manifest:

@@ -17,7 +17,7 @@ import exporter.catalog.iceberg as catalog_module
 from exporter.catalog.iceberg import IcebergCatalog
 from exporter.config import Config
 from exporter.iceberg import manifests as manifests_module
-from exporter.iceberg.path_hashes import MURMUR3, path_hash
+from exporter.iceberg.path_hashes import path_hash
 from exporter.storage.scope import folders
 from exporter.export.commit import export_iceberg, export_table
 from exporter.export.job import ExportAt
@@ -226,7 +226,7 @@ def test_a_file_is_held_by_its_name_as_its_manifest_writes_it_whatever_it_holds(
     the object the name decoded twice would be (`day=1:00`), nor a name that is no object's."""
     named = "s3://lake/repo/data/day=1%3A00/part-0.parquet"
     objects = catalog_module.ReadersObjects(folders(["s3://lake/repo/_lakefs/iceberg-files/t/"]),
-                                            np.array([path_hash(named, MURMUR3)], np.int64), (), MURMUR3)
+                                            np.array([path_hash(named)], np.int64), ())
     assert objects.holds("s3://lake/repo/data/day=1%253A00/part-0.parquet")  # the request's address
     assert objects.holds("s3a://lake/repo/data/day=1%253A00/part-0.parquet")
     assert not objects.holds("s3://lake/repo/data/day=1%3A00/part-0.parquet")  # that is `day=1:00`

@@ -8,17 +8,14 @@ import json
 import struct
 from pathlib import Path
 
-import mmh3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 import exporter.iceberg.manifest_set as manifest_set
 import exporter.iceberg.table as table_module
-from exporter.errors import CorruptLog
-from exporter.iceberg.manifests import PATH_HASHES, read_manifest, read_manifest_list
-from exporter.iceberg.path_hashes import BLAKE2B, MURMUR3, RULES, hashes_bytes, hashes_of, path_hash, path_hashes, \
-    table_rule
+from exporter.iceberg.manifests import read_manifest, read_manifest_list
+from exporter.iceberg.path_hashes import hashes_bytes, hashes_of, path_hash, path_hashes
 from tests.unit.iceberg.local_export import LocalFiles, LocalLog, read_range
 
 pytestmark = pytest.mark.unit
@@ -255,59 +252,56 @@ def test_a_checkpoint_with_parsed_stats_only_is_taken_by_columns_or_goes_file_by
             names=["path", "size", "stats_parsed"])
 
     entries = manifest_entries(adds(pa.int64()), [StatsColumn("at", 1, "long", True)], [], snapshot_id=1,
-                               sequence_number=1, hash_rule=MURMUR3)
+                               sequence_number=1)
     assert entries is not None and entries.record_counts.tolist() == [3] and not entries.left.to_pylist()[0]
-    assert entries.path_hashes.tolist() == [path_hash("part-0.parquet", MURMUR3)]
+    assert entries.path_hashes.tolist() == [path_hash("part-0.parquet")]
     assert manifest_entries(adds(pa.timestamp("us", "UTC")), [StatsColumn("at", 1, "timestamptz", True)], [],
-                            snapshot_id=1, sequence_number=1, hash_rule=MURMUR3) is None
+                            snapshot_id=1, sequence_number=1) is None
     # a type Delta does not write (an unsigned count could exceed a long): not taken typed either
     assert manifest_entries(adds(pa.uint64()), [StatsColumn("at", 1, "long", True)], [], snapshot_id=1,
-                            sequence_number=1, hash_rule=MURMUR3) is None
+                            sequence_number=1) is None
 
 
-@pytest.mark.parametrize("rule", RULES)
-def test_path_hashes_read_back_as_written_and_a_torn_object_is_refused(rule):
+def test_path_hashes_read_back_as_written_and_a_torn_object_is_refused():
     """The 8-byte hashes beside a manifest: what is written reads back the same, signed values
     included, sorted (as an older writer's, kept in its manifest's order, read back too); an object
     that is not whole hashes is an error, not a shorter list."""
     paths = [f"s3://bucket/p={i % 3}/part {i}.parquet" for i in range(64)]
-    hashes = path_hashes(paths, rule)
+    hashes = path_hashes(paths)
     assert any(h < 0 for h in hashes.tolist()) and any(h > 0 for h in hashes.tolist())
-    assert hashes.tolist() == sorted(path_hash(p, rule) for p in paths)
+    assert hashes.tolist() == sorted(path_hash(p) for p in paths)
     raw = hashes_bytes(hashes)
     assert len(raw) == 8 * len(paths)
-    assert hashes_of(raw).tolist() == sorted(path_hash(p, rule) for p in paths)
-    in_manifest_order = b"".join(path_hash(p, rule).to_bytes(8, "little", signed=True) for p in paths)
+    assert hashes_of(raw).tolist() == sorted(path_hash(p) for p in paths)
+    in_manifest_order = b"".join(path_hash(p).to_bytes(8, "little", signed=True) for p in paths)
     assert hashes_of(in_manifest_order).tolist() == hashes.tolist()
-    assert manifest_set._any_shared(path_hashes([paths[40]], rule), hashes_of(in_manifest_order))
+    assert manifest_set._any_shared(path_hashes([paths[40]]), hashes_of(in_manifest_order))
     with pytest.raises(ValueError, match="not a whole number"):
         hashes_of(raw[:-3])
 
 
-def test_each_rule_hashes_a_path_as_the_tables_it_wrote_keep_it():
-    """The hashes a table keeps must come out the same from every later exporter: each rule pinned
-    to its value for one path (MurmurHash3 x64 128's first 8 bytes, BLAKE2b's 8-byte digest, of its
-    UTF-8), a non-ASCII path hashed as its UTF-8; a rule no exporter made is refused by name."""
-    path = "s3://lake/repo/data/part-0.parquet"
-    assert path_hash(path, MURMUR3) == 7506595231530068140 == mmh3.hash64(path.encode())[0]
-    assert path_hash(path, BLAKE2B) == -1107931198382125609
-    assert path_hash("s3://lake/día/é.parquet", MURMUR3) == mmh3.hash64("s3://lake/día/é.parquet".encode())[0]
-    assert table_rule({}) == MURMUR3 and table_rule({PATH_HASHES: BLAKE2B}) == BLAKE2B
-    with pytest.raises(CorruptLog, match="'sha1'"):
-        path_hashes([path], "sha1")
+def test_a_path_hashes_as_the_tables_written_before_keep_it():
+    """The hashes a table keeps must come out the same from every later exporter (an append looks
+    its files up by them, the signer signs by them): 8 bytes of BLAKE2b of the path's UTF-8."""
+    import hashlib
+
+    for path in ("s3://lake/repo/data/part-0.parquet", "s3://lake/día/é.parquet"):
+        expected = int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "little", signed=True)
+        assert path_hash(path) == expected == int(path_hashes([path])[0])
+    assert path_hash("s3://lake/repo/data/part-0.parquet") == -1107931198382125609
 
 
 @pytest.mark.parametrize("files", [1000, 10], ids=["bisected", "as-sets"])
 def test_a_path_is_found_in_a_manifests_hashes_whichever_side_is_larger(files):
     """A commit's retired paths against a manifest's hashes: looked up from the smaller side, the
     same answer either way, and none for an empty side; two small sides compared as sets."""
-    manifest = path_hashes((f"s3://b/m/{i}.parquet" for i in range(files)), MURMUR3)
+    manifest = path_hashes(f"s3://b/m/{i}.parquet" for i in range(files))
     for wanted, shared in ((["s3://b/m/7.parquet"], True), (["s3://b/new.parquet"], False),
                            (["s3://b/new.parquet", "s3://b/m/9.parquet"], True),
                            ([f"s3://b/other/{i}" for i in range(5000)], False),
                            ([*(f"s3://b/other/{i}" for i in range(5000)), f"s3://b/m/{files - 1}.parquet"], True),
                            ([], False)):
-        hashes = path_hashes(wanted, MURMUR3)
+        hashes = path_hashes(wanted)
         assert manifest_set._any_shared(hashes, manifest) is shared, (len(wanted), shared)
         assert manifest_set._any_shared(manifest, hashes) is shared
 

@@ -18,10 +18,9 @@ from pyiceberg.expressions import EqualTo
 from pyiceberg.table import StaticTable
 
 from exporter.errors import CorruptLog, IcebergUnsupported
-from exporter.iceberg import evolution, manifests
+from exporter.iceberg import manifests
 from exporter.iceberg.manifest_set import MERGE_AT
 from exporter.iceberg.manifests import read_manifest_list
-from exporter.iceberg.path_hashes import RULES, hashes_of, path_hashes
 from exporter.iceberg.table import DELTA_VERSION, append_table, write_table
 from tests.unit.iceberg.local_export import LocalFiles, export_locally, read_range
 from tests.unit.iceberg.readers import delta_rows, duckdb_connection, duckdb_rows, pyiceberg_rows, rows_of
@@ -172,18 +171,12 @@ def append_history(table: Path) -> None:
     deltalake.DeltaTable(str(table)).delete("id = 1 OR id = 16")                         # 9
 
 
-@pytest.mark.parametrize("rule", RULES)
-def test_an_append_adds_the_new_versions_and_keeps_the_rest(tmp_path, monkeypatch, rule):
-    """`rule`: the path hashes the table was written with (BLAKE2b: a table of an exporter before
-    MurmurHash3), which the append keeps: a removed file is found by its kept hashes, and every
-    manifest's hashes, old and new, are its live paths' by that rule."""
+def test_an_append_adds_the_new_versions_and_keeps_the_rest(tmp_path, monkeypatch):
     monkeypatch.setattr(manifests, "PATH_HASHES_AT", 1)  # every manifest keeps its path hashes, however small
     source = tmp_path / "source"
     build_history(source)
     files = LocalFiles(tmp_path / "iceberg")
-    with monkeypatch.context() as written_before:
-        written_before.setattr(evolution, "table_rule", lambda properties: properties.get(manifests.PATH_HASHES, rule))
-        first = write_table(export_locally(source, tmp_path / "export"), files, read_range)
+    first = write_table(export_locally(source, tmp_path / "export"), files, read_range)
     append_history(source)
     files.written.clear()
     second = append_table(first.metadata_key, export_locally(source, tmp_path / "export"), files, read_range)
@@ -202,13 +195,6 @@ def test_an_append_adds_the_new_versions_and_keeps_the_rest(tmp_path, monkeypatc
     kept = {m["manifest_path"] for m in read_manifest_list(head_list.read_bytes())}
     read = {uri for uri in files.reads if uri.endswith(".avro") and "-m" in uri}
     assert read & kept and read & kept < kept
-    assert metadata["properties"][manifests.PATH_HASHES] == rule
-    hashed = sorted((tmp_path / "iceberg").glob("metadata/*.paths"))
-    assert len(hashed) > len(first.snapshot_ids)
-    for paths in hashed:
-        live = [e["data_file"]["file_path"] for e in manifests.read_manifest(paths.with_suffix(".avro").read_bytes())
-                if e["status"] != manifests.DELETED]
-        assert hashes_of(paths.read_bytes()).tolist() == path_hashes(live, rule).tolist(), paths.name
 
 
 def test_small_manifests_keep_no_path_hashes_and_an_append_reads_them_to_remove_a_file(tmp_path):
