@@ -29,7 +29,7 @@ import pyarrow.json as pj
 
 from exporter.delta.paths import physical_address
 from exporter.iceberg.manifests import PartitionField, avro_long
-from exporter.iceberg.path_hashes import digests
+from exporter.iceberg.path_hashes import utf8_digests
 from exporter.iceberg.stats import StatsColumn, lower_bound, upper_bound
 from exporter.iceberg.values import avro_type, partition_value
 
@@ -46,7 +46,7 @@ class Entries:
     """Encoded manifest entries of the files a slice holds, but those `left` (a mask over the slice)."""
 
     rows: pa.Array  # binary: each entry's Avro encoding
-    path_hashes: np.ndarray  # each entry's data file, hashed (`path_hashes.digests`)
+    path_hashes: np.ndarray  # each entry's data file, hashed (`path_hashes.utf8_digests`)
     record_counts: np.ndarray
     sizes: np.ndarray
     partitions: dict[str, tuple[np.ndarray, list]]  # field name -> (each file's index into values, values)
@@ -197,10 +197,8 @@ def _encode(adds: pa.StructArray, parsed: pa.Table, record_counts: np.ndarray, c
                 return None
             out.append(_item(pc.is_valid(bounds), key, *_length_prefixed(bounds)))
     paths = pc.struct_field(adds, "path").cast(pa.string())
-    path_list = paths.to_pylist()
     if _holds(paths, "%"):  # decoded once, as `_Builder._add` does
-        path_list = [physical_address(p) if "%" in p else p for p in path_list]
-        paths = pa.array(path_list, pa.string())
+        paths = pa.array([physical_address(p) if "%" in p else p for p in paths.to_pylist()], pa.string())
     partition_values, distinct = _partitions(adds, partition)
     head = (b"\x02\x02" + avro_long(snapshot_id) + b"\x02" + avro_long(sequence_number) + b"\x02" + avro_long(sequence_number)
             + b"\x00")  # status ADDED, snapshot, sequence numbers; data_file: content DATA
@@ -211,7 +209,7 @@ def _encode(adds: pa.StructArray, parsed: pa.Table, record_counts: np.ndarray, c
                  *_map(null_counts), pa.scalar(_EMPTY_OPTIONAL),  # null counts, nan counts
                  *_map(lowers), *_map(uppers),
                  pa.scalar(_EMPTY_OPTIONAL * 4))  # key_metadata, split_offsets, equality_ids, sort_order_id
-    return rows, digests(path_list), distinct
+    return rows, utf8_digests(paths.cast(pa.binary()).to_pylist()), distinct
 
 
 _NULL_ITEM = pa.scalar(None, pa.binary())

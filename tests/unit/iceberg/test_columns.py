@@ -262,6 +262,21 @@ def test_a_checkpoint_with_parsed_stats_only_is_taken_by_columns_or_goes_file_by
                             sequence_number=1) is None
 
 
+def test_a_slices_path_hashes_are_of_its_paths_as_its_manifest_names_them():
+    """The hashes kept beside a checkpoint's manifest (what an append and the signer look a file up
+    by) are those of its entries' paths, a `%` escape decoded once as the manifest names the file."""
+    from exporter.iceberg.columns import manifest_entries
+    from exporter.iceberg.stats import StatsColumn
+
+    paths = ["s3://b/day=1%3A00/part%200.parquet", "s3://b/é/part-1.parquet", "s3://b/part-2.parquet"]
+    adds = pa.StructArray.from_arrays([pa.array(paths), pa.array([10] * 3, pa.int64()),
+                                       pa.array(['{"numRecords":3}'] * 3)], names=["path", "size", "stats"])
+    entries = manifest_entries(adds, [StatsColumn("at", 1, "long", True)], [], snapshot_id=1, sequence_number=1)
+
+    named = ["s3://b/day=1:00/part 0.parquet", "s3://b/é/part-1.parquet", "s3://b/part-2.parquet"]
+    assert entries.path_hashes.tolist() == [path_hash(p) for p in named]
+
+
 def test_path_hashes_read_back_as_written_and_a_torn_object_is_refused():
     """The 8-byte hashes beside a manifest: what is written reads back the same, signed values
     included, sorted (as an older writer's, kept in its manifest's order, read back too); an object
