@@ -44,11 +44,12 @@ __all__ = ["DELTA_VERSION", "IcebergTable", "ReadRange", "append_table", "derive
 
 DELTA_VERSION = "delta.version"  # in each snapshot's summary: the Delta version it is
 MANIFEST_ENTRIES = 50_000  # files per manifest written from a big commit; a checkpoint's: a slice's (`manifest_set.ENCODE_SLICE`)
-# puts of the table's files at once, behind its writing: 3, not the 16 an export writes with; each put's
-# thread takes the GIL from the one writing the snapshots, and 3 keep up with a commit's 2 files a
-# millisecond (a cold 100,000-file step on the stack, medians of 8 exports: 266-271 ms with 16,
-# 245-249 ms with 8; of 15 exports alternating: 242 ms with 8, 232 ms with 3)
-WRITE_BEHIND = 3
+# puts of the table's files at once, behind its writing: 8, not the 16 an export writes with; each put's
+# thread takes the GIL from the one writing the snapshots (a cold 100,000-file step on the stack,
+# medians of 8 exports: 266-271 ms with 16, 245-249 ms with 8). Fewer made no difference alone (15
+# exports alternating: 207 ms with 3, 209 ms with 8) and left a storm's puts waiting on a busy store
+# (commit to its Iceberg tables p99 8.8 / 11.2 s with 3)
+WRITE_BEHIND = 8
 
 
 @dataclass(frozen=True)
