@@ -9,14 +9,13 @@ request, and the main thread, blocked in one, would hear of it only at its socke
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from typing import TypeVar
 
 IO_THREADS = 16  # requests in flight at once for one piece of work (a log's reads, an export's writes)
@@ -150,12 +149,10 @@ def io_pool(threads: int) -> Iterator[IoPool]:
         raise
 
 
-def prefetched(read: Callable[[T], R], items: Iterable[T], window: int = IO_THREADS,
-               threads: int | None = None) -> Iterator[R]:
+def prefetched(read: Callable[[T], R], items: Iterable[T], window: int = IO_THREADS) -> Iterator[R]:
     """`read` of each item, in order, with up to `window` reads in flight ahead of the one consumed:
-    a sequence of small objects read at the speed of `window` requests at once, in bounded memory.
-    `threads`: fewer running at once (1: one after the other, for a source one reader at a time)."""
-    with io_pool(threads or window) as pool:
+    a sequence of small objects read at the speed of `window` requests at once, in bounded memory."""
+    with io_pool(window) as pool:
         pending: deque = deque()
         for item in items:
             pending.append(pool.submit(read, item))
@@ -163,18 +160,3 @@ def prefetched(read: Callable[[T], R], items: Iterable[T], window: int = IO_THRE
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
-
-
-_END = object()
-
-
-def read_ahead(items: Iterable[T]) -> Iterator[T]:
-    """`items` in order, the next one produced on a thread while this one is consumed, by one thread
-    at a time (a checkpoint's row groups: the next one's ranged read and decoding, 8-10 ms for 65,536
-    adds, not waited for between two row groups' work)."""
-    iterator = iter(items)
-    with closing(prefetched(lambda _: next(iterator, _END), itertools.repeat(None), window=2, threads=1)) as produced:
-        for item in produced:
-            if item is _END:
-                return
-            yield item

@@ -34,7 +34,7 @@ from exporter.iceberg.manifests import ADDED, DATA, DELETED, DELETES, EXISTING, 
 from exporter.iceberg.stats import file_metrics
 from exporter.iceberg.versions import GoneFile
 from exporter.parquet.splice import open_parquet
-from exporter.threads import IO_THREADS, io_pool, prefetched, read_ahead
+from exporter.threads import IO_THREADS, io_pool, prefetched
 
 ReadRange = Callable[[str, int, int], bytes]  # (a log's absolute URI, start, end) -> those bytes
 # A checkpoint's adds are encoded (`columns.manifest_entries`) a slice of ENCODE_SLICE at a time, a
@@ -208,7 +208,7 @@ class ManifestSet:
         one by one (`_add`)."""
         change = snapshot.change
         for batch, encoded in _ahead(lambda batch: (batch, self._encoded(batch, snapshot)),
-                                     _slices(read_ahead(batches), self.manifest_entries)):  # the next row group read meanwhile
+                                     _slices(batches, self.manifest_entries)):
             if encoded is None:
                 yield from add_actions(batch)
                 continue

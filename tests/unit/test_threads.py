@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from exporter.threads import IoPool, io_pool, process_threads, read_ahead
+from exporter.threads import IoPool, io_pool, process_threads
 
 pytestmark = pytest.mark.unit
 
@@ -104,46 +104,3 @@ def test_a_forked_child_starts_threads_of_its_own():
     child.join(20)
     assert child.exitcode == 0 and total == 10  # a child using the parent's (absent) threads would hang
 
-
-def test_read_ahead_produces_the_next_item_while_this_one_is_consumed_one_producer_at_a_time():
-    """The next item is produced on a thread while the consumer holds this one (the consumer waits
-    for it to be made, without consuming it, so a reader that did not read ahead would time out
-    here), items come in order, never two produced at once, and one produced past the last consumed
-    at most when the consumer stops; the producer's error reaches the consumer."""
-    produced: list[int] = []
-    made = {i: threading.Event() for i in range(6)}
-    busy, most, lock = 0, 0, threading.Lock()
-
-    def items():
-        nonlocal busy, most
-        for i in range(6):
-            with lock:
-                busy += 1
-                most = max(most, busy)
-            time.sleep(0.002)
-            produced.append(i)
-            with lock:
-                busy -= 1
-            made[i].set()
-            yield i
-
-    consumed = []
-    for item in read_ahead(items()):
-        consumed.append(item)
-        if item < 5:
-            assert made[item + 1].wait(5), f"item {item + 1} was not produced while item {item} was held"
-    assert consumed == list(range(6)) and most == 1
-
-    produced.clear()
-    reader = read_ahead(items())
-    assert [next(reader), next(reader)] == [0, 1]
-    reader.close()
-    time.sleep(0.05)
-    assert produced in ([0, 1], [0, 1, 2])
-
-    def failing():
-        yield 1
-        raise ValueError("row group 2 is not parquet")
-
-    with pytest.raises(ValueError, match="row group 2"):
-        list(read_ahead(failing()))
