@@ -97,7 +97,8 @@ def manifest_entries(adds: pa.StructArray, columns: Sequence[StatsColumn], parti
         records = parsed.column("numRecords").combine_chunks()
     record_counts = records.to_numpy()
     if not len(taken):
-        return Entries(pa.array([], pa.binary()), np.zeros(0, np.int64), record_counts, np.zeros(0, np.int64), {}, left)
+        nothing = np.zeros(0, np.int64)
+        return Entries(pa.array([], pa.binary()), nothing, record_counts, nothing, {}, left)
     encoded = _encode(taken, parsed, record_counts, columns, partition, snapshot_id, sequence_number)
     if encoded is None:
         return None

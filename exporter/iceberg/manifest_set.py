@@ -1,12 +1,12 @@
 """The manifests of an Iceberg table's current snapshot, and how the next snapshot changes them.
 
 Added files go into new manifests of at most `manifest_entries` files (a checkpoint's streamed a
-slice at a time, column by column, a manifest each); a retired path marks its entry deleted in the one manifest that
-holds it, found by 8-byte hashes of each manifest's live paths (kept beside a large manifest, carried
-by the manifest list for the small ones), so no other manifest is read or rewritten. Small manifests
-(one commit's adds) are merged once there are `MERGE_AT` of them, so the manifests a table has stay
-bounded however many commits it has. Deletion vectors become position delete files, the only data
-objects written.
+slice at a time, column by column, a manifest each); a retired path marks its entry deleted in the
+one manifest that holds it, found by 8-byte hashes of each manifest's live paths (kept beside a large
+manifest, carried by the manifest list for the small ones), so no other manifest is read or
+rewritten. Small manifests (one commit's adds) are merged once there are `MERGE_AT` of them, so the
+manifests a table has stay bounded however many commits it has. Deletion vectors become position
+delete files, the only data objects written.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from exporter.iceberg.columns import Entries, manifest_entries
 from exporter.iceberg.deletes import FILE_PATH_ID, position_deletes
 from exporter.iceberg.evolution import Evolution
 from exporter.iceberg.files import IcebergFiles
-from exporter.iceberg.path_hashes import hashes_bytes, hashes_of, path_hashes
 from exporter.iceberg.manifests import ADDED, DATA, DELETED, DELETES, EXISTING, bound_of, data_file, \
     keeps_path_hashes, read_manifest, read_manifest_list_hashes, write_encoded_manifest, write_manifest
+from exporter.iceberg.path_hashes import hashes_bytes, hashes_of, path_hashes
 from exporter.iceberg.stats import file_metrics
 from exporter.iceberg.versions import GoneFile
 from exporter.parquet.splice import open_parquet

@@ -186,8 +186,8 @@ def write_manifest(entries: list[dict], content: int, spec_id: int, partition_fi
     the snapshot that added it (the caller knows those)."""
     renamed = {f.name: avro_name(f.name) for f in partition_fields if avro_name(f.name) != f.name}
     records = [_renamed_partition(entry, renamed) for entry in entries] if renamed else entries
-    body = _avro_file(_entry_schema(tuple(partition_fields)), _manifest_metadata(content, spec_id, partition_fields, schema),
-                      records)
+    body = _avro_file(_entry_schema(tuple(partition_fields)),
+                      _manifest_metadata(content, spec_id, partition_fields, schema), records)
     counts = {status: [0, 0] for status in (EXISTING, ADDED, DELETED)}  # files, rows
     for entry in entries:
         counts[entry["status"]][0] += 1
@@ -208,8 +208,8 @@ def write_encoded_manifest(rows: pa.Array, record_count: int, partition_values: 
     one block; `partition_values`: each partition field's distinct values among them."""
     offsets = np.frombuffer(rows.buffers()[1], np.int32)[rows.offset:rows.offset + len(rows) + 1]
     data = memoryview(rows.buffers()[2])[offsets[0]:offsets[-1]] if len(rows) else b""
-    body = _avro_file(_entry_schema(tuple(partition_fields)), _manifest_metadata(DATA, spec_id, partition_fields, schema),
-                      (), (data, len(rows)))
+    body = _avro_file(_entry_schema(tuple(partition_fields)),
+                      _manifest_metadata(DATA, spec_id, partition_fields, schema), (), (data, len(rows)))
     record = {"partition_spec_id": spec_id, "content": DATA, "min_sequence_number": None,
               "added_files_count": len(rows), "existing_files_count": 0, "deleted_files_count": 0,
               "added_rows_count": record_count, "existing_rows_count": 0, "deleted_rows_count": 0,

@@ -43,7 +43,8 @@ from exporter.iceberg.versions import GoneFile, LogUpTo, first_whole_version
 __all__ = ["DELTA_VERSION", "IcebergTable", "ReadRange", "append_table", "derive_table", "write_table"]
 
 DELTA_VERSION = "delta.version"  # in each snapshot's summary: the Delta version it is
-MANIFEST_ENTRIES = 50_000  # files per manifest written from a big commit; a checkpoint's: a slice's (`manifest_set.ENCODE_SLICE`)
+# files per manifest written from a big commit (a checkpoint's: a slice's, `manifest_set.ENCODE_SLICE`)
+MANIFEST_ENTRIES = 50_000
 # puts of the table's files at once, behind its writing: 8, not the 16 an export writes with; each put's
 # thread takes the GIL from the one writing the snapshots (a cold 100,000-file step on the stack,
 # medians of 8 exports: 266-271 ms with 16, 245-249 ms with 8). Fewer made no difference alone (15
