@@ -37,7 +37,7 @@ def path_hashes(paths: Iterable[str]) -> np.ndarray:
 
 def path_hash(path: str) -> int:
     """One path's hash (a manifest's `file_path`, as written)."""
-    return int.from_bytes(hashlib.blake2b(path.encode(), digest_size=8).digest(), "little", signed=True)
+    return int(digests([path])[0])
 
 
 def hashes_of(raw: bytes) -> np.ndarray:

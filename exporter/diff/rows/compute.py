@@ -70,7 +70,7 @@ class SourceLog:
         return self.loaded.files[name]
 
     def raws(self, names: list[str]) -> Iterator[bytes]:
-        self.loaded.read_more(self.store, [name for name in names if name not in self.loaded.files])
+        self.loaded.read_more(self.store, names)  # those not read yet
         return map(self.loaded.files.__getitem__, names)
 
     def source(self, name: str):
