@@ -2,7 +2,8 @@
 #   docker build -t lakefs-delta-exporter .
 #   docker run --env-file exporter.env -p 18080:18080 lakefs-delta-exporter serve --host 0.0.0.0
 #   docker run --env-file exporter.env lakefs-delta-exporter worker
-FROM python:3.11-slim AS build
+# the full image: its C compiler and Python's headers build exporter/iceberg/_blake2b.c
+FROM python:3.11 AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter

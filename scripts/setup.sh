@@ -21,6 +21,9 @@ missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 [[ -x /usr/bin/chromium ]] || missing+=(chromium)  # the diff page's browser test (driven by Playwright)
 command -v strace >/dev/null || missing+=(strace)  # a test holds Redis's fsync as a busy disk would
+command -v cc >/dev/null || missing+=(gcc)  # builds exporter/iceberg/_blake2b.c at the install
+python3.11 -c 'import os, sysconfig; os.stat(sysconfig.get_paths()["include"] + "/Python.h")' 2>/dev/null ||
+  missing+=(python3.11-dev)  # ... with Python's headers
 if (( ${#missing[@]} )); then
   say "installing Debian packages: ${missing[*]}"
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
@@ -33,7 +36,7 @@ if [[ ! -x .venv/bin/python ]]; then
   say "creating .venv"
   python3.11 -m venv .venv
 fi
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+stamp=.venv/.installed-$(cat pyproject.toml exporter/iceberg/*.c | sha256sum | cut -c1-16)  # the C is built at install
 if [[ ! -e $stamp ]]; then
   say "installing Python dependencies (uv; its cache: ~/.cache/uv; its output: .venv/pip.log)"
   # uv installs from PyPI as pip would, in about a third of pip's time (a fresh .venv: 34-36 s where pip

@@ -31,7 +31,7 @@ from exporter.export.manifest import ICEBERG, ExportManifest, IcebergState, iceb
 from exporter.iceberg import names
 from exporter.iceberg.manifests import DATA, DELETED, PATH_HASHES, keeps_path_hashes, read_manifest, \
     read_manifest_list
-from exporter.iceberg.path_hashes import hashes_of, path_hash
+from exporter.iceberg.path_hashes import digests, hashes_of, path_hash
 from exporter.kept import Kept
 from exporter.lakefs.descriptors import discover_tables
 from exporter.lakefs.lake import Lake
@@ -232,7 +232,7 @@ class IcebergCatalog:
             hashes = list(pool.map(lambda path: self._manifest_files.keep(path, lambda: _named_files(
                 store, path, hashed and records[path]["content"] == DATA and keeps_path_hashes(records[path]))),
                 manifests))
-        named = np.array([path_hash(uri) for uri in [*lists, *manifests]], np.int64)
+        named = digests([*lists, *manifests])
         files = np.unique(np.concatenate([named, *hashes]))
         return ReadersObjects(folders([store.uri(table.location)]), files, self._nested(table.repository))
 
@@ -301,5 +301,5 @@ def _named_files(store: ObjectStore, manifest_path: str, hashed: bool) -> np.nda
             return hashes_of(store.get_uri(names.path_hashes_key(manifest_path)))
         except NotFound:
             pass  # a manifest written before its table kept path hashes
-    return np.array([path_hash(entry["data_file"]["file_path"])
-                     for entry in read_manifest(store.get_uri(manifest_path)) if entry["status"] != DELETED], np.int64)
+    return digests([entry["data_file"]["file_path"] for entry in read_manifest(store.get_uri(manifest_path))
+                    if entry["status"] != DELETED])

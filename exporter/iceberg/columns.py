@@ -210,7 +210,7 @@ def _encode(adds: pa.StructArray, parsed: pa.Table, record_counts: np.ndarray, c
                  *_map(null_counts), pa.scalar(_EMPTY_OPTIONAL),  # null counts, nan counts
                  *_map(lowers), *_map(uppers),
                  pa.scalar(_EMPTY_OPTIONAL * 4))  # key_metadata, split_offsets, equality_ids, sort_order_id
-    return rows, utf8_digests(paths.cast(pa.binary()).to_pylist()), distinct
+    return rows, utf8_digests(paths), distinct
 
 
 _NULL_ITEM = pa.scalar(None, pa.binary())
