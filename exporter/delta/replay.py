@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from exporter.delta.deletion_vectors import unique_id, unique_ids
 from exporter.errors import CorruptLog
-from exporter.parquet.splice import ParquetSource, open_parquet, read_row_group
+from exporter.parquet.splice import ParquetSource, open_parquet, read_row_group, read_row_group_pieces
 
 
 @dataclass
@@ -279,13 +279,18 @@ def checkpoint_row_groups(name: str, source: ParquetSource, columns: list[str]) 
     yield from opened_row_groups(open_parquet(source, name), name, columns)
 
 
-def opened_row_groups(parquet_file: pq.ParquetFile, name: str, columns: list[str]) -> Iterable[pa.Table]:
-    """`checkpoint_row_groups` of a checkpoint file already open (its footer read once for several reads)."""
+def opened_row_groups(parquet_file: pq.ParquetFile, name: str, columns: list[str],
+                      most: int | None = None) -> Iterable[pa.Table]:
+    """`checkpoint_row_groups` of a checkpoint file already open (its footer read once for several
+    reads); with `most`, each row group in pieces of at most `most` rows (`read_row_group_pieces`)."""
     present = [column for column in columns if _has_column(parquet_file.schema_arrow, column)]
     if not present:
         return
     for index in range(parquet_file.num_row_groups):
-        yield read_row_group(parquet_file, index, present, name)
+        if most is None:
+            yield read_row_group(parquet_file, index, present, name)
+        else:
+            yield from read_row_group_pieces(parquet_file, index, present, name, most)
 
 
 def _has_column(schema: pa.Schema, column: str) -> bool:

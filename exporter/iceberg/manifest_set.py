@@ -12,7 +12,6 @@ delete files, the only data objects written.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -33,7 +32,7 @@ from exporter.iceberg.manifests import ADDED, DATA, DELETED, DELETES, EXISTING, 
 from exporter.iceberg.path_hashes import hashes_bytes, hashes_of, path_hashes
 from exporter.iceberg.stats import file_metrics
 from exporter.iceberg.versions import GoneFile
-from exporter.parquet.splice import open_parquet
+from exporter.parquet.splice import even_size, open_parquet
 from exporter.threads import IO_THREADS, io_pool, prefetched
 
 ReadRange = Callable[[str, int, int], bytes]  # (a log's absolute URI, start, end) -> those bytes
@@ -358,24 +357,19 @@ class _RangeSource:
 
 
 def _slices(batches: Iterable[pa.StructArray], most: int) -> Iterator[pa.StructArray]:
-    """Each batch in the fewest slices of at most ENCODE_SLICE (and `most`), of equal sizes: encoded
-    two at once, they end together (a 34,464-file row group as 32,768 and 1,696 kept a core idle for 30 ms)."""
+    """Each batch in the fewest slices of at most ENCODE_SLICE (and `most`), of equal sizes
+    (`even_size`): encoded two at once, they end together."""
     most = min(most, ENCODE_SLICE)
     for batch in batches:
-        if not len(batch):
-            continue
-        size = math.ceil(len(batch) / math.ceil(len(batch) / most))
+        size = even_size(len(batch), most)
         for start in range(0, len(batch), size):
             yield batch.slice(start, size)
 
 
 def _ahead(encode: Callable[[T], R], slices: Iterator[T]) -> Iterator[R]:
-    """`encode` of each slice, in order: ENCODE_AHEAD at once on threads when there are several, in
-    this thread when there is one (a 10,000-file checkpoint: a thread would only add its handoff)."""
-    first = list(itertools.islice(slices, 2))
-    if len(first) < 2:
-        return map(encode, first)
-    return prefetched(encode, itertools.chain(first, slices), ENCODE_AHEAD)
+    """`encode` of each slice, in order, ENCODE_AHEAD at once on threads, the first as soon as it is
+    read (not once a second is also read)."""
+    return prefetched(encode, slices, ENCODE_AHEAD)
 
 
 def _any_shared(a: np.ndarray, b: np.ndarray) -> bool:

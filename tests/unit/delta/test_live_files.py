@@ -92,6 +92,11 @@ def test_the_checkpoints_live_adds_are_the_reconciled_ones_however_sliced(monkey
 
     batches = list(live.checkpoint_batches())
     assert [p for batch in batches for p in pc.struct_field(batch, "path").to_pylist()] == [f["path"] for f in expected]
+    for most in (2, 4, 1000):  # row groups of 9 read in pieces of 2 (5 pieces), 3 (3 pieces) and 9 rows
+        pieces = list(live.checkpoint_batches(most=most))
+        assert [p for piece in pieces for p in pc.struct_field(piece, "path").to_pylist()] == \
+            [f["path"] for f in expected], most
+        assert max(map(len, pieces)) <= most
     assert sorted(f["path"] for f in live.files()) == sorted(f["path"] for f in expected + added)
     assert sorted(live.keys().to_pylist()) == sorted(key(f) for f in expected + added)
     wanted = pa.array([key(expected[1]), key(expected[-1])])
@@ -107,8 +112,8 @@ def test_metadata_and_protocol_read_no_row_group_past_the_one_that_holds_them(mo
     read: list[list[str]] = []
     row_groups = live_files.opened_row_groups
     monkeypatch.setattr(live_files, "opened_row_groups",
-                        lambda parquet_file, name, columns: (read.append(columns) or group
-                                                             for group in row_groups(parquet_file, name, columns)))
+                        lambda parquet_file, name, columns, most=None: (
+                            read.append(columns) or group for group in row_groups(parquet_file, name, columns, most)))
     opened = []
     open_parquet = live_files.open_parquet
     monkeypatch.setattr(live_files, "open_parquet", lambda source, name: opened.append(name) or open_parquet(source, name))
@@ -119,4 +124,27 @@ def test_metadata_and_protocol_read_no_row_group_past_the_one_that_holds_them(mo
     assert live.metadata["id"] == ("newer" if commits_name_them else "t") and live.protocol == PROTOCOL
     assert len(read) == (0 if commits_name_them else 1)
     assert sum(len(batch) for batch in live.checkpoint_batches(whole=True)) == 10
+    assert sum(len(batch) for batch in live.checkpoint_batches(whole=True, most=3)) == 10
     assert opened == [f"{1:020d}.checkpoint.parquet"]  # its footer read once, for metaData and for the adds
+
+
+def test_a_row_group_read_in_pieces_is_decoded_as_each_is_asked_for_and_a_broken_one_is_corrupt():
+    """`read_row_group_pieces`: the pieces of a row group are of even size, decoded one at a time (a
+    piece's data broken past the first piece is found only when that piece is asked for), and a
+    broken one is a CorruptLog naming the file and row group."""
+    from exporter.errors import CorruptLog
+    from exporter.parquet.splice import read_row_group_pieces
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"path": [f"part-{i:05d}.parquet" for i in range(10_000)]}), sink, row_group_size=10_000,
+                   data_page_size=1024, compression="none", use_dictionary=False)
+    good = sink.getvalue()
+    pieces = read_row_group_pieces(pq.ParquetFile(io.BytesIO(good)), 0, ["path"], "c.parquet", 4_000)
+    assert [len(piece) for piece in pieces] == [3_334, 3_334, 3_332]
+    broken = bytearray(good)
+    at = good.index(b"part-09000.parquet")  # a page of the last piece, its bytes made a page header's garbage
+    broken[at - 64:at + 64] = b"\xff" * 128
+    pieces = read_row_group_pieces(pq.ParquetFile(io.BytesIO(bytes(broken))), 0, ["path"], "c.parquet", 4_000)
+    assert len(next(pieces)) == 3_334  # the first piece: decoded before the break is reached
+    with pytest.raises(CorruptLog, match=r"c\.parquet: row group 0 is not readable"):
+        list(pieces)
