@@ -149,12 +149,10 @@ def io_pool(threads: int) -> Iterator[IoPool]:
         raise
 
 
-def prefetched(read: Callable[[T], R], items: Iterable[T], window: int = IO_THREADS,
-               threads: int | None = None) -> Iterator[R]:
+def prefetched(read: Callable[[T], R], items: Iterable[T], window: int = IO_THREADS) -> Iterator[R]:
     """`read` of each item, in order, with up to `window` reads in flight ahead of the one consumed:
-    a sequence of small objects read at the speed of `window` requests at once, in bounded memory.
-    `threads`: fewer threads than that (the others wait, their items taken from `items` already)."""
-    with io_pool(threads or window) as pool:
+    a sequence of small objects read at the speed of `window` requests at once, in bounded memory."""
+    with io_pool(window) as pool:
         pending: deque = deque()
         for item in items:
             pending.append(pool.submit(read, item))
