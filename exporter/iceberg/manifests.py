@@ -9,7 +9,7 @@ import functools
 import io
 import json
 import math
-import os
+import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +25,11 @@ from exporter.iceberg.values import avro_type, from_avro, single_value
 FORMAT_VERSION = 2
 DATA, DELETES = 0, 1  # manifest content, and a file's: data, position deletes
 EXISTING, ADDED, DELETED = 0, 1, 2  # manifest entry status
-_CODEC = "deflate"
+# Files of DEFLATE_FROM bytes of records or more are deflated, smaller ones not ("null", as every Avro
+# reader must read; a commit's one-entry manifest, a manifest list): deflating them saved a few hundred
+# bytes but released the GIL twice, and the snapshot-writing thread then waited for it behind the
+# puts' threads (155 µs a file in a cold step's 50 commits, for 4 µs of deflate)
+DEFLATE_FROM = 16 << 10
 # deflate's fastest level: with zlib a 100,000-entry manifest compressed in 30 ms, not 100 ms, for
 # about a tenth more bytes (its paths and stats repeat; deflate finds that at any level). Deflated by
 # ISA-L (`isal_zlib`): the same format and size as zlib's at this level, in a fifth of the time (50,000
@@ -298,9 +302,9 @@ def write_manifest_list(records: list[dict], snapshot_id: int, parent_id: int | 
 
 def _avro_file(schema: tuple[dict, str], metadata: dict[str, str], records: Iterable[dict],
                encoded: tuple[bytes | memoryview, int] | None = None) -> bytes:
-    """An Avro object container file (Avro's spec, "Object Container Files") of one deflated block:
-    `records` encoded by `schema` (parsed, and its JSON), or `encoded` (records already in Avro's
-    binary encoding, and how many); no block without records. Its header written here, the schema's
+    """An Avro object container file (Avro's spec, "Object Container Files") of one block, deflated
+    from DEFLATE_FROM bytes: `records` encoded by `schema` (parsed, and its JSON), or `encoded`
+    (records already in Avro's binary encoding, and how many); no block without records. Its header written here, the schema's
     JSON made once: fastavro's writer made each header anew, 48 of the 70 µs of a commit's manifest."""
     if encoded is None:
         out = io.BytesIO()
@@ -310,15 +314,17 @@ def _avro_file(schema: tuple[dict, str], metadata: dict[str, str], records: Iter
             count += 1
         encoded = out.getbuffer(), count
     data, count = encoded
-    items = [("avro.schema", schema[1]), ("avro.codec", _CODEC), *metadata.items()]
+    deflated = len(data) >= DEFLATE_FROM
+    items = [("avro.schema", schema[1]), ("avro.codec", "deflate" if deflated else "null"), *metadata.items()]
     header = [b"Obj\x01", avro_long(len(items))]
     for text in (text for item in items for text in item):  # strings as Avro's bytes: length, then UTF-8
         raw = text.encode()
         header += [avro_long(len(raw)), raw]
-    sync_marker = os.urandom(16)
+    # random, as the spec has it, without os.urandom's system call (it left the GIL: 29 µs a file);
+    # `random` is seeded anew in a forked process
+    sync_marker = random.randbytes(16)
     header += [b"\x00", sync_marker]  # the metadata map's end
     if not count:
         return b"".join(header)
-    compressor = isal_zlib.compressobj(_LEVEL, isal_zlib.DEFLATED, -15)
-    block = compressor.compress(data) + compressor.flush()
+    block = isal_zlib.compress(data, _LEVEL, -15) if deflated else data
     return b"".join([*header, avro_long(count), avro_long(len(block)), block, sync_marker])

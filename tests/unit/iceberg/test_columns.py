@@ -8,6 +8,7 @@ import json
 import struct
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -319,6 +320,15 @@ def test_a_path_is_found_in_a_manifests_hashes_whichever_side_is_larger(files):
         hashes = path_hashes(wanted)
         assert manifest_set._any_shared(hashes, manifest) is shared, (len(wanted), shared)
         assert manifest_set._any_shared(manifest, hashes) is shared
+
+
+@pytest.mark.parametrize("lookups", [1, 3, 65], ids=["bisected in Python", "bisected in Python", "by numpy"])
+def test_hashes_past_either_end_of_a_manifests_are_not_found_and_its_ends_are(lookups):
+    manifest = np.arange(-100, 100, dtype=np.int64) * 2  # -200 ... 198, even
+    for values, shared in (([-201], False), ([199], False), ([2 ** 62], False), ([-200], True), ([198], True),
+                           ([5], False), ([6], True)):
+        wanted = np.sort(np.array([*values, *(7 + 2 * i for i in range(lookups - 1))], np.int64))  # odd: not in it
+        assert manifest_set._any_shared(wanted, manifest) is shared, (values, lookups)
 
 
 def test_the_column_varints_are_avros_longs_of_every_length():

@@ -11,6 +11,7 @@ import fastavro
 import pyarrow as pa
 import pytest
 
+from exporter.iceberg import manifests
 from exporter.iceberg.manifests import ADDED, DATA, LISTED_PATH_HASHES, MANIFEST_FILE_SCHEMA, PartitionField, \
     data_file, manifest_entry_schema, read_manifest, read_manifest_list_hashes, write_encoded_manifest, \
     write_manifest, write_manifest_list
@@ -31,7 +32,7 @@ def test_a_manifest_reads_back_its_entries_schema_and_metadata():
     body, record = write_manifest(entries, DATA, 4, FIELDS, SCHEMA)
 
     reader = fastavro.reader(io.BytesIO(body))
-    assert reader.codec == "deflate"
+    assert reader.codec == "null"  # under DEFLATE_FROM bytes of records: not deflated
     assert json.loads(reader.metadata["avro.schema"]) == manifest_entry_schema(FIELDS)
     assert json.loads(reader.metadata["schema"]) == SCHEMA and reader.metadata["schema-id"] == "3"
     assert json.loads(reader.metadata["partition-spec"]) == [FIELDS[0].document()]
@@ -39,6 +40,15 @@ def test_a_manifest_reads_back_its_entries_schema_and_metadata():
     assert [e["data_file"]["file_path"] for e in read_manifest(body)] == [e["data_file"]["file_path"] for e in entries]
     assert [e["data_file"]["partition"] for e in read_manifest(body)] == [{"día": i % 2 or None} for i in range(5)]
     assert record["added_files_count"] == 5 and record["added_rows_count"] == 50
+
+
+@pytest.mark.parametrize("files", [1, 300])
+def test_records_from_deflate_from_bytes_are_deflated_fewer_are_not_and_both_read_back(files):
+    entries = [entry(f"s3://b/día={i % 2}/part-{i:04d}-{'x' * 40}.parquet", i % 2) for i in range(files)]
+    body, _ = write_manifest(entries, DATA, 4, FIELDS, SCHEMA)
+    big = files * 100 > manifests.DEFLATE_FROM  # 300 entries of more than 100 bytes
+    assert fastavro.reader(io.BytesIO(body)).codec == ("deflate" if big else "null")
+    assert [e["data_file"]["file_path"] for e in read_manifest(body)] == [e["data_file"]["file_path"] for e in entries]
 
 
 def test_a_manifest_of_no_entries_and_a_list_of_no_records_are_whole_files_without_a_block():
