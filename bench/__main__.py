@@ -30,7 +30,7 @@ from pathlib import Path
 
 
 from bench.isolated import measure
-from bench.measure import peak_rss_mib, percentile
+from bench.measure import peak_rss_mib, percentile, wait_until_quiet
 from bench.synthetic import (build_history, build_table, gateway_client, new_repository, running_stack,
                              synthetic_checkpoint, synthetic_table)
 
@@ -198,9 +198,11 @@ def cold_export(repository: str, ref: str, commit_id: str, files: int, env: dict
     highest; with an Iceberg step, the median of each step's seconds (`seconds`, `iceberg_seconds`),
     each sample named as both. One sample on this shared 2-core machine ranged 0.60-0.98 s at 10,000 files.
     Each is its process's second export, as a worker's running process exports (`_export`'s
-    `after_one`); its first, the same table's under another ref, is named beside it."""
+    `after_one`); its first, the same table's under another ref, is named beside it. Each starts on
+    a quiet machine (`wait_until_quiet`)."""
     runs = []
     for i in range(samples):
+        wait_until_quiet()
         measured = measure("export", repository, ref if i == 0 else f"{ref}-cold-{i + 1}", commit_id, f"t{files}",
                            "after-one", env=env)
         assert measured["ok"] and not measured["skipped"], measured.get("error") or measured
@@ -245,6 +247,7 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
             cold_rows[-1]["iceberg_step"] = measured["iceberg_seconds"]  # plotted (`plot_exports`)
         print(cold_rows[-1], flush=True)
     # the floor of its Iceberg step in object writes: the same files written again, nothing else done
+    wait_until_quiet()
     floor = measure("iceberg-objects", repository, with_iceberg, commit_id, f"t{files}")
     floor_row = {"benchmark": f"the Iceberg step's files alone ({table}): its {floor['objects']} "
                               f"objects ({floor['bytes']:,} bytes) written again as it writes them, nothing else "

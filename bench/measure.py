@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import time
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -68,6 +69,28 @@ def cpu_seconds() -> dict[int, tuple[str, float]]:
     # a pool's children (Celery's, uvicorn's) are the part their parent is, whatever they call themselves
     return {pid: (seen[parent][0] if program == "other" and parent in seen else program, seconds)
             for pid, (program, seconds, parent) in seen.items()}
+
+
+def wait_until_quiet(most_seconds: float = 60.0, busy_cores: float = 0.1, window: float = 0.5) -> float:
+    """Wait until the machine's processes together keep less than `busy_cores` of a core busy over
+    `window` seconds (a table just built leaves lakeFS collecting, a MinIO just started scans its
+    drive: a cold 10,000-file export measured 0.11-0.20 s right after, 0.10 s later), at most
+    `most_seconds`; the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < most_seconds:
+        busy, total = _machine_ticks()
+        time.sleep(window)
+        busy_after, total_after = _machine_ticks()
+        if (busy_after - busy) / max(total_after - total, 1) * (os.cpu_count() or 1) < busy_cores:
+            break
+    return time.monotonic() - started
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """The machine's busy and all CPU ticks so far (/proc/stat: all but idle and iowait are busy)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(value) for value in stat.readline().split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
 def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
