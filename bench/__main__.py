@@ -202,7 +202,7 @@ def cold_export(repository: str, ref: str, commit_id: str, files: int, env: dict
     a quiet machine (`wait_until_quiet`)."""
     runs = []
     for i in range(samples):
-        wait_until_quiet()
+        _quiet()
         measured = measure("export", repository, ref if i == 0 else f"{ref}-cold-{i + 1}", commit_id, f"t{files}",
                            "after-one", env=env)
         assert measured["ok"] and not measured["skipped"], measured.get("error") or measured
@@ -217,6 +217,13 @@ def cold_export(repository: str, ref: str, commit_id: str, files: int, env: dict
                   "samples": _samples(runs, "seconds", "iceberg_seconds"),
                   "first": _samples(runs, "first_seconds", "first_iceberg_seconds")}
     return median
+
+
+def _quiet() -> None:
+    """`wait_until_quiet`, saying so when the machine kept it waiting."""
+    waited = wait_until_quiet()
+    if waited > 1:
+        print(f"waited {waited:.1f} s for a quiet machine", flush=True)
 
 
 def bench_table_exports(state, lakefs, gateway, repository: str, files: int, commit_id: str, lua: bool = True,
@@ -247,7 +254,7 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
             cold_rows[-1]["iceberg_step"] = measured["iceberg_seconds"]  # plotted (`plot_exports`)
         print(cold_rows[-1], flush=True)
     # the floor of its Iceberg step in object writes: the same files written again, nothing else done
-    wait_until_quiet()
+    _quiet()
     floor = measure("iceberg-objects", repository, with_iceberg, commit_id, f"t{files}")
     floor_row = {"benchmark": f"the Iceberg step's files alone ({table}): its {floor['objects']} "
                               f"objects ({floor['bytes']:,} bytes) written again as it writes them, nothing else "

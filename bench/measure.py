@@ -87,9 +87,10 @@ def wait_until_quiet(most_seconds: float = 60.0, busy_cores: float = 0.1, window
 
 
 def _machine_ticks() -> tuple[int, int]:
-    """The machine's busy and all CPU ticks so far (/proc/stat: all but idle and iowait are busy)."""
+    """The machine's busy and all CPU ticks so far (/proc/stat: user, nice, system, idle, iowait, irq,
+    softirq, steal; all but idle and iowait are busy; guest time is in user's already)."""
     with open("/proc/stat") as stat:
-        ticks = [int(value) for value in stat.readline().split()[1:]]
+        ticks = [int(value) for value in stat.readline().split()[1:9]]
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 

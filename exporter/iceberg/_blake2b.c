@@ -47,7 +47,7 @@ static const uint8_t SIGMA[10][16] = {
 static uint64_t load64(const uint8_t *p) {
     uint64_t v;
     memcpy(&v, p, 8);
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     v = __builtin_bswap64(v);
 #endif
     return v;
@@ -111,9 +111,10 @@ static PyObject *digests(PyObject *module, PyObject *args) {
         goto done;
     }
     Py_ssize_t count = offsets.len / 8 - 1;
-    const int64_t *at = offsets.buf;
+    const char *at = offsets.buf;  /* read with memcpy: the buffer need not be aligned */
     const uint8_t *bytes = data.buf;
-    int bad = 0;
+    Py_ssize_t bad = -1;  /* the first string whose offsets are wrong */
+    int64_t bad_start = 0, bad_end = 0;
     result = PyBytes_FromStringAndSize(NULL, count * 8);
     if (result == NULL) goto done;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
@@ -122,22 +123,27 @@ static PyObject *digests(PyObject *module, PyObject *args) {
     PyThreadState *saved = data.len >= RELEASE_FROM ? PyEval_SaveThread() : NULL;
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t start, end;
-        memcpy(&start, at + i, 8);  /* the buffer need not be aligned */
-        memcpy(&end, at + i + 1, 8);
+        memcpy(&start, at + 8 * i, 8);
+        memcpy(&end, at + 8 * (i + 1), 8);
         if (start < 0 || end < start || end > data.len) {
-            bad = 1;
+            bad = i, bad_start = start, bad_end = end;
             break;
         }
         uint64_t digest = (uint64_t)blake2b8(bytes + start, (size_t)(end - start));
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
         digest = __builtin_bswap64(digest);
 #endif
         memcpy(out + 8 * i, &digest, 8);
     }
     if (saved != NULL) PyEval_RestoreThread(saved);
-    if (bad) {
+    if (bad >= 0) {
         Py_CLEAR(result);
-        PyErr_Format(PyExc_ValueError, "offsets out of order or past the data's %zd bytes", data.len);
+        if (bad_start < 0 || bad_end < bad_start)
+            PyErr_Format(PyExc_ValueError, "string %zd: offsets %lld to %lld are negative or out of order", bad,
+                         (long long)bad_start, (long long)bad_end);
+        else
+            PyErr_Format(PyExc_ValueError, "string %zd: offsets %lld to %lld are past the data's %zd bytes", bad,
+                         (long long)bad_start, (long long)bad_end, data.len);
     }
 done:
     PyBuffer_Release(&data);

@@ -386,7 +386,7 @@ def _any_shared(a: np.ndarray, b: np.ndarray) -> bool:
     if len(large) <= 64:
         return not set(large.tolist()).isdisjoint(small.tolist())
     if len(small) <= 64:
-        view = memoryview(np.ascontiguousarray(large, np.int64)).cast("B").cast("q")
+        view = memoryview(np.require(large, np.int64, "CA")).cast("B").cast("q")
         return any((at := bisect.bisect_left(view, value)) < len(view) and view[at] == value
                    for value in small.tolist())
     at = np.minimum(np.searchsorted(large, small), len(large) - 1)

@@ -19,7 +19,11 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 
-from exporter.iceberg._blake2b import digests as _digests
+try:
+    from exporter.iceberg._blake2b import digests as _digests
+except ImportError as exc:  # a source checkout not installed: the C is built at install
+    raise ImportError(f"exporter/iceberg/_blake2b.c is not built ({exc}): install the project (`bash scripts/setup.sh`, "
+                      "or `pip install -e .` with a C compiler and Python's headers)") from exc
 
 
 def digests(paths: Iterable[str]) -> np.ndarray:
@@ -38,10 +42,12 @@ def utf8_digests(paths: pa.Array) -> np.ndarray:
     large = pa.types.is_large_string(paths.type) or pa.types.is_large_binary(paths.type)
     if not (large or pa.types.is_string(paths.type) or pa.types.is_binary(paths.type)):
         raise TypeError(f"paths of type {paths.type}: string or binary expected")
-    _, offsets, data = paths.buffers()
-    if offsets is None:  # no paths
+    if not len(paths):  # its offsets buffer may be empty
         return np.empty(0, "<i8")
+    _, offsets, data = paths.buffers()
     offsets = np.frombuffer(offsets, np.int64 if large else np.int32)[paths.offset:paths.offset + len(paths) + 1]
+    if len(offsets) != len(paths) + 1:  # pyarrow refuses to make such an array; not hashed short if one came
+        raise ValueError(f"{len(paths)} paths with {len(offsets)} offsets: a broken array")
     return np.frombuffer(_digests(b"" if data is None else data, offsets.astype(np.int64)), "<i8")
 
 

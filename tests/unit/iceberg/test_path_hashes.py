@@ -51,17 +51,23 @@ def test_a_null_path_or_another_type_is_refused():
         utf8_digests(pa.array([1, 2]))
 
 
+@pytest.mark.parametrize("size", [3, 100_000], ids=["with the GIL", "without it"])  # 64 KiB and more: without
 @pytest.mark.parametrize("offsets, error", [
-    ([0, 4], "past the data's 3 bytes"),
-    ([2, 1], "out of order"),
-    ([-1, 2], "out of order"),
+    ([0, 4], r"string 0: offsets 0 to 4 are past the data's"),
+    ([0, 1, 200_000], r"string 1: offsets 1 to 200000 are past the data's"),
+    ([2, 1], "string 0: offsets 2 to 1 are negative or out of order"),
+    ([-1, 2], "string 0: offsets -1 to 2 are negative or out of order"),
     ([], "not one or more int64"),
 ])
-def test_offsets_that_leave_the_data_are_refused_not_read(offsets, error):
+def test_offsets_that_leave_the_data_are_refused_not_read(size, offsets, error):
+    if size > 3 and offsets == [0, 4]:
+        offsets = [0, size + 1]
+        error = rf"string 0: offsets 0 to {size + 1} are past the data's {size} bytes"
     with pytest.raises(ValueError, match=error):
-        c_digests(b"abc", np.array(offsets, np.int64))
+        c_digests(b"a" * size, np.array(offsets, np.int64))
 
 
 def test_offsets_of_another_width_are_refused():
     with pytest.raises(ValueError, match="not one or more int64"):
         c_digests(b"abc", b"\x00\x00\x00")
+
