@@ -121,7 +121,7 @@ DELTA_ONLY, WITH_ICEBERG = ({"LAKEFS_DELTA_ICEBERG_ENABLED": on} for on in ("fal
 
 def bench_exports(sizes: list[int], lua_sizes: Collection[int] = (), lua_timeout: float = 600.0,
                   built: dict[int, tuple[str, str]] | None = None, rows: list[dict] | None = None,
-                  stats_parsed: bool = False) -> list[dict]:
+                  stats_parsed: bool = False, quiet_wait: float = 60.0) -> list[dict]:
     """Each export in its own process (its own peak RSS): cold (the Delta log alone, as shipped and
     what Lua writes; then with `iceberg.enabled`), warm (a no-op: the manifest exists), and
     incremental after a commit that adds 10 files (both ways); lakeFS's Lua exporter beside the cold
@@ -130,14 +130,15 @@ def bench_exports(sizes: list[int], lua_sizes: Collection[int] = (), lua_timeout
     the 1-5 GB its run left lakeFS holding (the next table's cold exports took 0.53-0.58 s after one,
     0.40-0.46 s without). `built` gets each table's repository and exported head commit, by size;
     `rows` (returned) each table's rows as they are measured. `stats_parsed`: the tables' checkpoints
-    carry them beside the stats JSON, as Delta Spark writes them by default."""
+    carry them beside the stats JSON, as Delta Spark writes them by default. `quiet_wait`: the most
+    seconds each cold export waits for a quiet machine (`wait_until_quiet`; 0: none)."""
     state, config, lakefs = running_stack()
     gateway = gateway_client(state)
     rows = [] if rows is None else rows
     for files in sizes:
         repository, commit_id = synthetic_table(lakefs, gateway, "bench", files, stats_parsed=stats_parsed)
         table_rows, head = bench_table_exports(state, lakefs, gateway, repository, files, commit_id, files in lua_sizes,
-                                               lua_timeout, stats_parsed=stats_parsed)
+                                               lua_timeout, stats_parsed=stats_parsed, quiet_wait=quiet_wait)
         if built is not None:
             built[files] = repository, head
         rows += table_rows
@@ -192,17 +193,18 @@ def _samples(runs: list[dict], export: str, iceberg: str) -> str:
     return " / ".join(f"{m[export]:.2f}" + (f" + {m[iceberg]:.2f}" if m[iceberg] else "") for m in runs)
 
 
-def cold_export(repository: str, ref: str, commit_id: str, files: int, env: dict, samples: int = 1) -> dict:
+def cold_export(repository: str, ref: str, commit_id: str, files: int, env: dict, samples: int = 1,
+                quiet_wait: float = 60.0) -> dict:
     """The table's cold export under `ref`, and with `samples` > 1 under `<ref>-cold-<i>` too (a ref
     has one cold export): the median one, its label naming every sample's seconds, its peak RSS the
     highest; with an Iceberg step, the median of each step's seconds (`seconds`, `iceberg_seconds`),
     each sample named as both. One sample on this shared 2-core machine ranged 0.60-0.98 s at 10,000 files.
     Each is its process's second export, as a worker's running process exports (`_export`'s
     `after_one`); its first, the same table's under another ref, is named beside it. Each starts on
-    a quiet machine (`wait_until_quiet`)."""
+    a quiet machine, waiting at most `quiet_wait` seconds for one (`wait_until_quiet`)."""
     runs = []
     for i in range(samples):
-        _quiet()
+        _quiet(quiet_wait)
         measured = measure("export", repository, ref if i == 0 else f"{ref}-cold-{i + 1}", commit_id, f"t{files}",
                            "after-one", env=env)
         assert measured["ok"] and not measured["skipped"], measured.get("error") or measured
@@ -219,16 +221,16 @@ def cold_export(repository: str, ref: str, commit_id: str, files: int, env: dict
     return median
 
 
-def _quiet() -> None:
+def _quiet(most_seconds: float) -> None:
     """`wait_until_quiet`, saying so when the machine kept it waiting."""
-    waited = wait_until_quiet()
+    waited = wait_until_quiet(most_seconds) if most_seconds > 0 else 0.0
     if waited > 1:
         print(f"waited {waited:.1f} s for a quiet machine", flush=True)
 
 
 def bench_table_exports(state, lakefs, gateway, repository: str, files: int, commit_id: str, lua: bool = True,
                         lua_timeout: float = 600.0, ref: str = "main", new_version: int = 52,
-                        stats_parsed: bool = False) -> tuple[list[dict], str]:
+                        stats_parsed: bool = False, quiet_wait: float = 60.0) -> tuple[list[dict], str]:
     """The rows of `bench_exports` for one table `build_table` made (`t<files>` at `commit_id`),
     exported under `ref` (and with Iceberg metadata under `<ref>-iceberg`), and the 10-file commit
     after it (exported both ways; it writes `new_version`). `stats_parsed`: its checkpoint has them
@@ -243,7 +245,7 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
             (with_iceberg, WITH_ICEBERG, "with iceberg.enabled: the export, then its Iceberg table"))
     cold_rows = []
     for at, env, label in ways:
-        measured = cold_export(repository, at, commit_id, files, env, samples=COLD_SAMPLES)
+        measured = cold_export(repository, at, commit_id, files, env, samples=COLD_SAMPLES, quiet_wait=quiet_wait)
         cold_rows.append({"benchmark": f"export {table} + 50 commits (cold, {label}{split(measured)})",
                           "seconds": measured["seconds"] + measured["iceberg_seconds"],
                           "files_per_s": (files + 50) / (measured["seconds"] + measured["iceberg_seconds"]),
@@ -254,7 +256,7 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
             cold_rows[-1]["iceberg_step"] = measured["iceberg_seconds"]  # plotted (`plot_exports`)
         print(cold_rows[-1], flush=True)
     # the floor of its Iceberg step in object writes: the same files written again, nothing else done
-    _quiet()
+    _quiet(quiet_wait)
     floor = measure("iceberg-objects", repository, with_iceberg, commit_id, f"t{files}")
     floor_row = {"benchmark": f"the Iceberg step's files alone ({table}): its {floor['objects']} "
                               f"objects ({floor['bytes']:,} bytes) written again as it writes them, nothing else "
@@ -726,6 +728,9 @@ def main() -> None:
                              "runs past any time-out worth waiting)")
     parser.add_argument("--out", help="results file (default: bench/results/<date>.md, plot beside it)")
     parser.add_argument("--lua-timeout", type=float, default=600.0, help="seconds to wait for one Lua hook run")
+    parser.add_argument("--quiet-wait", type=float, default=60.0,
+                        help="the most seconds each cold export waits for the machine to be quiet first (0: none; "
+                             "the smoke test's, on a machine busy with the other tests)")
     args = parser.parse_args()
     if args.sharing_repository and len(args.sharing_sizes) != 1:
         parser.error("--sharing-repository reuses one table: give one --sharing-sizes")
@@ -763,7 +768,7 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
     if args.sizes:
         with part("exports"):
             lua_sizes = [] if args.no_lua else args.sizes if args.lua_sizes is None else args.lua_sizes
-            bench_exports(args.sizes, lua_sizes, args.lua_timeout, built, rows, args.stats_parsed)
+            bench_exports(args.sizes, lua_sizes, args.lua_timeout, built, rows, args.stats_parsed, args.quiet_wait)
     if args.diff_versions:
         with part("history diffs"):
             rows += bench_diffs(args.diff_versions)
