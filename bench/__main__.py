@@ -121,7 +121,7 @@ DELTA_ONLY, WITH_ICEBERG = ({"LAKEFS_DELTA_ICEBERG_ENABLED": on} for on in ("fal
 
 def bench_exports(sizes: list[int], lua_sizes: Collection[int] = (), lua_timeout: float = 600.0,
                   built: dict[int, tuple[str, str]] | None = None, rows: list[dict] | None = None,
-                  stats_parsed: bool = False, quiet_wait: float = 60.0) -> list[dict]:
+                  stats_parsed: bool = False, *, quiet_wait: float) -> list[dict]:
     """Each export in its own process (its own peak RSS): cold (the Delta log alone, as shipped and
     what Lua writes; then with `iceberg.enabled`), warm (a no-op: the manifest exists), and
     incremental after a commit that adds 10 files (both ways); lakeFS's Lua exporter beside the cold
@@ -193,8 +193,8 @@ def _samples(runs: list[dict], export: str, iceberg: str) -> str:
     return " / ".join(f"{m[export]:.2f}" + (f" + {m[iceberg]:.2f}" if m[iceberg] else "") for m in runs)
 
 
-def cold_export(repository: str, ref: str, commit_id: str, files: int, env: dict, samples: int = 1,
-                quiet_wait: float = 60.0) -> dict:
+def cold_export(repository: str, ref: str, commit_id: str, files: int, env: dict, samples: int,
+                quiet_wait: float) -> dict:
     """The table's cold export under `ref`, and with `samples` > 1 under `<ref>-cold-<i>` too (a ref
     has one cold export): the median one, its label naming every sample's seconds, its peak RSS the
     highest; with an Iceberg step, the median of each step's seconds (`seconds`, `iceberg_seconds`),
@@ -223,14 +223,14 @@ def cold_export(repository: str, ref: str, commit_id: str, files: int, env: dict
 
 def _quiet(most_seconds: float) -> None:
     """`wait_until_quiet`, saying so when the machine kept it waiting."""
-    waited = wait_until_quiet(most_seconds) if most_seconds > 0 else 0.0
+    waited = wait_until_quiet(most_seconds)  # at once for 0
     if waited > 1:
         print(f"waited {waited:.1f} s for a quiet machine", flush=True)
 
 
 def bench_table_exports(state, lakefs, gateway, repository: str, files: int, commit_id: str, lua: bool = True,
                         lua_timeout: float = 600.0, ref: str = "main", new_version: int = 52,
-                        stats_parsed: bool = False, quiet_wait: float = 60.0) -> tuple[list[dict], str]:
+                        stats_parsed: bool = False, *, quiet_wait: float) -> tuple[list[dict], str]:
     """The rows of `bench_exports` for one table `build_table` made (`t<files>` at `commit_id`),
     exported under `ref` (and with Iceberg metadata under `<ref>-iceberg`), and the 10-file commit
     after it (exported both ways; it writes `new_version`). `stats_parsed`: its checkpoint has them
@@ -768,7 +768,8 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
     if args.sizes:
         with part("exports"):
             lua_sizes = [] if args.no_lua else args.sizes if args.lua_sizes is None else args.lua_sizes
-            bench_exports(args.sizes, lua_sizes, args.lua_timeout, built, rows, args.stats_parsed, args.quiet_wait)
+            bench_exports(args.sizes, lua_sizes, args.lua_timeout, built, rows, args.stats_parsed,
+                          quiet_wait=args.quiet_wait)
     if args.diff_versions:
         with part("history diffs"):
             rows += bench_diffs(args.diff_versions)

@@ -15,7 +15,6 @@ import bisect
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -45,7 +44,6 @@ ReadRange = Callable[[str, int, int], bytes]  # (a log's absolute URI, start, en
 # 219 ms with two, 222 ms with three).
 ENCODE_AHEAD = 2
 ENCODE_SLICE = 32_768
-T, R = TypeVar("T"), TypeVar("R")
 MERGE_AT = 8  # small manifests of one content and spec merged into one (`ManifestSet._merge_small`)
 
 
@@ -147,6 +145,11 @@ class ManifestSet:
             path = record["manifest_path"]
             self.manifests.append(Manifest(path, record, hashes_of(listed[path]) if path in listed else None))
 
+    @property
+    def slice_rows(self) -> int:
+        """The most files a slice of a checkpoint's holds (`_slices`): what to read it in."""
+        return min(self.manifest_entries, ENCODE_SLICE)
+
     def listed_hashes(self) -> dict[str, bytes]:
         """The path hashes of the table's manifests that keep none beside them (`keeps_path_hashes`), by
         path, for its manifest list to carry (`LISTED_PATH_HASHES`): the next append reads none of them
@@ -207,8 +210,9 @@ class ManifestSet:
         column by column and written whole on the slice's thread (`_encoded`); yields the files that go
         one by one (`_add`)."""
         change = snapshot.change
-        for batch, encoded in _ahead(lambda batch: (batch, self._encoded(batch, snapshot)),
-                                     _slices(batches, self.manifest_entries)):
+        # ENCODE_AHEAD slices at once on threads, the first as soon as it is read
+        for batch, encoded in prefetched(lambda batch: (batch, self._encoded(batch, snapshot)),
+                                         _slices(batches, self.manifest_entries), ENCODE_AHEAD):
             if encoded is None:
                 yield from add_actions(batch)
                 continue
@@ -365,12 +369,6 @@ def _slices(batches: Iterable[pa.StructArray], most: int) -> Iterator[pa.StructA
         size = even_size(len(batch), most)
         for start in range(0, len(batch), size):
             yield batch.slice(start, size)
-
-
-def _ahead(encode: Callable[[T], R], slices: Iterator[T]) -> Iterator[R]:
-    """`encode` of each slice, in order, ENCODE_AHEAD at once on threads, the first as soon as it is
-    read (not once a second is also read)."""
-    return prefetched(encode, slices, ENCODE_AHEAD)
 
 
 def _any_shared(a: np.ndarray, b: np.ndarray) -> bool:

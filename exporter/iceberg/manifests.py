@@ -304,8 +304,9 @@ def _avro_file(schema: tuple[dict, str], metadata: dict[str, str], records: Iter
                encoded: tuple[bytes | memoryview, int] | None = None) -> bytes:
     """An Avro object container file (Avro's spec, "Object Container Files") of one block, deflated
     from DEFLATE_FROM bytes: `records` encoded by `schema` (parsed, and its JSON), or `encoded`
-    (records already in Avro's binary encoding, and how many); no block without records. Its header written here, the schema's
-    JSON made once: fastavro's writer made each header anew, 48 of the 70 µs of a commit's manifest."""
+    (records already in Avro's binary encoding, and how many); no block without records. Its header
+    written here, the schema's JSON made once: fastavro's writer made each header anew, 48 of the 70
+    µs of a commit's manifest."""
     if encoded is None:
         out = io.BytesIO()
         count = 0

@@ -36,7 +36,7 @@ from exporter.errors import CorruptLog, VersionOutOfRange
 from exporter.iceberg import names
 from exporter.iceberg.evolution import Evolution
 from exporter.iceberg.files import IcebergFiles, WrittenBehind
-from exporter.iceberg.manifest_set import ENCODE_SLICE, ManifestSet, NextSnapshot, ReadRange, Totals
+from exporter.iceberg.manifest_set import ManifestSet, NextSnapshot, ReadRange, Totals
 from exporter.iceberg.manifests import FORMAT_VERSION, PATH_HASHES, read_manifest_list, write_manifest_list
 from exporter.iceberg.versions import GoneFile, LogUpTo, first_whole_version
 
@@ -195,8 +195,7 @@ class _Builder:
         actions = parse_actions(commit, log.raw(commit)) if commit else []
         self.evolution.use(live.metadata, live.protocol)
         self._snapshot(version, actions, live.later_files(), set(), data_change=True,
-                       batches=live.checkpoint_batches(whole=True, stats_parsed=True,
-                                                       most=min(self.manifests.manifest_entries, ENCODE_SLICE)))
+                       batches=live.checkpoint_batches(whole=True, stats_parsed=True, most=self.manifests.slice_rows))
 
     def commit_snapshot(self, version: int, actions: list[dict]) -> None:
         check_protocol(actions)
