@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import timezone
+from datetime import timedelta, timezone
 from hashlib import sha256
 from pathlib import Path
 
@@ -187,11 +187,21 @@ def commit_and_append_all(config, lakefs, repository: str, message: str) -> str:
 
 
 def version_time(s3, location: str, version: int) -> str:
-    """When the branch table's version was written (its commit timestamp, no in-commit timestamps here)."""
+    """The branch table's version's commit timestamp as Delta's readers take it (no in-commit
+    timestamps here): its log file's modification time, made increasing over the versions (a time
+    not after the previous version's is that one's + 1 ms). Two versions one append writes can be
+    written within one millisecond (a listing's resolution; 2 of 200 pairs of sequential puts on
+    this stack): the later one's own time then names the earlier version."""
     bucket, _, prefix = location.removeprefix("s3://").partition("/")
-    key = f"{prefix}_delta_log/{version:020d}.json"  # a listing has milliseconds, a HEAD only seconds
-    written = next(item["LastModified"] for item in s3.list_objects_v2(Bucket=bucket, Prefix=key)["Contents"])
-    return written.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}_delta_log/")["Contents"]  # a HEAD has only seconds
+    written = {int(name[:-5]): item["LastModified"] for item in listed
+               if (name := item["Key"].rsplit("/", 1)[-1]).endswith(".json") and name[:-5].isdigit()}
+    at = None
+    for number in sorted(written):
+        at = written[number] if at is None or written[number] > at else at + timedelta(milliseconds=1)
+        if number == version:
+            return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    raise AssertionError(f"version {version} has no commit file under {location}")
 
 
 def test_a_partner_reads_a_branch_table_with_the_delta_sharing_connector(
