@@ -214,11 +214,24 @@ def cold_export(repository: str, ref: str, commit_id: str, files: int, env: dict
         def middle(key: str) -> float:
             return sorted(m[key] for m in runs)[len(runs) // 2]
 
+        parts = dict.fromkeys(part for m in runs for part in m["iceberg_cpu"])
         median = {**median, "peak_rss_mib": max(m["peak_rss_mib"] for m in runs),
                   "seconds": middle("seconds"), "iceberg_seconds": middle("iceberg_seconds"),
+                  "iceberg_cpu": {part: sorted(m["iceberg_cpu"].get(part, 0.0) for m in runs)[len(runs) // 2]
+                                  for part in parts},
                   "samples": _samples(runs, "seconds", "iceberg_seconds"),
                   "first": _samples(runs, "first_seconds", "first_iceberg_seconds")}
     return median
+
+
+def cpu_floor(measured: dict) -> tuple[str, float]:
+    """The Iceberg step's CPU in this process and the stack's parts it called (medians of the
+    samples), as a label, and the floor it sets on this machine: no fewer seconds than that CPU over
+    its cores, however well the parts overlap."""
+    used = measured.get("iceberg_cpu") or {}
+    floor = sum(used.values()) / (os.cpu_count() or 1)
+    parts = ", ".join(f"{part} {seconds * 1000:.0f} ms" for part, seconds in used.items())
+    return f"; the Iceberg step's CPU: {parts}, at least {floor:.3f} s on {os.cpu_count()} cores", floor
 
 
 def _quiet(most_seconds: float) -> None:
@@ -251,8 +264,12 @@ def bench_table_exports(state, lakefs, gateway, repository: str, files: int, com
                           "files_per_s": (files + 50) / (measured["seconds"] + measured["iceberg_seconds"]),
                           "lakefs_calls": measured["lakefs_calls"], "peak_rss_mib": measured["peak_rss_mib"]})
         if env is WITH_ICEBERG:  # issue 51's: the Iceberg step at most half the export it follows
-            cold_rows[-1]["target"] = ("Iceberg step ≤ ½ of the export",
-                                       measured["iceberg_seconds"] <= measured["seconds"] / 2)
+            cpu, floor = cpu_floor(measured)
+            cold_rows[-1]["benchmark"] = cold_rows[-1]["benchmark"][:-1] + cpu + ")"
+            half = measured["seconds"] / 2
+            cold_rows[-1]["target"] = ("Iceberg step ≤ ½ of the export" + (
+                f" (its CPU's floor {floor:.3f} s > ½ of the export {half:.3f} s)" if floor > half else ""),
+                                       measured["iceberg_seconds"] <= half)
             cold_rows[-1]["iceberg_step"] = measured["iceberg_seconds"]  # plotted (`plot_exports`)
         print(cold_rows[-1], flush=True)
     # the floor of its Iceberg step in object writes: the same files written again, nothing else done

@@ -32,7 +32,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.measure import peak_rss_mib
+from bench.measure import peak_rss_mib, thread_cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,21 +82,24 @@ def _export_once(config, lakefs, repository: str, ref: str, commit_id: str, tabl
 
     table = find_table(lakefs, repository, commit_id, table_name)
     outcome = export_table(Lake.connect(config), ExportAt(repository, ref, commit_id), table)
-    iceberg_seconds, iceberg, requests = 0.0, outcome.iceberg, {}
+    iceberg_seconds, iceberg, requests, iceberg_cpu = 0.0, outcome.iceberg, {}, {}
     if outcome.ok and not outcome.skipped and outcome.iceberg == PENDING:
         from workers.delivery import held_for_message
 
         # the log files the export hands its Iceberg step's task in the message, as the worker does
         held = {name: text.encode() for name, text in held_for_message(outcome.held).items()}
         with _object_store_requests() as requests:
-            started = time.monotonic()
+            stack_before, cpu, started = thread_cpu_seconds(), time.process_time(), time.monotonic()
             iceberg = export_iceberg(Lake(config, lakefs, ObjectStores(config)), repository, ref, commit_id, table_name,
                                      held=held)
             iceberg_seconds = time.monotonic() - started
+            # the CPU the step took, here and in the stack's processes it called: its floor on this machine's cores
+            iceberg_cpu = {"this process": time.process_time() - cpu,
+                           **{part: seconds - stack_before.get(part, 0.0) for part, seconds in thread_cpu_seconds().items()}}
     return {"ok": outcome.ok, "error": outcome.error, "seconds": outcome.seconds, "lakefs_calls": outcome.lakefs_calls,
             "incremental": outcome.incremental, "skipped": outcome.skipped, "location": outcome.location,
             "iceberg_seconds": iceberg_seconds, "iceberg": iceberg, "iceberg_requests": requests,
-            "peak_rss_mib": peak_rss_mib()}
+            "iceberg_cpu": iceberg_cpu, "peak_rss_mib": peak_rss_mib()}
 
 
 @contextmanager
@@ -157,7 +160,6 @@ def _iceberg_objects(repository: str, ref: str, commit_id: str, table_name: str)
     (manifests, manifest lists, path hashes, its metadata file), read first, then written again to a
     scratch folder as the step writes them (behind, `IO_THREADS` at once; the metadata file last, after
     the others) with nothing else to do: the seconds, this process's CPU and MinIO's meanwhile."""
-    from bench.measure import cpu_seconds, cpu_used
     from exporter.config import load_config
     from exporter.export.iceberg_metadata import _ExportFiles
     from exporter.iceberg.files import WrittenBehind
@@ -174,17 +176,17 @@ def _iceberg_objects(repository: str, ref: str, commit_id: str, table_name: str)
     scratch = f"_bench-floor/{uuid.uuid4().hex}/"
     bodies = [(scratch + key.rsplit("/", 1)[-1], store.get(key)) for key in keys]
     *files, last = sorted(bodies, key=lambda kv: kv[0].endswith(".metadata.json"))
-    before, started, cpu = cpu_seconds(), time.perf_counter(), time.process_time()
+    before, started, cpu = thread_cpu_seconds(), time.perf_counter(), time.process_time()
     with WrittenBehind(_ExportFiles(store, ""), IO_THREADS) as behind:
         for key, body in files:
             behind.put(key, body)
         behind.flush()
     store.put(*last)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-    used = cpu_used(before, cpu_seconds())
+    minio = thread_cpu_seconds().get("MinIO", 0.0) - before.get("MinIO", 0.0)
     store.delete([key for key, _ in bodies])
     return {"objects": len(bodies), "bytes": sum(len(body) for _, body in bodies), "seconds": seconds,
-            "cpu_seconds": cpu, "minio_cpu_seconds": used.get("MinIO", 0.0)}
+            "cpu_seconds": cpu, "minio_cpu_seconds": minio}
 
 
 def _rewrite(checkpoint_file: str, addresses_file: str, mode: str) -> dict:
