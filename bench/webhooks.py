@@ -185,12 +185,18 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
     rows += cpu_rows(cpu, alone, len(made), cpu_wall, setting)
     if iceberg:  # by a task of its own after each export, behind the exports waiting (or, same_task, in the export's)
         iceberg_latencies = [iceberg_at[c] - t for c, t in made if c in iceberg_at]
+        # the storm's work is done no sooner than its CPU over the cores, and the last commit came when
+        # the commits were made: the floor of the latest commit's wait on these cores, however it is scheduled
+        window = committed - started
+        floor = sum(cpu.values()) / (os.cpu_count() or 1) - window
         rows.append({"benchmark": "commit to its Iceberg tables, p50 / p99 / max "
                                   + " / ".join(f"{percentile(iceberg_latencies, q):.1f}" for q in (0.5, 0.99))
                                   + f" / {max(iceberg_latencies, default=0):.1f} s ({len(made) - len(iceberg_at)} "
-                                  f"commits without; {workers} workers)", "seconds": percentile(iceberg_latencies, 0.5),
-                     "target": ("p99 ≤ 15 s, none without", len(iceberg_at) == len(made)
-                                and percentile(iceberg_latencies, 0.99) <= 15)})
+                                  f"commits without; {workers} workers); the latest commit's no sooner than "
+                                  f"{floor:.1f} s: the storm's CPU over {os.cpu_count()} cores less the {window:.1f} s "
+                                  "its commits took", "seconds": percentile(iceberg_latencies, 0.5),
+                     "target": ("p99 ≤ 15 s, none without" + (f" (the latest's floor {floor:.1f} s)" if floor > 15 else ""),
+                                len(iceberg_at) == len(made) and percentile(iceberg_latencies, 0.99) <= 15)})
     for row in rows:
         row.setdefault("files_per_s", 0)
         row.update(lakefs_calls="-", peak_rss_mib=peak_rss_mib())
