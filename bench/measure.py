@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+from collections.abc import Iterator
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -57,15 +58,12 @@ def cpu_seconds() -> dict[int, tuple[str, float]]:
     """Every process's CPU time so far (user + system, seconds), by pid, with the part of the stack it is."""
     tick = os.sysconf("SC_CLK_TCK")
     seen = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid, program in _processes():
         try:
-            argv = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace").split("\0")
-            fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
         except OSError:  # ended while listed
             continue
-        seen[int(entry)] = (_program(int(entry), argv), (int(fields[11]) + int(fields[12])) / tick, int(fields[1]))
+        seen[pid] = (program, (int(fields[11]) + int(fields[12])) / tick, int(fields[1]))
     # a pool's children (Celery's, uvicorn's) are the part their parent is, whatever they call themselves
     return {pid: (seen[parent][0] if program == "other" and parent in seen else program, seconds)
             for pid, (program, seconds, parent) in seen.items()}
@@ -77,19 +75,28 @@ def thread_cpu_seconds(programs: tuple[str, ...] = ("MinIO", "lakeFS")) -> dict[
     (10 ms: a tenth of a 10,000-file Iceberg step). A thread that ended is not counted: Go's (MinIO's,
     lakeFS's) live as long as their process."""
     used: dict[str, float] = {}
+    for pid, program in _processes():
+        if program not in programs:
+            continue
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # ended while listed
+            continue
+        nanoseconds = sum(_task_nanoseconds(f"/proc/{pid}/task/{task}/schedstat") for task in tasks)
+        used[program] = used.get(program, 0.0) + nanoseconds / 1e9
+    return used
+
+
+def _processes() -> Iterator[tuple[int, str]]:
+    """Every process's pid and the part of the stack it is (`_program`); one that ends while listed is left out."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            program = _program(int(entry), open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace").split("\0"))
-            if program not in programs:
-                continue
-            tasks = os.listdir(f"/proc/{entry}/task")
+            argv = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace").split("\0")
         except OSError:  # ended while listed
             continue
-        nanoseconds = sum(_task_nanoseconds(f"/proc/{entry}/task/{task}/schedstat") for task in tasks)
-        used[program] = used.get(program, 0.0) + nanoseconds / 1e9
-    return used
+        yield int(entry), _program(int(entry), argv)
 
 
 def _task_nanoseconds(schedstat: str) -> int:

@@ -33,7 +33,7 @@ static const uint8_t SIGMA[10][16] = {
 
 #define ROTR(x, n) (((x) >> (n)) | ((x) << (64 - (n))))
 #define G(a, b, c, d, x, y)                \
-    do {                                                                              \
+    do {                                   \
         a = a + b + (x);                   \
         d = ROTR(d ^ a, 32);               \
         c = c + d;                         \
