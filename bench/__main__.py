@@ -763,6 +763,7 @@ def main() -> None:
         print(f"written to {out}")
     plotted = [plot_exports(rows, out.with_name(out.stem + "-export-time.png")),
                plot_storm(rows, out.with_name(out.stem + "-storm.png")),
+               plot_worker_groups(rows, out.with_name(out.stem + "-worker-groups.png")),
                plot_row_diff_scale(rows, out.with_name(out.stem + "-row-diff-scale.png")),
                plot_grant(rows, out.with_name(out.stem + "-grant.png")),
                plot_object_requests(rows, out.with_name(out.stem + "-object-requests.png")),
@@ -832,7 +833,7 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
         with part("PyIceberg's full read through the catalog"):
             rows += bench_pyiceberg_read(args.pyiceberg_read_files)
     if args.storm:
-        from bench.webhooks import bench_commit_storm, bench_idle_latency
+        from bench.webhooks import bench_commit_storm, bench_idle_latency, iceberg_storms, worker_groups_row
 
         with part("idle latency"):
             rows += bench_idle_latency()
@@ -847,6 +848,8 @@ def measure_all(args: argparse.Namespace, rows: list[dict]) -> None:
         for workers in args.storm_workers:
             with part(f"storm, {workers} worker groups"):
                 rows += bench_commit_storm(args.storm, workers=workers, iceberg=True)
+        if args.storm_workers:  # beside the storm with iceberg.enabled: the groups, side by side
+            rows += [row for row in [worker_groups_row(iceberg_storms(rows))] if row]
 
 
 @contextmanager
@@ -872,11 +875,37 @@ def plot_storm(rows: list[dict], path: Path) -> Path | None:
     ordered = sorted(latencies)
     figure, axes = plt.subplots(figsize=(6, 4))
     axes.plot(ordered, [100 * (i + 1) / len(ordered) for i in range(len(ordered))], drawstyle="steps-post")
-    for target, label in ((10, "p50 target"), (20, "p99 target")):
+    for target, label in ((6, "p50 target"), (12, "p99 target")):
         axes.axvline(target, linestyle="--", color="grey")
         axes.text(target, 2, f" {label}", color="grey")
     axes.set(xlabel="seconds from commit to complete export", ylabel="% of commits",
              title=f"Commit storm: {len(ordered)} commits, 3 tables each")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def plot_worker_groups(rows: list[dict], path: Path) -> Path | None:
+    """Table exports a minute by worker groups (storms with iceberg.enabled), with how busy the
+    cores were in each run."""
+    from bench.webhooks import iceberg_storms
+
+    runs = iceberg_storms(rows)
+    if len({run.workers for run in runs}) < 2:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    labels = [f"{run.workers} group{'s' if run.workers > 1 else ''}\n{100 * run.busy:.0f}% of cores busy" for run in runs]
+    bars = axes.bar(range(len(runs)), [run.per_minute for run in runs], color="tab:blue")
+    axes.bar_label(bars, labels=[f"{run.per_minute:,.0f}" for run in runs])
+    axes.axhline(2500, linestyle="--", color="grey")
+    axes.text(-0.4, 2550, "target: 2,500 a minute", color="grey")
+    axes.set_xticks(range(len(runs)), labels)
+    axes.set(ylabel="table exports a minute", title=f"Commit storm with Iceberg by worker groups, {os.cpu_count()} cores")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     return path

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -137,7 +138,7 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
     env = {**os.environ, **state.environment(), "LAKEFS_DELTA_REDIS_URL": redis_url,
            "LAKEFS_DELTA_ICEBERG_ENABLED": "true" if iceberg else "false",
            "LAKEFS_DELTA_ICEBERG_SAME_TASK": "true" if same_task else "false"}
-    setting = (", iceberg.enabled" + (", iceberg.same_task" if same_task else "")) if iceberg else \
+    setting = (ICEBERG_ON + (", iceberg.same_task" if same_task else "")) if iceberg else \
         ", iceberg.enabled off"
     repository = new_repository(lakefs, "bench-storm")
     seed_tables(lakefs, repository)
@@ -180,7 +181,9 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
         {"benchmark": f"{len(made)} commits made in (client side)", "seconds": committed - started},
         {"benchmark": f"table exports per minute ({len(done_at) * TABLES} exports, {lost} commits lost{setting})",
          "seconds": finished - started, "files_per_s": per_minute,
-         "target": ("≥ 2,500 a minute, none lost", not lost and per_minute >= 2500)},
+         "target": ("≥ 2,500 a minute, none lost", not lost and per_minute >= 2500),
+         "storm_groups": StormGroups(workers, per_minute, sum(cpu.values()) / (cpu_wall * (os.cpu_count() or 1)),
+                                     setting)},
     ]
     rows += cpu_rows(cpu, alone, len(made), cpu_wall, setting)
     if iceberg:  # by a task of its own after each export, behind the exports waiting (or, same_task, in the export's)
@@ -201,6 +204,41 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
         row.setdefault("files_per_s", 0)
         row.update(lakefs_calls="-", peak_rss_mib=peak_rss_mib())
     return rows
+
+
+@dataclass(frozen=True)
+class StormGroups:
+    """What one storm's run says of its worker groups: their number, the exports a minute they gave,
+    how busy the machine's cores were, and the run's setting (`iceberg.enabled`, ...)."""
+
+    workers: int
+    per_minute: float
+    busy: float  # the storm's CPU over its wall time and the cores
+    setting: str
+
+
+ICEBERG_ON = ", iceberg.enabled"  # the setting of a storm with Iceberg on, each table by a task of its own
+
+
+def iceberg_storms(rows: list[dict]) -> list[StormGroups]:
+    """The storms among `rows` with Iceberg on (as shipped), by worker groups."""
+    return sorted((row["storm_groups"] for row in rows if "storm_groups" in row
+                   and row["storm_groups"].setting == ICEBERG_ON), key=lambda run: run.workers)
+
+
+def worker_groups_row(runs: list[StormGroups]) -> dict | None:
+    """The storms side by side by worker groups (one more group: one more worker host, its own
+    `--name`, the same Redis), on this machine's cores; None with fewer than two group counts."""
+    runs = sorted(runs, key=lambda run: run.workers)
+    if len({run.workers for run in runs}) < 2:
+        return None
+    listed = ", ".join(f"{run.workers} {'group' if run.workers == 1 else 'groups'} {run.per_minute:,.0f} "
+                       f"({100 * run.busy:.0f}% of the cores busy)" for run in runs)
+    fewest, most = runs[0], runs[-1]
+    return {"benchmark": f"table exports a minute by worker groups on the same {os.cpu_count()} cores{runs[0].setting}: "
+                         f"{listed}: a group more adds exports while the cores have room, none once they are busy",
+            "seconds": 0, "files_per_s": most.per_minute, "lakefs_calls": "-", "peak_rss_mib": peak_rss_mib(),
+            "target": ("grows with workers until the cores are busy", most.per_minute > fewest.per_minute)}
 
 
 def commits_alone_cpu(lakefs, branches: int, per_branch: int) -> dict[str, float]:
@@ -238,7 +276,26 @@ def cpu_rows(storm: dict[str, float], alone: dict[str, float], commits: int, sec
                       f"({listed(own, exports)}): at most {ceiling:,.0f} exports a minute on {cores} cores{setting}",
          "seconds": export_cost / exports, "files_per_s": ceiling,
          "target": ("room for ≥ 2,500 a minute", ceiling >= 2500)},
+        one_more_worker_host(own, exports, cores, setting),
     ]
+
+
+def one_more_worker_host(own: dict[str, float], exports: int, cores: int, setting: str) -> dict:
+    """Projected, not measured (one machine here): the exports a minute with one more worker host of as
+    many cores. The workers' CPU an export can run on either host; lakeFS, MinIO, Redis and the webhook
+    service stay on these cores. Both hosts busy: twice the cores over the export's CPU, at most what
+    these cores give the services alone."""
+    workers = own.get("workers", 0.0) / exports
+    services = sum(used for part, used in own.items() if part not in ("workers", "bench client")) / exports
+    if workers + services <= 0:
+        return {"benchmark": "one more worker host: nothing measured", "seconds": 0}
+    one_host = cores * 60 / (workers + services)
+    two_hosts = min(2 * cores * 60 / (workers + services), cores * 60 / services if services > 0 else float("inf"))
+    return {"benchmark": f"one more worker host of {cores} cores, projected from this storm's CPU (one machine "
+                         f"here): the workers' {1000 * workers:.0f} ms an export shared with it, lakeFS, MinIO, Redis "
+                         f"and the service's {1000 * services:.0f} ms kept on these cores: at most {two_hosts:,.0f} "
+                         f"exports a minute where one host gives at most {one_host:,.0f}{setting}",
+            "seconds": workers + services, "files_per_s": two_hosts}
 
 
 def bench_idle_latency(files: int = 1_000, samples: int = 7) -> list[dict]:
