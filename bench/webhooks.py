@@ -282,8 +282,8 @@ def cpu_rows(storm: dict[str, float], alone: dict[str, float], commits: int, sec
 
 def one_more_worker_host(own: dict[str, float], exports: int, cores: int, setting: str) -> dict:
     """Projected, not measured (one machine here): the exports a minute with one more worker host of as
-    many cores. The workers' CPU an export can run on either host; lakeFS, MinIO, Redis and the webhook
-    service stay on these cores. Both hosts busy: twice the cores over the export's CPU, at most what
+    many cores. The workers' CPU an export can run on either host; the rest (lakeFS, MinIO, Redis, the
+    webhook service, any other process of the machine) stays on these cores. Both hosts busy: twice the cores over the export's CPU, at most what
     these cores give the services alone."""
     workers = own.get("workers", 0.0) / exports
     services = sum(used for part, used in own.items() if part not in ("workers", "bench client")) / exports
@@ -292,8 +292,9 @@ def one_more_worker_host(own: dict[str, float], exports: int, cores: int, settin
     one_host = cores * 60 / (workers + services)
     two_hosts = min(2 * cores * 60 / (workers + services), cores * 60 / services if services > 0 else float("inf"))
     return {"benchmark": f"one more worker host of {cores} cores, projected from this storm's CPU (one machine "
-                         f"here): the workers' {1000 * workers:.0f} ms an export shared with it, lakeFS, MinIO, Redis "
-                         f"and the service's {1000 * services:.0f} ms kept on these cores: at most {two_hosts:,.0f} "
+                         f"here): the workers' {1000 * workers:.0f} ms an export shared with it, the rest's "
+                         f"{1000 * services:.0f} ms (lakeFS, MinIO, Redis, the service, any other process) kept on "
+                         f"these cores: at most {two_hosts:,.0f} "
                          f"exports a minute where one host gives at most {one_host:,.0f}{setting}",
             "seconds": workers + services, "files_per_s": two_hosts}
 
