@@ -758,7 +758,7 @@ def main() -> None:
     finally:  # what was measured is kept, whatever stopped the run
         table = markdown(rows)
         print(table)
-        RESULTS.mkdir(exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)  # a folder not made yet: the rows measured are not lost
         out.write_text(f"# Benchmarks {date.today().isoformat()}\n\nMachine: {os.cpu_count()} cores.\n\n{table}\n")
         print(f"written to {out}")
     plotted = [plot_exports(rows, out.with_name(out.stem + "-export-time.png")),

@@ -1,7 +1,8 @@
 """The benchmark runs as shipped: `python -m bench` with tiny sizes, every part of it (lakeFS's Lua
-exporter beside this project's, branch tables, presigning, Delta Sharing, a commit storm, the grant
-and the signer, PyIceberg's full read through the catalog, the row diff four ways, the merge gates) on the
-real stack, writing its table and plot. It asserts that each part ran, never a time."""
+exporter beside this project's, branch tables, presigning, Delta Sharing, a commit storm, again with
+one worker group beside the two it runs, the grant and the signer, PyIceberg's full read through the
+catalog, the row diff four ways, the merge gates) on the real stack, writing its table and plots. It
+asserts that each part ran, never a time."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 SMOKE = ["--actions", "1000", "--stream-actions", "1000", "--sizes", "100", "--diff-versions", "20",
          "--row-diff-rows", "0", "--branch-table-sizes", "100", "--storm", "2", "--presign-urls", "100", "--object-requests", "20",
-         "--sharing-sizes", "100", "--sharing-queries", "3", "--lua-timeout", "120", "--storm-iceberg",
+         "--sharing-sizes", "100", "--sharing-queries", "3", "--lua-timeout", "120", "--storm-iceberg", "--storm-workers", "1",
          "--grant-files", "1000", "--grant-folders", "20", "--row-diff-scale", "1000",
          "--gate-sizes", "100", "--gate-key-rows", "1000", "--pyiceberg-read-files", "100",
          "--quiet-wait", "0"]  # the other tests keep the machine busy: a quiet one is waited for in vain
@@ -40,6 +41,8 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
                  "table exports per minute (6 exports, 0 commits lost, iceberg.enabled off)",
                  "table exports per minute (6 exports, 0 commits lost, iceberg.enabled)",
                  "commit to its Iceberg tables, p50 / p99 / max ", "s (0 commits without; 2 workers)",
+                 "s (0 commits without; 1 workers)", "one more worker host of ",
+                 "table exports a minute by worker groups on the same ",
                  "commit to complete export, distribution: p10 / p25 / p50 / p75 / p90 / max",
                  "grant: lakeFS asked about each of 20 folders", "signer: the first signature on a 1,000-file table",
                  "catalog: loadTable of a 1,000-file table's export (", "catalog: loadTable, p99 of 200",
@@ -56,6 +59,7 @@ def test_the_benchmark_runs_to_its_table_and_plot(stack_env, tmp_path):
     assert "same add paths: True" in table  # the Lua export read back beside this project's
     assert (tmp_path / "smoke-export-time.png").stat().st_size > 0
     assert (tmp_path / "smoke-storm.png").stat().st_size > 0
+    assert (tmp_path / "smoke-worker-groups.png").stat().st_size > 0
     assert (tmp_path / "smoke-row-diff-scale.png").stat().st_size > 0 and (tmp_path / "smoke-grant.png").stat().st_size > 0
     assert (tmp_path / "smoke-object-requests.png").stat().st_size > 0
     assert (tmp_path / "smoke-gates.png").stat().st_size > 0
