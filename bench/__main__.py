@@ -23,7 +23,7 @@ import argparse
 import os
 import time
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
@@ -211,14 +211,14 @@ def cold_export(repository: str, ref: str, commit_id: str, files: int, env: dict
         runs.append(measured)
     median = sorted(runs, key=lambda m: m["seconds"] + m["iceberg_seconds"])[len(runs) // 2]
     if samples > 1:
-        def middle(key: str) -> float:
-            return sorted(m[key] for m in runs)[len(runs) // 2]
+        def middle(values: Iterable[float]) -> float:
+            return sorted(values)[len(runs) // 2]
 
         parts = dict.fromkeys(part for m in runs for part in m["iceberg_cpu"])
         median = {**median, "peak_rss_mib": max(m["peak_rss_mib"] for m in runs),
-                  "seconds": middle("seconds"), "iceberg_seconds": middle("iceberg_seconds"),
-                  "iceberg_cpu": {part: sorted(m["iceberg_cpu"].get(part, 0.0) for m in runs)[len(runs) // 2]
-                                  for part in parts},
+                  "seconds": middle(m["seconds"] for m in runs),
+                  "iceberg_seconds": middle(m["iceberg_seconds"] for m in runs),
+                  "iceberg_cpu": {part: middle(m["iceberg_cpu"].get(part, 0.0) for m in runs) for part in parts},
                   "samples": _samples(runs, "seconds", "iceberg_seconds"),
                   "first": _samples(runs, "first_seconds", "first_iceberg_seconds")}
     return median

@@ -182,8 +182,7 @@ def bench_commit_storm(commits: int = 200, branches: int = 20, workers: int = 2,
         {"benchmark": f"table exports per minute ({len(done_at) * TABLES} exports, {lost} commits lost{setting})",
          "seconds": finished - started, "files_per_s": per_minute,
          "target": ("≥ 2,500 a minute, none lost", not lost and per_minute >= 2500),
-         "storm_groups": StormGroups(workers, per_minute, sum(cpu.values()) / (cpu_wall * (os.cpu_count() or 1)),
-                                     setting)},
+         "storm_groups": StormGroups(workers, per_minute, cores_busy(cpu, cpu_wall), setting)},
     ]
     rows += cpu_rows(cpu, alone, len(made), cpu_wall, setting)
     if iceberg:  # by a task of its own after each export, behind the exports waiting (or, same_task, in the export's)
@@ -268,7 +267,7 @@ def cpu_rows(storm: dict[str, float], alone: dict[str, float], commits: int, sec
 
     ceiling = cores * 60 / (export_cost / exports) if export_cost > 0 else 0
     return [
-        {"benchmark": f"storm CPU: {total:.0f} s over {seconds:.0f} s ({100 * total / (seconds * cores):.0f}% of "
+        {"benchmark": f"storm CPU: {total:.0f} s over {seconds:.0f} s ({100 * cores_busy(storm, seconds):.0f}% of "
                       f"{cores} cores){setting}; ms a table export: {listed(storm, exports)}", "seconds": total},
         {"benchmark": f"the same commits with no actions (their own cost): ms a table commit: {listed(alone, exports)}",
          "seconds": sum(alone.values())},
@@ -280,11 +279,16 @@ def cpu_rows(storm: dict[str, float], alone: dict[str, float], commits: int, sec
     ]
 
 
+def cores_busy(cpu: dict[str, float], seconds: float) -> float:
+    """How busy the machine's cores were: the CPU seconds used over `seconds` of wall time on them all."""
+    return sum(cpu.values()) / (seconds * (os.cpu_count() or 1))
+
+
 def one_more_worker_host(own: dict[str, float], exports: int, cores: int, setting: str) -> dict:
     """Projected, not measured (one machine here): the exports a minute with one more worker host of as
     many cores. The workers' CPU an export can run on either host; the rest (lakeFS, MinIO, Redis, the
-    webhook service, any other process of the machine) stays on these cores. Both hosts busy: twice the cores over the export's CPU, at most what
-    these cores give the services alone."""
+    webhook service, any other process of the machine) stays on these cores. Both hosts busy: twice the
+    cores over the export's CPU, at most what these cores give the rest alone."""
     workers = own.get("workers", 0.0) / exports
     services = sum(used for part, used in own.items() if part not in ("workers", "bench client")) / exports
     if workers + services <= 0:
